@@ -1,0 +1,42 @@
+// Command nodecache runs a pull-through OCI registry on a node, configures the node's container
+// runtime to pull through it, pre-fills it, and proves from runtime evidence that it is used.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := newApp().RunContext(ctx, os.Args)
+	stop()
+	os.Exit(report(os.Stderr, err))
+}
+
+func newApp() *cli.App {
+	return &cli.App{
+		Name:  "nodecache",
+		Usage: "pull container images through a cache on the node itself, and prove that the node really does",
+		Description: `nodecache is one binary with four jobs:
+   serve   an embedded pull-through OCI registry for many upstreams on one port
+   gen     machine-config patches and runtime files that point Talos, containerd or CRI-O at it
+   warm    pre-fill a pull-through cache with the images a worker needs, for its platform only
+   status  tell from runtime evidence whether the runtime's mirror configuration is active
+   agent   serve + gen + status in one process, for a hostNetwork DaemonSet
+
+Exit codes: 0 success, 1 ran but the answer is negative or the work failed,
+2 usage or input refused (nothing was changed), 3 status cannot tell.`,
+		EnableBashCompletion: true,
+		HideHelpCommand:      true,
+		ExitErrHandler:       func(*cli.Context, error) {}, // main decides the exit code
+		OnUsageError:         usageError,
+		Commands:             commands(),
+	}
+}

@@ -1,0 +1,93 @@
+package mirror
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// Defaults for Options.
+const (
+	// DefaultUpstreamTimeout bounds every upstream exchange up to its response headers (and a tag
+	// revalidation as a whole). It stays below containerd's 30 s response-header deadline so a
+	// client always gets an answer (stale or error) before it gives up.
+	DefaultUpstreamTimeout = 10 * time.Second
+	// DefaultRoot is where serve keeps its filesystem storage.
+	DefaultRoot = "/var/lib/nodecache"
+)
+
+// Options configures a Mirror. The zero value of every optional field means its default.
+type Options struct {
+	// Root is the filesystem storage directory. Empty keeps everything in memory (tests).
+	Root string
+	// Upstreams are the registries pulled through; required, names unique.
+	Upstreams []Upstream
+	// DefaultUpstream is the upstream NAME used when a request carries neither ?ns= nor a
+	// configured path prefix. Empty means docker.io when docker.io is configured, else none.
+	DefaultUpstream string
+	// UpstreamTimeout bounds an upstream exchange up to response headers and a whole tag
+	// revalidation. Default DefaultUpstreamTimeout.
+	UpstreamTimeout time.Duration
+	// TagTTL is how long a cached tag is served without asking the upstream. 0 (default)
+	// revalidates on every request.
+	TagTTL time.Duration
+	// Transport is the base transport to upstreams, under authentication and redirects.
+	// Default: a transport with dial, TLS and response-header timeouts of UpstreamTimeout.
+	Transport http.RoundTripper
+	// Logger receives the access log and operational messages. Default: disabled.
+	Logger zerolog.Logger
+	// Registerer receives the mirror's metrics. Default: a private registry, served by
+	// (*Mirror).MetricsHandler.
+	Registerer prometheus.Registerer
+	// Gatherer serves /metrics; it must gather what Registerer registers. Default: the private
+	// registry.
+	Gatherer prometheus.Gatherer
+	// ClientEvidenceAllow lists the networks, besides loopback, that may read
+	// /nodecache/v1/clients.
+	ClientEvidenceAllow []netip.Prefix
+	// UserAgent is sent to upstreams. Default "nodecache/<version>".
+	UserAgent string
+}
+
+func (o *Options) setDefaults() error {
+	var errs []error
+	if len(o.Upstreams) == 0 {
+		errs = append(errs, errors.New("upstreams: at least one upstream is required"))
+	}
+	seen := map[string]bool{}
+	for i, u := range o.Upstreams {
+		if u.URL == nil {
+			errs = append(errs, fmt.Errorf("upstreams[%d].url: missing", i))
+		}
+		if seen[u.Name] {
+			errs = append(errs, fmt.Errorf("upstreams[%d].name: %q is configured twice", i, u.Name))
+		}
+		seen[u.Name] = true
+	}
+	if o.DefaultUpstream == "" {
+		if seen[DockerHub] {
+			o.DefaultUpstream = DockerHub
+		}
+	} else {
+		n, err := NormalizeName(o.DefaultUpstream)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("default-upstream: %w", err))
+		case !seen[n]:
+			errs = append(errs, fmt.Errorf("default-upstream: %q is not a configured upstream", n))
+		}
+		o.DefaultUpstream = n
+	}
+	if o.UpstreamTimeout < 0 || o.TagTTL < 0 {
+		errs = append(errs, errors.New("upstream-timeout and tag-ttl must not be negative"))
+	}
+	if o.UpstreamTimeout == 0 {
+		o.UpstreamTimeout = DefaultUpstreamTimeout
+	}
+	return errors.Join(errs...)
+}
