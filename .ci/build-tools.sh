@@ -1,0 +1,175 @@
+# shellcheck shell=bash
+# .ci/build-tools.sh — build or reuse the tool binaries the integration tests run.
+#
+# Usage:
+#   source .ci/build-tools.sh   # builds what is missing, then exports the NODECACHE_* variables
+#                               # into the calling shell; returns non-zero when a tool is missing.
+#   bash .ci/build-tools.sh     # same work; prints the `export` lines on stdout instead.
+#
+# What it provides (exported variables, absolute paths):
+#   NODECACHE_CONTAINERD_2_4  containerd 2.4.x daemon (config schema 3)
+#   NODECACHE_CONTAINERD_2_3  containerd 2.3.x daemon (config schema 3)
+#   NODECACHE_CONTAINERD_1_7  containerd 1.7.x daemon (config schema 2)
+#   NODECACHE_SKOPEO          skopeo (Debian package)
+#
+# Binaries live outside the clone and are reused across runs:
+#   ${NODECACHE_TOOLS:-$HOME/.cache/nodecache-ci}/containerd-<version>/containerd
+# A binary that already exists is not rebuilt. Builds run two at a time (the machine has 2 cores);
+# each writes <dir>/build.log and the binary appears only when its build succeeded.
+# The env lines are also written to ${NODECACHE_TOOLS}/env.sh.
+#
+# Versions (override by env): NODECACHE_CONTAINERD_2_4_VERSION (v2.4.2),
+# NODECACHE_CONTAINERD_2_3_VERSION (v2.3.7: the newest 2.3 on the Go module proxy when this was
+# written), NODECACHE_CONTAINERD_1_7_VERSION (v1.7.35: likewise for 1.7).
+#
+# It also maps the test host names (upstream.test, registry.hub.test, auth.hub.test, cdn.test) to
+# 127.0.0.1 in /etc/hosts, once, so nothing a test dials leaves the machine, DNS included.
+#
+# All the work runs in a subshell with `set -euo pipefail`; sourcing changes only the exported
+# variables above (and defines the nodecache_build_tools function).
+
+nodecache_build_tools() (
+	set -euo pipefail
+
+	local tools="${NODECACHE_TOOLS:-$HOME/.cache/nodecache-ci}"
+	local v24="${NODECACHE_CONTAINERD_2_4_VERSION:-v2.4.2}"
+	local v23="${NODECACHE_CONTAINERD_2_3_VERSION:-v2.3.7}"
+	local v17="${NODECACHE_CONTAINERD_1_7_VERSION:-v1.7.35}"
+	local tags="no_btrfs no_devmapper no_zfs"
+	mkdir -p "$tools"
+
+	log() { printf 'build-tools: %s\n' "$*" >&2; }
+
+	# build_v2 VERSION: go install of the v2 module's daemon into containerd-VERSION/.
+	build_v2() {
+		local version="$1" dir="$tools/containerd-$1"
+		local tmp="$dir/.gobin.$$"
+		rm -rf "$tmp" && mkdir -p "$tmp"
+		GOBIN="$tmp" go install -tags "$tags" \
+			"github.com/containerd/containerd/v2/cmd/containerd@$version"
+		mv -f "$tmp/containerd" "$dir/containerd"
+		rm -rf "$tmp"
+	}
+
+	# build_v1 VERSION: `go install pkg@version` refuses 1.7 (its go.mod has exclude directives),
+	# so build it from a throwaway module that requires it.
+	build_v1() {
+		local version="$1" dir="$tools/containerd-$1"
+		local mod
+		mod="$(mktemp -d)"
+		# shellcheck disable=SC2064 # expand now: the path is local to this call
+		trap "rm -rf '$mod'" RETURN
+		(
+			cd "$mod"
+			go mod init nodecache-ci/containerd-build >/dev/null 2>&1
+			go get "github.com/containerd/containerd@$version"
+			go get "github.com/containerd/containerd/cmd/containerd@$version"
+			go build -tags "$tags" -o "$dir/containerd.tmp" \
+				github.com/containerd/containerd/cmd/containerd
+		)
+		mv -f "$dir/containerd.tmp" "$dir/containerd"
+	}
+
+	# start KIND VERSION: run one build in the background unless its binary exists.
+	local -a pids=() names=()
+	start() {
+		local kind="$1" version="$2" dir="$tools/containerd-$2"
+		if [[ -x "$dir/containerd" ]]; then
+			log "containerd $version: reusing $dir/containerd"
+			return 0
+		fi
+		# At most two builds at once.
+		while (($(jobs -rp | wc -l) >= 2)); do wait -n || true; done
+		mkdir -p "$dir"
+		log "containerd $version: building (log: $dir/build.log)"
+		(
+			local t0=$SECONDS
+			"build_$kind" "$version" >"$dir/build.log" 2>&1
+			log "containerd $version: built in $((SECONDS - t0))s"
+		) &
+		pids+=("$!")
+		names+=("$version")
+	}
+
+	ensure_hosts() {
+		local line="127.0.0.1 upstream.test registry.hub.test auth.hub.test cdn.test"
+		if grep -qxF "$line" /etc/hosts 2>/dev/null; then
+			return 0
+		fi
+		if [[ -w /etc/hosts ]]; then
+			printf '%s\n' "$line" >>/etc/hosts
+			log "/etc/hosts: added '$line'"
+		else
+			log "/etc/hosts: not writable; tests that dial *.test names will fail or skip"
+		fi
+	}
+
+	ensure_skopeo() {
+		if command -v skopeo >/dev/null 2>&1; then
+			return 0
+		fi
+		if [[ $(id -u) -ne 0 ]]; then
+			log "skopeo missing and not root: cannot apt-get install it"
+			return 0
+		fi
+		log "installing skopeo from Debian"
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq skopeo >&2
+	}
+
+	local t0=$SECONDS
+	ensure_hosts
+	start v2 "$v24"
+	start v2 "$v23"
+	# apt runs while the first two builds do; the third build waits for a free slot.
+	local skopeo_status=0
+	ensure_skopeo || skopeo_status=$?
+	start v1 "$v17"
+
+	local failed=0 i
+	for i in "${!pids[@]}"; do
+		if ! wait "${pids[$i]}"; then
+			log "containerd ${names[$i]}: BUILD FAILED; last lines of $tools/containerd-${names[$i]}/build.log:"
+			tail -n 30 "$tools/containerd-${names[$i]}/build.log" >&2 || true
+			failed=1
+		fi
+	done
+	log "done in $((SECONDS - t0))s"
+
+	# The env lines: only tools that exist, so a missing one makes its tests skip (or fail in CI)
+	# with a clear reason instead of pointing at nothing.
+	local env="$tools/env.sh"
+	{
+		local name version bin
+		for pair in "2_4:$v24" "2_3:$v23" "1_7:$v17"; do
+			name="${pair%%:*}" version="${pair#*:}"
+			bin="$tools/containerd-$version/containerd"
+			if [[ -x "$bin" ]]; then
+				printf 'export NODECACHE_CONTAINERD_%s=%q\n' "$name" "$bin"
+			fi
+		done
+		if bin="$(command -v skopeo)"; then
+			printf 'export NODECACHE_SKOPEO=%q\n' "$bin"
+		fi
+	} >"$env.tmp"
+	mv -f "$env.tmp" "$env"
+	cat "$env"
+
+	if ((failed != 0 || skopeo_status != 0)); then
+		return 1
+	fi
+)
+
+if [[ "${BASH_SOURCE[0]}" != "$0" ]]; then
+	# Sourced: run, then export into the caller's shell. eval only the lines we wrote above.
+	if __nodecache_env="$(nodecache_build_tools)"; then
+		eval "$__nodecache_env"
+		unset __nodecache_env
+	else
+		eval "$__nodecache_env"
+		unset __nodecache_env
+		return 1
+	fi
+else
+	nodecache_build_tools
+fi
