@@ -140,9 +140,12 @@ func TestStartTime(t *testing.T) {
 			err: "read process start",
 		},
 		{
-			name:  "btime not a number",
-			setup: func(t *testing.T, p *procTree) { p.addProcess(42, "containerd", 1); p.write("stat", "cpu 1 2\nbtime 17e8\n") },
-			err:   `btime "17e8"`,
+			name: "btime not a number",
+			setup: func(t *testing.T, p *procTree) {
+				p.addProcess(42, "containerd", 1)
+				p.write("stat", "cpu 1 2\nbtime 17e8\n")
+			},
+			err: `btime "17e8"`,
 		},
 		{
 			name:  "btime zero",
@@ -155,9 +158,12 @@ func TestStartTime(t *testing.T) {
 			err:   "no btime line",
 		},
 		{
-			name:  "btime twice",
-			setup: func(t *testing.T, p *procTree) { p.addProcess(42, "containerd", 1); p.write("stat", "btime 5\nbtime 6\n") },
-			err:   "btime appears twice",
+			name: "btime twice",
+			setup: func(t *testing.T, p *procTree) {
+				p.addProcess(42, "containerd", 1)
+				p.write("stat", "btime 5\nbtime 6\n")
+			},
+			err: "btime appears twice",
 		},
 	}
 	for _, tt := range tests {
