@@ -99,4 +99,3 @@ func outputFormat(c *cli.Context) (string, error) {
 		return "", usagef("--output %q: want text or json", o)
 	}
 }
-

@@ -4,16 +4,18 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/urfave/cli/v2"
 )
 
 func main() {
+	zerolog.TimeFieldFormat = time.RFC3339Nano
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := newApp().RunContext(ctx, os.Args)
 	stop()

@@ -1,0 +1,394 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
+	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// Fill tuning.
+const (
+	// fillTimeout bounds one blob fill from first byte to commit.
+	fillTimeout = 2 * time.Hour
+	// fillAttempts is how many upstream requests one fill may make before it fails; every
+	// request after the first resumes with Range where the stream broke.
+	fillAttempts = 8
+	// fillChunk is the copy buffer size (bytes).
+	fillChunk = 256 << 10
+)
+
+// errDigestMismatch marks a fill whose bytes do not hash to the requested digest.
+var errDigestMismatch = errors.New("content does not match its digest")
+
+// fill is one blob being fetched from an upstream into a staging file. Any number of client
+// requests read it while it grows; the final byte is released only once the whole blob hashed
+// to its digest, so no client ever receives a complete but wrong blob.
+type fill struct {
+	key  string
+	desc v1.Descriptor
+	path string // staging file
+
+	mu       sync.Mutex
+	written  int64
+	verified bool
+	err      error
+	progress chan struct{} // closed and replaced on every change
+	done     chan struct{} // closed when the fill is over (committed or failed)
+}
+
+// released is how many bytes readers may see.
+func (f *fill) released() int64 {
+	if f.verified || f.written < f.desc.Size {
+		return f.written
+	}
+	return f.desc.Size - 1 // hold back the last byte until verified
+}
+
+func (f *fill) notify() {
+	close(f.progress)
+	f.progress = make(chan struct{})
+}
+
+func (f *fill) advance(n int64) {
+	f.mu.Lock()
+	f.written += n
+	f.notify()
+	f.mu.Unlock()
+}
+
+func (f *fill) finish(err error) {
+	f.mu.Lock()
+	if err != nil {
+		f.err = err
+	} else {
+		f.verified = true
+	}
+	f.notify()
+	f.mu.Unlock()
+}
+
+// fillSet holds the fills in flight, one per (upstream, repository, digest).
+type fillSet struct {
+	dir string
+	mu  sync.Mutex
+	m   map[string]*fill
+	wg  sync.WaitGroup
+}
+
+func newFillSet(dir string) *fillSet { return &fillSet{dir: dir, m: map[string]*fill{}} }
+
+func (s *fillSet) get(key string) *fill {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[key]
+}
+
+// start returns the fill for key, starting it with run when none is in flight; joined reports
+// that another request had started it.
+func (s *fillSet) start(key string, desc v1.Descriptor, run func(*fill)) (f *fill, joined bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f := s.m[key]; f != nil {
+		return f, true, nil
+	}
+	tmp, err := os.CreateTemp(s.dir, "fill-*")
+	if err != nil {
+		return nil, false, fmt.Errorf("create staging file: %w", err)
+	}
+	_ = tmp.Close()
+	f = &fill{key: key, desc: desc, path: tmp.Name(), progress: make(chan struct{}), done: make(chan struct{})}
+	s.m[key] = f
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		run(f)
+		s.mu.Lock()
+		delete(s.m, key)
+		s.mu.Unlock()
+		_ = os.Remove(f.path)
+		close(f.done)
+	}()
+	return f, false, nil
+}
+
+// wait blocks until no fill is in flight or ctx ends.
+func (s *fillSet) wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// runFill fetches f's blob from the upstream into its staging file, resuming with Range when
+// the stream breaks, verifies the digest, releases the last byte to readers, and commits the
+// blob into local storage linked to r. It runs detached from the request that started it: a
+// client that goes away does not abort the fill.
+func (m *Mirror) runFill(f *fill, r *repository) {
+	ctx, cancel := context.WithTimeout(context.Background(), fillTimeout)
+	defer cancel()
+	log := m.log.With().Str("upstream", r.up.Name).Str("repository", r.repo).Str("digest", f.desc.Digest.String()).Logger()
+	m.metrics.fillsInFlight.Inc()
+	defer m.metrics.fillsInFlight.Dec()
+	start := time.Now()
+
+	err := m.download(ctx, f, r)
+	m.metrics.observeUpstream(r.up.Name, kindBlob, start, err)
+	if err != nil {
+		log.Error().Err(err).Int64("bytes", f.written).Msg("blob fill failed; nothing cached")
+		f.finish(err)
+		return
+	}
+	f.finish(nil)
+	if err := m.commit(ctx, f, r); err != nil {
+		log.Error().Err(err).Msg("blob fetched and served but not stored")
+		return
+	}
+	log.Debug().Int64("bytes", f.desc.Size).Dur("duration", time.Since(start)).Msg("blob cached")
+}
+
+func (m *Mirror) download(ctx context.Context, f *fill, r *repository) error {
+	file, err := os.OpenFile(f.path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("open staging file: %w", err)
+	}
+	defer file.Close()
+	h := f.desc.Digest.Algorithm().Hash()
+	var lastErr error
+	for attempt := 0; attempt < fillAttempts; attempt++ {
+		if attempt > 0 {
+			backoff := time.Duration(1<<min(attempt-1, 4)) * 250 * time.Millisecond
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return fmt.Errorf("%w (last error: %v)", ctx.Err(), lastErr)
+			}
+		}
+		progressed, err := m.downloadOnce(ctx, f, r, file, h)
+		if err == nil {
+			break
+		}
+		lastErr = err
+		var ue *upstreamError
+		if errors.As(err, &ue) && (ue.notFound() || ue.Status == http.StatusForbidden || ue.Status == http.StatusUnauthorized) {
+			return err
+		}
+		if errors.Is(err, errDigestMismatch) {
+			return err
+		}
+		m.log.Warn().Err(err).Str("upstream", r.up.Name).Str("digest", f.desc.Digest.String()).
+			Int64("offset", f.written).Bool("progressed", progressed).Int("attempt", attempt+1).Msg("blob stream broke; resuming")
+		if attempt == fillAttempts-1 {
+			return fmt.Errorf("giving up after %d attempts: %w", fillAttempts, err)
+		}
+	}
+	if f.written != f.desc.Size {
+		return fmt.Errorf("got %d of %d bytes: %w", f.written, f.desc.Size, lastErr)
+	}
+	if got := digest.NewDigest(f.desc.Digest.Algorithm(), h); got != f.desc.Digest {
+		return fmt.Errorf("upstream %s: blob %s: %w (got %s)", r.up.Name, f.desc.Digest, errDigestMismatch, got)
+	}
+	if err := file.Sync(); err != nil {
+		return fmt.Errorf("sync staging file: %w", err)
+	}
+	return nil
+}
+
+// downloadOnce makes one upstream request for the rest of the blob (all of it, or with Range
+// from f.written) and copies what arrives. The stream must keep moving: a stall of
+// Options.UpstreamTimeout breaks it so the next attempt can resume.
+func (m *Mirror) downloadOnce(ctx context.Context, f *fill, r *repository, file *os.File, h hash.Hash) (progressed bool, err error) {
+	if f.written == f.desc.Size {
+		return false, nil
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hdr := http.Header{}
+	offset := f.written
+	if offset > 0 {
+		hdr.Set("Range", "bytes="+strconv.FormatInt(offset, 10)+"-")
+	}
+	resp, err := r.up.client.do(rctx, http.MethodGet, r.repo, "blobs", f.desc.Digest.String(), hdr, http.StatusOK, http.StatusPartialContent)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if offset > 0 && resp.StatusCode == http.StatusOK {
+		// The upstream ignored Range: start over, keeping what readers already have.
+		h.Reset()
+		return m.copyFrom(rctx, cancel, f, r, file, h, resp.Body, 0, offset)
+	}
+	if resp.StatusCode == http.StatusOK && resp.ContentLength >= 0 && resp.ContentLength != f.desc.Size {
+		return false, fmt.Errorf("upstream %s: blob %s: %d bytes announced, %d expected", r.up.Name, f.desc.Digest, resp.ContentLength, f.desc.Size)
+	}
+	return m.copyFrom(rctx, cancel, f, r, file, h, resp.Body, offset, 0)
+}
+
+// copyFrom reads body, which starts at byte pos of the blob, into the staging file. Bytes below
+// skipUntil are already in the file (an upstream that ignored Range): they are hashed but not
+// written again.
+func (m *Mirror) copyFrom(ctx context.Context, cancel context.CancelFunc, f *fill, r *repository, file *os.File, h hash.Hash, body io.Reader, pos, skipUntil int64) (bool, error) {
+	stall := time.AfterFunc(m.opts.UpstreamTimeout, cancel)
+	defer stall.Stop()
+	buf := make([]byte, fillChunk)
+	progressed := false
+	for pos < f.desc.Size {
+		want := min(int64(len(buf)), f.desc.Size-pos)
+		n, rerr := body.Read(buf[:want])
+		if n > 0 {
+			stall.Reset(m.opts.UpstreamTimeout)
+			chunk := buf[:n]
+			h.Write(chunk)
+			if pos+int64(n) > skipUntil {
+				from := max(0, skipUntil-pos)
+				if _, err := file.WriteAt(chunk[from:], pos+from); err != nil {
+					return progressed, fmt.Errorf("write staging file: %w", err)
+				}
+				f.advance(int64(n) - from)
+				progressed = true
+			}
+			pos += int64(n)
+			m.metrics.upstreamBytes.WithLabelValues(r.up.Name).Add(float64(n))
+		}
+		if rerr == io.EOF {
+			if pos < f.desc.Size {
+				return progressed, fmt.Errorf("upstream stream ended at byte %d of %d", pos, f.desc.Size)
+			}
+			break
+		}
+		if rerr != nil {
+			if ctx.Err() != nil {
+				return progressed, fmt.Errorf("upstream stream stalled for %s at byte %d: %w", m.opts.UpstreamTimeout, pos, rerr)
+			}
+			return progressed, fmt.Errorf("upstream stream broke at byte %d: %w", pos, rerr)
+		}
+	}
+	return progressed, nil
+}
+
+// commit stores the verified staging file as a blob linked into r's repository.
+func (m *Mirror) commit(ctx context.Context, f *fill, r *repository) error {
+	named, err := reference.WithName(r.up.storageKey + "/" + r.repo)
+	if err != nil {
+		return fmt.Errorf("repository name: %w", err)
+	}
+	repo, err := m.store.Repository(ctx, named)
+	if err != nil {
+		return fmt.Errorf("open repository %s: %w", named, err)
+	}
+	src, err := os.Open(f.path)
+	if err != nil {
+		return fmt.Errorf("open staging file: %w", err)
+	}
+	defer src.Close()
+	bw, err := repo.Blobs(ctx).Create(ctx)
+	if err != nil {
+		return fmt.Errorf("create blob upload: %w", err)
+	}
+	if _, err := io.Copy(bw, src); err != nil {
+		_ = bw.Cancel(ctx)
+		return fmt.Errorf("write blob: %w", err)
+	}
+	if _, err := bw.Commit(ctx, v1.Descriptor{Digest: f.desc.Digest, Size: f.desc.Size, MediaType: "application/octet-stream"}); err != nil {
+		_ = bw.Cancel(ctx)
+		return fmt.Errorf("commit blob: %w", err)
+	}
+	return nil
+}
+
+// serve streams the fill to one client, honouring Range (the requested range is served as it
+// arrives). On a failed fill the response is cut short, so the client sees a broken transfer,
+// never a complete wrong blob.
+func (f *fill) serve(ctx context.Context, w http.ResponseWriter, r *http.Request, st *reqState) error {
+	file, err := os.Open(f.path)
+	if err != nil {
+		return fmt.Errorf("open staging file: %w", err)
+	}
+	defer file.Close()
+	rd := &fillReader{ctx: ctx, f: f, file: file}
+	http.ServeContent(w, r, "", time.Time{}, rd)
+	st.mu.Lock()
+	st.upBytes += rd.read
+	st.mu.Unlock()
+	if rd.err != nil && !errors.Is(rd.err, io.EOF) {
+		// Headers and part of the body are out: abort the connection so the short body is
+		// seen as the broken transfer it is.
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+// fillReader is an io.ReadSeeker over a growing fill: Read blocks until bytes are released.
+type fillReader struct {
+	ctx  context.Context
+	f    *fill
+	file *os.File
+	off  int64
+	read int64
+	err  error
+}
+
+func (rd *fillReader) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		offset += rd.off
+	case io.SeekEnd:
+		offset += rd.f.desc.Size
+	default:
+		return 0, errors.New("seek: invalid whence")
+	}
+	if offset < 0 {
+		return 0, errors.New("seek: negative position")
+	}
+	rd.off = offset
+	return offset, nil
+}
+
+func (rd *fillReader) Read(p []byte) (int, error) {
+	for {
+		rd.f.mu.Lock()
+		avail, ferr, verified, ch := rd.f.released(), rd.f.err, rd.f.verified, rd.f.progress
+		rd.f.mu.Unlock()
+		if rd.off < avail {
+			n := min(int64(len(p)), avail-rd.off)
+			got, err := rd.file.ReadAt(p[:n], rd.off)
+			rd.off += int64(got)
+			rd.read += int64(got)
+			if err == io.EOF && got > 0 {
+				err = nil
+			}
+			if err != nil {
+				rd.err = err
+			}
+			return got, err
+		}
+		if ferr != nil {
+			rd.err = ferr
+			return 0, ferr
+		}
+		if verified && rd.off >= rd.f.desc.Size {
+			return 0, io.EOF
+		}
+		select {
+		case <-ch:
+		case <-rd.ctx.Done():
+			rd.err = rd.ctx.Err()
+			return 0, rd.err
+		}
+	}
+}

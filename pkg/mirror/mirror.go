@@ -1,0 +1,374 @@
+// Package mirror is nodecache's pull-through OCI registry: many upstream registries behind one
+// port, chosen per request by containerd's ?ns= parameter or a /v2/<registry>/ path prefix,
+// read-only, filled from the configured upstreams only.
+//
+// distribution's registry App provides storage, the API handlers and manifest formats; this
+// package provides the routing, the upstream client and the fill path (one upstream fetch per
+// blob however many clients ask, resumed when the stream breaks, verified before the last byte
+// is released and before it is stored).
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/distribution/distribution/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/nodecache/nodecache/internal/buildinfo"
+)
+
+// Mirror is the pull-through registry. It is an http.Handler serving the registry API under
+// /v2/, /healthz, /readyz, /metrics and /nodecache/v1/clients.
+type Mirror struct {
+	opts            Options
+	log             zerolog.Logger
+	upstreams       map[string]*upstream // by name
+	byKey           map[string]*upstream // by storage key
+	defaultUpstream *upstream
+	app             http.Handler
+	store           distribution.Namespace // distribution's storage, set when the App is built
+	fills           *fillSet
+	flight          singleflight.Group
+	metrics         *metrics
+	gatherer        prometheus.Gatherer
+	clients         *clientLog
+	cancel          context.CancelFunc
+
+	tagsMu    sync.Mutex
+	tagsFresh map[string]time.Time
+}
+
+// upstream is a configured upstream with its client.
+type upstream struct {
+	Upstream
+	storageKey string
+	client     *upstreamClient
+}
+
+// New builds a Mirror from opts. It creates the storage root if needed but contacts no
+// upstream: it starts, and serves what it has, while every upstream is down.
+//
+// Errors: an invalid Options (every problem, joined), an unusable root.
+func New(ctx context.Context, opts Options) (*Mirror, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	if opts.UserAgent == "" {
+		opts.UserAgent = buildinfo.UserAgent("")
+	}
+	var gatherer prometheus.Gatherer = opts.Gatherer
+	if opts.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		opts.Registerer, gatherer = reg, reg
+	}
+	if gatherer == nil {
+		if g, ok := opts.Registerer.(prometheus.Gatherer); ok {
+			gatherer = g
+		} else {
+			gatherer = prometheus.DefaultGatherer
+		}
+	}
+	met, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	staging, err := stagingDir(opts.Root)
+	if err != nil {
+		return nil, err
+	}
+	base := opts.Transport
+	if base == nil {
+		base = defaultTransport(opts.UpstreamTimeout)
+	}
+	m := &Mirror{
+		opts:      opts,
+		log:       opts.Logger,
+		upstreams: map[string]*upstream{},
+		byKey:     map[string]*upstream{},
+		fills:     newFillSet(staging),
+		metrics:   met,
+		gatherer:  gatherer,
+		clients:   newClientLog(opts.ClientEvidenceAllow),
+		tagsFresh: map[string]time.Time{},
+	}
+	for _, u := range opts.Upstreams {
+		c, err := newUpstreamClient(u, base, opts.UpstreamTimeout, opts.UserAgent)
+		if err != nil {
+			return nil, err
+		}
+		key := storageKey(u.Name)
+		if m.byKey[key] != nil {
+			key = storageKey("\x00" + u.Name) // two names sanitised alike: hash the later one
+		}
+		up := &upstream{Upstream: u, storageKey: key, client: c}
+		m.upstreams[u.Name] = up
+		m.byKey[key] = up
+	}
+	m.defaultUpstream = m.upstreams[opts.DefaultUpstream]
+	m.log.Info().Str("root", opts.Root).Strs("upstreams", names(opts.Upstreams)).
+		Str("default_upstream", opts.DefaultUpstream).Dur("upstream_timeout", opts.UpstreamTimeout).
+		Dur("tag_ttl", opts.TagTTL).Msg("mirror configured")
+
+	appCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.cancel = cancel
+	m.app = m.newApp(appCtx, opts.Root)
+	if m.store == nil {
+		cancel()
+		return nil, errors.New("distribution registry middleware was not applied")
+	}
+	return m, nil
+}
+
+func names(ups []Upstream) []string {
+	out := make([]string, len(ups))
+	for i, u := range ups {
+		out[i] = u.Name
+	}
+	return out
+}
+
+// stagingDir returns (and creates) the directory for blobs being filled: under root, so a
+// commit stays on one file system; a private temporary directory for in-memory storage.
+func stagingDir(root string) (string, error) {
+	if root == "" {
+		return os.MkdirTemp("", "nodecache-staging-")
+	}
+	dir := filepath.Join(root, "nodecache", "staging")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("storage root %s: %w", root, err)
+	}
+	// Leftovers of an interrupted run are never valid content: drop them.
+	if old, err := filepath.Glob(filepath.Join(dir, "fill-*")); err == nil {
+		for _, f := range old {
+			_ = os.Remove(f)
+		}
+	}
+	return dir, nil
+}
+
+// WaitIdle blocks until no blob fill is in flight (every started fill is stored or failed), or
+// ctx ends.
+func (m *Mirror) WaitIdle(ctx context.Context) error { return m.fills.wait(ctx) }
+
+// Close stops background work; fills in flight finish first.
+func (m *Mirror) Close() error {
+	err := m.fills.wait(context.Background())
+	m.cancel()
+	if m.opts.Root == "" {
+		_ = os.RemoveAll(m.fills.dir)
+	}
+	return err
+}
+
+// Ready reports whether the mirror can serve: its storage root is writable.
+func (m *Mirror) Ready(_ context.Context) error {
+	f, err := os.CreateTemp(m.fills.dir, "ready-*")
+	if err != nil {
+		return fmt.Errorf("storage not writable: %w", err)
+	}
+	_ = f.Close()
+	return os.Remove(f.Name())
+}
+
+// MetricsHandler serves the mirror's metrics in the Prometheus text format.
+func (m *Mirror) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(m.gatherer, promhttp.HandlerOpts{})
+}
+
+func (m *Mirror) tagFresh(key string) bool {
+	m.tagsMu.Lock()
+	defer m.tagsMu.Unlock()
+	at, ok := m.tagsFresh[key]
+	return ok && time.Since(at) < m.opts.TagTTL
+}
+
+func (m *Mirror) markTagFresh(key string) {
+	if m.opts.TagTTL <= 0 {
+		return
+	}
+	m.tagsMu.Lock()
+	defer m.tagsMu.Unlock()
+	m.tagsFresh[key] = time.Now()
+}
+
+// ServeHTTP answers the registry API (GET and HEAD only) and the operational endpoints.
+func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/healthz":
+		m.probe(w, r, nil)
+		return
+	case "/readyz":
+		m.probe(w, r, m.Ready)
+		return
+	case "/metrics":
+		m.log.Debug().Str("path", r.URL.Path).Str("client", r.RemoteAddr).Msg("probe")
+		m.MetricsHandler().ServeHTTP(w, r)
+		return
+	case ClientsPath:
+		m.clients.serveHTTP(w, r)
+		return
+	}
+	if r.URL.Path != "/v2" && !strings.HasPrefix(r.URL.Path, "/v2/") {
+		errNotFound("NOT_FOUND", "not a registry API path: "+r.URL.Path).write(w)
+		return
+	}
+	m.serveRegistry(w, r)
+}
+
+func (m *Mirror) probe(w http.ResponseWriter, r *http.Request, check func(context.Context) error) {
+	m.log.Debug().Str("path", r.URL.Path).Str("client", r.RemoteAddr).Msg("probe")
+	if check != nil {
+		if err := check(r.Context()); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok\n"))
+}
+
+func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	st := &reqState{}
+	rw := &responseWriter{ResponseWriter: w, st: st}
+	rt, apiErr := route{kind: kindOther}, (*apiError)(nil)
+	defer func() {
+		rec := recover()
+		m.logRequest(r, rw, rt, st, start)
+		if rec != nil {
+			panic(rec)
+		}
+	}()
+
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		_, rt.kind, rt.ref, _, _ = apiPath(r.URL.Path)
+		w.Header().Set("Allow", "GET, HEAD")
+		(&apiError{Status: http.StatusMethodNotAllowed, Code: "UNSUPPORTED",
+			Message: "this registry is a read-only pull-through cache: " + r.Method + " is not supported"}).write(rw)
+		return
+	}
+	if r.URL.Path == "/v2" {
+		r.URL.Path = "/v2/"
+	}
+	rt, apiErr = m.resolve(r)
+	if apiErr != nil {
+		apiErr.write(rw)
+		return
+	}
+	if rt.kind == kindBase {
+		w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
+		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		rw.WriteHeader(http.StatusOK)
+		_, _ = rw.Write([]byte("{}\n"))
+		return
+	}
+	r2 := r.Clone(withState(r.Context(), st))
+	r2.URL.Path = "/v2/" + rt.up.storageKey + "/" + rt.repo + rt.rest
+	r2.URL.RawPath = ""
+	q := r2.URL.Query()
+	q.Del("ns")
+	r2.URL.RawQuery = q.Encode()
+	r2.RequestURI = r2.URL.RequestURI()
+	m.app.ServeHTTP(rw, r2)
+}
+
+// responseWriter records status and bytes, and adds X-Nodecache-Cache (and Retry-After on a 429)
+// before the headers go out.
+type responseWriter struct {
+	http.ResponseWriter
+	st     *reqState
+	status int
+	bytes  int64
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if w.status != 0 {
+		return
+	}
+	w.status = code
+	if code < 400 {
+		if c := w.st.cacheValue(); c != "" {
+			w.Header().Set(HeaderCache, c)
+		}
+	} else {
+		w.Header().Del(HeaderCache)
+	}
+	w.st.mu.Lock()
+	ra := w.st.retryAfter
+	w.st.mu.Unlock()
+	if code == http.StatusTooManyRequests && ra != "" {
+		w.Header().Set("Retry-After", ra)
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	n, err := w.ResponseWriter.Write(p)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Flush lets streaming responses reach the client as they are written.
+func (w *responseWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// logRequest writes the access-log line and updates metrics and client evidence.
+func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, st *reqState, start time.Time) {
+	status := w.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	upName := ""
+	if rt.up != nil {
+		upName = rt.up.Name
+	}
+	cache := ""
+	if status < 400 {
+		cache = st.cacheValue()
+	}
+	m.metrics.requests.WithLabelValues(upName, rt.kind, r.Method, fmt.Sprint(status), cache).Inc()
+	st.mu.Lock()
+	fromUp := min(st.upBytes, w.bytes)
+	st.mu.Unlock()
+	if w.bytes-fromUp > 0 {
+		m.metrics.servedBytes.WithLabelValues(upName, "cache").Add(float64(w.bytes - fromUp))
+	}
+	if fromUp > 0 {
+		m.metrics.servedBytes.WithLabelValues(upName, "upstream").Add(float64(fromUp))
+	}
+	m.clients.record(r.RemoteAddr, r.UserAgent(), time.Now())
+	m.log.Info().
+		Str("method", r.Method).
+		Str("upstream", upName).
+		Str("repository", rt.repo).
+		Str("kind", rt.kind).
+		Str("reference", rt.ref).
+		Int("status", status).
+		Int64("bytes", w.bytes).
+		Float64("duration_ms", float64(time.Since(start).Microseconds())/1000).
+		Str("cache", cache).
+		Str("client", r.RemoteAddr).
+		Str("user_agent", r.UserAgent()).
+		Str("path", r.URL.Path).
+		Str("query", r.URL.RawQuery).
+		Msg("request")
+}

@@ -1,0 +1,118 @@
+package mirror
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/distribution/distribution/v3"
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/registry/handlers"
+	registrymiddleware "github.com/distribution/distribution/v3/registry/middleware/registry"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem" // storage driver
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory"   // storage driver
+	"github.com/distribution/reference"
+)
+
+// middlewareName is the distribution registry middleware through which every App of this
+// package reaches its Mirror. distribution keeps middleware factories in a process-wide table,
+// so the factory is registered once and finds its Mirror in the per-App options.
+const middlewareName = "nodecache-pull-through"
+
+var registerOnce sync.Once
+
+func registerMiddleware() {
+	registerOnce.Do(func() {
+		err := registrymiddleware.Register(middlewareName, func(_ context.Context, inner distribution.Namespace, _ storagedriver.StorageDriver, opts map[string]any) (distribution.Namespace, error) {
+			m, ok := opts["mirror"].(*Mirror)
+			if !ok {
+				return nil, fmt.Errorf("%s: missing mirror option", middlewareName)
+			}
+			m.store = inner
+			return &namespace{Namespace: inner, m: m}, nil
+		})
+		if err != nil {
+			panic(err) // only a second registration under this name can fail
+		}
+	})
+}
+
+// newApp builds distribution's registry App over filesystem storage at root (in memory when root
+// is ""), read-only, with our namespace in front of its storage.
+func (m *Mirror) newApp(ctx context.Context, root string) *handlers.App {
+	registerMiddleware()
+	cfg := &configuration.Configuration{}
+	if root == "" {
+		cfg.Storage = configuration.Storage{"inmemory": configuration.Parameters{}}
+	} else {
+		cfg.Storage = configuration.Storage{"filesystem": configuration.Parameters{"rootdirectory": root}}
+	}
+	cfg.Storage["cache"] = configuration.Parameters{"blobdescriptor": "inmemory"}
+	cfg.Storage["maintenance"] = configuration.Parameters{
+		"readonly": map[any]any{"enabled": true},
+	}
+	cfg.Middleware = map[string][]configuration.Middleware{
+		"registry": {{Name: middlewareName, Options: configuration.Parameters{"mirror": m}}},
+	}
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	cfg.HTTP.Secret = hex.EncodeToString(secret)
+	cfg.HTTP.RelativeURLs = true
+	cfg.Log.AccessLog.Disabled = true
+	cfg.Log.Level = "error"
+	return handlers.NewApp(ctx, cfg)
+}
+
+// namespace puts pull-through repositories in front of distribution's storage. Repository names
+// in storage are "<upstream storage key>/<repository at the upstream>".
+type namespace struct {
+	distribution.Namespace
+	m *Mirror
+}
+
+func (n *namespace) Repository(ctx context.Context, named reference.Named) (distribution.Repository, error) {
+	local, err := n.Namespace.Repository(ctx, named)
+	if err != nil {
+		return nil, err
+	}
+	key, repo, _ := strings.Cut(named.Name(), "/")
+	up := n.m.byKey[key]
+	if up == nil {
+		return nil, distribution.ErrRepositoryUnknown{Name: named.Name()}
+	}
+	return &repository{Repository: local, up: up, repo: repo, m: n.m}, nil
+}
+
+// Remove refuses: the cache is read-only. (Implementing it tells distribution not to warn that
+// repositories cannot be removed.)
+func (n *namespace) Remove(context.Context, reference.Named) error {
+	return distribution.ErrUnsupported
+}
+
+// repository is one repository of one upstream: local storage first, the upstream to fill it.
+type repository struct {
+	distribution.Repository
+	up   *upstream
+	repo string
+	m    *Mirror
+}
+
+func (r *repository) Tags(ctx context.Context) distribution.TagService {
+	return &tagService{local: r.Repository.Tags(ctx), r: r}
+}
+
+func (r *repository) Manifests(ctx context.Context, options ...distribution.ManifestServiceOption) (distribution.ManifestService, error) {
+	local, err := r.Repository.Manifests(ctx, options...)
+	if err != nil {
+		return nil, err
+	}
+	return &manifestService{local: local, r: r}, nil
+}
+
+func (r *repository) Blobs(ctx context.Context) distribution.BlobStore {
+	return &blobStore{BlobStore: r.Repository.Blobs(ctx), r: r}
+}

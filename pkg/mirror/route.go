@@ -1,0 +1,137 @@
+package mirror
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/distribution/reference"
+)
+
+// Request kinds, as named in the access log and metrics.
+const (
+	kindBase      = "base"
+	kindManifest  = "manifest"
+	kindBlob      = "blob"
+	kindTags      = "tags"
+	kindReferrers = "referrers"
+	kindOther     = "other"
+)
+
+// route is where one registry API request goes.
+type route struct {
+	up   *upstream
+	repo string // repository at the upstream, e.g. "library/alpine"
+	kind string
+	ref  string // tag or digest; "" for tags and base
+	// rest is the path after the repository, e.g. "/manifests/latest".
+	rest string
+}
+
+// apiPath splits a /v2/ path into repository components, kind, reference and the rest.
+// ok is false for paths that are not a read API of the distribution spec.
+func apiPath(p string) (name []string, kind, ref, rest string, ok bool) {
+	s := strings.TrimPrefix(p, "/v2/")
+	if s == p || s == "" {
+		return nil, kindBase, "", "", s == ""
+	}
+	parts := strings.Split(s, "/")
+	n := len(parts)
+	if n < 3 {
+		return nil, kindOther, "", "", false
+	}
+	switch {
+	case parts[n-2] == "tags" && parts[n-1] == "list":
+		return parts[:n-2], kindTags, "", "/tags/list", true
+	case parts[n-2] == "manifests":
+		return parts[:n-2], kindManifest, parts[n-1], "/manifests/" + parts[n-1], parts[n-1] != ""
+	case parts[n-2] == "blobs":
+		return parts[:n-2], kindBlob, parts[n-1], "/blobs/" + parts[n-1], parts[n-1] != ""
+	case parts[n-2] == "referrers":
+		return parts[:n-2], kindReferrers, parts[n-1], "/referrers/" + parts[n-1], parts[n-1] != ""
+	}
+	return nil, kindOther, "", "", false
+}
+
+// resolve applies the routing contract (DESIGN.md, Contracts: routing) to a request:
+//  1. ?ns=NAME must name a configured upstream; a leading path component equal to NAME is
+//     stripped (containerd with override_path sends both).
+//  2. else a leading path component equal to a configured NAME selects it and is stripped.
+//  3. else the default upstream, if any.
+//  4. docker.io: a single-component repository becomes library/<name>.
+//
+// It never dials anything: an unknown name is an error for the client.
+func (m *Mirror) resolve(r *http.Request) (route, *apiError) {
+	comps, kind, ref, rest, ok := apiPath(r.URL.Path)
+	if !ok {
+		return route{kind: kind}, errNotFound("NAME_UNKNOWN", "not a registry read API path: "+r.URL.Path)
+	}
+	rt := route{kind: kind, ref: ref, rest: rest}
+	ns := r.URL.Query().Get("ns")
+	if ns != "" {
+		n, err := NormalizeName(ns)
+		up := m.upstreams[n]
+		if err != nil || up == nil {
+			return rt, errNotFound("NAME_UNKNOWN", "upstream "+quote(ns)+" (from ?ns=) is not configured here; configured: "+m.upstreamList())
+		}
+		rt.up = up
+		if len(comps) > 1 && strings.EqualFold(comps[0], n) {
+			comps = comps[1:]
+		}
+	}
+	if kind == kindBase {
+		return rt, nil
+	}
+	if rt.up == nil && len(comps) > 1 {
+		if up := m.upstreams[strings.ToLower(comps[0])]; up != nil {
+			rt.up = up
+			comps = comps[1:]
+		}
+	}
+	if rt.up == nil {
+		if m.defaultUpstream == nil {
+			return rt, errNotFound("NAME_UNKNOWN", "no upstream selected: send ?ns=<registry> or a /v2/<registry>/<repository>/ path; configured: "+m.upstreamList())
+		}
+		rt.up = m.defaultUpstream
+	}
+	if rt.up.Name == DockerHub && len(comps) == 1 {
+		comps = []string{"library", comps[0]}
+	}
+	rt.repo = strings.Join(comps, "/")
+	if _, err := reference.WithName(rt.up.storageKey + "/" + rt.repo); err != nil {
+		return rt, &apiError{Status: http.StatusBadRequest, Code: "NAME_INVALID", Message: "invalid repository name " + quote(rt.repo) + ": " + err.Error()}
+	}
+	return rt, nil
+}
+
+func (m *Mirror) upstreamList() string {
+	names := make([]string, 0, len(m.upstreams))
+	for n := range m.upstreams {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+var (
+	invalidKeyChars = regexp.MustCompile(`[^a-z0-9.-]+`)
+	componentRe     = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*$`)
+)
+
+// storageKey maps an upstream name to the first repository component it is stored under, so one
+// store holds every upstream and per-repository links keep them apart: "ghcr.io" stays
+// "ghcr.io", "registry.local:5000" becomes "registry.local-5000", and a name that cannot be made a
+// valid component becomes "h" + 16 hex digits of its SHA-256.
+func storageKey(name string) string {
+	k := strings.Trim(invalidKeyChars.ReplaceAllString(name, "-"), ".-")
+	if componentRe.MatchString(k) {
+		return k
+	}
+	sum := sha256.Sum256([]byte(name))
+	return "h" + hex.EncodeToString(sum[:8])
+}
+
+func quote(s string) string { return "\"" + s + "\"" }

@@ -1,0 +1,125 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/errgroup"
+)
+
+// ServeOptions configures Serve.
+type ServeOptions struct {
+	// Listen is the registry's address, e.g. ":5000" or "127.0.0.1:5000".
+	Listen string
+	// MetricsListen, when set, serves /metrics (and the probes) on a separate address too.
+	MetricsListen string
+	// ShutdownTimeout bounds how long in-flight responses may take to finish after ctx ends.
+	// Default 5 minutes: a large blob to a slow client.
+	ShutdownTimeout time.Duration
+	// Handler overrides the handler served on Listen (the agent wraps the mirror). Default: the
+	// Mirror itself.
+	Handler http.Handler
+	// Logger receives lifecycle messages.
+	Logger zerolog.Logger
+	// OnListen, when set, is called with the bound registry address once it accepts connections.
+	OnListen func(addr net.Addr)
+}
+
+// Serve serves m until ctx ends, then stops accepting, lets in-flight responses finish (bounded by
+// ShutdownTimeout) and waits for blob fills to be stored. It returns nil after a clean shutdown.
+func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
+	if o.ShutdownTimeout == 0 {
+		o.ShutdownTimeout = 5 * time.Minute
+	}
+	h := o.Handler
+	if h == nil {
+		h = m
+	}
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", o.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", o.Listen, err)
+	}
+	servers := []*http.Server{{Handler: h, ReadHeaderTimeout: 30 * time.Second}}
+	listeners := []net.Listener{l}
+	if o.MetricsListen != "" {
+		ml, err := lc.Listen(ctx, "tcp", o.MetricsListen)
+		if err != nil {
+			_ = l.Close()
+			return fmt.Errorf("listen %s (metrics): %w", o.MetricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", m.MetricsHandler())
+		mux.Handle("/healthz", m)
+		mux.Handle("/readyz", m)
+		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second})
+		listeners = append(listeners, ml)
+	}
+	for _, ln := range listeners {
+		o.Logger.Info().Str("addr", ln.Addr().String()).Msg("listening")
+	}
+	if o.OnListen != nil {
+		o.OnListen(l.Addr())
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range servers {
+		srv, ln := servers[i], listeners[i]
+		g.Go(func() error {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		<-gctx.Done()
+		o.Logger.Info().Dur("timeout", o.ShutdownTimeout).Msg("shutting down: finishing in-flight responses")
+		sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
+		defer cancel()
+		var errs []error
+		for _, srv := range servers {
+			if err := srv.Shutdown(sctx); err != nil {
+				errs = append(errs, fmt.Errorf("shutdown: %w", err))
+			}
+		}
+		if err := m.fills.wait(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("waiting for blob fills: %w", err))
+		}
+		return errors.Join(errs...)
+	})
+	return g.Wait()
+}
+
+// ForwardDistributionLogs sends distribution's logrus output to log: its error lines as errors,
+// everything else at debug (the access log already has one line per request). distribution logs
+// through the process-wide logrus logger, so this changes process state: call it once, from main.
+func ForwardDistributionLogs(log zerolog.Logger) {
+	logrus.SetOutput(zerologWriter{log})
+	logrus.SetFormatter(&logrus.TextFormatter{DisableTimestamp: true, DisableColors: true})
+	if log.GetLevel() <= zerolog.DebugLevel {
+		logrus.SetLevel(logrus.DebugLevel)
+	} else {
+		logrus.SetLevel(logrus.WarnLevel)
+	}
+}
+
+type zerologWriter struct{ log zerolog.Logger }
+
+func (w zerologWriter) Write(p []byte) (int, error) {
+	msg := string(p)
+	ev := w.log.Debug()
+	if strings.Contains(msg, "level=error") || strings.Contains(msg, "level=fatal") || strings.Contains(msg, "level=panic") {
+		ev = w.log.Error()
+	} else if strings.Contains(msg, "level=warn") {
+		ev = w.log.Warn()
+	}
+	ev.Str("component", "distribution").Msg(strings.TrimRight(msg, "\r\n"))
+	return len(p), nil
+}

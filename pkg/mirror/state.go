@@ -1,0 +1,72 @@
+package mirror
+
+import (
+	"context"
+	"sync"
+
+	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// Values of the X-Nodecache-Cache response header (DESIGN.md, Contracts: cache semantics).
+const (
+	CacheHit         = "hit"         // served locally without contacting the upstream
+	CacheRevalidated = "revalidated" // tag confirmed with the upstream, content served locally
+	CacheMiss        = "miss"        // fetched from the upstream for this request
+	CacheCoalesced   = "coalesced"   // joined a fill another request had started
+	CacheStale       = "stale"       // upstream failed; the cached copy was served
+)
+
+// HeaderCache is the response header that says how a request was answered.
+const HeaderCache = "X-Nodecache-Cache"
+
+// reqState is what the pull-through services learn about one request; the access-log
+// middleware turns it into headers, the log line and metrics.
+type reqState struct {
+	mu         sync.Mutex
+	cache      string
+	retryAfter string
+	upBytes    int64 // bytes this response took from an in-flight fill (served from upstream)
+	localBlob  bool  // Stat found the blob in local storage
+	// pendingTag is a tag the upstream moved: stored locally once its manifest is.
+	pendingTag *pendingTag
+}
+
+type pendingTag struct {
+	tag  string
+	desc v1.Descriptor
+}
+
+type stateKey struct{}
+
+func withState(ctx context.Context, st *reqState) context.Context {
+	return context.WithValue(ctx, stateKey{}, st)
+}
+
+// stateFrom returns the request's state; a detached throwaway for contexts without one.
+func stateFrom(ctx context.Context) *reqState {
+	if st, ok := ctx.Value(stateKey{}).(*reqState); ok {
+		return st
+	}
+	return &reqState{}
+}
+
+// setCache records how the request is answered. A later, stronger answer wins: miss beats
+// revalidated and hit; stale and coalesced are never downgraded.
+func (s *reqState) setCache(v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.cache {
+	case "":
+		s.cache = v
+	case CacheHit, CacheRevalidated:
+		if v != CacheHit {
+			s.cache = v
+		}
+	}
+}
+
+func (s *reqState) cacheValue() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cache
+}
