@@ -1,0 +1,85 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+// TestContainerdPullsThroughHandWrittenHostsToml proves the harness on every containerd version
+// .ci/build-tools.sh builds: a daemon whose config_path holds a hand-written hosts.toml for
+// upstream.test:<port> pulls through CRI from the mirror it names, with containerd's User-Agent
+// and ?ns=<registry host> on every request, and never contacts the upstream. Removing the
+// hosts.toml (containerd re-reads it on every pull) makes the next pull miss the mirror.
+func TestContainerdPullsThroughHandWrittenHostsToml(t *testing.T) {
+	t.Parallel()
+	for _, v := range runtimetest.Containerds() {
+		t.Run("containerd-"+v.Name, func(t *testing.T) {
+			t.Parallel()
+			bin := runtimetest.Binary(t, v.Env)
+			runtimetest.RequireRoot(t)
+			runtimetest.RequireLoopbackName(t, upstreamName)
+
+			// The upstream is reachable but holds nothing: any request to it is a bypass.
+			upstream := mirrortest.NewRegistry(t)
+			host := upstreamHost(t, upstream)
+			mirror := mirrortest.NewRegistry(t)
+			mirror.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 2, "linux/amd64"))
+			mirror.PushImage(t, "team/app", "v2", mirrortest.Image(t, 4096, 1, "linux/amd64"))
+
+			certs := t.TempDir()
+			hostsToml := filepath.Join(certs, hostDirName(host), "hosts.toml")
+			writeFile(t, hostsToml, fmt.Appendf(nil, `server = "http://%s"
+
+[host."http://%s"]
+  capabilities = ["pull", "resolve"]
+`, host, mirror.Addr))
+
+			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs})
+			mirror.ResetRequests()
+
+			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
+			defer cancel()
+			ref := host + "/team/app:v1"
+			id, err := c.PullImage(ctx, ref)
+			if err != nil {
+				t.Fatalf("containerd %s: %v", c.Version(), err)
+			}
+			if id == "" {
+				t.Errorf("PullImage %s returned an empty image id", ref)
+			}
+			if ok, err := c.HasImage(ctx, ref); err != nil || !ok {
+				t.Errorf("after pull, ImageStatus %s = %v, %v; want present", ref, ok, err)
+			}
+			t.Logf("containerd %s pulled %s as %s through the mirror in %d requests", c.Version(), ref, id, len(mirror.Requests()))
+			checkRuntimeRequests(t, mirror.Requests(), c.UserAgent(), host)
+			if n := len(upstream.Requests()); n != 0 {
+				t.Errorf("upstream saw %d requests, want 0 (pull bypassed the mirror): %+v", n, upstream.Requests())
+			}
+			if err := c.RemoveImage(ctx, ref); err != nil {
+				t.Errorf("containerd %s: %v", c.Version(), err)
+			}
+
+			// Negative control: without the hosts.toml the same daemon goes to the upstream
+			// (https by default, which the plain-http upstream cannot answer) and the mirror sees
+			// nothing.
+			if err := os.Remove(hostsToml); err != nil {
+				t.Fatal(err)
+			}
+			mirror.ResetRequests()
+			_, err = c.PullImage(ctx, host+"/team/app:v2")
+			if err == nil {
+				t.Errorf("containerd %s pulled %s/team/app:v2 without a hosts.toml; want a failure", c.Version(), host)
+			}
+			t.Logf("without hosts.toml: %v", err)
+			if n := len(mirror.Requests()); n != 0 {
+				t.Errorf("mirror saw %d requests without a hosts.toml, want 0", n)
+			}
+		})
+	}
+}
