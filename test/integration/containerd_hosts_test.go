@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/nodecache/nodecache/internal/runtimetest"
@@ -79,6 +80,51 @@ func TestContainerdPullsThroughHandWrittenHostsToml(t *testing.T) {
 			t.Logf("without hosts.toml: %v", err)
 			if n := len(mirror.Requests()); n != 0 {
 				t.Errorf("mirror saw %d requests without a hosts.toml, want 0", n)
+			}
+		})
+	}
+}
+
+// TestContainerdPullsThroughNodecache runs the whole data path with a hand-written hosts.toml:
+// real containerd -> CRI PullImage -> nodecache (mirror.New on loopback) -> upstream registry. It
+// separates mirror problems from config-generator problems (the gen tests use the same path).
+func TestContainerdPullsThroughNodecache(t *testing.T) {
+	t.Parallel()
+	for _, v := range runtimetest.Containerds() {
+		t.Run("containerd-"+v.Name, func(t *testing.T) {
+			t.Parallel()
+			bin := runtimetest.Binary(t, v.Env)
+			runtimetest.RequireRoot(t)
+			runtimetest.RequireLoopbackName(t, upstreamName)
+
+			upstream := mirrortest.NewRegistry(t)
+			host := upstreamHost(t, upstream)
+			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 64*1024, 2, "linux/amd64"))
+			nc := startNodecache(t, upstream)
+
+			certs := t.TempDir()
+			writeFile(t, filepath.Join(certs, hostDirName(host), "hosts.toml"), fmt.Appendf(nil, `server = "http://%s"
+
+[host."%s"]
+  capabilities = ["pull", "resolve"]
+`, host, nc.URL))
+			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs})
+			upstream.ResetRequests()
+
+			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
+			defer cancel()
+			if _, err := c.PullImage(ctx, host+"/team/app:v1"); err != nil {
+				t.Fatalf("containerd %s: %v", c.Version(), err)
+			}
+			checkAccessLog(t, nc.requests(t), c.UserAgent(), host)
+			// The upstream was reached by nodecache only (its fill), never by containerd.
+			for _, r := range upstream.Requests() {
+				if strings.HasPrefix(r.UserAgent, "containerd/") {
+					t.Errorf("upstream saw containerd itself: %s %s (%s)", r.Method, r.Path, r.UserAgent)
+				}
+			}
+			if upstream.Count("GET", "/blobs/") == 0 {
+				t.Errorf("upstream saw no blob GET: nodecache did not fill from it")
 			}
 		})
 	}
