@@ -1,0 +1,300 @@
+package mirror_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/remotes"
+	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/containerd/v2/core/remotes/docker/config"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+// syncBuffer collects log output from many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// requests returns the access-log lines ("message":"request").
+func (s *syncBuffer) requests(t *testing.T) []map[string]any {
+	t.Helper()
+	s.mu.Lock()
+	data := append([]byte(nil), s.b.Bytes()...)
+	s.mu.Unlock()
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatalf("log line is not JSON: %q", sc.Text())
+		}
+		if m["message"] == "request" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// harness is a running nodecache in front of upstream registries.
+type harness struct {
+	m      *mirror.Mirror
+	srv    *httptest.Server
+	host   string // mirror host:port
+	logs   *syncBuffer
+	served *int64 // requests that reached the mirror's handler
+	mu     sync.Mutex
+}
+
+// testDialer resolves every *.test name to 127.0.0.1, so nothing leaves the machine.
+func testTransport(timeout time.Duration) *http.Transport {
+	d := &net.Dialer{Timeout: timeout}
+	return &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			if strings.HasSuffix(host, ".test") {
+				addr = net.JoinHostPort("127.0.0.1", port)
+			}
+			return d.DialContext(ctx, network, addr)
+		},
+		ResponseHeaderTimeout: timeout,
+	}
+}
+
+func newHarness(t *testing.T, opts mirror.Options) *harness {
+	t.Helper()
+	h := &harness{logs: &syncBuffer{}, served: new(int64)}
+	opts.Logger = zerolog.New(h.logs).With().Timestamp().Logger()
+	if opts.UpstreamTimeout == 0 {
+		opts.UpstreamTimeout = 3 * time.Second
+	}
+	if opts.Transport == nil {
+		opts.Transport = testTransport(opts.UpstreamTimeout)
+	}
+	mirrortest.QuietLogrus()
+	m, err := mirror.New(t.Context(), opts)
+	if err != nil {
+		t.Fatalf("mirror.New: %v", err)
+	}
+	h.m = m
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		*h.served++
+		h.mu.Unlock()
+		m.ServeHTTP(w, r)
+	}))
+	h.host = h.srv.Listener.Addr().String()
+	t.Cleanup(func() {
+		h.srv.Close()
+		_ = m.Close()
+	})
+	return h
+}
+
+func (h *harness) registryRequests() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return *h.served
+}
+
+func upstreamFor(t *testing.T, name string, r *mirrortest.Registry) mirror.Upstream {
+	t.Helper()
+	u, err := mirror.ParseUpstream(name + "=" + r.URL.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func ref(t *testing.T, s string) name.Reference {
+	t.Helper()
+	r, err := name.ParseReference(s, name.Insecure)
+	if err != nil {
+		t.Fatalf("reference %q: %v", s, err)
+	}
+	return r
+}
+
+// pullIndexGGCR pulls ref as an index with go-containerregistry and validates every image in it
+// (every manifest, config and layer is fetched and its digest checked).
+func pullIndexGGCR(t *testing.T, r name.Reference) v1.ImageIndex {
+	t.Helper()
+	idx, err := remote.Index(r, remote.WithContext(t.Context()))
+	if err != nil {
+		t.Fatalf("pull index %s: %v", r, err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatalf("index manifest %s: %v", r, err)
+	}
+	for _, d := range im.Manifests {
+		img, err := idx.Image(d.Digest)
+		if err != nil {
+			t.Fatalf("image %s: %v", d.Digest, err)
+		}
+		if err := validate.Image(img); err != nil {
+			t.Fatalf("validate image %s of %s: %v", d.Digest, r, err)
+		}
+	}
+	return idx
+}
+
+func digestOf(t *testing.T, x interface{ Digest() (v1.Hash, error) }) string {
+	t.Helper()
+	d, err := x.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.String()
+}
+
+// hostsDir copies a testdata hosts.toml tree, pointing it at the mirror.
+func hostsDir(t *testing.T, src, mirrorHost string) string {
+	t.Helper()
+	dst := t.TempDir()
+	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(dst, filepath.Dir(rel)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), bytes.ReplaceAll(b, []byte("MIRROR"), []byte(mirrorHost)), 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// pullContainerd resolves and fetches ref (index, every manifest, config and layer) with
+// containerd's own resolver configured by the hosts.toml files under dir, verifying every digest.
+func pullContainerd(t *testing.T, dir, ref string) ocispec.Descriptor {
+	t.Helper()
+	ctx := t.Context()
+	resolver := docker.NewResolver(docker.ResolverOptions{
+		Hosts: config.ConfigureHosts(ctx, config.HostOptions{HostDir: config.HostDirFromRoot(dir)}),
+	})
+	name, desc, err := resolver.Resolve(ctx, ref)
+	if err != nil {
+		t.Fatalf("containerd resolve %s: %v", ref, err)
+	}
+	fetcher, err := resolver.Fetcher(ctx, name)
+	if err != nil {
+		t.Fatalf("containerd fetcher: %v", err)
+	}
+	fetchTree(t, ctx, fetcher, desc)
+	return desc
+}
+
+func fetchTree(t *testing.T, ctx context.Context, f remotes.Fetcher, d ocispec.Descriptor) {
+	t.Helper()
+	rc, err := f.Fetch(ctx, d)
+	if err != nil {
+		t.Fatalf("containerd fetch %s %s: %v", d.MediaType, d.Digest, err)
+	}
+	body, err := io.ReadAll(rc)
+	_ = rc.Close()
+	if err != nil {
+		t.Fatalf("containerd read %s: %v", d.Digest, err)
+	}
+	sum := sha256.Sum256(body)
+	if got := "sha256:" + hex.EncodeToString(sum[:]); got != d.Digest.String() {
+		t.Fatalf("blob %s: got digest %s", d.Digest, got)
+	}
+	switch d.MediaType {
+	case ocispec.MediaTypeImageIndex, "application/vnd.docker.distribution.manifest.list.v2+json":
+		var idx ocispec.Index
+		if err := json.Unmarshal(body, &idx); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range idx.Manifests {
+			fetchTree(t, ctx, f, m)
+		}
+	case ocispec.MediaTypeImageManifest, "application/vnd.docker.distribution.manifest.v2+json":
+		var man ocispec.Manifest
+		if err := json.Unmarshal(body, &man); err != nil {
+			t.Fatal(err)
+		}
+		fetchTree(t, ctx, f, man.Config)
+		for _, l := range man.Layers {
+			fetchTree(t, ctx, f, l)
+		}
+	}
+}
+
+func get(t *testing.T, method, url string, hdr http.Header) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: read body: %v", method, url, err)
+	}
+	return resp, body
+}
+
+var manifestAccept = http.Header{"Accept": {
+	"application/vnd.oci.image.index.v1+json, application/vnd.oci.image.manifest.v1+json, " +
+		"application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.docker.distribution.manifest.v2+json",
+}}
+
+func fmtURL(h *harness, path string) string { return fmt.Sprintf("http://%s%s", h.host, path) }
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
