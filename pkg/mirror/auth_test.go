@@ -1,0 +1,138 @@
+package mirror_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+// hubLike is a Docker-Hub-shaped upstream: the registry (registry.hub.test) demands anonymous
+// bearer tokens from a separate realm (auth.hub.test), answers blob HEADs with a relative
+// redirect and blob GETs with a 307 to a CDN host (cdn.test). Every *.test name resolves to
+// 127.0.0.1 through the test transport.
+type hubLike struct {
+	registry, auth, cdn, push *httptest.Server
+	mu                        sync.Mutex
+	tokens                    int
+	leaks                     []string // requests that carried credentials to a host other than the registry
+	unauthorized              int
+}
+
+const hubToken = "anonymous-token-1"
+
+func newHubLike(t *testing.T) *hubLike {
+	t.Helper()
+	inner := mirrortest.NewHandler(t)
+	hub := &hubLike{}
+	hub.push = httptest.NewServer(inner)
+	t.Cleanup(hub.push.Close)
+	hub.auth = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hub.mu.Lock()
+		hub.tokens++
+		if r.Header.Get("Authorization") != "" {
+			hub.leaks = append(hub.leaks, "auth: "+r.Header.Get("Authorization"))
+		}
+		hub.mu.Unlock()
+		if r.URL.Query().Get("service") != "registry.hub.test" || !strings.HasPrefix(r.URL.Query().Get("scope"), "repository:") {
+			http.Error(w, "bad token request "+r.URL.RawQuery, http.StatusBadRequest)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]string{"token": hubToken})
+	}))
+	t.Cleanup(hub.auth.Close)
+	hub.cdn = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "" {
+			hub.mu.Lock()
+			hub.leaks = append(hub.leaks, "cdn: "+r.Header.Get("Authorization"))
+			hub.mu.Unlock()
+		}
+		r2 := r.Clone(r.Context())
+		r2.URL.Path = strings.TrimPrefix(r.URL.Path, "/cdn")
+		inner.ServeHTTP(w, r2)
+	}))
+	t.Cleanup(hub.cdn.Close)
+	hub.registry = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+hubToken {
+			hub.mu.Lock()
+			hub.unauthorized++
+			hub.mu.Unlock()
+			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="http://auth.hub.test:%s/token",service="registry.hub.test"`, port(hub.auth)))
+			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED"}]}`, http.StatusUnauthorized)
+			return
+		}
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/relative/"):
+			r2 := r.Clone(r.Context())
+			r2.URL.Path = strings.TrimPrefix(r.URL.Path, "/relative")
+			inner.ServeHTTP(w, r2)
+		case strings.Contains(r.URL.Path, "/blobs/sha256:") && r.Method == http.MethodHead:
+			w.Header().Set("Location", "/relative"+r.URL.Path)
+			w.WriteHeader(http.StatusTemporaryRedirect)
+		case strings.Contains(r.URL.Path, "/blobs/sha256:"):
+			w.Header().Set("Location", fmt.Sprintf("http://cdn.test:%s/cdn%s?sig=x", port(hub.cdn), r.URL.Path))
+			w.WriteHeader(http.StatusTemporaryRedirect)
+		default:
+			inner.ServeHTTP(w, r)
+		}
+	}))
+	t.Cleanup(hub.registry.Close)
+	return hub
+}
+
+func port(s *httptest.Server) string {
+	_, p, _ := net.SplitHostPort(s.Listener.Addr().String())
+	return p
+}
+
+// TestBearerTokenAndRedirects (g): pulls work from an upstream that wants anonymous bearer
+// tokens from a separate realm and redirects blobs to another host; credentials stay with the
+// registry host and the client never sees a redirect.
+func TestBearerTokenAndRedirects(t *testing.T) {
+	t.Parallel()
+	hub := newHubLike(t)
+	pushTo := &mirrortest.Registry{Addr: hub.push.Listener.Addr().String()}
+	idx := mirrortest.MultiPlatformIndex(t, 1*mirrortest.MiB, 1)
+	pushTo.PushIndex(t, "library/alpine", "3.20", idx)
+
+	up, err := mirror.ParseUpstream("docker.io=http://registry.hub.test:" + port(hub.registry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{up}})
+
+	// docker.io is the default upstream and single-component names get library/.
+	got := pullIndexGGCR(t, ref(t, h.host+"/alpine:3.20"))
+	if digestOf(t, got) != digestOf(t, idx) {
+		t.Fatal("wrong index through the token-protected upstream")
+	}
+	// HEAD on a cold blob follows the relative redirect.
+	im, _ := idx.IndexManifest()
+	img, _ := idx.Image(im.Manifests[1].Digest)
+	ls, _ := img.Layers()
+	d, _ := ls[0].Digest()
+	resp, _ := get(t, http.MethodHead, fmtURL(h, "/v2/library/alpine/blobs/"+d.String()+"?ns=docker.io"), nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("HEAD through a relative redirect: %d", resp.StatusCode)
+	}
+	for _, l := range h.logs.requests(t) {
+		if s, _ := l["status"].(float64); s >= 300 && s < 400 {
+			t.Fatalf("client saw a redirect: %v", l)
+		}
+	}
+	hub.mu.Lock()
+	defer hub.mu.Unlock()
+	if hub.tokens == 0 || hub.unauthorized == 0 {
+		t.Fatalf("token flow not exercised: %d tokens, %d challenges", hub.tokens, hub.unauthorized)
+	}
+	if len(hub.leaks) > 0 {
+		t.Fatalf("credentials crossed hosts: %v", hub.leaks)
+	}
+}

@@ -1,0 +1,284 @@
+package mirror_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+// blobFixture is an upstream holding one image, and that image's first layer.
+type blobFixture struct {
+	up     *mirrortest.Registry
+	h      *harness
+	digest string
+	data   []byte
+}
+
+func newBlobFixture(t *testing.T, layerBytes int64, opts mirror.Options) *blobFixture {
+	t.Helper()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, layerBytes, 1, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	ls, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, data := layerBytesOf(t, ls[0])
+	opts.Upstreams = []mirror.Upstream{upstreamFor(t, "upstream.test", up)}
+	up.ResetRequests()
+	return &blobFixture{up: up, h: newHarness(t, opts), digest: d, data: data}
+}
+
+func layerBytesOf(t *testing.T, l v1.Layer) (string, []byte) {
+	t.Helper()
+	d, err := l.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.String(), b
+}
+
+func (f *blobFixture) url() string { return fmtURL(f.h, "/v2/upstream.test/team/app/blobs/"+f.digest) }
+
+func (f *blobFixture) waitIdle(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := f.h.m.WaitIdle(ctx); err != nil {
+		t.Fatalf("fills did not finish: %v", err)
+	}
+}
+
+// onBlobGET wraps the upstream so that blob GETs go through fn (other requests pass).
+func onBlobGET(r *mirrortest.Registry, fn func(next http.Handler, w http.ResponseWriter, req *http.Request)) {
+	r.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/sha256:") {
+				fn(next, w, req)
+				return
+			}
+			next.ServeHTTP(w, req)
+		})
+	})
+}
+
+// slowWriter delays every write, so a blob takes a while to stream.
+type slowWriter struct {
+	http.ResponseWriter
+	delay time.Duration
+}
+
+func (s slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(s.delay)
+	return s.ResponseWriter.Write(p)
+}
+
+func TestCacheHeaderMissThenHit(t *testing.T) {
+	t.Parallel()
+	f := newBlobFixture(t, 256<<10, mirror.Options{})
+	resp, body := get(t, http.MethodGet, f.url(), nil)
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, f.data) {
+		t.Fatalf("cold GET: %d, %d bytes", resp.StatusCode, len(body))
+	}
+	if c := resp.Header.Get(mirror.HeaderCache); c != mirror.CacheMiss {
+		t.Fatalf("cold GET: %s=%q, want miss", mirror.HeaderCache, c)
+	}
+	f.waitIdle(t)
+	resp, body = get(t, http.MethodGet, f.url(), nil)
+	if c := resp.Header.Get(mirror.HeaderCache); c != mirror.CacheHit || !bytes.Equal(body, f.data) {
+		t.Fatalf("warm GET: %s=%q, %d bytes", mirror.HeaderCache, c, len(body))
+	}
+	if n := f.up.Count(http.MethodGet, "/blobs/"); n != 1 {
+		t.Fatalf("upstream blob GETs: %d, want 1", n)
+	}
+	resp, body = get(t, http.MethodGet, f.url(), http.Header{"Range": {"bytes=10-19"}})
+	if resp.StatusCode != http.StatusPartialContent || !bytes.Equal(body, f.data[10:20]) {
+		t.Fatalf("Range on a cached blob: %d %q", resp.StatusCode, body)
+	}
+	resp, _ = get(t, http.MethodGet, fmtURL(f.h, "/v2/upstream.test/team/app/blobs/sha256:"+strings.Repeat("0", 64)), nil)
+	if resp.StatusCode != http.StatusNotFound || resp.Header.Get(mirror.HeaderCache) != "" {
+		t.Fatalf("unknown blob: %d %s=%q, want 404 without the header", resp.StatusCode, mirror.HeaderCache, resp.Header.Get(mirror.HeaderCache))
+	}
+}
+
+func TestHeadColdBlobDownloadsNothing(t *testing.T) {
+	t.Parallel()
+	f := newBlobFixture(t, 512<<10, mirror.Options{})
+	resp, body := get(t, http.MethodHead, f.url(), nil)
+	if resp.StatusCode != http.StatusOK || resp.ContentLength != int64(len(f.data)) || len(body) != 0 {
+		t.Fatalf("HEAD: %d length %d", resp.StatusCode, resp.ContentLength)
+	}
+	if resp.Header.Get("Docker-Content-Digest") != f.digest {
+		t.Fatalf("HEAD digest header %q", resp.Header.Get("Docker-Content-Digest"))
+	}
+	if n := f.up.Count(http.MethodGet, "/blobs/"); n != 0 {
+		t.Fatalf("HEAD on a cold blob made %d upstream GETs", n)
+	}
+}
+
+func TestRangeOnColdBlob(t *testing.T) {
+	t.Parallel()
+	f := newBlobFixture(t, 512<<10, mirror.Options{})
+	resp, body := get(t, http.MethodGet, f.url(), http.Header{"Range": {"bytes=1000-1999"}})
+	if resp.StatusCode != http.StatusPartialContent || !bytes.Equal(body, f.data[1000:2000]) {
+		t.Fatalf("Range on a cold blob: %d, %d bytes", resp.StatusCode, len(body))
+	}
+}
+
+// TestCoalescing: many clients asking for one cold blob at once cause one upstream download.
+func TestCoalescing(t *testing.T) {
+	t.Parallel()
+	f := newBlobFixture(t, 2*mirrortest.MiB, mirror.Options{})
+	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(slowWriter{w, 3 * time.Millisecond}, r)
+	})
+	const clients = 8
+	var (
+		wg     sync.WaitGroup
+		caches sync.Map
+	)
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Get(f.url())
+			if err != nil {
+				t.Errorf("GET: %v", err)
+				return
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil || !bytes.Equal(body, f.data) {
+				t.Errorf("client got %d bytes (err %v), want the blob", len(body), err)
+			}
+			v, _ := caches.LoadOrStore(resp.Header.Get(mirror.HeaderCache), new(atomic.Int32))
+			v.(*atomic.Int32).Add(1)
+		}()
+	}
+	wg.Wait()
+	if n := f.up.Count(http.MethodGet, "/blobs/"); n != 1 {
+		t.Fatalf("%d clients caused %d upstream blob GETs, want 1", clients, n)
+	}
+	miss, _ := caches.Load(mirror.CacheMiss)
+	if miss == nil || miss.(*atomic.Int32).Load() != 1 {
+		t.Fatalf("want exactly one %q answer", mirror.CacheMiss)
+	}
+	if co, _ := caches.Load(mirror.CacheCoalesced); co == nil {
+		t.Fatalf("no %q answer among %d concurrent clients", mirror.CacheCoalesced, clients)
+	}
+}
+
+// TestResume: an upstream blob stream that breaks is resumed with Range; the client receives
+// the whole blob in one response.
+func TestResume(t *testing.T) {
+	t.Parallel()
+	f := newBlobFixture(t, 3*mirrortest.MiB, mirror.Options{})
+	var breaks atomic.Int32
+	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Range") != "" || breaks.Add(1) > 2 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		// Send the headers and 1 MiB, then reset the connection.
+		w.Header().Set("Content-Length", itoa(len(f.data)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(f.data[:1<<20])
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler)
+	})
+	resp, body := get(t, http.MethodGet, f.url(), nil)
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, f.data) {
+		t.Fatalf("client got %d bytes, want the whole %d-byte blob", len(body), len(f.data))
+	}
+	ranged := 0
+	for _, q := range f.up.Requests() {
+		if q.Method == http.MethodGet && q.Range != "" {
+			ranged++
+		}
+	}
+	if ranged == 0 {
+		t.Fatal("the broken stream was not resumed with a Range request")
+	}
+	f.waitIdle(t)
+	f.up.Stop()
+	if resp, body := get(t, http.MethodGet, f.url(), nil); resp.Header.Get(mirror.HeaderCache) != mirror.CacheHit || !bytes.Equal(body, f.data) {
+		t.Fatal("resumed blob was not stored")
+	}
+}
+
+// TestDigestMismatch: an upstream that sends wrong bytes never gets a complete body to the
+// client, and nothing is stored.
+func TestDigestMismatch(t *testing.T) {
+	t.Parallel()
+	f := newBlobFixture(t, 256<<10, mirror.Options{})
+	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+		bad := append([]byte(nil), f.data...)
+		bad[len(bad)/2] ^= 0xff
+		w.Header().Set("Content-Length", itoa(len(bad)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(bad)
+	})
+	resp, err := http.Get(f.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, rerr := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if rerr == nil && len(body) == len(f.data) {
+		t.Fatalf("client received a complete %d-byte body for a blob that fails its digest", len(body))
+	}
+	f.waitIdle(t)
+	f.up.Wrap(nil)
+	resp2, body2 := get(t, http.MethodGet, f.url(), nil)
+	if resp2.Header.Get(mirror.HeaderCache) != mirror.CacheMiss || !bytes.Equal(body2, f.data) {
+		t.Fatalf("after a corrupt fill: %s=%q; the corrupt blob must not have been stored", mirror.HeaderCache, resp2.Header.Get(mirror.HeaderCache))
+	}
+}
+
+// TestLeaderDisconnect: the client that started a fill going away does not abort the fill.
+func TestLeaderDisconnect(t *testing.T) {
+	t.Parallel()
+	f := newBlobFixture(t, 2*mirrortest.MiB, mirror.Options{})
+	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(slowWriter{w, 2 * time.Millisecond}, r)
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.url(), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadFull(resp.Body, make([]byte, 4096))
+	cancel()
+	resp.Body.Close()
+	f.waitIdle(t)
+	f.up.Stop()
+	resp, body := get(t, http.MethodGet, f.url(), nil)
+	if resp.Header.Get(mirror.HeaderCache) != mirror.CacheHit || !bytes.Equal(body, f.data) {
+		t.Fatalf("after the first client left: %d %s=%q, %d bytes", resp.StatusCode, mirror.HeaderCache, resp.Header.Get(mirror.HeaderCache), len(body))
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
