@@ -41,4 +41,3 @@ func NewHandlerWithConfig(t testing.TB, configure func(*configuration.Configurat
 	t.Cleanup(cancel)
 	return handlers.NewApp(ctx, cfg)
 }
-

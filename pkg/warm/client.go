@@ -1,0 +1,205 @@
+package warm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Routing says how a request names the upstream registry to the mirror.
+type Routing string
+
+const (
+	// RoutingNS adds ?ns=<registry> to every request, as containerd does for a mirror:
+	// GET /v2/<repository>/manifests/<ref>?ns=<registry>.
+	RoutingNS Routing = "ns"
+	// RoutingPath puts the registry first in the repository path, as CRI-O does with a mirror
+	// location "host:port/<registry>": GET /v2/<registry>/<repository>/manifests/<ref>.
+	RoutingPath Routing = "path"
+)
+
+// ParseRouting accepts "ns" or "path"; "" means RoutingNS.
+func ParseRouting(s string) (Routing, error) {
+	switch Routing(s) {
+	case "", RoutingNS:
+		return RoutingNS, nil
+	case RoutingPath:
+		return RoutingPath, nil
+	}
+	return "", &RefusedError{What: "--routing", Value: s, Reason: "want ns or path"}
+}
+
+// ParseMirrorURL parses the mirror's base URL: http or https, a host, no credentials, path, query
+// or fragment (the registry API lives at /v2/ of the host). Errors are *RefusedError.
+func ParseMirrorURL(s string) (*url.URL, error) {
+	refuse := func(reason string) (*url.URL, error) {
+		return nil, &RefusedError{What: "--mirror", Value: s, Reason: reason}
+	}
+	if s == "" {
+		return refuse("required; want http(s)://host[:port], e.g. http://127.0.0.1:5000")
+	}
+	for i, c := range s {
+		if c <= ' ' || c >= 0x7f {
+			return refuse(fmt.Sprintf("%s %s at byte %d; want http(s)://host[:port]", charClass(c), strconv.QuoteRune(c), i))
+		}
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return refuse(fmt.Sprintf("want http(s)://host[:port]: %v", err))
+	case u.Scheme != "http" && u.Scheme != "https":
+		return refuse(fmt.Sprintf("scheme %q: want http or https", u.Scheme))
+	case u.Host == "":
+		return refuse("no host; want http(s)://host[:port]")
+	case u.User != nil:
+		return refuse("must not carry credentials")
+	case strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "":
+		return refuse("want http(s)://host[:port] without path or query; choose the upstream with --routing")
+	}
+	return &url.URL{Scheme: u.Scheme, Host: u.Host}, nil
+}
+
+// client talks to the mirror, and only to it.
+type client struct {
+	base      *url.URL
+	routing   Routing
+	hc        *http.Client
+	userAgent string
+	retries   int
+	backoff   time.Duration
+	maxDelay  time.Duration
+	log       zerolog.Logger
+}
+
+// endpoint returns the mirror URL for kind ("manifests" or "blobs") and id (tag or digest) of
+// ref's repository, routed by c.routing.
+func (c *client) endpoint(ref Reference, kind, id string) string {
+	u := *c.base
+	switch c.routing {
+	case RoutingPath:
+		u.Path = "/v2/" + ref.Registry + "/" + ref.Repository + "/" + kind + "/" + id
+	default:
+		u.Path = "/v2/" + ref.Repository + "/" + kind + "/" + id
+		u.RawQuery = url.Values{"ns": {ref.Registry}}.Encode()
+	}
+	return u.String()
+}
+
+// newRequest builds a GET that carries the warm User-Agent.
+func (c *client) newRequest(ctx context.Context, target string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return nil, fmt.Errorf("build request %s: %w", target, err)
+	}
+	req.Header.Set("User-Agent", c.userAgent)
+	return req, nil
+}
+
+// statusError is a response the mirror answered with a status that is not a success.
+type statusError struct {
+	URL        string
+	Status     int
+	Body       string        // the start of the body (OCI error JSON, usually)
+	RetryAfter time.Duration // from Retry-After, 0 when absent
+}
+
+func (e *statusError) Error() string {
+	msg := fmt.Sprintf("GET %s: %d %s", e.URL, e.Status, http.StatusText(e.Status))
+	if b := strings.TrimSpace(e.Body); b != "" {
+		msg += ": " + b
+	}
+	return msg
+}
+
+// newStatusError reads up to 512 bytes of body for the message and closes it.
+func newStatusError(resp *http.Response) *statusError {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	_ = resp.Body.Close()
+	return &statusError{
+		URL: resp.Request.URL.String(), Status: resp.StatusCode, Body: string(b),
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+	}
+}
+
+// parseRetryAfter reads Retry-After as delay-seconds or an HTTP date (RFC 9110 section 10.2.3).
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// errBrokenStream marks a body that ended early or failed mid-way; it is retried.
+var errBrokenStream = errors.New("broken stream")
+
+// retryable reports whether err is worth another attempt while parent is still live: 5xx, 429,
+// 408, network errors, broken streams and per-attempt timeouts.
+func retryable(parent context.Context, err error) bool {
+	if err == nil || parent.Err() != nil {
+		return false
+	}
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.Status >= 500 || se.Status == http.StatusTooManyRequests || se.Status == http.StatusRequestTimeout
+	}
+	var pe *permanentError
+	return !errors.As(err, &pe)
+}
+
+// permanentError is a failure another attempt cannot fix (digest mismatch, bad manifest).
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+func permanent(err error) error { return &permanentError{err: err} }
+
+// retry runs attempt up to 1+c.retries times while its error is retryable, sleeping between
+// attempts with exponential backoff and jitter (c.backoff, doubling, at most c.maxDelay), or for
+// the Retry-After the mirror asked for (at most c.maxDelay). what names the operation for logs.
+func (c *client) retry(ctx context.Context, what string, attempt func(ctx context.Context, n int) error) error {
+	var err error
+	for n := 0; ; n++ {
+		if err = attempt(ctx, n); err == nil {
+			return nil
+		}
+		if n >= c.retries || !retryable(ctx, err) {
+			break
+		}
+		delay := c.backoff << min(n, 20)
+		delay = delay/2 + rand.N(delay/2+1)
+		var se *statusError
+		if errors.As(err, &se) && se.RetryAfter > 0 {
+			delay = se.RetryAfter
+		}
+		delay = min(delay, c.maxDelay)
+		c.log.Warn().Err(err).Str("op", what).Int("attempt", n+1).Dur("retry_in", delay).Msg("retrying")
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (stopped while waiting to retry: %w)", err, context.Cause(ctx))
+		case <-t.C:
+		}
+	}
+	if ctx.Err() != nil && !errors.Is(err, context.Cause(ctx)) {
+		return fmt.Errorf("%w (%w)", err, context.Cause(ctx))
+	}
+	return err
+}

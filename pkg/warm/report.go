@@ -1,0 +1,144 @@
+package warm
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Report is the outcome of a warm run; `--output json` prints it as is.
+type Report struct {
+	// Mirror is the mirror's base URL.
+	Mirror string `json:"mirror"`
+	// Routing is how requests named the upstream: "ns" or "path".
+	Routing Routing `json:"routing"`
+	// Platform is the platform walked, os/arch[/variant].
+	Platform string `json:"platform"`
+	// Talos is the Talos join set when --talos chose the images.
+	Talos *TalosJoinSet `json:"talos,omitempty"`
+	// MirrorWaitSeconds is how long the mirror took to answer GET /v2/ (seconds).
+	MirrorWaitSeconds float64 `json:"mirror_wait_seconds"`
+	// Images has one entry per image, in the order given.
+	Images []ImageReport `json:"images"`
+	// Warm is true only when every image is warm.
+	Warm bool `json:"warm"`
+	// BlobsFetched, BlobsFailed and BlobsExternal count distinct blobs over the run.
+	BlobsFetched  int `json:"blobs_fetched"`
+	BlobsFailed   int `json:"blobs_failed"`
+	BlobsExternal int `json:"blobs_external"`
+	// Bytes is the number of blob bytes received and verified (bytes).
+	Bytes int64 `json:"bytes"`
+	// Seconds is the wall-clock duration of the run, mirror wait included (seconds).
+	Seconds float64 `json:"seconds"`
+	// Error is set when the run could not walk at all (mirror not ready) or was stopped.
+	Error string `json:"error,omitempty"`
+}
+
+// ImageReport is the outcome for one image.
+type ImageReport struct {
+	// Input is the reference as given; Reference is its normalised form.
+	Input     string `json:"input"`
+	Reference string `json:"reference"`
+	// Digest is the digest of the manifest the reference named (index or manifest).
+	Digest string `json:"digest,omitempty"`
+	// Manifest is the digest of the platform's image manifest that was walked.
+	Manifest string `json:"manifest,omitempty"`
+	// Platform is the index entry's platform that was chosen; empty for a single manifest,
+	// which is walked as is.
+	Platform string `json:"platform,omitempty"`
+	// Warm is true when at least one blob was fetched and none failed.
+	Warm bool `json:"warm"`
+	// Manifests counts manifests fetched; Skipped counts index entries not fetched (other
+	// platforms, attestations).
+	Manifests int `json:"manifests"`
+	Skipped   int `json:"skipped"`
+	// BlobsFetched, BlobsFailed, BlobsExternal count this image's config and layers.
+	BlobsFetched  int `json:"blobs_fetched"`
+	BlobsFailed   int `json:"blobs_failed"`
+	BlobsExternal int `json:"blobs_external"`
+	// External lists foreign layers (with urls) that were reported, not fetched.
+	External []ExternalBlob `json:"external,omitempty"`
+	// Bytes is the size of the blobs fetched (bytes).
+	Bytes int64 `json:"bytes"`
+	// Seconds is how long this image took (seconds).
+	Seconds float64 `json:"seconds"`
+	// Cache counts the mirror's X-Nodecache-Cache answers (hit, miss, ...) over this image's
+	// manifests and blobs; absent when the mirror sends none.
+	Cache map[string]int `json:"cache,omitempty"`
+	// Error says why the image is not warm.
+	Error string `json:"error,omitempty"`
+}
+
+// ExternalBlob is a foreign layer: it names URLs outside the registry and is not fetched.
+type ExternalBlob struct {
+	Digest string   `json:"digest"`
+	Size   int64    `json:"size"`
+	URLs   []string `json:"urls"`
+}
+
+// WriteJSON writes r as indented JSON with a trailing newline.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return fmt.Errorf("write json report: %w", err)
+	}
+	return nil
+}
+
+// WriteText writes the summary: a line per image (WARM or NOT WARM with counts, bytes, seconds,
+// cache answers and the reason), external layers, then the totals.
+func (r *Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "mirror %s (routing %s), platform %s\n", r.Mirror, r.Routing, r.Platform)
+	if r.Talos != nil {
+		fmt.Fprintf(&b, "talos %s join set, kubernetes %s\n", r.Talos.TalosVersion, r.Talos.KubernetesVersion)
+	}
+	if r.Error != "" {
+		fmt.Fprintf(&b, "error: %s\n", r.Error)
+	}
+	warm := 0
+	for _, im := range r.Images {
+		state := "NOT WARM"
+		if im.Warm {
+			state = "WARM"
+			warm++
+		}
+		name := im.Reference
+		if im.Input != "" && im.Input != im.Reference {
+			name += " (from " + im.Input + ")"
+		}
+		fmt.Fprintf(&b, "%-8s %s", state, name)
+		if im.Platform != "" {
+			fmt.Fprintf(&b, " %s", im.Platform)
+		}
+		fmt.Fprintf(&b, ": %d blobs fetched, %d failed", im.BlobsFetched, im.BlobsFailed)
+		if im.BlobsExternal > 0 {
+			fmt.Fprintf(&b, ", %d external", im.BlobsExternal)
+		}
+		fmt.Fprintf(&b, ", %s in %.1f s", humanBytes(im.Bytes), im.Seconds)
+		if len(im.Cache) > 0 {
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(im.Cache)) {
+				parts = append(parts, fmt.Sprintf("%s=%d", k, im.Cache[k]))
+			}
+			fmt.Fprintf(&b, ", cache %s", strings.Join(parts, " "))
+		}
+		b.WriteString("\n")
+		for _, e := range im.External {
+			fmt.Fprintf(&b, "  external %s %s, not fetched: %s\n", e.Digest, humanBytes(e.Size), strings.Join(e.URLs, " "))
+		}
+		if im.Error != "" {
+			fmt.Fprintf(&b, "  error: %s\n", im.Error)
+		}
+	}
+	fmt.Fprintf(&b, "%d of %d images warm; %d blobs fetched, %d failed, %d external; %s in %.1f s\n",
+		warm, len(r.Images), r.BlobsFetched, r.BlobsFailed, r.BlobsExternal, humanBytes(r.Bytes), r.Seconds)
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}

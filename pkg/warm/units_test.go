@@ -1,0 +1,168 @@
+package warm
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/containerd/platforms"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+func plat(s string) *v1.Platform {
+	p, err := v1.ParsePlatform(s)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// TestPlatformMatcher checks containerd's rules as warm applies them: variants of the same
+// architecture in containerd's order, never another architecture.
+func TestPlatformMatcher(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		want    string
+		offered []string
+		pick    string // "" = none acceptable
+	}{
+		{"amd64 exact", "linux/amd64", []string{"linux/arm64", "linux/amd64"}, "linux/amd64"},
+		{"amd64 never takes 386", "linux/amd64", []string{"linux/386", "linux/arm64"}, ""},
+		{"amd64 does not take a v3-only image", "linux/amd64", []string{"linux/amd64/v3"}, ""},
+		{"amd64/v3 prefers v3 over v2", "linux/amd64/v3", []string{"linux/amd64/v2", "linux/amd64/v3"}, "linux/amd64/v3"},
+		{"arm64 takes variant none", "linux/arm64", []string{"linux/amd64", "linux/arm64"}, "linux/arm64"},
+		{"arm64 takes variant v8", "linux/arm64", []string{"linux/amd64", "linux/arm64/v8"}, "linux/arm64/v8"},
+		{"arm64/v8 takes variant none", "linux/arm64/v8", []string{"linux/arm64"}, "linux/arm64"},
+		{"arm64 never takes arm", "linux/arm64", []string{"linux/arm/v7", "linux/arm/v6"}, ""},
+		{"arm64 does not take v9", "linux/arm64", []string{"linux/arm64/v9"}, ""},
+		{"arm v7 before v6", "linux/arm/v7", []string{"linux/arm/v6", "linux/arm/v7"}, "linux/arm/v7"},
+		{"arm v7 falls back to v6", "linux/arm/v7", []string{"linux/arm/v6", "linux/arm64"}, "linux/arm/v6"},
+		{"arm v6 does not take v7", "linux/arm/v6", []string{"linux/arm/v7"}, ""},
+		{"other OS refused", "linux/amd64", []string{"windows/amd64"}, ""},
+		{"attestation never", "linux/amd64", []string{"unknown/unknown"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			want, err := ParsePlatform(tc.want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps := make([]*v1.Platform, len(tc.offered))
+			for i, s := range tc.offered {
+				ps[i] = plat(s)
+			}
+			ps = append(ps, nil) // an entry without platform never matches
+			got := newPlatformMatcher(want).best(ps)
+			switch {
+			case tc.pick == "" && got >= 0:
+				t.Fatalf("picked %s, want none", formatV1Platform(ps[got]))
+			case tc.pick != "" && got < 0:
+				t.Fatalf("picked none, want %s", tc.pick)
+			case tc.pick != "" && formatV1Platform(ps[got]) != tc.pick:
+				t.Fatalf("picked %s, want %s", formatV1Platform(ps[got]), tc.pick)
+			}
+		})
+	}
+}
+
+func TestParsePlatform(t *testing.T) {
+	t.Parallel()
+	def, err := ParsePlatform("")
+	if err != nil || FormatPlatform(def) != platforms.Format(platforms.Normalize(platforms.DefaultSpec())) {
+		t.Fatalf("default platform = %v, %v; want this machine's", def, err)
+	}
+	if p, err := ParsePlatform("linux/aarch64"); err != nil || FormatPlatform(p) != "linux/arm64" {
+		t.Fatalf("linux/aarch64 -> %v, %v; want linux/arm64", p, err)
+	}
+	for _, bad := range []string{"amd64", "linux/amd64\n", "linux/*", "linux/amd64;id", "linux/amd64/v2/x", "linux/"} {
+		if _, err := ParsePlatform(bad); err == nil {
+			t.Errorf("ParsePlatform(%q) accepted", bad)
+		}
+	}
+}
+
+func TestContentRangeStart(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"bytes 100-199/200", 100, true},
+		{"bytes 0-9/*", 0, true},
+		{"bytes */200", 0, false},
+		{"items 1-2/3", 0, false},
+		{"", 0, false},
+		{"bytes -5-9/10", 0, false},
+	} {
+		got, ok := contentRangeStart(tc.in)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("contentRangeStart(%q) = %d, %v; want %d, %v", tc.in, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestParseRetryAfter(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+	}{
+		{"3", 3 * time.Second},
+		{"0", 0},
+		{"", 0},
+		{"-1", 0},
+		{"soon", 0},
+		{now.Add(7 * time.Second).Format(http.TimeFormat), 7 * time.Second},
+		{now.Add(-7 * time.Second).Format(http.TimeFormat), 0},
+	} {
+		if got := parseRetryAfter(tc.in, now); got != tc.want {
+			t.Errorf("parseRetryAfter(%q) = %s, want %s", tc.in, got, tc.want)
+		}
+	}
+}
+
+// schema1Manifest is a Docker schema 1 manifest as old registries serve it (signature omitted).
+const schema1Manifest = `{
+   "schemaVersion": 1,
+   "name": "library/hello",
+   "tag": "latest",
+   "architecture": "amd64",
+   "fsLayers": [{"blobSum": "sha256:a3ed95caeb02ffe68cdd9fd84406680ae93d633cb16422d00e8a7c22955b46d4"}],
+   "history": [{"v1Compatibility": "{}"}]
+}`
+
+func TestManifestMediaType(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, body, ct string
+		want           types.MediaType
+	}{
+		{"field wins", `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`, "application/json", types.OCIImageIndex},
+		{"content type", `{"schemaVersion":2,"manifests":[]}`, string(types.DockerManifestList), types.DockerManifestList},
+		{"sniff index", `{"schemaVersion":2,"manifests":[]}`, "application/json", types.OCIImageIndex},
+		{"sniff manifest", `{"schemaVersion":2,"config":{},"layers":[]}`, "", types.OCIManifestSchema1},
+		{"schema1 by shape", schema1Manifest, "application/json", types.DockerManifestSchema1},
+		{"schema1 signed content type", schema1Manifest, string(types.DockerManifestSchema1Signed) + "; charset=utf-8", types.DockerManifestSchema1Signed},
+	} {
+		got := manifestMediaType([]byte(tc.body), tc.ct)
+		if got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
+		}
+		if tc.name[:7] == "schema1" && !got.IsSchema1() {
+			t.Errorf("%s: %q is not recognised as schema 1", tc.name, got)
+		}
+	}
+}
+
+func TestHumanBytes(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 3 << 20: "3.0 MiB", 5 << 30: "5.0 GiB"} {
+		if got := humanBytes(in); got != want {
+			t.Errorf("humanBytes(%d) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,383 @@
+// Package warm pre-fills a pull-through registry cache with images, for one platform only.
+//
+// It talks only to the mirror (nodecache, or any OCI pull-through registry such as a stock
+// registry:2 proxy), never to an upstream: it resolves each reference through the mirror, takes
+// from an index exactly the manifest for the platform (containerd's matching rules, no fallback
+// to another architecture; attestation manifests never fetched), and fetches the config and
+// every layer through the mirror, discarding the bodies while hashing them. The mirror caches
+// what passes through it; warm proves each byte arrived intact.
+package warm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	specs "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/nodecache/nodecache/internal/buildinfo"
+)
+
+// Defaults for Options (and the CLI flags of the same names).
+const (
+	DefaultWait          = 10 * time.Minute // --wait
+	DefaultDeadline      = 60 * time.Minute // --deadline
+	DefaultConcurrency   = 4                // --concurrency
+	DefaultBlobTimeout   = 10 * time.Minute // --blob-timeout
+	DefaultRetries       = 5                // --retries
+	DefaultProbeTimeout  = 3 * time.Second
+	DefaultProbeInterval = 1 * time.Second
+	DefaultBackoff       = 500 * time.Millisecond
+	DefaultMaxBackoff    = 30 * time.Second
+)
+
+// Options configures Run. The zero value of every optional field means its default.
+type Options struct {
+	// Mirror is the mirror's base URL (see ParseMirrorURL). Required.
+	Mirror *url.URL
+	// Images are the references to warm (see ParseReference). Required, at least one.
+	Images []Reference
+	// Platform is the platform to walk. Zero value: this machine's (platforms.DefaultSpec).
+	Platform specs.Platform
+	// Routing names the upstream to the mirror. Default RoutingNS.
+	Routing Routing
+	// Talos, when set, is reported as the source of Images.
+	Talos *TalosJoinSet
+	// Wait is how long to wait, by wall clock, for the mirror to answer GET /v2/. Default
+	// DefaultWait; negative means a single probe.
+	Wait time.Duration
+	// ProbeTimeout bounds one GET /v2/ probe. Default DefaultProbeTimeout.
+	ProbeTimeout time.Duration
+	// ProbeInterval is the pause between probes. Default DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// Deadline bounds the whole run, mirror wait included. Default DefaultDeadline; negative
+	// means none (the context still applies).
+	Deadline time.Duration
+	// Concurrency is the number of blobs fetched at once (and of images resolved at once).
+	// Default DefaultConcurrency.
+	Concurrency int
+	// BlobTimeout bounds one attempt at one blob or manifest. Default DefaultBlobTimeout.
+	BlobTimeout time.Duration
+	// Retries is how many times a failed request is retried on 5xx, 429 (honouring
+	// Retry-After), 408, network errors and broken streams. Default DefaultRetries; negative
+	// means none.
+	Retries int
+	// Backoff is the first retry delay; it doubles per retry (with jitter) up to MaxBackoff,
+	// which also caps Retry-After. Defaults DefaultBackoff and DefaultMaxBackoff.
+	Backoff, MaxBackoff time.Duration
+	// Transport carries every request. Default: a clone of http.DefaultTransport without
+	// proxy-from-environment (warm talks to the mirror directly).
+	Transport http.RoundTripper
+	// UserAgent is sent with every request. Default buildinfo.UserAgent("warm"),
+	// "nodecache-warm/<version>", so the mirror's log tells warm-up from real pulls.
+	UserAgent string
+	// Progress receives progress output; nil means none. With ProgressBar a redrawn bar
+	// (bytes, rate, ETA), for a terminal; otherwise one line per blob.
+	Progress    io.Writer
+	ProgressBar bool
+	// Logger receives retries and debug detail. Default: disabled.
+	Logger zerolog.Logger
+}
+
+func (o *Options) setDefaults() error {
+	var errs []error
+	if o.Mirror == nil {
+		errs = append(errs, &RefusedError{What: "--mirror", Value: "", Reason: "required; want http(s)://host[:port]"})
+	}
+	if len(o.Images) == 0 {
+		errs = append(errs, &RefusedError{What: "IMAGE", Value: "", Reason: "no image given; name at least one IMAGE or use --talos"})
+	}
+	if o.Concurrency < 0 {
+		errs = append(errs, &RefusedError{What: "--concurrency", Value: fmt.Sprint(o.Concurrency), Reason: "want at least 1"})
+	}
+	if o.BlobTimeout < 0 {
+		errs = append(errs, &RefusedError{What: "--blob-timeout", Value: o.BlobTimeout.String(), Reason: "want a positive duration"})
+	}
+	routing, err := ParseRouting(string(o.Routing))
+	if err != nil {
+		errs = append(errs, err)
+	}
+	o.Routing = routing
+	if o.Platform.OS == "" && o.Platform.Architecture == "" {
+		o.Platform, _ = ParsePlatform("")
+	}
+	setDur := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	setDur(&o.Wait, DefaultWait)
+	setDur(&o.ProbeTimeout, DefaultProbeTimeout)
+	setDur(&o.ProbeInterval, DefaultProbeInterval)
+	setDur(&o.Deadline, DefaultDeadline)
+	setDur(&o.BlobTimeout, DefaultBlobTimeout)
+	setDur(&o.Backoff, DefaultBackoff)
+	setDur(&o.MaxBackoff, DefaultMaxBackoff)
+	if o.Concurrency == 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	switch {
+	case o.Retries == 0:
+		o.Retries = DefaultRetries
+	case o.Retries < 0:
+		o.Retries = 0
+	}
+	if o.UserAgent == "" {
+		o.UserAgent = buildinfo.UserAgent("warm")
+	}
+	if o.Transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.Proxy = nil
+		t.MaxIdleConnsPerHost = o.Concurrency * 2
+		t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		o.Transport = t
+	}
+	return errors.Join(errs...)
+}
+
+// errDeadline is the cause of a run stopped by Options.Deadline.
+type errDeadline struct{ d time.Duration }
+
+func (e errDeadline) Error() string { return fmt.Sprintf("--deadline %s reached", e.d) }
+
+// Run waits for the mirror, then warms every image and reports per image. The returned error is
+// only for a run that could not start: options refused (errors.Is(err, ErrRefused)) or the mirror
+// never ready (ErrMirrorNotReady); the report is non-nil either way once options are valid.
+// Images that fail, and a run stopped by the deadline or ctx, are reported with Warm false and
+// a nil error; Report.Warm is the answer.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	if opts.Deadline > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, opts.Deadline, errDeadline{opts.Deadline})
+		defer cancel()
+	}
+	c := &client{
+		base: opts.Mirror, routing: opts.Routing,
+		hc:        &http.Client{Transport: opts.Transport},
+		userAgent: opts.UserAgent, retries: opts.Retries,
+		backoff: opts.Backoff, maxDelay: opts.MaxBackoff, log: opts.Logger,
+	}
+	rep := &Report{
+		Mirror: opts.Mirror.String(), Routing: opts.Routing, Platform: FormatPlatform(opts.Platform),
+		Talos: opts.Talos, Images: make([]ImageReport, len(opts.Images)),
+	}
+	for i, ref := range opts.Images {
+		rep.Images[i] = ImageReport{Input: ref.Input, Reference: ref.String()}
+	}
+	finish := func() *Report {
+		rep.Seconds = time.Since(start).Seconds()
+		return rep
+	}
+
+	waited, err := c.waitForMirror(ctx, opts.Wait, opts.ProbeTimeout, opts.ProbeInterval)
+	rep.MirrorWaitSeconds = waited.Seconds()
+	if err != nil {
+		rep.Error = err.Error()
+		for i := range rep.Images {
+			rep.Images[i].Error = "not attempted: mirror not ready"
+		}
+		return finish(), err
+	}
+	opts.Logger.Debug().Dur("waited", waited).Str("mirror", rep.Mirror).Msg("mirror ready")
+
+	var prog progress = noProgress{}
+	stopBar := func() {}
+	switch {
+	case opts.Progress != nil && opts.ProgressBar:
+		bar := newBarProgress(opts.Progress)
+		bctx, bcancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); bar.run(bctx, 200*time.Millisecond) }()
+		stopBar = func() { bcancel(); <-done }
+		prog = bar
+	case opts.Progress != nil:
+		prog = &lineProgress{w: opts.Progress}
+	}
+
+	w := &walker{c: c, opts: &opts, prog: prog, matcher: newPlatformMatcher(opts.Platform),
+		sem: make(chan struct{}, opts.Concurrency), blobs: map[string]blobOutcome{}}
+	var g errgroup.Group
+	g.SetLimit(opts.Concurrency)
+	for i, ref := range opts.Images {
+		g.Go(func() error {
+			w.image(ctx, ref, &rep.Images[i])
+			return nil
+		})
+	}
+	_ = g.Wait()
+	stopBar()
+
+	rep.Warm = true
+	for i := range rep.Images {
+		rep.Warm = rep.Warm && rep.Images[i].Warm
+	}
+	for _, o := range w.blobs {
+		switch {
+		case o.external:
+			rep.BlobsExternal++
+		case o.err != nil:
+			rep.BlobsFailed++
+		default:
+			rep.BlobsFetched++
+			rep.Bytes += o.res.Bytes
+		}
+	}
+	if ctx.Err() != nil {
+		rep.Error = fmt.Sprintf("stopped: %v", context.Cause(ctx))
+	}
+	return finish(), nil
+}
+
+// walker holds the state shared by the images of one run.
+type walker struct {
+	c       *client
+	opts    *Options
+	prog    progress
+	matcher platformMatcher
+	sem     chan struct{} // bounds concurrent blob fetches
+
+	group singleflight.Group // one fetch per (registry, repository, digest)
+	mu    sync.Mutex
+	blobs map[string]blobOutcome
+}
+
+type blobOutcome struct {
+	res      blobResult
+	err      error
+	external bool
+}
+
+// image warms one image and fills its report entry.
+func (w *walker) image(ctx context.Context, ref Reference, out *ImageReport) {
+	start := time.Now()
+	defer func() { out.Seconds = time.Since(start).Seconds() }()
+	countCache := func(v string) {
+		if v == "" {
+			return
+		}
+		if out.Cache == nil {
+			out.Cache = map[string]int{}
+		}
+		out.Cache[v]++
+	}
+	walked, err := w.c.walk(ctx, ref, w.matcher, w.opts.BlobTimeout)
+	out.Manifests, out.Skipped = walked.Manifests, walked.Skipped
+	for _, v := range walked.Caches {
+		countCache(v)
+	}
+	if walked.Top.Digest != "" {
+		out.Digest = walked.Top.Digest.String()
+	}
+	if err != nil {
+		out.Error = describe(ctx, err)
+		return
+	}
+	out.Manifest, out.Platform = walked.ManifestDigest.String(), walked.Platform
+
+	// The config and every layer, once each; foreign layers (with urls) are reported only.
+	var todo []v1.Descriptor
+	seen := map[v1.Hash]bool{}
+	for _, d := range append([]v1.Descriptor{walked.Manifest.Config}, walked.Manifest.Layers...) {
+		if seen[d.Digest] {
+			continue
+		}
+		seen[d.Digest] = true
+		if len(d.URLs) > 0 {
+			out.BlobsExternal++
+			out.External = append(out.External, ExternalBlob{Digest: d.Digest.String(), Size: d.Size, URLs: d.URLs})
+			w.record(ref, d, blobOutcome{external: true})
+			w.prog.blob(blobEvent{Image: ref.String(), Digest: d.Digest.String(), Size: d.Size, External: d.URLs})
+			continue
+		}
+		todo = append(todo, d)
+	}
+
+	type result struct {
+		o   blobOutcome
+		key string
+	}
+	results := make([]result, len(todo))
+	var wg sync.WaitGroup
+	for i, d := range todo {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := ref.Registry + "/" + ref.Repository + "@" + d.Digest.String()
+			v, _, _ := w.group.Do(key, func() (any, error) {
+				w.mu.Lock()
+				if o, ok := w.blobs[key]; ok {
+					w.mu.Unlock()
+					return o, nil
+				}
+				w.mu.Unlock()
+				w.prog.planned(d.Size)
+				select {
+				case w.sem <- struct{}{}:
+				case <-ctx.Done():
+					o := blobOutcome{err: fmt.Errorf("blob %s not started: %w", d.Digest, context.Cause(ctx))}
+					w.record(ref, d, o)
+					w.prog.blob(blobEvent{Image: ref.String(), Digest: d.Digest.String(), Size: d.Size, Err: o.err})
+					return o, nil
+				}
+				res, err := w.c.getBlob(ctx, ref, d, w.opts.BlobTimeout, w.prog)
+				<-w.sem
+				o := blobOutcome{res: res, err: err}
+				w.record(ref, d, o)
+				w.prog.blob(blobEvent{Image: ref.String(), Digest: d.Digest.String(), Size: d.Size,
+					Took: res.Duration, Cache: res.Cache, Attempts: res.Attempts, Err: err})
+				return o, nil
+			})
+			results[i] = result{o: v.(blobOutcome), key: key}
+		}()
+	}
+	wg.Wait()
+
+	var errs []error
+	for _, r := range results {
+		countCache(r.o.res.Cache)
+		if r.o.err != nil {
+			out.BlobsFailed++
+			errs = append(errs, r.o.err)
+			continue
+		}
+		out.BlobsFetched++
+		out.Bytes += r.o.res.Bytes
+	}
+	switch {
+	case len(errs) > 0:
+		out.Error = fmt.Sprintf("%d of %d blobs failed; first: %s", len(errs), len(todo), describe(ctx, errs[0]))
+	case out.BlobsFetched == 0:
+		out.Error = "nothing fetched: every layer is external (foreign), so the cache holds none of it"
+	default:
+		out.Warm = true
+	}
+}
+
+func (w *walker) record(ref Reference, d v1.Descriptor, o blobOutcome) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.blobs[ref.Registry+"/"+ref.Repository+"@"+d.Digest.String()] = o
+}
+
+// describe renders err for a report, naming the deadline when it stopped the work.
+func describe(ctx context.Context, err error) string {
+	var dl errDeadline
+	if cause := context.Cause(ctx); cause != nil && errors.As(cause, &dl) && !errors.As(err, &dl) {
+		return fmt.Sprintf("%v (%v)", err, cause)
+	}
+	return err.Error()
+}
