@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+// binary is the nodecache binary built once for the process-level tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "nodecache-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "nodecache")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build nodecache: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type slowWriter struct {
+	http.ResponseWriter
+	delay time.Duration
+}
+
+func (s slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(s.delay)
+	return s.ResponseWriter.Write(p)
+}
+
+func waitReady(t *testing.T, url string, p *os.Process) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = p.Kill()
+	t.Fatalf("%s never became ready", url)
+}
+
+func httpGet(t *testing.T, url string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp, b
+}
+
+// TestServeProcess (i): settings from the YAML file and the environment (env beats file), the
+// cache header going miss then hit, /metrics, and SIGTERM during a large blob GET: the response
+// completes and the process exits 0.
+func TestServeProcess(t *testing.T) {
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 12*mirrortest.MiB, 1, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	ls, _ := img.Layers()
+	dgst, _ := ls[0].Digest()
+	small := mirrortest.Image(t, 4096, 1, "linux/amd64")
+	up.PushImage(t, "team/small", "v1", small)
+	sls, _ := small.Layers()
+	sdgst, _ := sls[0].Digest()
+	up.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.Contains(r.URL.Path, dgst.String()) && r.Method == http.MethodGet {
+				next.ServeHTTP(slowWriter{w, 4 * time.Millisecond}, r) // ~1.5 s for the big layer
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+
+	dir := t.TempDir()
+	fileListen, envListen := freeAddr(t), freeAddr(t)
+	cfg := filepath.Join(dir, "nodecache.yaml")
+	yaml := fmt.Sprintf("listen: %q\nroot: %q\nupstream:\n  - upstream.test=%s\nlog-format: json\nupstream-timeout: 5s\n",
+		fileListen, filepath.Join(dir, "root"), up.URL)
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	cmd := exec.Command(binary, "serve", "--config", cfg)
+	cmd.Env = append(os.Environ(), "NODECACHE_LISTEN="+envListen)
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	base := "http://" + envListen
+	waitReady(t, base+"/readyz", cmd.Process)
+	if c, err := net.DialTimeout("tcp", fileListen, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("listening on the file's address %s although NODECACHE_LISTEN overrides it", fileListen)
+	}
+
+	smallURL := base + "/v2/team/small/blobs/" + sdgst.String() + "?ns=upstream.test"
+	resp, _ := httpGet(t, smallURL)
+	if c := resp.Header.Get("X-Nodecache-Cache"); resp.StatusCode != http.StatusOK || c != "miss" {
+		t.Fatalf("first GET: %d cache=%q, want 200 miss", resp.StatusCode, c)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, _ = httpGet(t, smallURL)
+		if resp.Header.Get("X-Nodecache-Cache") == "hit" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("blob never served as a hit: %q", resp.Header.Get("X-Nodecache-Cache"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, metrics := httpGet(t, base+"/metrics")
+	for _, want := range []string{
+		`nodecache_requests_total{cache="miss",code="200",kind="blob",method="GET",upstream="upstream.test"}`,
+		`nodecache_requests_total{cache="hit",code="200",kind="blob",method="GET",upstream="upstream.test"}`,
+		`nodecache_upstream_fetch_duration_seconds_count{kind="blob",result="ok",upstream="upstream.test"}`,
+		`nodecache_served_bytes_total{source="cache",upstream="upstream.test"}`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Fatalf("/metrics lacks %s", want)
+		}
+	}
+
+	// SIGTERM while a large cold blob streams.
+	bigResp, err := http.Get(base + "/v2/upstream.test/team/app/blobs/" + dgst.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, bigResp.Body)
+	bigResp.Body.Close()
+	if err != nil || "sha256:"+hex.EncodeToString(h.Sum(nil)) != dgst.String() {
+		t.Fatalf("blob GET during shutdown: %d bytes, err %v, digest mismatch=%v", n, err, "sha256:"+hex.EncodeToString(h.Sum(nil)) != dgst.String())
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no exit 30 s after SIGTERM")
+	}
+	if !strings.Contains(logs.String(), `"message":"request"`) {
+		t.Fatalf("no access-log line in the output:\n%s", logs.String())
+	}
+}
+
+// TestServeRefusesBadInput: bad settings exit 2 with a message naming the setting.
+func TestServeRefusesBadInput(t *testing.T) {
+	t.Parallel()
+	badYAML := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(badYAML, []byte("listen: [unclosed\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  []string
+		want string
+	}{
+		{"upstream scheme", []string{"serve", "--upstream", "ghcr.io=ftp://ghcr.io"}, nil, "scheme"},
+		{"upstream name", []string{"serve", "--upstream", "bad name=https://x"}, nil, "registry name"},
+		{"upstream from env", []string{"serve"}, []string{"NODECACHE_UPSTREAM=a.test=http://127.0.0.1:1,a.test=http://127.0.0.1:2"}, "configured twice"},
+		{"default upstream", []string{"serve", "--upstream", "a.test=http://127.0.0.1:1", "--default-upstream", "b.test"}, nil, "not among"},
+		{"log format", []string{"serve", "--log-format", "xml"}, nil, "--log-format"},
+		{"unknown flag", []string{"serve", "--no-such-flag"}, nil, "no-such-flag"},
+		{"config file", []string{"serve", "--config", badYAML}, nil, "--config"},
+		{"missing config file", []string{"serve", "--config", "/nonexistent/nodecache.yaml"}, nil, "--config"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(binary, tc.args...)
+			cmd.Env = append(os.Environ(), tc.env...)
+			out, err := cmd.CombinedOutput()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != 2 {
+				t.Fatalf("%v: err %v, want exit 2\n%s", tc.args, err, out)
+			}
+			if !strings.Contains(string(out), tc.want) {
+				t.Fatalf("%v: output lacks %q:\n%s", tc.args, tc.want, out)
+			}
+		})
+	}
+}
