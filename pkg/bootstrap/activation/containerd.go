@@ -1,0 +1,380 @@
+package activation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+)
+
+// remedyRestartContainerd is the remedy when containerd has not loaded a correct config_path:
+// config_path is read only at daemon start, containerd has no reload, and nodecache never
+// restarts or signals it (DESIGN.md, Contracts: safety).
+const remedyRestartContainerd = "restart containerd or cycle the node (nodecache never restarts containerd)"
+
+// containerdTarget is the daemon examined and how it was picked.
+type containerdTarget struct {
+	proc   Process
+	socket string
+	how    string
+}
+
+// pickContainerd finds the containerd process serving socket among procs.
+func (e *evaluator) pickContainerd(procs []Process, socket string) (containerdTarget, error) {
+	var (
+		matches []containerdTarget
+		noFD    []Process
+	)
+	for _, p := range procs {
+		ok, inode, err := e.proc.ListensOn(p.PID, socket)
+		switch {
+		case errors.Is(err, ErrNoFDAccess):
+			noFD = append(noFD, p)
+		case err != nil:
+			return containerdTarget{}, err
+		case ok:
+			matches = append(matches, containerdTarget{proc: p, socket: socket,
+				how: fmt.Sprintf("holds the listening socket %s (inode %d)", socket, inode)})
+		}
+	}
+	// Fallback for processes whose descriptors may not be read: the address they were told.
+	for _, p := range noFD {
+		args, err := e.proc.Cmdline(p.PID)
+		if err != nil {
+			return containerdTarget{}, err
+		}
+		addr, how := "", ""
+		if a, ok := flagValue(args, "address", "a"); ok {
+			addr, how = a, "its command line says --address "+a
+		} else {
+			cfgPath := defaultContainerdConfig
+			if c, ok := flagValue(args, "config", "c"); ok {
+				cfgPath = c
+			}
+			addr, how = defaultContainerdSocket, "containerd's default address"
+			if cfg, err := readContainerdConfig(e.opts.HostRoot, cfgPath); err == nil && cfg.GRPCAddress != "" {
+				addr, how = cfg.GRPCAddress, "the grpc address in "+cfgPath
+			}
+		}
+		if addr == socket {
+			matches = append(matches, containerdTarget{proc: p, socket: socket,
+				how: how + " (descriptors not readable, so the socket owner could not be checked)"})
+		}
+	}
+	switch len(matches) {
+	case 1:
+		return matches[0], nil
+	case 0:
+		var pids []string
+		for _, p := range procs {
+			pids = append(pids, itoa(p.PID))
+		}
+		return containerdTarget{}, fmt.Errorf("none of the containerd processes (pid %s) serves %s; pass --containerd-socket", strings.Join(pids, ", "), socket)
+	default:
+		return containerdTarget{}, fmt.Errorf("%d containerd processes claim %s", len(matches), socket)
+	}
+}
+
+// loadedView is the registry configuration a containerd daemon runs with.
+type loadedView struct {
+	configPath string
+	known      bool
+	source     string // introspection, cri-status, start-time
+}
+
+// containerd examines the containerd that serves ContainerdSocket.
+func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
+	const rt = RuntimeContainerd
+	rep := RuntimeReport{Runtime: rt}
+	unknown := func(reason string) RuntimeReport {
+		rep.State, rep.Reason = Unknown, reason
+		return rep
+	}
+	socket := e.opts.ContainerdSocket
+	if socket == "" {
+		socket = defaultContainerdSocket
+	}
+
+	procs, err := e.proc.FindByComm("containerd")
+	if err != nil {
+		e.add(rt, "process", Unread, "%v", err)
+		return unknown("cannot read the containerd process: " + err.Error())
+	}
+	var target *containerdTarget
+	if len(procs) > 0 {
+		t, err := e.pickContainerd(procs, socket)
+		if err != nil {
+			e.add(rt, "process", Unread, "%v", err)
+			return unknown(err.Error())
+		}
+		target = &t
+	}
+
+	cfgPath := e.opts.ContainerdConfig
+	cfgFrom := "--containerd-config"
+	if cfgPath == "" && target != nil {
+		if args, err := e.proc.Cmdline(target.proc.PID); err == nil {
+			if c, ok := flagValue(args, "config", "c"); ok {
+				cfgPath, cfgFrom = c, "the daemon's --config"
+			}
+		}
+	}
+	if cfgPath == "" {
+		cfgPath, cfgFrom = defaultContainerdConfig, "default"
+	}
+	var (
+		cfg    *containerdConfig
+		cfgErr error
+	)
+	_, statErr := os.Stat(e.host(cfgPath))
+	cfgMissing := errors.Is(statErr, fs.ErrNotExist)
+	if !cfgMissing {
+		cfg, cfgErr = readContainerdConfig(e.opts.HostRoot, cfgPath)
+	}
+
+	if target == nil {
+		if cfgMissing {
+			rep.State, rep.Reason = NotApplicable, fmt.Sprintf("no containerd process and no %s", cfgPath)
+			e.add(rt, "process", Skipped, "no process named containerd; no config at %s", cfgPath)
+			return rep
+		}
+		e.add(rt, "process", Unread, "no process named containerd under %s (a pod needs hostPID), but %s exists", e.opts.ProcRoot, cfgPath)
+		return unknown("containerd configuration present but no containerd process is visible")
+	}
+	rep.PID = target.proc.PID
+	start := target.proc.Start
+	rep.ProcessStart = &start
+	e.add(rt, "process", Pass, "pid %d %s; started %s", target.proc.PID, target.how, fmtTime(start))
+
+	if cfgErr != nil {
+		e.add(rt, "config", Unread, "%v", cfgErr)
+		return unknown("cannot read the containerd configuration: " + cfgErr.Error())
+	}
+	var newest configFile
+	if cfg != nil {
+		newest = cfg.Newest()
+		var names []string
+		for _, f := range cfg.Files {
+			names = append(names, f.Path)
+		}
+		e.add(rt, "config", Info, "%s (%s), schema version %d, newest change %s at %s", strings.Join(names, " + "), cfgFrom, cfg.Version, newest.Path, fmtTime(newest.ModTime))
+	} else {
+		e.add(rt, "config", Info, "%s (%s) does not exist: containerd runs on built-in defaults", cfgPath, cfgFrom)
+		cfg = &containerdConfig{}
+	}
+	changedSinceStart := len(cfg.Files) > 0 && !startedAfter(start, newest.ModTime)
+
+	// What the daemon says.
+	var (
+		ver    daemonVersion
+		verErr error
+		view   loadedView
+	)
+	client, err := dialContainerd(e.host(socket))
+	if err == nil {
+		defer client.Close()
+		cctx, cancel := context.WithTimeout(ctx, e.opts.APITimeout)
+		ver, verErr = client.Version(cctx)
+		cancel()
+	} else {
+		verErr = err
+	}
+	if verErr != nil {
+		e.add(rt, "version", Unread, "%s: %v", socket, verErr)
+	} else {
+		rep.Version = ver.Raw
+		e.add(rt, "version", Info, "containerd %s on %s", ver.Raw, socket)
+	}
+	switch {
+	case verErr != nil:
+	case ver.atLeast(2, 4):
+		cctx, cancel := context.WithTimeout(ctx, e.opts.APITimeout)
+		p, err := client.RegistryConfigPath(cctx)
+		cancel()
+		if err != nil {
+			e.add(rt, "loaded-config", Unread, "%v", err)
+			if strings.Contains(err.Error(), "failed to load") {
+				rep.State, rep.Reason = NotActive, err.Error()
+				rep.Remedy = "fix the CRI image configuration (" + strings.Join(cfg.V2.Legacy, ", ") + ") and " + remedyRestartContainerd
+				return rep
+			}
+			break
+		}
+		view = loadedView{configPath: p, known: true, source: "introspection"}
+		e.add(rt, "loaded-config", Pass, "introspection (%s.%s) says the daemon runs with config_path %q", criImagesPluginType, criImagesPluginID, p)
+	case ver.Major == 1:
+		cctx, cancel := context.WithTimeout(ctx, e.opts.APITimeout)
+		p, ok, err := client.CRIConfigPath(cctx)
+		cancel()
+		if err != nil {
+			e.add(rt, "loaded-config", Unread, "%v", err)
+			break
+		}
+		if !ok {
+			e.add(rt, "loaded-config", Unread, "CRI status (verbose) carries no registry section")
+			break
+		}
+		view = loadedView{configPath: p, known: true, source: "cri-status"}
+		e.add(rt, "loaded-config", Pass, "CRI status (verbose) says the daemon runs with registry.configPath %q", p)
+	default:
+		e.add(rt, "loaded-config", Info, "containerd %s exports no registry configuration (only 1.x CRI status and >= 2.4 introspection do): judging by start time", ver.Raw)
+	}
+
+	settings := cfg.V2
+	v2 := true
+	switch {
+	case verErr == nil:
+		v2 = ver.Major >= 2
+	default:
+		v2 = cfg.Version >= 3
+	}
+	if !v2 {
+		settings = cfg.V1
+	}
+	onDisk := settings.ConfigPath
+	if v2 && onDisk == "" && len(settings.Legacy) == 0 {
+		onDisk = defaultV2ConfigPath
+	}
+
+	if !view.known {
+		// Start time against the newest change of the configuration (2.0–2.3, or no answer).
+		switch {
+		case len(cfg.Files) == 0:
+			view = loadedView{configPath: onDisk, known: true, source: "start-time"}
+			e.add(rt, "start-time", Pass, "no config file: the daemon runs with the built-in default")
+		case !changedSinceStart:
+			view = loadedView{configPath: onDisk, known: true, source: "start-time"}
+			e.add(rt, "start-time", Pass, "containerd started %s, after the last change of %s (%s): it loaded the files on disk", fmtTime(start), newest.Path, fmtTime(newest.ModTime))
+		default:
+			why := fmt.Sprintf("containerd started %s, not after the last change of %s (%s; equal seconds count as before)", fmtTime(start), newest.Path, fmtTime(newest.ModTime))
+			e.add(rt, "start-time", Fail, "%s: it has not loaded the files on disk", why)
+			if verErr != nil {
+				return unknown("the daemon did not answer on " + socket + " and " + why)
+			}
+			rep.State, rep.Reason, rep.Remedy = NotActive, why+": the running daemon has not loaded the current configuration", remedyRestartContainerd
+			rep.Pending, rep.startTimeOnly = true, true
+			return rep
+		}
+	}
+	rep.Evidence = view.source
+	loaded := view.configPath
+	rep.LoadedConfigPath = &loaded
+	if view.source != "start-time" {
+		switch {
+		case loaded != onDisk:
+			rep.Pending = true
+			e.add(rt, "pending", Warn, "config_path on disk is %q but the daemon runs with %q: pending until containerd restarts", onDisk, loaded)
+			e.warn("containerd: config_path on disk (%q) differs from the loaded one (%q): pending until containerd restarts", onDisk, loaded)
+		case changedSinceStart:
+			rep.Pending = true
+			e.add(rt, "pending", Warn, "%s changed at %s, after containerd started (%s): any change is pending until containerd restarts", newest.Path, fmtTime(newest.ModTime), fmtTime(start))
+			e.warn("containerd: %s changed after containerd started: pending until containerd restarts", newest.Path)
+		}
+	}
+
+	// How the daemon uses that config_path.
+	if loaded == "" {
+		e.add(rt, "config_path", Fail, "no config_path: containerd %s does not read hosts.toml files", rep.Version)
+		rep.State, rep.Reason = NotActive, "the running containerd has no registry config_path"
+		rep.Remedy = "run nodecache gen containerd, then " + remedyRestartContainerd
+		return rep
+	}
+	roots := splitConfigPath(loaded)
+	transfer := v2 && len(settings.LocalPull) == 0 && (verErr != nil || ver.atLeast(2, 1))
+	if len(roots) > 1 {
+		if transfer {
+			e.add(rt, "config_path", Fail, "%q is a list; containerd >= 2.1 pulls through the transfer service, which reads it as ONE directory, so every hosts.toml is ignored (containerd #12415, #12808)", loaded)
+			rep.State, rep.Reason = NotActive, fmt.Sprintf("config_path %q is a list, which the transfer service ignores", loaded)
+			rep.Remedy = "set config_path to a single directory (nodecache gen containerd), then " + remedyRestartContainerd
+			return rep
+		}
+		why := "containerd 1.x and 2.0 split it"
+		if len(settings.LocalPull) > 0 {
+			why = "local pull is forced (" + strings.Join(settings.LocalPull, ", ") + ")"
+		}
+		e.add(rt, "config_path", Pass, "%q is a list, read in order: %s", loaded, why)
+	} else {
+		mode := "transfer service"
+		if !transfer {
+			mode = "local pull"
+			if len(settings.LocalPull) > 0 {
+				mode += " (" + strings.Join(settings.LocalPull, ", ") + ")"
+			}
+		}
+		e.add(rt, "config_path", Pass, "one directory %s (%s)", loaded, mode)
+	}
+	if !transfer && !v2 && len(settings.Legacy) > 0 {
+		e.warn("containerd: legacy registry.%s set next to config_path", strings.Join(settings.Legacy, "/"))
+	}
+
+	return e.judgeHosts(ctx, rep, rt, roots, true)
+}
+
+// judgeHosts runs the hosts.toml check under roots and sets the runtime's state.
+func (e *evaluator) judgeHosts(ctx context.Context, rep RuntimeReport, rt string, roots []string, onlyManaged bool) RuntimeReport {
+	ups := e.opts.Upstreams
+	if len(ups) == 0 {
+		found, err := registryDirs(e.opts.HostRoot, roots, onlyManaged)
+		if err != nil {
+			e.add(rt, "hosts", Unread, "%v", err)
+			rep.State, rep.Reason = Unknown, err.Error()
+			return rep
+		}
+		ups = found
+	}
+	if len(ups) == 0 {
+		what := "no hosts.toml written by nodecache"
+		if !onlyManaged {
+			what = "no registry mirror configured (no hosts.toml)"
+		}
+		e.add(rt, "hosts", Fail, "%s under %s", what, strings.Join(roots, ", "))
+		rep.State, rep.Reason = NotActive, what+" under "+strings.Join(roots, ", ")
+		if rt == RuntimeTalos {
+			rep.Remedy = "apply the machine-config patch from nodecache gen talos"
+		} else {
+			rep.Remedy = "run nodecache gen containerd (the agent does this at start)"
+		}
+		return rep
+	}
+	rep.upstreams = ups
+	verdicts := checkHosts(ctx, e.opts.HostRoot, roots, ups, e.opts.Mirror)
+	var bad []string
+	for _, v := range verdicts {
+		if v.OK {
+			e.add(rt, "hosts "+v.Upstream, Pass, "%s", v.Reason)
+			if rep.Mirror == "" {
+				rep.Mirror = v.First
+			}
+		} else {
+			e.add(rt, "hosts "+v.Upstream, Fail, "%s", v.Reason)
+			bad = append(bad, v.Upstream)
+		}
+	}
+	if len(bad) > 0 {
+		rep.State = NotActive
+		rep.Reason = fmt.Sprintf("%d of %d registries do not go through the mirror (%s)", len(bad), len(verdicts), strings.Join(bad, ", "))
+		if rt == RuntimeTalos {
+			rep.Remedy = "apply the machine-config patch from nodecache gen talos"
+		} else {
+			rep.Remedy = "run nodecache gen containerd (hosts.toml files are re-read on every pull; no restart needed for them)"
+		}
+		return rep
+	}
+	rep.State = Active
+	switch rep.Evidence {
+	case "introspection":
+		rep.Reason = "the running containerd loaded config_path " + *rep.LoadedConfigPath + " (introspection) and every hosts.toml puts the mirror first"
+	case "cri-status":
+		rep.Reason = "the running containerd loaded config_path " + *rep.LoadedConfigPath + " (CRI status) and every hosts.toml puts the mirror first"
+	case "start-time":
+		rep.Reason = "containerd started after its configuration last changed, config_path " + *rep.LoadedConfigPath + ", and every hosts.toml puts the mirror first"
+	default:
+		rep.Reason = "every hosts.toml puts the mirror first"
+	}
+	if rep.Pending {
+		rep.Remedy = "a configuration change is pending: " + remedyRestartContainerd
+	}
+	return rep
+}

@@ -1,0 +1,153 @@
+package activation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	introspection "github.com/containerd/containerd/api/services/introspection/v1"
+	versionapi "github.com/containerd/containerd/api/services/version/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// What a running containerd says about itself, over its gRPC socket:
+//   - version service: the daemon's version (decides which evidence exists);
+//   - ≥ 2.4: introspection PluginInfo(type io.containerd.cri.v1, id images) exports
+//     "RegistryConfigPath", the config_path the CRI image service was built with (after
+//     containerd's Linux default was applied; plugins/cri/images/plugin.go);
+//   - 1.x: CRI RuntimeService/Status with verbose=true returns info["config"], the CRI plugin's
+//     configuration as JSON, with registry.configPath;
+//   - 2.0–2.3: neither carries the registry configuration.
+
+// Introspection coordinates of the CRI image service plugin in containerd 2.x.
+const (
+	criImagesPluginType = "io.containerd.cri.v1"
+	criImagesPluginID   = "images"
+	exportConfigPath    = "RegistryConfigPath"
+)
+
+// daemonVersion is a containerd release as major.minor (the patch level never changes which
+// evidence exists).
+type daemonVersion struct {
+	Raw          string
+	Major, Minor int
+}
+
+func (v daemonVersion) atLeast(major, minor int) bool {
+	return v.Major > major || (v.Major == major && v.Minor >= minor)
+}
+
+// parseDaemonVersion reads "v2.4.2", "1.7.35", "2.1.4+unknown", "1.7.28-0ubuntu1".
+func parseDaemonVersion(s string) (daemonVersion, error) {
+	t := strings.TrimPrefix(strings.TrimSpace(s), "v")
+	parts := strings.SplitN(t, ".", 3)
+	if len(parts) < 2 {
+		return daemonVersion{}, fmt.Errorf("containerd version %q: want MAJOR.MINOR[.PATCH]", s)
+	}
+	minorDigits := parts[1]
+	if i := strings.IndexFunc(minorDigits, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		minorDigits = minorDigits[:i]
+	}
+	major, err1 := parseDecimal(parts[0])
+	minor, err2 := parseDecimal(minorDigits)
+	if err1 != nil || err2 != nil || major > 1000 || minor > 1000 {
+		return daemonVersion{}, fmt.Errorf("containerd version %q: want MAJOR.MINOR[.PATCH]", s)
+	}
+	return daemonVersion{Raw: s, Major: int(major), Minor: int(minor)}, nil
+}
+
+// containerdClient talks to one containerd socket.
+type containerdClient struct {
+	conn *grpc.ClientConn
+}
+
+// dialContainerd prepares a client for the unix socket at path (no I/O until the first call).
+func dialContainerd(path string) (*containerdClient, error) {
+	conn, err := grpc.NewClient("unix://"+path,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("containerd socket %s: %w", path, err)
+	}
+	return &containerdClient{conn: conn}, nil
+}
+
+func (c *containerdClient) Close() error { return c.conn.Close() }
+
+// Version asks the version service.
+func (c *containerdClient) Version(ctx context.Context) (daemonVersion, error) {
+	resp, err := versionapi.NewVersionClient(c.conn).Version(ctx, &emptypb.Empty{})
+	if err != nil {
+		return daemonVersion{}, fmt.Errorf("containerd version: %w", err)
+	}
+	return parseDaemonVersion(resp.GetVersion())
+}
+
+// errNoExport reports a CRI images plugin that does not export RegistryConfigPath.
+var errNoExport = errors.New("the CRI images plugin exports no " + exportConfigPath)
+
+// RegistryConfigPath asks introspection for the CRI images plugin's RegistryConfigPath export.
+// An init error of the plugin is returned as an error: the CRI image service is then not
+// running at all.
+func (c *containerdClient) RegistryConfigPath(ctx context.Context) (string, error) {
+	resp, err := introspection.NewIntrospectionClient(c.conn).PluginInfo(ctx, &introspection.PluginInfoRequest{
+		Type: criImagesPluginType, ID: criImagesPluginID,
+	})
+	if err != nil {
+		return "", fmt.Errorf("introspection plugin %s.%s: %w", criImagesPluginType, criImagesPluginID, err)
+	}
+	p := resp.GetPlugin()
+	if ie := p.GetInitErr(); ie != nil && ie.GetCode() != int32(codes.OK) {
+		return "", fmt.Errorf("introspection plugin %s.%s failed to load: %s", criImagesPluginType, criImagesPluginID, ie.GetMessage())
+	}
+	v, ok := p.GetExports()[exportConfigPath]
+	if !ok {
+		return "", errNoExport
+	}
+	return v, nil
+}
+
+// CRIConfigPath asks CRI Status (verbose) for the loaded registry.configPath (containerd 1.x).
+// The second result is false when the CRI config carries no registry section.
+func (c *containerdClient) CRIConfigPath(ctx context.Context) (string, bool, error) {
+	resp, err := runtimeapi.NewRuntimeServiceClient(c.conn).Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		return "", false, fmt.Errorf("CRI status: %w", err)
+	}
+	raw, ok := resp.GetInfo()["config"]
+	if !ok {
+		return "", false, errors.New(`CRI status: verbose info has no "config"`)
+	}
+	var cfg struct {
+		Registry *struct {
+			ConfigPath string `json:"configPath"`
+		} `json:"registry"`
+	}
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		return "", false, fmt.Errorf("CRI status: config is not JSON: %w", err)
+	}
+	if cfg.Registry == nil {
+		return "", false, nil
+	}
+	return cfg.Registry.ConfigPath, true, nil
+}
+
+// unreachable reports errors that mean nobody answered on the socket.
+func unreachable(err error) bool {
+	s, ok := status.FromError(errors.Unwrap(err))
+	if !ok {
+		s, ok = status.FromError(err)
+	}
+	return ok && (s.Code() == codes.Unavailable || s.Code() == codes.DeadlineExceeded)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,313 @@
+package activation
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+	"go.podman.io/image/v5/pkg/sysregistriesv2"
+	"go.podman.io/image/v5/types"
+)
+
+// CRI-O evidence (DESIGN.md, CRI-O facts): our drop-in in registries.conf.d must be present,
+// valid, and not overridden by a later drop-in for the same prefix — judged on containers/image's
+// own merged view (sysregistriesv2) — and the running crio must have read it: it started after
+// the drop-in's last change, or auto_reload_registries was on at its start (then CRI-O watches
+// the directory). A SIGHUP is never evidence: the reload runs later and may reject the file.
+
+const remedyCRIO = "restart CRI-O, or enable auto_reload_registries in a crio.conf.d drop-in and restart it once"
+
+// dropIn is one registries.conf.d file.
+type dropIn struct {
+	path    string // host path
+	modTime time.Time
+	managed bool
+	// prefixes maps each [[registry]] prefix (location when no prefix) to its first mirror.
+	prefixes map[string]string
+}
+
+func (e *evaluator) readDropIns() ([]dropIn, error) {
+	dir := e.host(e.opts.RegistriesDir)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", e.opts.RegistriesDir, err)
+	}
+	var out []dropIn
+	for _, en := range entries {
+		if en.IsDir() || !strings.HasSuffix(en.Name(), ".conf") {
+			continue
+		}
+		p := filepath.Join(e.opts.RegistriesDir, en.Name())
+		st, err := os.Stat(e.host(p))
+		if err != nil {
+			return nil, fmt.Errorf("stat %s: %w", p, err)
+		}
+		b, err := os.ReadFile(e.host(p))
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", p, err)
+		}
+		d := dropIn{path: p, modTime: st.ModTime(), managed: bytes.HasPrefix(b, []byte(ManagedMarker)), prefixes: map[string]string{}}
+		var doc struct {
+			Registry []struct {
+				Prefix   string `toml:"prefix"`
+				Location string `toml:"location"`
+				Mirror   []struct {
+					Location string `toml:"location"`
+				} `toml:"mirror"`
+			} `toml:"registry"`
+		}
+		if err := toml.Unmarshal(b, &doc); err == nil {
+			for _, r := range doc.Registry {
+				key := r.Prefix
+				if key == "" {
+					key = r.Location
+				}
+				first := ""
+				if len(r.Mirror) > 0 {
+					first = r.Mirror[0].Location
+				}
+				d.prefixes[key] = first
+			}
+		}
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
+	return out, nil
+}
+
+// crio examines CRI-O.
+func (e *evaluator) crio(ctx context.Context) RuntimeReport {
+	const rt = RuntimeCRIO
+	rep := RuntimeReport{Runtime: rt}
+	procs, err := e.proc.FindByComm("crio")
+	if err != nil {
+		e.add(rt, "process", Unread, "%v", err)
+		rep.State, rep.Reason = Unknown, "cannot read the crio process: "+err.Error()
+		return rep
+	}
+	drops, err := e.readDropIns()
+	if err != nil {
+		e.add(rt, "drop-in", Unread, "%v", err)
+		rep.State, rep.Reason = Unknown, err.Error()
+		return rep
+	}
+	var ours []dropIn
+	for _, d := range drops {
+		if d.managed {
+			ours = append(ours, d)
+		}
+	}
+	_, confErr := os.Stat(e.host(e.opts.CRIOConfig))
+	_, dirErr := os.Stat(e.host(e.opts.CRIODropInDir))
+	crioInstalled := confErr == nil || dirErr == nil
+	if len(procs) == 0 {
+		if len(ours) == 0 && !crioInstalled {
+			rep.State, rep.Reason = NotApplicable, "no crio process and no CRI-O configuration"
+			e.add(rt, "process", Skipped, "no process named crio; no %s, no %s and no nodecache drop-in", e.opts.CRIOConfig, e.opts.CRIODropInDir)
+			return rep
+		}
+		e.add(rt, "process", Unread, "no process named crio under %s (a pod needs hostPID), but CRI-O configuration exists", e.opts.ProcRoot)
+		rep.State, rep.Reason = Unknown, "CRI-O configuration present but no crio process is visible"
+		return rep
+	}
+	if len(procs) > 1 {
+		e.add(rt, "process", Unread, "%d processes named crio", len(procs))
+		rep.State, rep.Reason = Unknown, fmt.Sprintf("%d crio processes: cannot tell which serves the kubelet", len(procs))
+		return rep
+	}
+	p := procs[0]
+	start := p.Start
+	rep.PID, rep.ProcessStart = p.PID, &start
+	e.add(rt, "process", Pass, "pid %d; started %s", p.PID, fmtTime(start))
+
+	if len(ours) == 0 {
+		e.add(rt, "drop-in", Fail, "no drop-in written by nodecache in %s", e.opts.RegistriesDir)
+		rep.State, rep.Reason, rep.Remedy = NotActive, "no nodecache drop-in in "+e.opts.RegistriesDir, "run nodecache gen crio (the agent does this at start)"
+		return rep
+	}
+	// Valid, merged: containers/image's own reading of registries.conf + registries.conf.d.
+	sys := &types.SystemContext{
+		SystemRegistriesConfPath:    e.host(e.opts.RegistriesConf),
+		SystemRegistriesConfDirPath: e.host(e.opts.RegistriesDir),
+	}
+	if _, err := os.Stat(sys.SystemRegistriesConfPath); errors.Is(err, fs.ErrNotExist) {
+		// containers/image reads a missing default registries.conf as empty, but refuses a
+		// missing custom path; an empty file says the same.
+		sys.SystemRegistriesConfPath = os.DevNull
+	}
+	if _, err := sysregistriesv2.TryUpdatingCache(sys); err != nil {
+		e.add(rt, "drop-in", Fail, "containers/image refuses the registries configuration: %v", err)
+		rep.State, rep.Reason = NotActive, "the registries configuration does not load: "+err.Error()
+		rep.Remedy = "fix or remove the file named in the error (CRI-O rejects the whole configuration on reload)"
+		return rep
+	}
+	var (
+		newest  dropIn
+		bad     []string
+		checked []string
+	)
+	want := map[string]bool{}
+	for _, u := range e.opts.Upstreams {
+		want[u] = true
+	}
+	for _, d := range ours {
+		if d.modTime.After(newest.modTime) {
+			newest = d
+		}
+		for prefix, ourMirror := range d.prefixes {
+			if len(want) > 0 && !want[prefix] {
+				continue
+			}
+			checked = append(checked, prefix)
+			reg, err := sysregistriesv2.FindRegistry(sys, prefix+"/nodecache-canary/probe")
+			if err != nil || reg == nil {
+				e.add(rt, "registry "+prefix, Fail, "containers/image finds no [[registry]] for %s", prefix)
+				bad = append(bad, prefix)
+				continue
+			}
+			first := ""
+			if len(reg.Mirrors) > 0 {
+				first = reg.Mirrors[0].Location
+			}
+			switch {
+			case first != ourMirror || reg.Prefix != prefix:
+				by := e.overrider(drops, d, prefix)
+				e.add(rt, "registry "+prefix, Fail, "%s is overridden%s: the merged view tries %q first, not %q", d.path, by, first, ourMirror)
+				bad = append(bad, prefix)
+			case e.opts.Mirror != nil && !strings.EqualFold(strings.SplitN(first, "/", 2)[0], e.opts.Mirror.Host):
+				e.add(rt, "registry "+prefix, Fail, "%s: first mirror %q is not %s", d.path, first, e.opts.Mirror.Host)
+				bad = append(bad, prefix)
+			case reg.Blocked:
+				e.add(rt, "registry "+prefix, Fail, "%s is blocked in the merged view", prefix)
+				bad = append(bad, prefix)
+			default:
+				note := ""
+				if reg.MirrorByDigestOnly || reg.Mirrors[0].PullFromMirror == "digest-only" {
+					note = " (digest pulls only: tags go upstream)"
+				}
+				e.add(rt, "registry "+prefix, Pass, "%s: containers/image tries %s first%s", d.path, first, note)
+				if rep.Mirror == "" {
+					rep.Mirror = first
+				}
+			}
+		}
+	}
+	for u := range want {
+		found := false
+		for _, c := range checked {
+			found = found || c == u
+		}
+		if !found {
+			e.add(rt, "registry "+u, Fail, "no nodecache drop-in configures %s", u)
+			bad = append(bad, u)
+		}
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		rep.State = NotActive
+		rep.Reason = fmt.Sprintf("registries that do not go through the mirror: %s", strings.Join(bad, ", "))
+		rep.Remedy = "run nodecache gen crio and remove or rename the overriding drop-ins"
+		return rep
+	}
+
+	// Has the running crio read it?
+	if startedAfter(start, newest.modTime) {
+		rep.State, rep.Evidence = Active, "start-time"
+		e.add(rt, "loaded", Pass, "crio started %s, after %s last changed (%s)", fmtTime(start), newest.path, fmtTime(newest.modTime))
+		rep.Reason = "crio started after the nodecache drop-in was written, and containers/image's merged view puts the mirror first"
+		return rep
+	}
+	on, from, err := e.autoReloadAtStart(start)
+	if err != nil {
+		e.add(rt, "loaded", Unread, "%v", err)
+		rep.State, rep.Reason = Unknown, err.Error()
+		return rep
+	}
+	if on {
+		rep.State, rep.Evidence = Active, "live"
+		e.add(rt, "loaded", Pass, "%s changed after crio started, but auto_reload_registries was on at its start (%s): CRI-O re-reads registries.conf.d", newest.path, from)
+		rep.Reason = "auto_reload_registries was on when crio started, and containers/image's merged view puts the mirror first"
+		return rep
+	}
+	why := fmt.Sprintf("crio started %s, not after %s last changed (%s; equal seconds count as before), and auto_reload_registries was off at its start", fmtTime(start), newest.path, fmtTime(newest.modTime))
+	e.add(rt, "loaded", Fail, "%s (a SIGHUP is not evidence: the reload may have rejected the file)", why)
+	rep.State, rep.Reason, rep.Remedy = NotActive, why, remedyCRIO
+	rep.Pending, rep.startTimeOnly = true, true
+	return rep
+}
+
+// overrider names the later drop-in that redefines prefix, if one does.
+func (e *evaluator) overrider(drops []dropIn, ours dropIn, prefix string) string {
+	by := ""
+	for _, d := range drops {
+		if d.path > ours.path {
+			if _, ok := d.prefixes[prefix]; ok {
+				by = " by " + d.path
+			}
+		}
+	}
+	return by
+}
+
+// autoReloadAtStart reads crio.conf and crio.conf.d/*.conf as present when crio started (files
+// changed at or after its start second do not count) and returns the effective
+// [crio.image] auto_reload_registries and the file that set it.
+func (e *evaluator) autoReloadAtStart(start time.Time) (bool, string, error) {
+	files := []string{e.opts.CRIOConfig}
+	entries, err := os.ReadDir(e.host(e.opts.CRIODropInDir))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return false, "", fmt.Errorf("list %s: %w", e.opts.CRIODropInDir, err)
+	}
+	var names []string
+	for _, en := range entries {
+		if !en.IsDir() && strings.HasSuffix(en.Name(), ".conf") {
+			names = append(names, en.Name())
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		files = append(files, filepath.Join(e.opts.CRIODropInDir, n))
+	}
+	on, from := false, ""
+	for _, f := range files {
+		st, err := os.Stat(e.host(f))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return false, "", fmt.Errorf("stat %s: %w", f, err)
+		}
+		if !startedAfter(start, st.ModTime()) {
+			continue // not (certainly) there when crio started
+		}
+		b, err := os.ReadFile(e.host(f))
+		if err != nil {
+			return false, "", fmt.Errorf("read %s: %w", f, err)
+		}
+		var doc struct {
+			Crio struct {
+				Image struct {
+					AutoReload *bool `toml:"auto_reload_registries"`
+				} `toml:"image"`
+			} `toml:"crio"`
+		}
+		if err := toml.Unmarshal(b, &doc); err != nil {
+			return false, "", fmt.Errorf("parse %s: %w", f, err)
+		}
+		if v := doc.Crio.Image.AutoReload; v != nil {
+			on, from = *v, f
+		}
+	}
+	return on, from, nil
+}

@@ -1,0 +1,578 @@
+package activation
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+const (
+	t0        = testBtime + 1000 // a moment well after boot
+	sock      = "/run/containerd/containerd.sock"
+	cfgFile   = "/etc/containerd/config.toml"
+	certsDir  = "/etc/containerd/certs.d"
+	mirrorURL = "http://127.0.0.1:5000"
+)
+
+func v3Config(configPath string, extra string) string {
+	return fmt.Sprintf("version = 3\n%s\n[plugins.\"io.containerd.cri.v1.images\".registry]\n  config_path = %q\n", extra, configPath)
+}
+
+func v2Config(configPath string) string {
+	return fmt.Sprintf("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = %q\n", configPath)
+}
+
+// withHosts writes nodecache's hosts.toml for docker.io and ghcr.io under dir at second sec.
+func (n *testNode) withHosts(dir string, sec int64) {
+	n.file(dir+"/docker.io/hosts.toml", fmt.Sprintf(hostsTOMLFmt, "https://registry-1.docker.io", mirrorURL), sec)
+	n.file(dir+"/ghcr.io/hosts.toml", fmt.Sprintf(hostsTOMLFmt, "https://ghcr.io", mirrorURL), sec)
+}
+
+func check(r *Report, runtime, name string) (Check, bool) {
+	for _, c := range r.Checks {
+		if c.Runtime == runtime && c.Name == name {
+			return c, true
+		}
+	}
+	return Check{}, false
+}
+
+func dump(r *Report) string {
+	var b bytes.Buffer
+	_ = r.WriteText(&b)
+	return b.String()
+}
+
+func want(t *testing.T, r *Report, state State, exit int, reasonHas string) {
+	t.Helper()
+	if r.State != state || r.ExitCode() != exit {
+		t.Fatalf("state %s (exit %d), want %s (exit %d)\n%s", r.State, r.ExitCode(), state, exit, dump(r))
+	}
+	if reasonHas != "" && !strings.Contains(r.Reason, reasonHas) {
+		t.Fatalf("reason %q does not mention %q\n%s", r.Reason, reasonHas, dump(r))
+	}
+	// The JSON output carries the same answer.
+	var b bytes.Buffer
+	if err := r.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		State  State `json:"state"`
+		Checks []Check
+	}
+	if err := json.Unmarshal(b.Bytes(), &doc); err != nil || doc.State != state || len(doc.Checks) != len(r.Checks) {
+		t.Fatalf("JSON round trip: %v, state %s, %d checks\n%s", err, doc.State, len(doc.Checks), b.String())
+	}
+}
+
+// containerd 2.0–2.3 export nothing about their registry configuration: the start time decides.
+func TestContainerdStartTimeRule(t *testing.T) {
+	t.Parallel()
+	n := newTestNode(t)
+	n.serveContainerd(sock, &fakeContainerd{version: "v2.3.1"})
+	n.containerdProc(1000, t0, sock)
+	// The agent pod (re)created after containerd started writes config and hosts.
+	n.file(cfgFile, v3Config(certsDir, ""), t0+100)
+	n.withHosts(certsDir, t0+100)
+	o := n.opts()
+	o.Runtime = RuntimeContainerd
+
+	r := n.evaluate(o)
+	want(t, r, NotActive, 1, "has not loaded")
+	if rt, _ := r.Runtime(RuntimeContainerd); rt.Remedy == "" || !strings.Contains(rt.Remedy, "restart containerd") || !rt.Pending {
+		t.Fatalf("remedy %q pending %v", rt.Remedy, rt.Pending)
+	}
+
+	// containerd restarted later: same options, no agent restart, the new process is found.
+	if err := os.RemoveAll(filepath.Join(n.Proc.Root, "1000")); err != nil {
+		t.Fatal(err)
+	}
+	n.containerdProc(1200, t0+200, sock)
+	r = n.evaluate(o)
+	want(t, r, Active, 0, "started after its configuration last changed")
+	if rt, _ := r.Runtime(RuntimeContainerd); rt.PID != 1200 || rt.Evidence != "start-time" || *rt.LoadedConfigPath != certsDir {
+		t.Fatalf("runtime report %+v", rt)
+	}
+
+	// config.toml rewritten after that restart: not active again (it might say anything now).
+	n.file(cfgFile, v3Config(certsDir, "# edited"), t0+300)
+	want(t, n.evaluate(o), NotActive, 1, "")
+
+	// An import changed after the restart counts too.
+	n.file(cfgFile, v3Config(certsDir, `imports = ["/etc/containerd/conf.d/*.toml"]`), t0+100)
+	n.file("/etc/containerd/conf.d/10-x.toml", "version = 3\n", t0+400)
+	r = n.evaluate(o)
+	want(t, r, NotActive, 1, "")
+	if c, _ := check(r, RuntimeContainerd, "start-time"); !strings.Contains(c.Reason, "10-x.toml") {
+		t.Fatalf("start-time row does not name the import: %+v", c)
+	}
+}
+
+func TestContainerdStartEqualsMtime(t *testing.T) {
+	t.Parallel()
+	for _, ticks := range []uint64{ticksAt(t0 + 100), ticksAt(t0+100) + testHz/2} {
+		n := newTestNode(t)
+		n.serveContainerd(sock, &fakeContainerd{version: "2.2.0"})
+		n.Proc.addProcess(1000, "containerd", ticks, "/usr/bin/containerd")
+		n.Proc.listen(1000, sock, 8000)
+		n.file(cfgFile, v3Config(certsDir, ""), t0+100)
+		n.withHosts(certsDir, t0)
+		want(t, n.evaluate(n.opts()), NotActive, 1, "equal seconds")
+	}
+}
+
+func TestContainerdIntrospection(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		loaded    string
+		onDisk    string
+		cfgSec    int64
+		state     State
+		pending   bool
+		reasonHas string
+		checkName string
+		checkHas  string
+	}{
+		{name: "single directory", loaded: certsDir, onDisk: certsDir, cfgSec: t0 - 50, state: Active, reasonHas: "introspection"},
+		{name: "touched after start: still active, pending", loaded: certsDir, onDisk: certsDir, cfgSec: t0 + 50, state: Active, pending: true, checkName: "pending", checkHas: "pending until containerd restarts"},
+		{name: "on-disk differs from loaded", loaded: certsDir, onDisk: "/etc/other.d", cfgSec: t0 - 50, state: Active, pending: true, checkName: "pending", checkHas: `"/etc/other.d"`},
+		{name: "list in transfer mode", loaded: certsDir + ":/etc/docker/certs.d", onDisk: certsDir + ":/etc/docker/certs.d", cfgSec: t0 - 50, state: NotActive, reasonHas: "is a list"},
+		{name: "default list (no config_path)", loaded: defaultV2ConfigPath, onDisk: "", cfgSec: t0 - 50, state: NotActive, reasonHas: "is a list"},
+		{name: "loaded from before gen", loaded: defaultV2ConfigPath, onDisk: certsDir, cfgSec: t0 + 50, state: NotActive, pending: true, reasonHas: "is a list"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			n := newTestNode(t)
+			n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: tt.loaded, "DiscardUnpackedLayers": "false"}})
+			n.containerdProc(1000, t0, sock)
+			n.file(cfgFile, v3Config(tt.onDisk, ""), tt.cfgSec)
+			n.withHosts(certsDir, t0+500) // hosts.toml changes need no restart
+			r := n.evaluate(n.opts())
+			want(t, r, tt.state, tt.state.ExitCode(), tt.reasonHas)
+			rt, _ := r.Runtime(RuntimeContainerd)
+			if rt.Pending != tt.pending {
+				t.Fatalf("pending = %v, want %v\n%s", rt.Pending, tt.pending, dump(r))
+			}
+			if tt.pending && len(r.Warnings) == 0 {
+				t.Fatalf("pending without a warning\n%s", dump(r))
+			}
+			if tt.checkName != "" {
+				c, ok := check(r, RuntimeContainerd, tt.checkName)
+				if !ok || !strings.Contains(c.Reason, tt.checkHas) {
+					t.Fatalf("row %s = %+v, want %q\n%s", tt.checkName, c, tt.checkHas, dump(r))
+				}
+			}
+		})
+	}
+}
+
+// containerd ≥ 2.1 with local pull forced reads a ":" list in order (the EKS shape).
+func TestContainerdListWithLocalPull(t *testing.T) {
+	t.Parallel()
+	n := newTestNode(t)
+	list := certsDir + ":/etc/docker/certs.d"
+	n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: list}})
+	n.containerdProc(1000, t0, sock)
+	n.file(cfgFile, v3Config(list, "[plugins.\"io.containerd.cri.v1.images\"]\n  discard_unpacked_layers = true\n"), t0-50)
+	n.withHosts(certsDir, t0-50)
+	r := n.evaluate(n.opts())
+	want(t, r, Active, 0, "")
+	if c, _ := check(r, RuntimeContainerd, "config_path"); !strings.Contains(c.Reason, "discard_unpacked_layers = true") {
+		t.Fatalf("config_path row %+v", c)
+	}
+}
+
+func TestContainerdCRIStatus(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		loaded  string
+		cfgSec  int64
+		state   State
+		pending bool
+	}{
+		{"config_path loaded", certsDir, t0 - 10, Active, false},
+		{"touched after start", certsDir, t0 + 10, Active, true},
+		{"no config_path loaded", "", t0 - 10, NotActive, true},
+		{"list is fine on 1.x", certsDir + ":/etc/docker/certs.d", t0 - 10, Active, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			n := newTestNode(t)
+			n.serveContainerd(sock, &fakeContainerd{version: "1.7.35", criConfig: criStatusConfig(tt.loaded)})
+			n.containerdProc(1000, t0, sock)
+			n.file(cfgFile, v2Config(certsDir), tt.cfgSec)
+			n.withHosts(certsDir, t0)
+			r := n.evaluate(n.opts())
+			want(t, r, tt.state, tt.state.ExitCode(), "")
+			rt, _ := r.Runtime(RuntimeContainerd)
+			if rt.Pending != tt.pending || (tt.state == Active && rt.Evidence != "cri-status") {
+				t.Fatalf("runtime %+v\n%s", rt, dump(r))
+			}
+		})
+	}
+}
+
+// Talos runs two containerd daemons; the one serving --containerd-socket is examined.
+func TestTwoContainerdProcesses(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name     string
+		criStart int64
+		state    State
+	}{
+		{"CRI daemon started before the config", t0, NotActive},
+		{"CRI daemon started after the config", t0 + 200, Active},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			n := newTestNode(t)
+			n.serveContainerd(sock, &fakeContainerd{version: "v2.3.0"})
+			n.containerdProc(77, t0+500, "/system/run/containerd/containerd.sock", "--address", "/system/run/containerd/containerd.sock")
+			n.containerdProc(900, tt.criStart, sock, "--config", cfgFile)
+			n.Proc.seeSocket(77, sock, 7900)
+			n.file(cfgFile, v3Config(certsDir, ""), t0+100)
+			n.withHosts(certsDir, t0+100)
+			r := n.evaluate(n.opts())
+			want(t, r, tt.state, tt.state.ExitCode(), "")
+			if rt, _ := r.Runtime(RuntimeContainerd); rt.PID != 900 {
+				t.Fatalf("examined pid %d, want 900\n%s", rt.PID, dump(r))
+			}
+		})
+	}
+	t.Run("no process serves the socket", func(t *testing.T) {
+		t.Parallel()
+		n := newTestNode(t)
+		n.containerdProc(77, t0, "/system/run/containerd/containerd.sock")
+		n.containerdProc(78, t0, "/run/other.sock")
+		n.file(cfgFile, v3Config(certsDir, ""), t0-100)
+		want(t, n.evaluate(n.opts()), Unknown, 3, "serves "+sock)
+	})
+}
+
+func TestContainerdUnreadableEvidence(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		break_ func(n *testNode)
+		has    string
+	}{
+		{"unreadable stat", func(n *testNode) {
+			f := filepath.Join(n.Proc.Root, "1000", "stat")
+			_ = os.Remove(f)
+			_ = os.Mkdir(f, 0o755)
+		}, "read process start"},
+		{"non-digit start time", func(n *testNode) {
+			n.Proc.write("1000/stat", strings.Replace(statLine(1000, "containerd", ticksAt(t0)), fmt.Sprint(ticksAt(t0)), "12abc", 1))
+		}, "starttime"},
+		{"comm with spaces and parenthesis elsewhere", func(n *testNode) {
+			n.Proc.addProcess(1001, "a) b (c", 5)
+			n.Proc.write("1000/stat", strings.Replace(statLine(1000, "containerd", ticksAt(t0)), "(containerd)", "(containerd) x)", 1))
+		}, "stat says"},
+		{"missing CLK_TCK", func(n *testNode) { n.Proc.writeBytes("self/auxv", EncodeAuxv([2]uint64{6, 4096})) }, "AT_CLKTCK"},
+		{"zero CLK_TCK", func(n *testNode) { n.Proc.writeBytes("self/auxv", EncodeAuxv([2]uint64{atClkTck, 0})) }, "AT_CLKTCK"},
+		{"config does not parse", func(n *testNode) { n.file(cfgFile, "version = = 3", t0-10) }, "parse containerd config"},
+		{"missing import", func(n *testNode) {
+			n.file(cfgFile, v3Config(certsDir, `imports = ["/etc/containerd/missing.toml"]`), t0-10)
+		}, "missing.toml"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			n := newTestNode(t)
+			n.serveContainerd(sock, &fakeContainerd{version: "v2.3.0"})
+			n.containerdProc(1000, t0, sock)
+			n.file(cfgFile, v3Config(certsDir, ""), t0-10)
+			n.withHosts(certsDir, t0-10)
+			tt.break_(n)
+			r := n.evaluate(n.opts())
+			want(t, r, Unknown, 3, "")
+			found := false
+			for _, c := range r.Checks {
+				found = found || (c.Result == Unread && strings.Contains(c.Reason, tt.has))
+			}
+			if !found {
+				t.Fatalf("no unknown row mentioning %q\n%s", tt.has, dump(r))
+			}
+		})
+	}
+}
+
+func TestNotApplicable(t *testing.T) {
+	t.Parallel()
+	n := newTestNode(t)
+	n.Proc.addProcess(5, "kubelet", 10)
+	for _, rt := range []string{RuntimeAuto, RuntimeContainerd, RuntimeCRIO} {
+		o := n.opts()
+		o.Runtime = rt
+		want(t, n.evaluate(o), NotApplicable, 3, "")
+	}
+	// A config without a daemon cannot be judged.
+	n.file(cfgFile, v3Config(certsDir, ""), t0)
+	o := n.opts()
+	o.Runtime = RuntimeContainerd
+	want(t, n.evaluate(o), Unknown, 3, "no containerd process is visible")
+}
+
+// Without an API answer, the start time still proves what was loaded when it is after every
+// change; when it is not, nothing can be told.
+func TestContainerdSocketSilent(t *testing.T) {
+	t.Parallel()
+	n := newTestNode(t)
+	n.containerdProc(1000, t0, sock)
+	n.file(cfgFile, v3Config(certsDir, ""), t0-10)
+	n.withHosts(certsDir, t0-10)
+	want(t, n.evaluate(n.opts()), Active, 0, "")
+	n.touch(cfgFile, t0+10)
+	want(t, n.evaluate(n.opts()), Unknown, 3, "did not answer")
+}
+
+func TestContainerdHosts(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		setup     func(n *testNode)
+		upstreams []string
+		mirror    string
+		state     State
+		has       string
+	}{
+		{name: "all managed hosts point at the mirror", setup: func(n *testNode) { n.withHosts(certsDir, t0) }, state: Active},
+		{name: "mirror matches --mirror", setup: func(n *testNode) { n.withHosts(certsDir, t0) }, mirror: mirrorURL, state: Active},
+		{name: "another mirror", setup: func(n *testNode) { n.withHosts(certsDir, t0) }, mirror: "http://127.0.0.1:5001", state: NotActive, has: "(docker.io, ghcr.io)"},
+		{name: "upstream without hosts.toml", setup: func(n *testNode) { n.withHosts(certsDir, t0) }, upstreams: []string{"docker.io", "quay.io"}, state: NotActive, has: "quay.io"},
+		{name: "no nodecache files", setup: func(n *testNode) {}, state: NotActive, has: "no hosts.toml written by nodecache"},
+		{name: "hosts.toml that does not parse", setup: func(n *testNode) {
+			n.withHosts(certsDir, t0)
+			n.file(certsDir+"/ghcr.io/hosts.toml", "# managed by nodecache\n[host.\"http://127.0.0.1:5000\"\n", t0)
+		}, state: NotActive, has: "ghcr.io"},
+		{name: "port form directory", setup: func(n *testNode) {
+			n.file(certsDir+"/registry.local_5000_/hosts.toml", fmt.Sprintf(hostsTOMLFmt, "https://registry.local:5000", mirrorURL), t0)
+		}, upstreams: []string{"registry.local:5000"}, state: Active},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			n := newTestNode(t)
+			n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}})
+			n.containerdProc(1000, t0, sock)
+			n.file(cfgFile, v3Config(certsDir, ""), t0-10)
+			tt.setup(n)
+			o := n.opts()
+			o.Upstreams = tt.upstreams
+			if tt.mirror != "" {
+				u, err := ParseMirrorURL(tt.mirror)
+				if err != nil {
+					t.Fatal(err)
+				}
+				o.Mirror = u
+				o.NodeAddrs = func() ([]netip.Addr, error) { return nil, nil }
+				o.HTTPClient = &http.Client{Transport: refuse{}}
+			}
+			want(t, n.evaluate(o), tt.state, tt.state.ExitCode(), tt.has)
+		})
+	}
+}
+
+// refuse is a transport for tests whose mirror is not running.
+type refuse struct{}
+
+func (refuse) RoundTrip(*http.Request) (*http.Response, error) {
+	return nil, fmt.Errorf("connection refused (test)")
+}
+
+func TestTalos(t *testing.T) {
+	t.Parallel()
+	n := newTestNode(t)
+	n.file("/etc/os-release", "NAME=\"Talos\"\nID=talos\nVERSION_ID=v1.13.8\n", t0)
+	// Talos runs its own containerds; whatever they are, the hosts files decide.
+	n.containerdProc(77, t0, "/system/run/containerd/containerd.sock")
+	r := n.evaluate(n.opts())
+	want(t, r, NotActive, 1, "no registry mirror configured")
+	n.file(DefaultTalosHostsDir+"/docker.io/hosts.toml", "server = \"https://registry-1.docker.io\"\n\n[host.\"http://127.0.0.1:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n", t0+50)
+	o := n.opts()
+	o.Mirror, _ = ParseMirrorURL(mirrorURL)
+	o.HTTPClient = &http.Client{Transport: refuse{}}
+	r = n.evaluate(o)
+	want(t, r, Active, 0, "")
+	if _, ok := r.Runtime(RuntimeContainerd); ok {
+		t.Fatalf("containerd examined on Talos\n%s", dump(r))
+	}
+	o.Upstreams = []string{"docker.io", "ghcr.io"}
+	want(t, n.evaluate(o), NotActive, 1, "ghcr.io")
+}
+
+const crioDropIn = `# managed by nodecache
+[[registry]]
+prefix = "docker.io"
+location = "docker.io"
+
+[[registry.mirror]]
+location = "127.0.0.1:5000/docker.io"
+insecure = true
+
+[[registry]]
+prefix = "ghcr.io"
+location = "ghcr.io"
+
+[[registry.mirror]]
+location = "127.0.0.1:5000/ghcr.io"
+insecure = true
+`
+
+func (n *testNode) crio(pid int, sec int64) {
+	n.Proc.addProcess(pid, "crio", ticksAt(sec), "/usr/bin/crio")
+	n.file(DefaultCRIOConfig, "[crio.image]\n", testBtime)
+}
+
+func TestCRIO(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		setup func(n *testNode)
+		state State
+		has   string
+	}{
+		{"started after the drop-in", func(n *testNode) {
+			n.crio(300, t0+200)
+			n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, t0+100)
+		}, Active, "crio started after"},
+		{"drop-in written after start", func(n *testNode) {
+			n.crio(300, t0)
+			n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, t0+100)
+		}, NotActive, "auto_reload_registries was off"},
+		{"start equals drop-in mtime", func(n *testNode) {
+			n.crio(300, t0+100)
+			n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, t0+100)
+		}, NotActive, "equal seconds"},
+		{"auto reload on at start", func(n *testNode) {
+			n.crio(300, t0)
+			n.file(DefaultCRIODropInDir+"/10-reload.conf", "[crio.image]\nauto_reload_registries = true\n", t0-100)
+			n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, t0+100)
+		}, Active, "auto_reload_registries was on"},
+		{"auto reload enabled only after start", func(n *testNode) {
+			n.crio(300, t0)
+			n.file(DefaultCRIODropInDir+"/10-reload.conf", "[crio.image]\nauto_reload_registries = true\n", t0+50)
+			n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, t0+100)
+		}, NotActive, ""},
+		{"auto reload turned off by a later drop-in", func(n *testNode) {
+			n.crio(300, t0)
+			n.file(DefaultCRIODropInDir+"/10-reload.conf", "[crio.image]\nauto_reload_registries = true\n", t0-100)
+			n.file(DefaultCRIODropInDir+"/20-off.conf", "[crio.image]\nauto_reload_registries = false\n", t0-100)
+			n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, t0+100)
+		}, NotActive, ""},
+		{"overridden by a later drop-in", func(n *testNode) {
+			n.crio(300, t0+200)
+			n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, t0+100)
+			n.file(DefaultRegistriesDir+"/99-site.conf", "[[registry]]\nprefix = \"ghcr.io\"\nlocation = \"ghcr.io\"\n", t0+100)
+		}, NotActive, "ghcr.io"},
+		{"invalid drop-in", func(n *testNode) {
+			n.crio(300, t0+200)
+			n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn+"\n[[registry]]\nprefix = \"x/\"\nlocation = \"\"\n", t0+100)
+		}, NotActive, "does not load"},
+		{"no drop-in", func(n *testNode) { n.crio(300, t0) }, NotActive, "no nodecache drop-in"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			n := newTestNode(t)
+			tt.setup(n)
+			r := n.evaluate(n.opts()) // auto: containerd is not applicable, CRI-O decides
+			want(t, r, tt.state, tt.state.ExitCode(), tt.has)
+			if rt, _ := r.Runtime(RuntimeContainerd); rt.State != NotApplicable {
+				t.Fatalf("containerd %+v", rt)
+			}
+		})
+	}
+}
+
+func TestBothRuntimes(t *testing.T) {
+	t.Parallel()
+	setup := func(t *testing.T, containerdStart int64) *testNode {
+		n := newTestNode(t)
+		n.serveContainerd(sock, &fakeContainerd{version: "v2.3.0"})
+		n.containerdProc(1000, containerdStart, sock)
+		n.file(cfgFile, v3Config(certsDir, ""), t0+100)
+		n.withHosts(certsDir, t0+100)
+		n.crio(300, t0+200)
+		n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, t0+100)
+		return n
+	}
+	n := setup(t, t0+200)
+	want(t, n.evaluate(n.opts()), Active, 0, "")
+	n = setup(t, t0)
+	r := n.evaluate(n.opts())
+	want(t, r, NotActive, 1, "containerd")
+	if rt, _ := r.Runtime(RuntimeCRIO); rt.State != Active {
+		t.Fatalf("crio %+v", rt)
+	}
+	o := n.opts()
+	o.Runtime = RuntimeCRIO
+	want(t, n.evaluate(o), Active, 0, "")
+}
+
+// The mirror's client evidence proves what the start-time rule cannot: a 2.3 containerd whose
+// config was touched after start, but which pulled through the mirror since.
+func TestTrafficEvidence(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	ups, err := mirror.ParseUpstreams([]string{"registry.test=" + up.URL.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mirror.New(t.Context(), mirror.Options{Upstreams: ups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	srv := httptest.NewServer(m)
+	t.Cleanup(srv.Close)
+
+	n := newTestNode(t)
+	n.serveContainerd(sock, &fakeContainerd{version: "v2.3.0"})
+	// Started (in real time) a minute ago; config touched after.
+	now := time.Now().Unix()
+	n.containerdProc(1000, now-60, sock)
+	n.file(cfgFile, v3Config(certsDir, ""), now-30)
+	n.withHosts(certsDir, now-30)
+	o := n.opts()
+	o.Mirror, _ = ParseMirrorURL(srv.URL)
+	o.Runtime = RuntimeContainerd
+
+	r := n.evaluate(o)
+	want(t, r, NotActive, 1, "")
+	if c, _ := check(r, RuntimeContainerd, "traffic"); c.Result != Info {
+		t.Fatalf("traffic row %+v", c)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/v2/", nil)
+	req.Header.Set("User-Agent", "containerd/v2.3.0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	r = n.evaluate(o)
+	want(t, r, Active, 0, "the mirror saw containerd pulls")
+	if len(r.Warnings) == 0 {
+		t.Fatalf("no warning about the overturned evidence\n%s", dump(r))
+	}
+	// A CRI-O node: containerd traffic proves nothing about crio.
+	o.Runtime = RuntimeCRIO
+	n.crio(300, now-60)
+	n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, now-30)
+	want(t, n.evaluate(o), NotActive, 1, "")
+}
