@@ -1,0 +1,190 @@
+package bootstrap
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/rs/zerolog"
+)
+
+// Applier performs planned changes under a host root.
+type Applier struct {
+	// Root is the --host-root prefix every host path is joined to. Empty means "/".
+	Root string
+	// Logger receives one line per file written, removed or restored. Default: disabled
+	// (the zero Logger writes nothing).
+	Logger zerolog.Logger
+}
+
+// HostPath joins a host path to the root.
+func (a Applier) HostPath(p string) string {
+	root := a.Root
+	if root == "" {
+		root = "/"
+	}
+	return filepath.Join(root, FSName(p))
+}
+
+// Apply checks that every file still holds the bytes the plan saw (refusing with an error that
+// wraps ErrStale and writing nothing otherwise), then performs the changes in order. Writes are
+// atomic (temp file in the same directory, fsync, rename, fsync of the directory); an update of a
+// user's file first saves its original at Change.Backup unless that backup already exists.
+// Unchanged entries are skipped. An error part way names the file it failed on; the changes
+// before it stay applied.
+func (a Applier) Apply(ctx context.Context, changes []Change) error {
+	for _, c := range changes {
+		if err := a.check(c); err != nil {
+			return err
+		}
+	}
+	for _, c := range changes {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("apply %s: %w", c.Path, err)
+		}
+		if err := a.apply(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ErrStale means a file changed between planning and applying.
+var ErrStale = errors.New("file changed since it was read; run again")
+
+func (a Applier) check(c Change) error {
+	if !c.Changed() {
+		return nil
+	}
+	cur, err := os.ReadFile(a.HostPath(c.Path))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if c.Old != nil {
+			return fmt.Errorf("apply %s: %w", c.Path, ErrStale)
+		}
+	case err != nil:
+		return fmt.Errorf("apply %s: read: %w", c.Path, err)
+	case c.Old == nil || !bytes.Equal(cur, c.Old):
+		return fmt.Errorf("apply %s: %w", c.Path, ErrStale)
+	}
+	if c.Action == ActionRestore {
+		if _, err := os.Stat(a.HostPath(c.Backup)); err != nil {
+			return fmt.Errorf("apply %s: backup %s: %w", c.Path, c.Backup, err)
+		}
+	}
+	return nil
+}
+
+func (a Applier) apply(c Change) error {
+	target := a.HostPath(c.Path)
+	switch c.Action {
+	case ActionUnchanged:
+		return nil
+	case ActionCreate, ActionUpdate:
+		mode, uid, gid := c.Mode, -1, -1
+		if fi, err := os.Stat(target); err == nil {
+			mode = fi.Mode().Perm()
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				uid, gid = int(st.Uid), int(st.Gid)
+			}
+		}
+		if mode == 0 {
+			mode = 0o644
+		}
+		if c.Backup != "" && c.Old != nil {
+			bak := a.HostPath(c.Backup)
+			if _, err := os.Lstat(bak); errors.Is(err, fs.ErrNotExist) {
+				if err := WriteFileAtomic(bak, c.Old, mode, uid, gid); err != nil {
+					return fmt.Errorf("back up %s to %s: %w", c.Path, c.Backup, err)
+				}
+				a.Logger.Info().Str("file", c.Backup).Msg("backup written")
+			} else if err != nil {
+				return fmt.Errorf("back up %s: %w", c.Path, err)
+			}
+		}
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return fmt.Errorf("create directory for %s: %w", c.Path, err)
+		}
+		if err := WriteFileAtomic(target, c.New, mode, uid, gid); err != nil {
+			return fmt.Errorf("write %s: %w", c.Path, err)
+		}
+		a.Logger.Info().Str("file", c.Path).Str("action", string(c.Action)).Msg("file written")
+	case ActionRemove:
+		if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", c.Path, err)
+		}
+		if c.PruneDir {
+			// Only an empty directory goes; anything else in it (a user's certificates) stays.
+			_ = os.Remove(filepath.Dir(target))
+		}
+		a.Logger.Info().Str("file", c.Path).Msg("file removed")
+	case ActionRestore:
+		if err := os.Rename(a.HostPath(c.Backup), target); err != nil {
+			return fmt.Errorf("restore %s from %s: %w", c.Path, c.Backup, err)
+		}
+		if err := syncDir(filepath.Dir(target)); err != nil {
+			return fmt.Errorf("restore %s: %w", c.Path, err)
+		}
+		a.Logger.Info().Str("file", c.Path).Str("backup", c.Backup).Msg("file restored from backup")
+	default:
+		return fmt.Errorf("apply %s: unknown action %q", c.Path, c.Action)
+	}
+	return nil
+}
+
+// WriteFileAtomic replaces name with data: a temp file in the same directory, written, chmod'ed
+// (and chown'ed to uid:gid when both are >= 0), fsync'ed, renamed over name, then the directory
+// fsync'ed. A reader sees the old or the new bytes, never a partial file.
+func WriteFileAtomic(name string, data []byte, mode fs.FileMode, uid, gid int) (err error) {
+	dir := filepath.Dir(name)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(name)+".nodecache-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Chmod(mode); err != nil {
+		return err
+	}
+	if uid >= 0 && gid >= 0 {
+		if err = f.Chown(uid, gid); err != nil && !errors.Is(err, fs.ErrPermission) {
+			return err
+		}
+		err = nil
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, name); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}

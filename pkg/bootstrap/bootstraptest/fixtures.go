@@ -1,0 +1,67 @@
+// Package bootstraptest holds test helpers for the runtime writers: the shared fixtures folder
+// and a host root populated from it.
+package bootstraptest
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// Fixtures returns the real runtime config files folder: $NODECACHE_FIXTURES, else
+// ../shared/fixtures next to the repository root. When it is missing the test is skipped with the
+// reason, or fails when CI=true (DESIGN.md, Contracts: test plumbing).
+func Fixtures(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("NODECACHE_FIXTURES")
+	if dir == "" {
+		_, file, _, _ := runtime.Caller(0)
+		// file is <repo>/pkg/bootstrap/bootstraptest/fixtures.go
+		dir = filepath.Join(filepath.Dir(file), "..", "..", "..", "..", "shared", "fixtures")
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		msg := "fixtures folder " + dir + " is missing (set NODECACHE_FIXTURES)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+// Fixture reads one fixture file by its path under Fixtures, e.g. "containerd/config/kind-node-v2.toml".
+func Fixture(t testing.TB, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(Fixtures(t), filepath.FromSlash(rel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// WriteHostFile writes data at host path p under root, creating directories.
+func WriteHostFile(t testing.TB, root, p string, data []byte) {
+	t.Helper()
+	full := filepath.Join(root, filepath.FromSlash(p))
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(full, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ReadHostFile reads host path p under root; a missing file returns nil.
+func ReadHostFile(t testing.TB, root, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(p)))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return b
+}

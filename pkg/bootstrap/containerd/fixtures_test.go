@@ -1,0 +1,336 @@
+package containerd_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	srvconfig "github.com/containerd/containerd/v2/cmd/containerd/server/config"
+	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/containerd/v2/core/remotes/docker/config"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
+	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+var (
+	v17 = bootstrap.Version{Major: 1, Minor: 7, Patch: 35}
+	v24 = bootstrap.Version{Major: 2, Minor: 4, Patch: 2}
+)
+
+// criRegistry is the CRI registry table as containerd decodes it (internal/cri/config Registry,
+// 1.7 pkg/cri/config Registry): the fields gen reads or must keep legal.
+type criRegistry struct {
+	ConfigPath string `toml:"config_path"`
+	Mirrors    map[string]struct {
+		Endpoints []string `toml:"endpoint"`
+	} `toml:"mirrors"`
+	Configs map[string]struct {
+		Auth map[string]any `toml:"auth"`
+		TLS  map[string]any `toml:"tls"`
+	} `toml:"configs"`
+	Headers map[string][]string `toml:"headers"`
+}
+
+type criPlugin struct {
+	Registry criRegistry `toml:"registry"`
+}
+
+// outcome of one fixture under one containerd release.
+type outcome struct {
+	action   containerd.ConfigPathAction // when not refused
+	hostsDir string
+	edited   bool   // config file changes (restart_required)
+	refused  string // substring of the refusal
+	migrated []string
+}
+
+type fixtureCase struct {
+	name    string
+	fixture string
+	daemon  bootstrap.Version
+	migrate bool
+	// extra host files: host path -> fixture
+	extra map[string]string
+	want  outcome
+}
+
+var fixtureCases = []fixtureCase{
+	{name: "aks-1.7", fixture: "aks-ubuntu-gb-nvidia-v2.toml", daemon: v17, want: outcome{action: containerd.ConfigPathAdopted, hostsDir: "/etc/containerd/certs.d"}},
+	{name: "aks-2.4", fixture: "aks-ubuntu-gb-nvidia-v2.toml", daemon: v24, want: outcome{action: containerd.ConfigPathAdopted, hostsDir: "/etc/containerd/certs.d"}},
+	{name: "default-1.7", fixture: "containerd-1.7-config-default-v2.toml", daemon: v17, want: outcome{action: containerd.ConfigPathSet, hostsDir: "/etc/containerd/certs.d", edited: true}},
+	{name: "default-2.4", fixture: "containerd-1.7-config-default-v2.toml", daemon: v24, want: outcome{action: containerd.ConfigPathSet, hostsDir: "/etc/containerd/certs.d", edited: true}},
+	{name: "eks-al2-2x-v3", fixture: "eks-al2-containerd2-v3.toml", daemon: v24, want: outcome{action: containerd.ConfigPathFirstOfList, hostsDir: "/etc/containerd/certs.d"}},
+	{name: "eks-al2-v2-1.7", fixture: "eks-al2-v2.toml", daemon: v17, want: outcome{action: containerd.ConfigPathFirstOfList, hostsDir: "/etc/containerd/certs.d"}},
+	{name: "eks-al2-v2-2.4", fixture: "eks-al2-v2.toml", daemon: v24, want: outcome{action: containerd.ConfigPathFirstOfList, hostsDir: "/etc/containerd/certs.d"}},
+	{name: "al2023-v2-1.7", fixture: "eks-al2023-nodeadm-v2.toml", daemon: v17, want: outcome{action: containerd.ConfigPathFirstOfList, hostsDir: "/etc/containerd/certs.d"}},
+	{name: "al2023-v2-2.4-transfer", fixture: "eks-al2023-nodeadm-v2.toml", daemon: v24, want: outcome{action: containerd.ConfigPathSet, hostsDir: "/etc/containerd/certs.d", edited: true}},
+	{name: "al2023-v3", fixture: "eks-al2023-nodeadm-v3.toml", daemon: v24, want: outcome{action: containerd.ConfigPathFirstOfList, hostsDir: "/etc/containerd/certs.d"}},
+	{name: "al2023-nvidia-v3", fixture: "eks-al2023-nvidia-v3.toml", daemon: v24, want: outcome{action: containerd.ConfigPathFirstOfList, hostsDir: "/etc/containerd/certs.d"}},
+	{name: "kind-1.7", fixture: "kind-node-v2.toml", daemon: v17, want: outcome{action: containerd.ConfigPathSet, hostsDir: "/etc/containerd/certs.d", edited: true}},
+	{name: "kind-2.4", fixture: "kind-node-v2.toml", daemon: v24, want: outcome{action: containerd.ConfigPathSet, hostsDir: "/etc/containerd/certs.d", edited: true}},
+	{name: "microk8s-1.7-refused", fixture: "microk8s-template-v2-legacy-mirrors.toml", daemon: v17, want: outcome{refused: `"io.containerd.grpc.v1.cri".registry.mirrors`}},
+	{name: "microk8s-2.4-refused", fixture: "microk8s-template-v2-legacy-mirrors.toml", daemon: v24, want: outcome{refused: "--migrate"}},
+	{name: "microk8s-1.7-migrated", fixture: "microk8s-template-v2-legacy-mirrors.toml", daemon: v17, migrate: true, want: outcome{action: containerd.ConfigPathSet, hostsDir: "/etc/containerd/certs.d", edited: true, migrated: []string{"docker.io", "localhost:32000"}}},
+	{name: "microk8s-2.4-migrated", fixture: "microk8s-template-v2-legacy-mirrors.toml", daemon: v24, migrate: true, want: outcome{action: containerd.ConfigPathSet, hostsDir: "/etc/containerd/certs.d", edited: true, migrated: []string{"docker.io", "localhost:32000"}}},
+	{name: "nvidia-v1-refused", fixture: "nvidia-toolkit-testdata-v1.toml", daemon: v24, want: outcome{refused: "containerd config migrate"}},
+	{name: "talos-main-import-missing", fixture: "talos-cri-containerd-v3.toml", daemon: v24, want: outcome{refused: "/etc/cri/conf.d/cri.toml: imported but missing"}},
+	{name: "talos-main-with-import", fixture: "talos-cri-containerd-v3.toml", daemon: v24, extra: map[string]string{"/etc/cri/conf.d/cri.toml": "talos-merged-parts-v2.toml"}, want: outcome{action: containerd.ConfigPathAdopted, hostsDir: "/etc/cri/conf.d/hosts"}},
+	{name: "talos-parts-1.7", fixture: "talos-merged-parts-v2.toml", daemon: v17, want: outcome{action: containerd.ConfigPathAdopted, hostsDir: "/etc/cri/conf.d/hosts"}},
+	{name: "talos-parts-2.4", fixture: "talos-merged-parts-v2.toml", daemon: v24, want: outcome{action: containerd.ConfigPathAdopted, hostsDir: "/etc/cri/conf.d/hosts"}},
+}
+
+// TestEveryFixtureHasACase fails when a fixture is added without an expected outcome.
+func TestEveryFixtureHasACase(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(bootstraptest.Fixtures(t), "containerd", "config")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) == 0 {
+		t.Fatalf("no fixtures in %s", dir)
+	}
+	for _, e := range ents {
+		if !slices.ContainsFunc(fixtureCases, func(c fixtureCase) bool { return c.fixture == e.Name() }) {
+			t.Errorf("fixture %s has no case in fixtureCases", e.Name())
+		}
+	}
+}
+
+func TestPlanFixtures(t *testing.T) {
+	t.Parallel()
+	reg := mirrortest.NewRegistry(t)
+	reg.PushImage(t, "library/alpine", "latest", mirrortest.Image(t, 512, 1, "linux/amd64"))
+	m, err := bootstrap.ParseMirror(reg.URL.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstreams := []string{"docker.io", "ghcr.io", "registry.k8s.io", "localhost:5001"}
+
+	for _, tc := range fixtureCases {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			original := bootstraptest.Fixture(t, "containerd/config/"+tc.fixture)
+			bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, original)
+			for p, fx := range tc.extra {
+				bootstraptest.WriteHostFile(t, root, p, bootstraptest.Fixture(t, "containerd/config/"+fx))
+			}
+			opts := containerd.Options{Mirror: m, Upstreams: upstreams, Daemon: tc.daemon, Migrate: tc.migrate}
+			rep, err := containerd.Plan(os.DirFS(root), opts)
+			if tc.want.refused != "" {
+				if !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), tc.want.refused) {
+					t.Fatalf("want refusal containing %q, got %v", tc.want.refused, err)
+				}
+				if got := bootstraptest.ReadHostFile(t, root, containerd.DefaultConfig); !bytes.Equal(got, original) {
+					t.Fatal("refused config was modified")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Plan: %v", err)
+			}
+			if rep.ConfigPathAction != tc.want.action || rep.HostsDir != tc.want.hostsDir || rep.RestartRequired != tc.want.edited {
+				t.Fatalf("got action=%s hostsDir=%s restart=%v, want %s %s %v (warnings %v)", rep.ConfigPathAction, rep.HostsDir, rep.RestartRequired, tc.want.action, tc.want.hostsDir, tc.want.edited, rep.Warnings)
+			}
+			if !slices.Equal(rep.Migrated, tc.want.migrated) {
+				t.Fatalf("migrated %v, want %v", rep.Migrated, tc.want.migrated)
+			}
+			if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
+				t.Fatalf("Apply: %v", err)
+			}
+			edited := rep.EditedFile
+			if tc.want.edited {
+				if edited == "" {
+					t.Fatal("restart required but no edited file named")
+				}
+				bak := bootstraptest.ReadHostFile(t, root, edited+bootstrap.BackupSuffix)
+				if bak == nil {
+					t.Fatalf("no backup of %s", edited)
+				}
+				assertMinimalEdit(t, bak, bootstraptest.ReadHostFile(t, root, edited), tc.migrate)
+			} else if got := bootstraptest.ReadHostFile(t, root, containerd.DefaultConfig); !bytes.Equal(got, original) {
+				t.Fatalf("config.toml changed although no restart is required")
+			}
+
+			// containerd's own loader over the result, imports included.
+			checkWithContainerdLoader(t, root, tc, rep)
+
+			// containerd's hosts.toml parser: mirror first, then the real registry.
+			checkHosts(t, reg, root, rep.HostsDir, upstreams, m)
+			if len(tc.want.migrated) > 0 {
+				hosts := config.ConfigureHosts(t.Context(), config.HostOptions{HostDir: config.HostDirFromRoot(filepath.Join(root, rep.HostsDir))})
+				rh, err := hosts("localhost:32000")
+				if err != nil || len(rh) != 1 || rh[0].Host != "localhost:32000" || rh[0].Scheme != "http" {
+					t.Fatalf("migrated localhost:32000: %+v %v", rh, err)
+				}
+			}
+
+			// A second run plans nothing.
+			again, err := containerd.Plan(os.DirFS(root), opts)
+			if err != nil {
+				t.Fatalf("second Plan: %v", err)
+			}
+			if bootstrap.AnyChanged(again.Changes) || again.RestartRequired {
+				t.Fatalf("second run would change: %+v", again.Changes)
+			}
+
+			// --remove restores.
+			rm, err := containerd.PlanRemove(os.DirFS(root), containerd.Options{Daemon: tc.daemon})
+			if err != nil {
+				t.Fatalf("PlanRemove: %v", err)
+			}
+			if rm.RestartRequired != tc.want.edited {
+				t.Fatalf("remove restart_required = %v, want %v (%v)", rm.RestartRequired, tc.want.edited, rm.Warnings)
+			}
+			if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rm.Changes); err != nil {
+				t.Fatalf("Apply remove: %v", err)
+			}
+			if got := bootstraptest.ReadHostFile(t, root, containerd.DefaultConfig); !bytes.Equal(got, original) {
+				t.Fatalf("config.toml not restored")
+			}
+			if edited != "" && bootstraptest.ReadHostFile(t, root, edited+bootstrap.BackupSuffix) != nil {
+				t.Fatal("backup left after restore")
+			}
+			for _, n := range upstreams {
+				if p := path.Join(rep.HostsDir, containerd.HostDirName(n), "hosts.toml"); bootstraptest.ReadHostFile(t, root, p) != nil {
+					t.Fatalf("%s left after remove", p)
+				}
+			}
+		})
+	}
+}
+
+// assertMinimalEdit checks that an edit only touched registry lines: every removed or added line
+// mentions config_path or sits in a removed legacy table.
+func assertMinimalEdit(t *testing.T, before, after []byte, migrate bool) {
+	t.Helper()
+	d, err := bootstrap.Diff([]bootstrap.Change{{Path: "/x", Action: bootstrap.ActionUpdate, Old: before, New: after}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(d, "\n") {
+		if strings.HasPrefix(line, "+++") || strings.HasPrefix(line, "---") {
+			continue
+		}
+		if !strings.HasPrefix(line, "+") && !strings.HasPrefix(line, "-") {
+			continue
+		}
+		body := strings.TrimSpace(line[1:])
+		switch {
+		case body == "":
+		case strings.Contains(body, "config_path"):
+		case strings.HasPrefix(line, "+") && strings.HasSuffix(body, ".registry]"):
+		case migrate && strings.HasPrefix(line, "-") && (strings.Contains(body, "mirrors") || strings.HasPrefix(body, "endpoint")):
+		default:
+			t.Errorf("unexpected changed line %q in\n%s", line, d)
+		}
+	}
+}
+
+// checkWithContainerdLoader loads the result with containerd's server config loader, decodes the
+// CRI registry table the daemon reads, validates it like the CRI plugin, and reads config_path back.
+func checkWithContainerdLoader(t *testing.T, root string, tc fixtureCase, rep *containerd.Report) {
+	t.Helper()
+	main := filepath.Join(root, containerd.DefaultConfig)
+	// The fixtures import absolute host paths; point them under root for containerd's loader.
+	data, err := os.ReadFile(main)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range tc.extra {
+		data = bytes.ReplaceAll(data, []byte(`"`+p+`"`), []byte(`"`+filepath.Join(root, p)+`"`))
+	}
+	loadPath := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(loadPath, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var cfg srvconfig.Config
+	if err := srvconfig.LoadConfig(t.Context(), loadPath, &cfg); err != nil {
+		t.Fatalf("containerd LoadConfig: %v", err)
+	}
+	var old, images criPlugin
+	if _, err := cfg.Decode(t.Context(), containerd.PluginCRIv1, &old); err != nil {
+		t.Fatalf("decode %s: %v", containerd.PluginCRIv1, err)
+	}
+	if _, err := cfg.Decode(t.Context(), containerd.PluginImages, &images); err != nil {
+		t.Fatalf("decode %s: %v", containerd.PluginImages, err)
+	}
+	// 1.x reads the old plugin; 2.x migrates the old plugin's registry into the new one when
+	// a schema-2 file has it, else reads the new one.
+	got := old.Registry
+	if tc.daemon.Major >= 2 && (old.Registry.ConfigPath == "" && images.Registry.ConfigPath != "") {
+		got = images.Registry
+	}
+	want := rep.HostsDir
+	if rep.ConfigPathAction == containerd.ConfigPathFirstOfList {
+		want = strings.Split(got.ConfigPath, ":")[0]
+		if want != rep.HostsDir {
+			t.Fatalf("config_path %q: first directory is not %s", got.ConfigPath, rep.HostsDir)
+		}
+	} else if got.ConfigPath != want {
+		t.Fatalf("config_path read back by containerd's loader = %q, want %q", got.ConfigPath, want)
+	}
+	if len(got.Mirrors) > 0 {
+		t.Fatalf("CRI would refuse: mirrors %v next to config_path", got.Mirrors)
+	}
+	if tc.daemon.Major < 2 {
+		for h, c := range got.Configs {
+			if c.TLS != nil {
+				t.Fatalf("containerd 1.7 would refuse: configs.%s.tls next to config_path", h)
+			}
+		}
+	}
+}
+
+// checkHosts runs containerd's ConfigureHosts over the hosts directory: each upstream resolves
+// to the mirror first, then the real registry; a real resolve through the mirror carries ?ns=.
+func checkHosts(t *testing.T, reg *mirrortest.Registry, root, hostsDir string, upstreams []string, m bootstrap.Mirror) {
+	t.Helper()
+	hostOpts := config.HostOptions{HostDir: config.HostDirFromRoot(filepath.Join(root, hostsDir))}
+	hosts := config.ConfigureHosts(t.Context(), hostOpts)
+	for _, n := range upstreams {
+		rh, err := hosts(n)
+		if err != nil {
+			t.Fatalf("ConfigureHosts(%s): %v", n, err)
+		}
+		if len(rh) != 2 {
+			t.Fatalf("%s: %d hosts, want mirror + upstream: %+v", n, len(rh), rh)
+		}
+		if rh[0].Host != m.Host() || rh[0].Scheme != "http" || rh[0].Path != "/v2" {
+			t.Fatalf("%s: first host %s://%s%s, want the mirror %s/v2", n, rh[0].Scheme, rh[0].Host, rh[0].Path, m)
+		}
+		if !rh[0].Capabilities.Has(docker.HostCapabilityPull) || !rh[0].Capabilities.Has(docker.HostCapabilityResolve) || rh[0].Capabilities.Has(docker.HostCapabilityPush) {
+			t.Fatalf("%s: mirror capabilities %v, want pull+resolve", n, rh[0].Capabilities)
+		}
+		wantUp := strings.TrimPrefix(bootstrap.RegistryURL(n), "https://")
+		if rh[1].Host != wantUp || rh[1].Scheme != "https" {
+			t.Fatalf("%s: fallback %s://%s, want https://%s", n, rh[1].Scheme, rh[1].Host, wantUp)
+		}
+	}
+	// A real resolve through the mirror, as containerd sends it: the request carries ?ns=.
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
+	for _, n := range []string{"docker.io", "ghcr.io"} {
+		before := len(reg.Requests())
+		ref := n + "/library/alpine:latest"
+		if _, _, err := resolver.Resolve(t.Context(), ref); err != nil {
+			t.Fatalf("resolve %s through the mirror: %v", ref, err)
+		}
+		var found bool
+		for _, r := range reg.Requests()[before:] {
+			if r.Path == "/v2/library/alpine/manifests/latest" && r.RawQuery == "ns="+n {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("resolve %s: no manifest request with ?ns=%s at the mirror: %+v", ref, n, reg.Requests()[before:])
+		}
+	}
+}

@@ -1,0 +1,500 @@
+// Package containerd points a node's containerd at a nodecache mirror: one hosts.toml per
+// upstream, and config.toml's registry config_path when it must change. It also exports the
+// reader of a node's effective containerd configuration (LoadEffective) that status uses.
+//
+// Plan only reads (through an fs.FS rooted at the host root) and returns the changes as data;
+// bootstrap.Applier writes them. The rules come from containerd itself; DESIGN.md ("containerd
+// facts") lists them with their sources.
+package containerd
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+)
+
+// Options configure Plan and PlanRemove.
+type Options struct {
+	// Mirror is the nodecache endpoint (required for Plan).
+	Mirror bootstrap.Mirror
+	// Upstreams are the registry names pulled through the mirror (required for Plan).
+	Upstreams []string
+	// Config is the main config file (host path). Default DefaultConfig.
+	Config string
+	// CertsDir is the single directory gen writes into config_path when it has to set one.
+	// Default DefaultCertsDir.
+	CertsDir string
+	// Daemon is the containerd release (--containerd-version or `containerd --version`). Zero:
+	// unknown; the newest 2.x rules are assumed, with the 1.x refusals added, and creating a
+	// config.toml from nothing is refused.
+	Daemon bootstrap.Version
+	// MirrorCA is the host path of a PEM CA file for an https mirror; written as the mirror
+	// host's `ca`. Refused for an http mirror.
+	MirrorCA string
+	// Migrate moves legacy registry.mirrors (and, for 1.x, configs.<host>.tls) into hosts.toml
+	// files and removes those tables, instead of refusing them.
+	Migrate bool
+}
+
+func (o *Options) setDefaults() {
+	if o.Config == "" {
+		o.Config = DefaultConfig
+	}
+	if o.CertsDir == "" {
+		o.CertsDir = DefaultCertsDir
+	}
+	o.Config = path.Clean("/" + o.Config)
+	o.CertsDir = path.Clean("/" + o.CertsDir)
+}
+
+// ConfigPathAction says what gen did about config_path.
+type ConfigPathAction string
+
+// ConfigPathAction values.
+const (
+	// ConfigPathAdopted: an existing single-directory config_path is used as it is.
+	ConfigPathAdopted ConfigPathAction = "adopted"
+	// ConfigPathFirstOfList: a ':'-list that this containerd splits; hosts.toml go into its
+	// first directory, config.toml untouched.
+	ConfigPathFirstOfList ConfigPathAction = "first-of-list"
+	// ConfigPathSet: config_path was empty, missing or a list the transfer service reads as one
+	// directory; it is set to CertsDir.
+	ConfigPathSet ConfigPathAction = "set"
+	// ConfigPathCreated: there was no config.toml; a minimal one is created.
+	ConfigPathCreated ConfigPathAction = "created"
+)
+
+// Report is the outcome of Plan and PlanRemove: what will change and why, for text and JSON
+// output.
+type Report struct {
+	Runtime   string   `json:"runtime"`
+	Mirror    string   `json:"mirror,omitempty"`
+	Upstreams []string `json:"upstreams,omitempty"`
+	// Config is the main config file.
+	Config string `json:"config"`
+	// Schema is the main file's version (0: no file).
+	Schema int `json:"schema"`
+	// Daemon is the containerd release whose rules were applied; DaemonAssumed when guessed.
+	Daemon        string `json:"containerd_version"`
+	DaemonAssumed bool   `json:"containerd_version_assumed,omitempty"`
+	// RegistryTable is the table that holds config_path, in the file that is (or would be) edited.
+	RegistryTable string `json:"registry_table"`
+	// EditedFile is the config file nodecache changes (an import when that file's registry table
+	// wins); empty when config files stay untouched.
+	EditedFile string `json:"edited_file,omitempty"`
+	// ConfigPath is config_path as the CRI plugin will use it after a restart, and
+	// ConfigPathAction how gen arrived at it.
+	ConfigPath       string           `json:"config_path"`
+	ConfigPathAction ConfigPathAction `json:"config_path_action,omitempty"`
+	// HostsDir is the directory holding the hosts.toml files.
+	HostsDir string `json:"hosts_dir"`
+	// TransferService tells whether CRI pulls will use the transfer service.
+	TransferService bool `json:"transfer_service"`
+	// Migrated lists hosts whose legacy mirrors/configs entries moved into hosts.toml.
+	Migrated []string `json:"migrated,omitempty"`
+	// Changes are the file operations, in the order Apply performs them.
+	Changes []bootstrap.Change `json:"changes"`
+	// RestartRequired is true when a config file changes: containerd reads config_path only at
+	// start. hosts.toml files are re-read on every pull.
+	RestartRequired bool     `json:"restart_required"`
+	Warnings        []string `json:"warnings,omitempty"`
+}
+
+// hostsMode is the permission of hosts.toml files.
+const hostsMode fs.FileMode = 0o644
+
+// Plan computes what `gen containerd` changes on the host seen through fsys (rooted at the host
+// root): it reads the effective configuration, refuses what must not be touched (an error
+// wrapping bootstrap.ErrRefused, naming the file and table), and returns the hosts.toml files and
+// any config edit as Changes. It writes nothing.
+func Plan(fsys fs.FS, opts Options) (*Report, error) {
+	opts.setDefaults()
+	if opts.Mirror.URL == nil {
+		return nil, bootstrap.Refusedf("--mirror is required")
+	}
+	if len(opts.Upstreams) == 0 {
+		return nil, bootstrap.Refusedf("at least one --upstream is required")
+	}
+	for _, n := range opts.Upstreams {
+		if err := bootstrap.CheckName(n); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkMirrorCA(fsys, opts); err != nil {
+		return nil, err
+	}
+	if err := refuseForeign(fsys, opts.Config); err != nil {
+		return nil, err
+	}
+	eff, err := Load(fsys, opts.Config, LoadOptions{Daemon: opts.Daemon})
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{
+		Runtime: "containerd", Mirror: opts.Mirror.String(), Upstreams: opts.Upstreams,
+		Config: opts.Config, Schema: eff.Schema, Daemon: eff.Daemon.String(), DaemonAssumed: eff.DaemonAssumed,
+	}
+	cp, err := planConfig(fsys, eff, opts)
+	if err != nil {
+		return nil, err
+	}
+	rep.Warnings = append(rep.Warnings, cp.warnings...)
+	rep.RegistryTable = dotted(cp.table)
+	rep.EditedFile = cp.edited
+	rep.ConfigPath = cp.after.ConfigPath
+	rep.ConfigPathAction = cp.action
+	rep.HostsDir = cp.hostsDir
+	rep.TransferService = cp.after.TransferService
+
+	// hosts.toml per upstream, then per migrated legacy host.
+	hostsFor := map[string]*struct {
+		file  hostsFile
+		hosts []hostEntry
+	}{}
+	var order []string
+	add := func(host string) *struct {
+		file  hostsFile
+		hosts []hostEntry
+	} {
+		if h, ok := hostsFor[host]; ok {
+			return h
+		}
+		h := &struct {
+			file  hostsFile
+			hosts []hostEntry
+		}{file: hostsFile{Server: defaultServer(host)}}
+		hostsFor[host] = h
+		order = append(order, host)
+		return h
+	}
+	for _, n := range opts.Upstreams {
+		h := add(n)
+		h.file.Server = bootstrap.RegistryURL(n)
+		h.hosts = append(h.hosts, mirrorEntry(opts.Mirror, opts.MirrorCA))
+	}
+	if opts.Migrate {
+		for _, host := range slices.Sorted(maps.Keys(eff.Registry.Mirrors)) {
+			h := add(host)
+			entries, err := legacyEndpointEntries(h.file.Server, eff.Registry.Mirrors[host], eff.Registry.ConfigsTLS)
+			if err != nil {
+				return nil, bootstrap.Refusedf("--migrate: registry.mirrors.%q: %v", host, err)
+			}
+			h.hosts = append(h.hosts, entries...)
+			rep.Migrated = append(rep.Migrated, host)
+		}
+		if !daemonIs2xOnly(eff) {
+			for _, host := range slices.Sorted(maps.Keys(eff.Registry.ConfigsTLS)) {
+				h := add(host)
+				t := eff.Registry.ConfigsTLS[host]
+				applyTLS(&h.file.ServerCA, &h.file.ServerClient, &h.file.ServerSkipVerify, t)
+				if !slices.Contains(rep.Migrated, host) {
+					rep.Migrated = append(rep.Migrated, host)
+				}
+			}
+		}
+	}
+	for _, host := range order {
+		h := hostsFor[host]
+		data, err := hostsTOML(h.file, h.hosts)
+		if err != nil {
+			return nil, err
+		}
+		c, err := bootstrap.PlanOwned(fsys, hostsPath(cp.hostsDir, host), hostsMode, data)
+		if err != nil {
+			return nil, err
+		}
+		rep.Changes = append(rep.Changes, c)
+	}
+	// Config edits last: hosts.toml are in place before a restart can read the new config_path.
+	for _, f := range cp.changes {
+		rep.Changes = append(rep.Changes, f)
+		if f.Changed() {
+			rep.RestartRequired = true
+		}
+	}
+	return rep, nil
+}
+
+// configPlan is planConfig's result.
+type configPlan struct {
+	table    []string
+	edited   string
+	action   ConfigPathAction
+	hostsDir string
+	after    *Effective
+	changes  []bootstrap.Change
+	warnings []string
+}
+
+// planConfig decides config_path and the config edits (legacy tables removed with Migrate), and
+// checks the result by re-reading the configuration as it will be.
+func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
+	d := daemon{v: eff.Daemon}
+	cp := &configPlan{}
+	if !eff.Exists {
+		if eff.DaemonAssumed {
+			return nil, bootstrap.Refusedf("%s does not exist and the containerd version is unknown: pass --containerd-version (a minimal config.toml is created for it)", opts.Config)
+		}
+		data, table, err := minimalConfig(d, opts.CertsDir)
+		if err != nil {
+			return nil, err
+		}
+		c, err := bootstrap.PlanOwned(fsys, opts.Config, 0o644, data)
+		if err != nil {
+			return nil, err
+		}
+		after, err := Load(bootstrap.Overlay{Base: fsys, Files: map[string][]byte{opts.Config: data}}, opts.Config, LoadOptions{Daemon: eff.Daemon})
+		if err != nil {
+			return nil, fmt.Errorf("re-read created %s: %w", opts.Config, err)
+		}
+		cp.table, cp.edited, cp.action, cp.hostsDir, cp.after = table, opts.Config, ConfigPathCreated, opts.CertsDir, after
+		cp.changes = []bootstrap.Change{c}
+		return cp, checkAfter(after, cp.hostsDir)
+	}
+	switch {
+	case eff.Schema == 1:
+		return nil, bootstrap.Refusedf("%s has no `version` key, so it is schema 1, which containerd 2.x cannot load: convert it with `containerd config migrate > %s.new`, review it, move it in place, then run gen again", opts.Config, opts.Config)
+	case eff.Schema > 4:
+		return nil, bootstrap.Refusedf("%s: version = %d is not a containerd config schema this gen knows (2, 3, 4)", opts.Config, eff.Schema)
+	case eff.Schema > d.configVersion() && !eff.DaemonAssumed:
+		return nil, bootstrap.Refusedf("%s: version = %d, but containerd %s loads at most version %d: this containerd would not start with it", opts.Config, eff.Schema, eff.Daemon, d.configVersion())
+	}
+
+	files := map[string][]byte{}
+	docs := map[string]*tomlDoc{}
+	doc := func(p string) (*tomlDoc, error) {
+		if td, ok := docs[p]; ok {
+			return td, nil
+		}
+		f, _ := eff.FileByPath(p)
+		td, err := parseTOMLDoc(f.data)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s: %w", p, err)
+		}
+		docs[p] = td
+		return td, nil
+	}
+
+	// Legacy tables.
+	strict1x := !d.v2() || eff.DaemonAssumed
+	for _, f := range eff.Files {
+		if !contributes(eff, f) {
+			continue
+		}
+		var legacy [][]string
+		if len(f.Mirrors) > 0 {
+			legacy = append(legacy, append(slices.Clone(f.RegistryTable), "mirrors"))
+		}
+		if len(f.ConfigsTLS) > 0 {
+			if strict1x {
+				for _, h := range f.ConfigsTLS {
+					legacy = append(legacy, append(slices.Clone(f.RegistryTable), "configs", h, "tls"))
+				}
+			} else {
+				cp.warnings = append(cp.warnings, fmt.Sprintf("%s: %s.configs.<host>.tls is ignored by containerd 2.x (hosts: %s); move it into hosts.toml", f.Path, dotted(f.RegistryTable), strings.Join(f.ConfigsTLS, ", ")))
+			}
+		}
+		if len(legacy) == 0 {
+			continue
+		}
+		if !opts.Migrate {
+			var names []string
+			for _, l := range legacy {
+				names = append(names, dotted(l))
+			}
+			return nil, bootstrap.Refusedf("%s: %s: legacy registry settings cannot stand next to config_path (containerd refuses to load the CRI plugin): nothing was changed; run again with --migrate to move them into hosts.toml files and remove them", f.Path, strings.Join(names, ", "))
+		}
+		td, err := doc(f.Path)
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range legacy {
+			if err := td.deleteTree(l); err != nil {
+				return nil, bootstrap.Refusedf("%s: %v", f.Path, err)
+			}
+		}
+		b, err := td.bytes()
+		if err != nil {
+			return nil, bootstrap.Refusedf("%s: removing legacy tables: %v", f.Path, err)
+		}
+		files[f.Path] = b
+	}
+	cur := eff
+	if len(files) > 0 {
+		var err error
+		cur, err = Load(bootstrap.Overlay{Base: fsys, Files: files}, opts.Config, LoadOptions{Daemon: eff.Daemon})
+		if err != nil {
+			return nil, fmt.Errorf("re-read %s after removing legacy tables: %w", opts.Config, err)
+		}
+	}
+
+	// config_path.
+	raw := cur.Registry.ConfigPath
+	transfer := transferAfterSet(cur, d)
+	switch {
+	case raw != "" && !strings.Contains(raw, ":"):
+		cp.action, cp.hostsDir = ConfigPathAdopted, path.Clean("/"+raw)
+	case raw != "" && !transfer:
+		cp.action, cp.hostsDir = ConfigPathFirstOfList, path.Clean("/"+strings.Split(raw, ":")[0])
+		cp.warnings = append(cp.warnings, fmt.Sprintf("config_path %q is a list that containerd %s splits: hosts.toml files go into its first directory", raw, cur.Daemon))
+	default:
+		cp.action, cp.hostsDir = ConfigPathSet, opts.CertsDir
+	}
+	target := cur.ConfigPathFrom
+	if target == "" {
+		target = editTarget(cur)
+	}
+	tf, _ := cur.FileByPath(target)
+	cp.table = tf.RegistryTable
+	if cp.action == ConfigPathSet {
+		td, err := doc(target)
+		if err != nil {
+			return nil, err
+		}
+		if err := td.setString(tf.RegistryTable, "config_path", opts.CertsDir, tf.RegistryTable[:2]); err != nil {
+			return nil, bootstrap.Refusedf("%s: %v", target, err)
+		}
+		b, err := td.bytes()
+		if err != nil {
+			return nil, bootstrap.Refusedf("%s: setting config_path: %v", target, err)
+		}
+		files[target] = b
+		cp.edited = target
+	}
+	after := cur
+	if len(files) > 0 {
+		var err error
+		after, err = Load(bootstrap.Overlay{Base: fsys, Files: files}, opts.Config, LoadOptions{Daemon: eff.Daemon})
+		if err != nil {
+			return nil, fmt.Errorf("re-read %s after editing: %w", opts.Config, err)
+		}
+	}
+	cp.after = after
+	if err := checkAfter(after, cp.hostsDir); err != nil {
+		return nil, err
+	}
+	for _, f := range eff.Files {
+		if b, ok := files[f.Path]; ok {
+			cp.changes = append(cp.changes, bootstrap.PlanEdit(f.Path, f.data, b))
+			if cp.edited == "" {
+				cp.edited = f.Path
+			}
+		}
+	}
+	return cp, nil
+}
+
+// transferAfterSet reports whether CRI pulls of this containerd go through the transfer service
+// (so a ':'-list config_path is read as one directory). An unknown release counts as one that
+// does.
+func transferAfterSet(e *Effective, d daemon) bool {
+	return e.TransferService || (e.DaemonAssumed && len(e.LocalPull) == 0)
+}
+
+// contributes reports whether a file's registry table reaches the effective configuration: on
+// 1.x only the last file with the plugin table counts.
+func contributes(e *Effective, f ConfigFile) bool {
+	if daemonIs2xOnly(e) || e.DaemonAssumed {
+		return true
+	}
+	return e.PluginFrom == f.Path
+}
+
+func daemonIs2xOnly(e *Effective) bool { return e.Daemon.Major >= 2 && !e.DaemonAssumed }
+
+// editTarget picks the file that gets config_path when no file sets it: for 1.x the file whose
+// plugin table wins; for 2.x the main file (nothing overrides a key no file sets).
+func editTarget(e *Effective) string {
+	if e.PluginFrom != "" {
+		return e.PluginFrom
+	}
+	return e.Files[0].Path
+}
+
+// checkAfter verifies the configuration as it will be: the CRI plugin loads, and its pull reads
+// hostsDir first. A failure here means an import or a rule beat the edit: nothing is written.
+func checkAfter(after *Effective, hostsDir string) error {
+	if len(after.Problems) > 0 {
+		return bootstrap.Refusedf("after the edit the CRI plugin would refuse its configuration: %s", strings.Join(after.Problems, "; "))
+	}
+	if len(after.HostDirs) == 0 || path.Clean("/"+after.HostDirs[0]) != hostsDir {
+		return bootstrap.Refusedf("after the edit containerd would read hosts.toml from %q, not %q (an import overrides the edited file?): nothing was changed", after.ConfigPath, hostsDir)
+	}
+	return nil
+}
+
+// minimalConfig is the config.toml created when there is none: the Marker, the schema for the
+// daemon and the registry config_path, encoded from typed values.
+func minimalConfig(d daemon, certsDir string) ([]byte, []string, error) {
+	version := 2
+	if d.v2() {
+		version = 3
+	}
+	doc := map[string]any{
+		"version": version,
+		"plugins": map[string]any{d.pluginID(): map[string]any{"registry": map[string]any{"config_path": certsDir}}},
+	}
+	b, err := toml.Marshal(doc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode minimal config.toml: %w", err)
+	}
+	out := []byte(bootstrap.Marker + "\n# Created by `nodecache gen containerd` because there was no config.toml; `gen --remove` deletes it.\n")
+	return append(out, b...), []string{"plugins", d.pluginID(), "registry"}, nil
+}
+
+// refuseForeign refuses configurations another tool renders: k3s and RKE2 (config.toml.tmpl
+// beside it, a rancher path, or a k3s/RKE2 config when the default path is absent) and Talos.
+func refuseForeign(fsys fs.FS, cfg string) error {
+	const k3sMsg = "%s: k3s/RKE2 renders containerd's config itself and overwrites edits: configure mirrors in /etc/rancher/k3s/registries.yaml (RKE2: /etc/rancher/rke2/registries.yaml) with endpoint %s instead"
+	if strings.Contains(cfg, "/rancher/") {
+		return bootstrap.Refusedf(k3sMsg, cfg, "<mirror>")
+	}
+	if _, err := fs.Stat(fsys, bootstrap.FSName(cfg+".tmpl")); err == nil {
+		return bootstrap.Refusedf(k3sMsg, cfg+".tmpl", "<mirror>")
+	}
+	if _, err := fs.Stat(fsys, bootstrap.FSName(cfg)); errors.Is(err, fs.ErrNotExist) && cfg == DefaultConfig {
+		for _, p := range []string{"/var/lib/rancher/k3s/agent/etc/containerd/config.toml", "/var/lib/rancher/rke2/agent/etc/containerd/config.toml"} {
+			if _, err := fs.Stat(fsys, bootstrap.FSName(p)); err == nil {
+				return bootstrap.Refusedf(k3sMsg, p, "<mirror>")
+			}
+		}
+	}
+	if osr, _, _ := bootstrap.ReadFile(fsys, "/etc/os-release"); osr != nil {
+		for _, line := range strings.Split(string(osr), "\n") {
+			if strings.TrimSpace(line) == "ID=talos" {
+				return bootstrap.Refusedf("this host runs Talos, which generates containerd's configuration from the machine config: use `nodecache gen talos` and apply the patch")
+			}
+		}
+	}
+	return nil
+}
+
+// checkMirrorCA validates --mirror-ca: only for https, a readable PEM certificate.
+func checkMirrorCA(fsys fs.FS, opts Options) error {
+	if opts.MirrorCA == "" {
+		return nil
+	}
+	if opts.Mirror.HTTP() {
+		return bootstrap.Refusedf("--mirror-ca is for an https mirror; %s is http (a CA would make containerd try HTTPS first)", opts.Mirror)
+	}
+	if !path.IsAbs(opts.MirrorCA) {
+		return bootstrap.Refusedf("--mirror-ca %q: want an absolute host path", opts.MirrorCA)
+	}
+	data, ok, err := bootstrap.ReadFile(fsys, opts.MirrorCA)
+	if err != nil || !ok {
+		return bootstrap.Refusedf("--mirror-ca %s: cannot read it on the host: %v", opts.MirrorCA, err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(data) {
+		return bootstrap.Refusedf("--mirror-ca %s: no PEM certificate in it", opts.MirrorCA)
+	}
+	return nil
+}

@@ -1,0 +1,122 @@
+package containerd
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+)
+
+// PlanRemove computes what `gen containerd --remove` undoes: every hosts.toml that starts with
+// bootstrap.Marker under the directories containerd reads (and CertsDir) is removed (its
+// directory too when then empty); a config file nodecache edited is restored from its
+// <file>.nodecache.bak when the file still holds exactly what gen would have written from that
+// backup; a config.toml nodecache created is removed. Anything else is left and reported.
+// restart_required is set when a config file changes.
+func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
+	opts.setDefaults()
+	rep := &Report{Runtime: "containerd", Config: opts.Config}
+	eff, err := Load(fsys, opts.Config, LoadOptions{Daemon: opts.Daemon})
+	if err != nil {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("config not readable (%v): only hosts.toml files under %s are removed", err, opts.CertsDir))
+		eff = nil
+	}
+	dirs := []string{opts.CertsDir}
+	if eff != nil {
+		rep.Schema, rep.Daemon, rep.DaemonAssumed = eff.Schema, eff.Daemon.String(), eff.DaemonAssumed
+		rep.ConfigPath = eff.ConfigPath
+		for _, d := range append(slices.Clone(eff.HostDirs), strings.Split(eff.Registry.ConfigPath, ":")...) {
+			if d == "" {
+				continue
+			}
+			d = path.Clean("/" + d)
+			if !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	for _, dir := range dirs {
+		entries, err := fs.ReadDir(fsys, bootstrap.FSName(dir))
+		if err != nil {
+			continue // a directory that does not exist holds nothing of ours
+		}
+		for _, ent := range entries {
+			if !ent.IsDir() {
+				continue
+			}
+			c, ok, note, err := bootstrap.PlanRemoveOwned(fsys, path.Join(dir, ent.Name(), "hosts.toml"), true)
+			if err != nil {
+				return nil, err
+			}
+			if note != "" {
+				rep.Warnings = append(rep.Warnings, note)
+			}
+			if ok {
+				rep.Changes = append(rep.Changes, c)
+			}
+		}
+	}
+	if eff == nil {
+		return rep, nil
+	}
+	for _, f := range eff.Files {
+		if bootstrap.Managed(f.data) && f.Path == opts.Config {
+			rep.Changes = append(rep.Changes, bootstrap.Change{Path: f.Path, Action: bootstrap.ActionRemove, Old: f.data,
+				Note: "config.toml created by nodecache"})
+			rep.RestartRequired = true
+			continue
+		}
+		bak := f.Path + bootstrap.BackupSuffix
+		orig, ok, err := bootstrap.ReadFile(fsys, bak)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		if !wroteFromBackup(fsys, eff, f, orig, opts) {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s changed since nodecache edited it: left as it is; the original is in %s", f.Path, bak))
+			continue
+		}
+		rep.Changes = append(rep.Changes, bootstrap.Change{Path: f.Path, Action: bootstrap.ActionRestore, Old: f.data, New: orig, Backup: bak})
+		rep.EditedFile = f.Path
+		rep.RestartRequired = true
+	}
+	return rep, nil
+}
+
+// wroteFromBackup reports whether f's current bytes are what Plan produces from its backup: the
+// backup's view planned again with config_path = the value now in effect (the one gen set), with
+// and without --migrate. No record beyond the backup is needed.
+func wroteFromBackup(fsys fs.FS, eff *Effective, f ConfigFile, orig []byte, opts Options) bool {
+	if bytes.Equal(orig, f.data) {
+		return true
+	}
+	dir, single := eff.SingleDirectory()
+	if !single {
+		return false
+	}
+	over := bootstrap.Overlay{Base: fsys, Files: map[string][]byte{f.Path: orig}}
+	before, err := Load(over, opts.Config, LoadOptions{Daemon: opts.Daemon})
+	if err != nil {
+		return false
+	}
+	for _, migrate := range []bool{false, true} {
+		o := opts
+		o.CertsDir, o.Migrate = dir, migrate
+		cp, err := planConfig(over, before, o)
+		if err != nil {
+			continue
+		}
+		for _, c := range cp.changes {
+			if c.Path == f.Path && bytes.Equal(c.New, f.data) {
+				return true
+			}
+		}
+	}
+	return false
+}

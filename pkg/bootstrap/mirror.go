@@ -1,0 +1,103 @@
+package bootstrap
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+
+	"github.com/nodecache/nodecache/pkg/mirror"
+)
+
+// Mirror is the nodecache endpoint a runtime is pointed at: scheme http or https, host and
+// optional port, no path.
+type Mirror struct {
+	URL *url.URL
+}
+
+// ParseMirror validates --mirror: an absolute http:// or https:// URL with a host, without
+// credentials, path, query or fragment, e.g. "http://10.0.0.5:5000" or "http://127.0.0.1:5000".
+func ParseMirror(s string) (Mirror, error) {
+	if strings.TrimSpace(s) == "" {
+		return Mirror{}, Refusedf("--mirror is required: the nodecache URL the runtime pulls through, e.g. http://10.0.0.5:5000")
+	}
+	u, err := url.Parse(strings.TrimSpace(s))
+	switch {
+	case err != nil:
+		return Mirror{}, Refusedf("--mirror %q: %v", s, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return Mirror{}, Refusedf("--mirror %q: scheme %q: want http:// or https://", s, u.Scheme)
+	case u.Host == "" || u.Hostname() == "":
+		return Mirror{}, Refusedf("--mirror %q: no host: want e.g. http://10.0.0.5:5000", s)
+	case u.User != nil:
+		return Mirror{}, Refusedf("--mirror %q: must not carry credentials", s)
+	case strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "":
+		return Mirror{}, Refusedf("--mirror %q: want scheme://host[:port] without path or query", s)
+	}
+	if p := u.Port(); p != "" {
+		if _, err := netip.ParseAddrPort("127.0.0.1:" + p); err != nil {
+			return Mirror{}, Refusedf("--mirror %q: port %q is not a number from 0 to 65535", s, p)
+		}
+	}
+	u.Path, u.RawPath = "", ""
+	u.Host = strings.ToLower(u.Host)
+	return Mirror{URL: u}, nil
+}
+
+// String returns scheme://host[:port].
+func (m Mirror) String() string { return m.URL.Scheme + "://" + m.URL.Host }
+
+// HTTP reports a plain-HTTP mirror (no TLS settings may be written for it).
+func (m Mirror) HTTP() bool { return m.URL.Scheme == "http" }
+
+// Host returns host[:port] as written in the URL.
+func (m Mirror) Host() string { return m.URL.Host }
+
+// Loopback reports a mirror on the node itself (localhost or a loopback IP): with it the node
+// cannot fall back when the local agent is down, so --skip-fallback is refused.
+func (m Mirror) Loopback() bool {
+	h := m.URL.Hostname()
+	if strings.EqualFold(h, "localhost") || strings.HasSuffix(strings.ToLower(h), ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// UpstreamNames parses --upstream values (NAME or NAME=URL; only NAME is used by gen: the
+// fallback it writes is always the real registry) and returns the names, in order, without
+// duplicates. An empty list gives serve's default set (mirror.DefaultUpstreams).
+func UpstreamNames(values []string) ([]string, error) {
+	if len(values) == 0 {
+		var out []string
+		for _, u := range mirror.DefaultUpstreams() {
+			out = append(out, u.Name)
+		}
+		return out, nil
+	}
+	ups, err := mirror.ParseUpstreams(values)
+	if err != nil {
+		return nil, &RefusedError{Reason: "--upstream: " + err.Error()}
+	}
+	out := make([]string, 0, len(ups))
+	for _, u := range ups {
+		out = append(out, u.Name)
+	}
+	return out, nil
+}
+
+// RegistryURL is the real registry behind an upstream name: https://NAME, or
+// https://registry-1.docker.io for docker.io (mirror.RegistryURL).
+func RegistryURL(name string) string { return mirror.RegistryURL(name) }
+
+// CheckName refuses an upstream name that cannot be a registry host.
+func CheckName(name string) error {
+	if _, err := mirror.NormalizeName(name); err != nil {
+		return Refusedf("upstream %q: %v", name, err)
+	}
+	return nil
+}
+
+// Describe returns "NAME via MIRROR" for logs.
+func Describe(name string, m Mirror) string { return fmt.Sprintf("%s via %s", name, m) }

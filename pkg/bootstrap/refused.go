@@ -1,0 +1,26 @@
+package bootstrap
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrRefused marks input that a generator refuses: a config file it must not touch, a flag
+// combination that cannot work. Nothing was changed. The CLI maps it to exit code 2.
+var ErrRefused = errors.New("refused")
+
+// RefusedError is a refusal with the reason shown to the user. errors.Is(err, ErrRefused) is true.
+type RefusedError struct {
+	// Reason says what was refused and what to do instead.
+	Reason string
+}
+
+func (e *RefusedError) Error() string { return e.Reason }
+
+// Is reports ErrRefused.
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
+
+// Refusedf returns a *RefusedError with a formatted reason.
+func Refusedf(format string, args ...any) error {
+	return &RefusedError{Reason: fmt.Sprintf(format, args...)}
+}
