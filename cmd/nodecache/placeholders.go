@@ -15,7 +15,5 @@ func placeholder(name, usage string) *cli.Command {
 	}}
 }
 
-func genCommand() *cli.Command    { return placeholder("gen", "write runtime configuration") }
-func warmCommand() *cli.Command   { return placeholder("warm", "pre-fill a cache") }
-func statusCommand() *cli.Command { return placeholder("status", "report activation") }
-func agentCommand() *cli.Command  { return placeholder("agent", "DaemonSet mode") }
+func genCommand() *cli.Command   { return placeholder("gen", "write runtime configuration") }
+func agentCommand() *cli.Command { return placeholder("agent", "DaemonSet mode") }
