@@ -1,6 +1,126 @@
 package activation
 
-import "context"
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"time"
 
-// canary is filled in by canary_pull.go.
-func (e *evaluator) canary(ctx context.Context, rep *RuntimeReport) {}
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// The canary: the runtime pulls, through its CRI socket exactly as the kubelet does, an image
+// that only the mirror serves — the reserved repository CanaryRepository under a configured
+// upstream, with a fresh tag per run (no upstream has it, no cache holds it) — and the image is
+// removed afterwards. A pull that succeeds, and that the mirror saw from this node's runtime,
+// proves the path end to end; a pull that fails proves the runtime does not use the mirror for
+// that upstream (or the mirror is down).
+
+// CanaryRepository is the repository the mirror answers itself, for any tag, with a one-layer
+// image for the requesting node's platform.
+const CanaryRepository = "nodecache-canary/probe"
+
+// DefaultCanaryTimeout bounds the canary pull.
+const DefaultCanaryTimeout = 2 * time.Minute
+
+// CanaryRef returns the reference pulled for upstream with tag.
+func CanaryRef(upstream, tag string) string {
+	return upstream + "/" + CanaryRepository + ":" + tag
+}
+
+func newCanaryTag(now time.Time) (string, error) {
+	b := make([]byte, 4)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("canary tag: %w", err)
+	}
+	return fmt.Sprintf("c%d-%s", now.Unix(), hex.EncodeToString(b)), nil
+}
+
+func (e *evaluator) criSocket(runtime string) string {
+	if runtime == RuntimeCRIO {
+		return e.opts.CRIOSocket
+	}
+	if e.opts.ContainerdSocket != "" {
+		return e.opts.ContainerdSocket
+	}
+	return defaultContainerdSocket
+}
+
+// canary pulls a fresh canary image through the runtime's CRI socket and removes it.
+func (e *evaluator) canary(ctx context.Context, rep *RuntimeReport) {
+	rt := rep.Runtime
+	up := e.opts.CanaryUpstream
+	if up == "" && len(rep.upstreams) > 0 {
+		up = rep.upstreams[0]
+	}
+	if up == "" {
+		e.add(rt, "canary", Skipped, "no upstream to pull the canary under (none configured or found)")
+		return
+	}
+	begin := e.opts.Now()
+	tag, err := newCanaryTag(begin)
+	if err != nil {
+		e.add(rt, "canary", Unread, "%v", err)
+		return
+	}
+	ref := CanaryRef(up, tag)
+	socket := e.criSocket(rt)
+	conn, err := grpc.NewClient("unix://"+e.host(socket), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.add(rt, "canary", Unread, "CRI socket %s: %v", socket, err)
+		return
+	}
+	defer conn.Close()
+	images := runtimeapi.NewImageServiceClient(conn)
+	pctx, cancel := context.WithTimeout(ctx, DefaultCanaryTimeout)
+	resp, err := images.PullImage(pctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
+	cancel()
+	if err != nil {
+		if unreachable(err) && pctx.Err() == nil {
+			e.add(rt, "canary", Unread, "CRI socket %s does not answer: %v", socket, err)
+			return
+		}
+		e.add(rt, "canary", Fail, "CRI pull of %s (only the mirror serves it) failed: %v", ref, err)
+		rep.State = NotActive
+		rep.Reason = "the canary pull of " + ref + " did not succeed through the mirror"
+		if rep.Remedy == "" {
+			rep.Remedy = "check the mirror is serving, then the runtime configuration rows above"
+		}
+		return
+	}
+	// Remove it again; a leftover is reported, not fatal.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.APITimeout)
+	_, rerr := images.RemoveImage(rctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: resp.GetImageRef()}})
+	cancel()
+	if rerr != nil {
+		e.add(rt, "canary-cleanup", Warn, "could not remove the canary image %s (%s): %v", ref, resp.GetImageRef(), rerr)
+		e.warn("%s: canary image %s left behind: %v", rt, ref, rerr)
+	}
+	// The mirror must have seen this runtime since the pull began.
+	fam := runtimeFamily(rt)
+	doc, err := FetchClientEvidence(ctx, e.opts.HTTPClient, e.opts.Mirror)
+	if err != nil {
+		e.add(rt, "canary", Unread, "pulled %s, but the mirror's client evidence is unreadable: %v", ref, err)
+		return
+	}
+	addrs, err := e.addrs()
+	if err != nil {
+		e.add(rt, "canary", Unread, "%v", err)
+		return
+	}
+	s, ok := findSighting(doc, addrs, fam)
+	if !ok || s.LastSeen.Before(begin.Truncate(time.Second)) {
+		e.add(rt, "canary", Fail, "pulled %s, but the mirror saw no %s request from this node during the pull", ref, fam)
+		rep.State = NotActive
+		rep.Reason = "the canary pull did not reach the mirror"
+		return
+	}
+	e.add(rt, "canary", Pass, "pulled %s through the CRI socket; the mirror saw %s from %s at %s", ref, fam, s.Address, fmtTime(s.LastSeen))
+	if rep.State == Unknown || (rep.State == NotActive && rep.startTimeOnly) {
+		rep.State, rep.Remedy = Active, ""
+		rep.Reason = "a canary pull through the CRI socket went through the mirror"
+	}
+}

@@ -213,6 +213,7 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 			bad = append(bad, u)
 		}
 	}
+	rep.upstreams = checked
 	if len(bad) > 0 {
 		sort.Strings(bad)
 		rep.State = NotActive

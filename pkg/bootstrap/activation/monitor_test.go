@@ -1,0 +1,155 @@
+package activation
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// The agent's loop: containerd restarted after the agent wrote its configuration turns the
+// node ACTIVE without restarting the agent; /activez, readiness, the ready file, the gauge and
+// the transition log follow.
+func TestMonitor(t *testing.T) {
+	t.Parallel()
+	n := newTestNode(t)
+	n.serveContainerd(sock, &fakeContainerd{version: "v2.3.1"})
+	n.containerdProc(1000, t0, sock)
+	n.file(cfgFile, v3Config(certsDir, ""), t0+100)
+	n.withHosts(certsDir, t0+100)
+
+	reg := prometheus.NewRegistry()
+	var logs syncBuffer
+	readyFile := filepath.Join(t.TempDir(), "ready")
+	m, err := NewMonitor(MonitorOptions{
+		Evaluate:   n.opts(),
+		Readiness:  ReadinessActivation,
+		Serving:    func(context.Context) error { return nil },
+		ReadyFile:  readyFile,
+		Registerer: reg,
+		Logger:     zerolog.New(&logs),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("mirror")) })
+	srv := httptest.NewServer(m.Handler(mirror))
+	t.Cleanup(srv.Close)
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	gauge := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "nodecache_runtime_config_active" {
+				continue
+			}
+			for _, mt := range mf.GetMetric() {
+				if mt.GetLabel()[0].GetValue() == RuntimeContainerd {
+					return mt.GetGauge().GetValue()
+				}
+			}
+		}
+		t.Fatal("gauge nodecache_runtime_config_active{runtime=containerd} not exported")
+		return 0
+	}
+
+	if code, _ := get(ActivezPath); code != http.StatusServiceUnavailable {
+		t.Fatalf("/activez before any evaluation: %d", code)
+	}
+	m.Check(t.Context())
+	code, body := get(ActivezPath)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "restart containerd or cycle the node") {
+		t.Fatalf("/activez = %d %q", code, body)
+	}
+	if code, _ := get(ReadyzPath); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz (activation) while not active = %d", code)
+	}
+	if _, err := os.Stat(readyFile); !os.IsNotExist(err) {
+		t.Fatalf("ready file while not active: %v", err)
+	}
+	if g := gauge(); g != 0 {
+		t.Fatalf("gauge %v", g)
+	}
+	if code, body := get("/v2/"); code != 200 || body != "mirror" {
+		t.Fatalf("other paths must reach the mirror: %d %q", code, body)
+	}
+	// A second identical evaluation logs nothing new.
+	m.Check(t.Context())
+	if c := strings.Count(logs.String(), "runtime activation changed"); c != 1 {
+		t.Fatalf("%d transition lines, want 1:\n%s", c, logs.String())
+	}
+	if !strings.Contains(logs.String(), `"remedy":"restart containerd or cycle the node`) {
+		t.Fatalf("transition without remedy:\n%s", logs.String())
+	}
+
+	// containerd restarts (a new pid, a later start); the agent is not restarted.
+	if err := os.RemoveAll(filepath.Join(n.Proc.Root, "1000")); err != nil {
+		t.Fatal(err)
+	}
+	n.containerdProc(1300, t0+300, sock)
+	m.Check(t.Context())
+	if code, body := get(ActivezPath); code != http.StatusOK || !strings.HasPrefix(body, "active:") {
+		t.Fatalf("/activez after restart = %d %q", code, body)
+	}
+	if code, _ := get(ReadyzPath); code != http.StatusOK {
+		t.Fatalf("/readyz after restart = %d", code)
+	}
+	if _, err := os.Stat(readyFile); err != nil {
+		t.Fatalf("ready file after activation: %v", err)
+	}
+	if g := gauge(); g != 1 {
+		t.Fatalf("gauge %v", g)
+	}
+	if !strings.Contains(logs.String(), `"previous":"not_active"`) {
+		t.Fatalf("no transition to active logged:\n%s", logs.String())
+	}
+
+	// Serving readiness ignores activation.
+	m2, err := NewMonitor(MonitorOptions{Evaluate: n.opts(), Serving: func(context.Context) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.touch(cfgFile, t0+400)
+	if rep := m2.Check(t.Context()); rep.State != NotActive || !m2.Ready() {
+		t.Fatalf("serving readiness: state %s ready %v", rep.State, m2.Ready())
+	}
+	if _, err := NewMonitor(MonitorOptions{Readiness: "maybe", Serving: func(context.Context) error { return nil }}); err == nil {
+		t.Fatal("readiness maybe accepted")
+	}
+}
