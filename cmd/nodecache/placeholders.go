@@ -15,5 +15,4 @@ func placeholder(name, usage string) *cli.Command {
 	}}
 }
 
-func genCommand() *cli.Command   { return placeholder("gen", "write runtime configuration") }
-func agentCommand() *cli.Command { return placeholder("agent", "DaemonSet mode") }
+func genCommand() *cli.Command { return placeholder("gen", "write runtime configuration") }

@@ -151,3 +151,18 @@ func unreachable(err error) bool {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// ContainerdVersion asks the containerd serving the unix socket at path (a path in this
+// process's view, host root included) for its version, e.g. "v2.4.2".
+func ContainerdVersion(ctx context.Context, path string) (string, error) {
+	c, err := dialContainerd(path)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	v, err := c.Version(ctx)
+	if err != nil {
+		return "", err
+	}
+	return v.Raw, nil
+}

@@ -222,9 +222,16 @@ func Evaluate(ctx context.Context, opts Options) (*Report, error) {
 	return e.report, nil
 }
 
-// detectTalos reads <host-root>/etc/os-release (ID=talos).
-func (e *evaluator) detectTalos() (bool, string) {
-	b, err := os.ReadFile(e.host("/etc/os-release"))
+// IsTalos reports whether the host under hostRoot is a Talos node (/etc/os-release ID=talos).
+func IsTalos(hostRoot string) bool {
+	ok, _ := detectTalos(hostRoot)
+	return ok
+}
+
+func (e *evaluator) detectTalos() (bool, string) { return detectTalos(e.opts.HostRoot) }
+
+func detectTalos(hostRoot string) (bool, string) {
+	b, err := os.ReadFile(filepath.Join(hostRoot, "etc", "os-release"))
 	if err != nil {
 		return false, ""
 	}
