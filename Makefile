@@ -1,0 +1,49 @@
+# nodecache — build, test and run.
+#   make run     serve the default upstreams on :5000 with filesystem storage in ./.nodecache
+#   make test    every test (unit, end-to-end, real containerd daemons when their binaries exist)
+#   make ci      what CI runs: build the test tools (containerd daemons, skopeo), then make test
+
+GO        ?= go
+BIN       ?= bin/nodecache
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -s -w -X github.com/nodecache/nodecache/internal/buildinfo.version=$(VERSION)
+GOTAGS    ?= containers_image_openpgp,exclude_graphdriver_btrfs
+TESTFLAGS ?= -count=1 -timeout 30m
+ROOT      ?= $(CURDIR)/.nodecache
+LISTEN    ?= :5000
+
+export NODECACHE_FIXTURES ?= $(abspath $(CURDIR)/../shared/fixtures)
+
+.PHONY: all build run test ci lint vet fmt tidy bench clean
+
+all: build
+
+build:
+	CGO_ENABLED=0 $(GO) build -tags '$(GOTAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nodecache
+
+run: build
+	$(BIN) serve --root $(ROOT) --listen $(LISTEN) --log-format console
+
+test:
+	$(GO) test -tags '$(GOTAGS)' $(TESTFLAGS) ./...
+
+ci:
+	bash .ci/run
+
+vet:
+	$(GO) vet -tags '$(GOTAGS)' ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+lint: vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+tidy:
+	$(GO) mod tidy
+
+bench:
+	$(GO) test -tags '$(GOTAGS)' -run '^$$' -bench . -benchmem ./pkg/mirror/...
+
+clean:
+	rm -rf bin .nodecache

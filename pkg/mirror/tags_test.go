@@ -1,0 +1,101 @@
+package mirror_test
+
+import (
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+// tooMany answers manifest requests with 429 and a Retry-After.
+func tooMany(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/manifests/") {
+			w.Header().Set("Retry-After", "42")
+			http.Error(w, `{"errors":[{"code":"TOOMANYREQUESTS"}]}`, http.StatusTooManyRequests)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func TestTagSemantics(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 1024, 1, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/v1")
+
+	expect := func(step string, status int, cache string) *http.Response {
+		t.Helper()
+		resp, _ := get(t, http.MethodGet, url, manifestAccept)
+		if resp.StatusCode != status || resp.Header.Get(mirror.HeaderCache) != cache {
+			t.Fatalf("%s: %d %s=%q, want %d %q", step, resp.StatusCode, mirror.HeaderCache, resp.Header.Get(mirror.HeaderCache), status, cache)
+		}
+		return resp
+	}
+	expect("first", http.StatusOK, mirror.CacheMiss)
+	expect("second", http.StatusOK, mirror.CacheRevalidated)
+
+	// The tag moves upstream: the next request follows it.
+	img2 := mirrortest.Image(t, 1024, 1, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img2)
+	if resp := expect("moved", http.StatusOK, mirror.CacheMiss); resp.Header.Get("Docker-Content-Digest") != digestOf(t, img2) {
+		t.Fatalf("moved tag served %s", resp.Header.Get("Docker-Content-Digest"))
+	}
+
+	// 429 with a cached tag: stale; uncached: the 429 and its Retry-After reach the client.
+	up.Wrap(tooMany)
+	expect("429 cached", http.StatusOK, mirror.CacheStale)
+	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/other/manifests/v1"), manifestAccept)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "42" || resp.Header.Get(mirror.HeaderCache) != "" {
+		t.Fatalf("429 uncached: %d Retry-After=%q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+
+	// 5xx: stale.
+	up.Wrap(func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", http.StatusBadGateway) })
+	})
+	expect("502 cached", http.StatusOK, mirror.CacheStale)
+
+	// A tag the upstream does not have is a 404, not a stale answer.
+	up.Wrap(nil)
+	resp, _ = get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/nope"), manifestAccept)
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown tag: %d, want 404", resp.StatusCode)
+	}
+}
+
+func TestTagTTL(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	h := newHarness(t, mirror.Options{
+		Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)},
+		TagTTL:    time.Hour,
+	})
+	var heads atomic.Int32
+	up.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodHead && strings.Contains(r.URL.Path, "/manifests/v1") {
+				heads.Add(1)
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/v1")
+	for i, want := range []string{mirror.CacheMiss, mirror.CacheHit, mirror.CacheHit} {
+		resp, _ := get(t, http.MethodGet, url, manifestAccept)
+		if c := resp.Header.Get(mirror.HeaderCache); c != want {
+			t.Fatalf("request %d: %s=%q, want %q", i, mirror.HeaderCache, c, want)
+		}
+	}
+	if n := heads.Load(); n != 1 {
+		t.Fatalf("--tag-ttl 1h: %d upstream HEADs for three requests, want 1", n)
+	}
+}
