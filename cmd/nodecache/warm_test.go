@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/warm"
+)
+
+// runApp runs the CLI in process and returns the exit code main would use, stdout and stderr.
+func runApp(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	app := newApp()
+	app.Writer, app.ErrWriter = &out, &errOut
+	err := app.RunContext(t.Context(), append([]string{"nodecache"}, args...))
+	code := report(&errOut, err)
+	return code, out.String(), errOut.String()
+}
+
+// TestWarmRefusedSendsNothing: every refused input exits 2, names the value, and the mirror
+// (a real registry here) receives no request at all.
+func TestWarmRefusedSendsNothing(t *testing.T) {
+	t.Parallel()
+	mirror := mirrortest.NewRegistry(t)
+	url := mirror.URL.String()
+	for _, tc := range []struct {
+		name string
+		args []string
+		says string
+	}{
+		{"newline in tag", []string{"--mirror", url, "ghcr.io/siderolabs/kubelet:v1.35.6\nid"}, `"ghcr.io/siderolabs/kubelet:v1.35.6\nid"`},
+		{"space", []string{"--mirror", url, "nginx latest"}, `"nginx latest"`},
+		{"semicolon", []string{"--mirror", url, "nginx;reboot"}, "shell metacharacter"},
+		{"command substitution", []string{"--mirror", url, "nginx:$(id)"}, "shell metacharacter"},
+		{"backtick", []string{"--mirror", url, "nginx:`id`"}, "shell metacharacter"},
+		{"pipe", []string{"--mirror", url, "nginx|sh"}, "shell metacharacter"},
+		{"control", []string{"--mirror", url, "nginx\x1b"}, "control character"},
+		{"tab", []string{"--mirror", url, "nginx\t"}, "control character"},
+		{"grammar", []string{"--mirror", url, "nginx::1"}, "grammar"},
+		{"upper case", []string{"--mirror", url, "Nginx"}, "lowercase"},
+		{"one good one bad", []string{"--mirror", url, "nginx", "alpine;id"}, `"alpine;id"`},
+		{"flag after image", []string{"--mirror", url, "nginx", "--talos"}, "flags go before IMAGE"},
+		{"no image", []string{"--mirror", url}, "no IMAGE"},
+		{"no mirror", []string{"nginx"}, "--mirror"},
+		{"mirror with path", []string{"--mirror", url + "/v2/ghcr.io", "nginx"}, "without path"},
+		{"mirror scheme", []string{"--mirror", "ftp://" + mirror.Addr, "nginx"}, "scheme"},
+		{"platform", []string{"--mirror", url, "--platform", "linux/amd64;id", "nginx"}, "--platform"},
+		{"platform without arch", []string{"--mirror", url, "--platform", "amd64", "nginx"}, "--platform"},
+		{"routing", []string{"--mirror", url, "--routing", "dns", "nginx"}, "--routing"},
+		{"output", []string{"--mirror", url, "--output", "yaml", "nginx"}, "--output"},
+		{"kubernetes version without talos", []string{"--mirror", url, "--kubernetes-version", "v1.35.6", "nginx"}, "only with --talos"},
+		{"kubernetes version newline", []string{"--mirror", url, "--talos", "--kubernetes-version", "v1.35.6\nid"}, "--kubernetes-version"},
+		{"concurrency", []string{"--mirror", url, "--concurrency", "0", "nginx"}, "--concurrency"},
+		{"retries", []string{"--mirror", url, "--retries", "-1", "nginx"}, "--retries"},
+		{"unknown flag", []string{"--mirror", url, "--bogus", "nginx"}, "bogus"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runApp(t, append([]string{"warm"}, tc.args...)...)
+			if code != exitUsage {
+				t.Fatalf("exit %d, want 2; stdout %q stderr %q", code, stdout, stderr)
+			}
+			if !strings.Contains(stderr, tc.says) {
+				t.Errorf("stderr %q does not name %q", stderr, tc.says)
+			}
+		})
+	}
+	if reqs := mirror.Requests(); len(reqs) != 0 {
+		t.Fatalf("refused input sent %d requests to the mirror: %+v", len(reqs), reqs)
+	}
+}
+
+// TestWarmExitCodes runs the warm command against a stock-free setup: nodecache's mirror is not
+// needed here, a plain registry serves as the mirror (it holds the images itself, so every GET
+// answers like a warm cache).
+func TestWarmExitCodes(t *testing.T) {
+	t.Parallel()
+	reg := mirrortest.NewRegistry(t)
+	good := mirrortest.Image(t, 8<<10, 1, "linux/amd64")
+	bad := mirrortest.Image(t, 8<<10, 2, "linux/amd64")
+	reg.PushImage(t, "warm/good", "v1", good)
+	reg.PushImage(t, "warm/bad", "v1", bad)
+	mf, _ := bad.Manifest()
+	broken := mf.Layers[1].Digest.String()
+	reg.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, broken) {
+				http.Error(w, "injected", http.StatusServiceUnavailable)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	// The registry is reached as the mirror; the reference names it as the upstream too.
+	goodRef, badRef := reg.Addr+"/warm/good:v1", reg.Addr+"/warm/bad:v1"
+	base := []string{"warm", "--mirror", reg.URL.String(), "--platform", "linux/amd64", "--retries", "1", "--wait", "5s"}
+
+	t.Run("warm json", func(t *testing.T) {
+		t.Parallel()
+		code, stdout, stderr := runApp(t, append(base, "--output", "json", goodRef)...)
+		if code != exitOK {
+			t.Fatalf("exit %d, want 0; stderr %s", code, stderr)
+		}
+		var rep warm.Report
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatalf("json output: %v\n%s", err, stdout)
+		}
+		if !rep.Warm || len(rep.Images) != 1 || rep.Images[0].BlobsFetched != 2 || rep.Images[0].Reference != goodRef {
+			t.Errorf("report %+v", rep)
+		}
+		if !strings.Contains(stderr, "fetched ") {
+			t.Errorf("no per-blob progress lines on a non-terminal stderr: %q", stderr)
+		}
+	})
+	t.Run("one image not warm", func(t *testing.T) {
+		t.Parallel()
+		code, stdout, stderr := runApp(t, append(base, goodRef, badRef)...)
+		if code != exitNegative {
+			t.Fatalf("exit %d, want 1; stdout %s stderr %s", code, stdout, stderr)
+		}
+		if !strings.Contains(stdout, "NOT WARM "+badRef) || !strings.Contains(stdout, "WARM     "+goodRef) {
+			t.Errorf("stdout does not name the image not warm:\n%s", stdout)
+		}
+	})
+	t.Run("mirror unreachable", func(t *testing.T) {
+		t.Parallel()
+		down := mirrortest.NewStoppedRegistry(t, "127.0.0.1:0")
+		code, stdout, stderr := runApp(t, "warm", "--mirror", down.URL.String(), "--wait", "0", goodRef)
+		if code != exitNegative || !strings.Contains(stdout, "gave no registry answer") {
+			t.Fatalf("exit %d, want 1 naming the mirror; stdout %s stderr %s", code, stdout, stderr)
+		}
+	})
+}
+
+// TestWarmProcessExitCodes checks the exit codes of the real process (the binary TestMain
+// builds): 2 for a refused reference, 1 for a mirror that never answers within --wait.
+func TestWarmProcessExitCodes(t *testing.T) {
+	t.Parallel()
+	down := mirrortest.NewStoppedRegistry(t, "127.0.0.1:0")
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"refused reference", []string{"warm", "--mirror", down.URL.String(), "nginx\nid"}, exitUsage},
+		{"mirror down", []string{"warm", "--mirror", down.URL.String(), "--wait", "1s", "nginx"}, exitNegative},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.CommandContext(t.Context(), binary, tc.args...)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != tc.code {
+				t.Fatalf("exit %v, want %d; output:\n%s", err, tc.code, out)
+			}
+		})
+	}
+}
