@@ -36,18 +36,24 @@ nodecache_build_tools() (
 	local v23="${NODECACHE_CONTAINERD_2_3_VERSION:-v2.3.7}"
 	local v17="${NODECACHE_CONTAINERD_1_7_VERSION:-v1.7.35}"
 	local tags="no_btrfs no_devmapper no_zfs"
-	mkdir -p "$tools"
+	mkdir -p "$tools" || return 1
 
 	log() { printf 'build-tools: %s\n' "$*" >&2; }
+
+	# The builders do not rely on errexit: a caller may run this function where bash ignores it
+	# (an `if` or `||` context), so every step is checked explicitly.
 
 	# build_v2 VERSION: go install of the v2 module's daemon into containerd-VERSION/.
 	build_v2() {
 		local version="$1" dir="$tools/containerd-$1"
-		local tmp="$dir/.gobin.$$"
-		rm -rf "$tmp" && mkdir -p "$tmp"
-		GOBIN="$tmp" go install -tags "$tags" \
-			"github.com/containerd/containerd/v2/cmd/containerd@$version"
-		mv -f "$tmp/containerd" "$dir/containerd"
+		local tmp="$dir/.gobin"
+		rm -rf "$tmp" && mkdir -p "$tmp" || return 1
+		if ! GOBIN="$tmp" go install -tags "$tags" \
+			"github.com/containerd/containerd/v2/cmd/containerd@$version"; then
+			rm -rf "$tmp"
+			return 1
+		fi
+		mv -f "$tmp/containerd" "$dir/containerd" || return 1
 		rm -rf "$tmp"
 	}
 
@@ -55,18 +61,21 @@ nodecache_build_tools() (
 	# so build it from a throwaway module that requires it.
 	build_v1() {
 		local version="$1" dir="$tools/containerd-$1"
-		local mod
-		mod="$(mktemp -d)"
-		# shellcheck disable=SC2064 # expand now: the path is local to this call
-		trap "rm -rf '$mod'" RETURN
+		local mod rc=0
+		mod="$(mktemp -d)" || return 1
 		(
-			cd "$mod"
-			go mod init nodecache-ci/containerd-build >/dev/null 2>&1
-			go get "github.com/containerd/containerd@$version"
-			go get "github.com/containerd/containerd/cmd/containerd@$version"
-			go build -tags "$tags" -o "$dir/containerd.tmp" \
-				github.com/containerd/containerd/cmd/containerd
-		)
+			cd "$mod" &&
+				go mod init nodecache-ci/containerd-build &&
+				go get "github.com/containerd/containerd@$version" &&
+				go get "github.com/containerd/containerd/cmd/containerd@$version" &&
+				go build -tags "$tags" -o "$dir/containerd.tmp" \
+					github.com/containerd/containerd/cmd/containerd
+		) || rc=1
+		rm -rf "$mod"
+		if ((rc != 0)); then
+			rm -f "$dir/containerd.tmp"
+			return 1
+		fi
 		mv -f "$dir/containerd.tmp" "$dir/containerd"
 	}
 
@@ -80,12 +89,15 @@ nodecache_build_tools() (
 		fi
 		# At most two builds at once.
 		while (($(jobs -rp | wc -l) >= 2)); do wait -n || true; done
-		mkdir -p "$dir"
+		mkdir -p "$dir" || return 1
 		log "containerd $version: building (log: $dir/build.log)"
 		(
-			local t0=$SECONDS
-			"build_$kind" "$version" >"$dir/build.log" 2>&1
-			log "containerd $version: built in $((SECONDS - t0))s"
+			t0=$SECONDS
+			if "build_$kind" "$version" >"$dir/build.log" 2>&1; then
+				log "containerd $version: built in $((SECONDS - t0))s"
+			else
+				exit 1
+			fi
 		) &
 		pids+=("$!")
 		names+=("$version")
@@ -128,9 +140,13 @@ nodecache_build_tools() (
 
 	local failed=0 i
 	for i in "${!pids[@]}"; do
-		if ! wait "${pids[$i]}"; then
-			log "containerd ${names[$i]}: BUILD FAILED; last lines of $tools/containerd-${names[$i]}/build.log:"
-			tail -n 30 "$tools/containerd-${names[$i]}/build.log" >&2 || true
+		wait "${pids[$i]}" || true
+	done
+	# Judge by the binaries themselves, whatever the exit codes said.
+	for version in "$v24" "$v23" "$v17"; do
+		if [[ ! -x "$tools/containerd-$version/containerd" ]]; then
+			log "containerd $version: BUILD FAILED; last lines of $tools/containerd-$version/build.log:"
+			tail -n 30 "$tools/containerd-$version/build.log" >&2 || true
 			failed=1
 		fi
 	done
