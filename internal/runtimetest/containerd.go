@@ -100,14 +100,7 @@ func NewContainerd(t testing.TB, bin string, cfg ContainerdConfig) *Containerd {
 		t.Cleanup(func() { _ = os.RemoveAll(short) })
 		c.sock = filepath.Join(short, socketFileName)
 	}
-	out, schema, err := containerdConfigTOML(cfg, major, c.root, c.state, c.sock)
-	if err != nil {
-		t.Fatalf("containerd %s config: %v", version, err)
-	}
-	c.schema = schema
-	if err := os.WriteFile(c.configFile, out, 0o644); err != nil {
-		t.Fatalf("write %s: %v", c.configFile, err)
-	}
+	c.WriteConfig(t, cfg)
 	t.Cleanup(func() {
 		c.Stop()
 		if t.Failed() {
@@ -115,6 +108,27 @@ func NewContainerd(t testing.TB, bin string, cfg ContainerdConfig) *Containerd {
 		}
 	})
 	return c
+}
+
+// WriteConfig renders cfg into ConfigFile again (same root, state and socket; cfg.Dir is
+// ignored), replacing the file atomically. A running daemon does not see the change until
+// Restart: containerd reads config.toml only at start.
+func (c *Containerd) WriteConfig(t testing.TB, cfg ContainerdConfig) {
+	t.Helper()
+	out, schema, err := containerdConfigTOML(cfg, c.major, c.root, c.state, c.sock)
+	if err != nil {
+		t.Fatalf("containerd %s config: %v", c.version, err)
+	}
+	tmp := c.configFile + ".tmp"
+	if err := os.WriteFile(tmp, out, 0o644); err != nil {
+		t.Fatalf("write %s: %v", tmp, err)
+	}
+	if err := os.Rename(tmp, c.configFile); err != nil {
+		t.Fatalf("replace %s: %v", c.configFile, err)
+	}
+	c.mu.Lock()
+	c.schema = schema
+	c.mu.Unlock()
 }
 
 // StartContainerd is NewContainerd followed by Start.
@@ -279,8 +293,12 @@ func (c *Containerd) Version() string { return c.version }
 // Major returns the major version (1 or 2).
 func (c *Containerd) Major() int { return c.major }
 
-// Schema returns the config.toml `version` that NewContainerd wrote (2, 3 or 4).
-func (c *Containerd) Schema() int { return c.schema }
+// Schema returns the config.toml `version` that NewContainerd or WriteConfig wrote (2, 3 or 4).
+func (c *Containerd) Schema() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.schema
+}
 
 // UserAgent returns the User-Agent the daemon sends to registries: "containerd/<Version>".
 func (c *Containerd) UserAgent() string { return "containerd/" + c.version }

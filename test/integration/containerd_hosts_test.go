@@ -129,3 +129,53 @@ func TestContainerdPullsThroughNodecache(t *testing.T) {
 		})
 	}
 }
+
+// TestContainerdReadsConfigPathOnlyAtStart shows, on each real daemon, why gen reports
+// restart_required: a config_path written into config.toml of a running containerd changes
+// nothing until the daemon restarts; after Restart the same pull goes through the mirror.
+func TestContainerdReadsConfigPathOnlyAtStart(t *testing.T) {
+	t.Parallel()
+	for _, v := range runtimetest.Containerds() {
+		t.Run("containerd-"+v.Name, func(t *testing.T) {
+			t.Parallel()
+			bin := runtimetest.Binary(t, v.Env)
+			runtimetest.RequireRoot(t)
+			runtimetest.RequireLoopbackName(t, upstreamName)
+
+			upstream := mirrortest.NewStoppedRegistry(t, "127.0.0.1:0") // refuses: only the mirror can serve
+			host := upstreamHost(t, upstream)
+			mirror := mirrortest.NewRegistry(t)
+			mirror.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
+			certs := t.TempDir()
+			writeFile(t, filepath.Join(certs, hostDirName(host), "hosts.toml"), fmt.Appendf(nil, `server = "http://%s"
+
+[host."http://%s"]
+  capabilities = ["pull", "resolve"]
+`, host, mirror.Addr))
+
+			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
+			mirror.ResetRequests() // forget the push
+			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
+			defer cancel()
+			ref := host + "/team/app:v1"
+			pid := c.PID()
+
+			c.WriteConfig(t, runtimetest.ContainerdConfig{ConfigPath: certs})
+			if _, err := c.PullImage(ctx, ref); err == nil {
+				t.Fatalf("containerd %s pulled %s before restart; config_path should be read only at start", c.Version(), ref)
+			}
+			if n := len(mirror.Requests()); n != 0 {
+				t.Fatalf("mirror saw %d requests before restart, want 0", n)
+			}
+
+			c.Restart(t)
+			if c.PID() == pid {
+				t.Fatalf("Restart kept pid %d", pid)
+			}
+			if _, err := c.PullImage(ctx, ref); err != nil {
+				t.Fatalf("containerd %s after restart: %v", c.Version(), err)
+			}
+			checkRuntimeRequests(t, mirror.Requests(), c.UserAgent(), host)
+		})
+	}
+}
