@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -197,22 +196,4 @@ func (c *upstreamClient) classify(op string, err error) error {
 		return &upstreamError{Upstream: c.up.Name, Op: op, Status: te.StatusCode, Err: err}
 	}
 	return &upstreamError{Upstream: c.up.Name, Op: op, Err: err}
-}
-
-// retryAfterSeconds parses a Retry-After header (seconds or HTTP date) into whole seconds.
-func retryAfterSeconds(v string) (int, bool) {
-	if v == "" {
-		return 0, false
-	}
-	if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 {
-		return n, true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		d := time.Until(t)
-		if d < 0 {
-			d = 0
-		}
-		return int(d.Seconds()), true
-	}
-	return 0, false
 }

@@ -5,8 +5,8 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strings"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -281,4 +281,3 @@ func TestLeaderDisconnect(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-

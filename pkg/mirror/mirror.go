@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -319,6 +320,16 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	}
 	n, err := w.ResponseWriter.Write(p)
 	w.bytes += int64(n)
+	return n, err
+}
+
+// ReadFrom keeps the server's own ReaderFrom (sendfile for files) in the path.
+func (w *responseWriter) ReadFrom(r io.Reader) (int64, error) {
+	if w.status == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	n, err := io.Copy(w.ResponseWriter, r)
+	w.bytes += n
 	return n, err
 }
 

@@ -1,0 +1,152 @@
+package mirror_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/registry/handlers"
+
+	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+// stockProxy is distribution's own pull-through cache (registry:2 in proxy mode) in front of up.
+func stockProxy(b *testing.B, up *mirrortest.Registry) string {
+	b.Helper()
+	mirrortest.QuietLogrus()
+	cfg := &configuration.Configuration{}
+	cfg.Storage = configuration.Storage{"filesystem": configuration.Parameters{"rootdirectory": b.TempDir()}}
+	cfg.Proxy.RemoteURL = up.URL.String()
+	secret := make([]byte, 16)
+	_, _ = rand.Read(secret)
+	cfg.HTTP.Secret = hex.EncodeToString(secret)
+	cfg.Log.AccessLog.Disabled = true
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	srv := httptest.NewServer(handlers.NewApp(ctx, cfg))
+	b.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
+
+func nodecacheProxy(b *testing.B, up *mirrortest.Registry) (string, *mirror.Mirror) {
+	b.Helper()
+	u, err := mirror.ParseUpstream("upstream.test=" + up.URL.String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := mirror.New(b.Context(), mirror.Options{Root: b.TempDir(), Upstreams: []mirror.Upstream{u}, DefaultUpstream: "upstream.test"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(m)
+	b.Cleanup(func() { srv.Close(); _ = m.Close() })
+	return srv.Listener.Addr().String(), m
+}
+
+func fetchAll(b *testing.B, url string) int64 {
+	resp, err := http.Get(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return n
+}
+
+// BenchmarkProxy runs distribution's stock proxy and nodecache side by side on the same upstream
+// and prints nodecache/stock ratios: warm blob GETs (time per op), and 8 clients asking for one
+// cold 8 MiB blob at once (time, and bytes fetched from the upstream).
+func BenchmarkProxy(b *testing.B) {
+	const size = 8 * mirrortest.MiB
+	type result struct {
+		warm, cold time.Duration
+		upBytes    float64
+	}
+	results := map[string]*result{}
+	for _, impl := range []string{"stock", "nodecache"} {
+		res := &result{}
+		results[impl] = res
+		b.Run(impl+"/warm-blob", func(b *testing.B) {
+			up := mirrortest.NewRegistry(b)
+			img := mirrortest.Image(b, size, 1, "linux/amd64")
+			up.PushImage(b, "team/app", "v1", img)
+			ls, _ := img.Layers()
+			d, _ := ls[0].Digest()
+			addr := ""
+			if impl == "stock" {
+				addr = stockProxy(b, up)
+			} else {
+				addr, _ = nodecacheProxy(b, up)
+			}
+			url := "http://" + addr + "/v2/team/app/blobs/" + d.String()
+			fetchAll(b, url)
+			time.Sleep(500 * time.Millisecond) // both store in the background
+			b.SetBytes(size)
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				fetchAll(b, url)
+			}
+			res.warm = time.Since(start) / time.Duration(b.N)
+		})
+		b.Run(impl+"/cold-blob-8-clients", func(b *testing.B) {
+			var total time.Duration
+			var upBytes int64
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				up := mirrortest.NewRegistry(b)
+				img := mirrortest.Image(b, size, 1, "linux/amd64")
+				up.PushImage(b, "team/app", "v1", img)
+				ls, _ := img.Layers()
+				d, _ := ls[0].Digest()
+				addr := ""
+				if impl == "stock" {
+					addr = stockProxy(b, up)
+				} else {
+					addr, _ = nodecacheProxy(b, up)
+				}
+				url := "http://" + addr + "/v2/team/app/blobs/" + d.String()
+				up.ResetRequests()
+				var served int64
+				var mu sync.Mutex
+				b.StartTimer()
+				start := time.Now()
+				var wg sync.WaitGroup
+				for c := 0; c < 8; c++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						n := fetchAll(b, url)
+						mu.Lock()
+						served += n
+						mu.Unlock()
+					}()
+				}
+				wg.Wait()
+				total += time.Since(start)
+				upBytes += int64(up.Count(http.MethodGet, "/blobs/")) * size
+			}
+			res.cold = total / time.Duration(b.N)
+			res.upBytes = float64(upBytes) / float64(b.N)
+			b.ReportMetric(res.upBytes, "upstream-bytes/op")
+		})
+	}
+	s, n := results["stock"], results["nodecache"]
+	if s.warm > 0 && n.warm > 0 && s.cold > 0 && n.cold > 0 {
+		fmt.Printf("stock: warm %s, cold %s; nodecache: warm %s, cold %s\n", s.warm, s.cold, n.warm, n.cold)
+		fmt.Printf("ratio nodecache/stock: warm blob time %.2f, cold 8-client time %.2f, cold upstream bytes %.2f\n",
+			float64(n.warm)/float64(s.warm), float64(n.cold)/float64(s.cold), n.upBytes/s.upBytes)
+	}
+}
