@@ -1,0 +1,351 @@
+// Package crio points CRI-O (containers/image) at a nodecache mirror with a registries.conf.d
+// drop-in, and turns on auto_reload_registries for CRI-O >= 1.30 with a crio.conf.d drop-in.
+// The main registries.conf is never edited.
+//
+// containers/image sends no ?ns= to a mirror, so each upstream NAME gets the mirror location
+// <mirror host:port>/<NAME>: requests arrive as /v2/<NAME>/<repository>/..., the mirror's path
+// prefix routing (DESIGN.md, Contracts: routing).
+package crio
+
+import (
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/pelletier/go-toml/v2"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+)
+
+// Defaults and names.
+const (
+	// DefaultRegistriesDir is containers/image's system drop-in directory.
+	DefaultRegistriesDir = "/etc/containers/registries.conf.d"
+	// DefaultCrioDir is CRI-O's drop-in directory.
+	DefaultCrioDir = "/etc/crio/crio.conf.d"
+	// DefaultCertsDir is where containers/image looks for <host:port>/*.crt CA files.
+	DefaultCertsDir = "/etc/containers/certs.d"
+	// DropInName names both drop-ins. Files are read in name order and a later [[registry]]
+	// with the same prefix replaces an earlier one, so 90 lets site files at 99 still win
+	// (reported as an override).
+	DropInName = "90-nodecache.conf"
+	// MainRegistriesConf is the system registries.conf.
+	MainRegistriesConf = "/etc/containers/registries.conf"
+	// rootUserConf is root's own registries.conf: when it exists containers/image running as
+	// root uses it and ~/.config/containers/registries.conf.d instead of the system files.
+	rootUserConf = "/root/.config/containers/registries.conf"
+	// caFileName is the CA copy for an https mirror under <certs dir>/<host:port>/.
+	caFileName = "nodecache-mirror-ca.crt"
+)
+
+// autoReloadSince is the first CRI-O release with [crio.image] auto_reload_registries.
+var autoReloadSince = bootstrap.Version{Major: 1, Minor: 30}
+
+// registriesConf is a registries.conf v2 drop-in as containers/image reads it
+// (pkg/sysregistriesv2 V2RegistriesConf).
+type registriesConf struct {
+	Registries []registry `toml:"registry"`
+}
+
+// registry is one [[registry]] table.
+type registry struct {
+	// Prefix selects the images this table applies to: the upstream NAME.
+	Prefix string `toml:"prefix"`
+	// Location is where the images really live: the upstream NAME itself.
+	Location string `toml:"location"`
+	// Mirrors are tried in order before Location.
+	Mirrors []mirrorEndpoint `toml:"mirror"`
+}
+
+// mirrorEndpoint is one [[registry.mirror]] table.
+type mirrorEndpoint struct {
+	// Location is host[:port]/path of the mirror: "<mirror host:port>/<NAME>".
+	Location string `toml:"location"`
+	// Insecure allows plain HTTP (and unverified TLS): true exactly for an http:// mirror.
+	Insecure bool `toml:"insecure,omitempty"`
+	// PullFromMirror: "all" uses the mirror for tag and digest pulls alike.
+	PullFromMirror string `toml:"pull-from-mirror"`
+}
+
+// crioConf is the crio.conf.d drop-in.
+type crioConf struct {
+	Crio struct {
+		Image struct {
+			// AutoReloadRegistries makes CRI-O watch registries.conf.d and reload on change
+			// (CRI-O >= 1.30; read at start).
+			AutoReloadRegistries bool `toml:"auto_reload_registries"`
+		} `toml:"image"`
+	} `toml:"crio"`
+}
+
+// Options configure Plan and PlanRemove.
+type Options struct {
+	// Mirror is the nodecache endpoint (required for Plan).
+	Mirror bootstrap.Mirror
+	// Upstreams are the registry names to mirror (required for Plan).
+	Upstreams []string
+	// RegistriesDir is the system drop-in directory (default DefaultRegistriesDir).
+	RegistriesDir string
+	// CrioDir is CRI-O's drop-in directory (default DefaultCrioDir).
+	CrioDir string
+	// CertsDir is containers/image's certificate directory (default DefaultCertsDir).
+	CertsDir string
+	// Version is the CRI-O release (--crio-version or `crio --version`); zero when unknown, in
+	// which case no auto_reload drop-in is written.
+	Version bootstrap.Version
+	// MirrorCA is a PEM CA certificate for an https mirror, copied to
+	// <CertsDir>/<mirror host:port>/nodecache-mirror-ca.crt. Refused for http.
+	MirrorCA []byte
+}
+
+func (o *Options) setDefaults() {
+	if o.RegistriesDir == "" {
+		o.RegistriesDir = DefaultRegistriesDir
+	}
+	if o.CrioDir == "" {
+		o.CrioDir = DefaultCrioDir
+	}
+	if o.CertsDir == "" {
+		o.CertsDir = DefaultCertsDir
+	}
+	o.RegistriesDir = path.Clean("/" + o.RegistriesDir)
+	o.CrioDir = path.Clean("/" + o.CrioDir)
+	o.CertsDir = path.Clean("/" + o.CertsDir)
+}
+
+// Override is a later drop-in that replaces our [[registry]] for a prefix.
+type Override struct {
+	Prefix string `json:"prefix"`
+	File   string `json:"file"`
+}
+
+// Report is the outcome of Plan and PlanRemove.
+type Report struct {
+	Runtime   string   `json:"runtime"`
+	Mirror    string   `json:"mirror,omitempty"`
+	Upstreams []string `json:"upstreams,omitempty"`
+	// Version is the CRI-O release the plan was made for ("unknown" when not known).
+	Version string `json:"crio_version"`
+	// AutoReload is true when the crio.conf.d drop-in turning on auto_reload_registries is
+	// written (it takes effect when CRI-O next starts).
+	AutoReload bool `json:"auto_reload"`
+	// Changes are the file operations.
+	Changes []bootstrap.Change `json:"changes"`
+	// Overrides are later drop-ins that replace our table for a prefix: pulls of that prefix
+	// do not use the mirror.
+	Overrides []Override `json:"overrides,omitempty"`
+	// V1Main lists main registries.conf files in the deprecated v1 format (CRI-O >= 1.36
+	// refuses them).
+	V1Main []string `json:"v1_main,omitempty"`
+	// RestartRequired is always false: registries are reloaded by SIGHUP (or auto_reload).
+	RestartRequired bool `json:"restart_required"`
+	// Reload is filled by the caller after applying (Reload).
+	Reload   *ReloadResult `json:"reload,omitempty"`
+	Warnings []string      `json:"warnings,omitempty"`
+}
+
+// dropIn renders the registries.conf.d drop-in.
+func dropIn(m bootstrap.Mirror, upstreams []string) ([]byte, error) {
+	conf := registriesConf{}
+	for _, n := range upstreams {
+		conf.Registries = append(conf.Registries, registry{
+			Prefix: n, Location: n,
+			Mirrors: []mirrorEndpoint{{Location: m.Host() + "/" + n, Insecure: m.HTTP(), PullFromMirror: "all"}},
+		})
+	}
+	body, err := toml.Marshal(conf)
+	if err != nil {
+		return nil, fmt.Errorf("encode registries drop-in: %w", err)
+	}
+	head := bootstrap.Marker + "\n# Pulls of each prefix try the nodecache mirror first (path prefix: no ?ns= from containers/image).\n"
+	return append([]byte(head), body...), nil
+}
+
+func autoReloadDropIn() ([]byte, error) {
+	var c crioConf
+	c.Crio.Image.AutoReloadRegistries = true
+	body, err := toml.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode crio drop-in: %w", err)
+	}
+	return append([]byte(bootstrap.Marker+"\n# Reload registries.conf.d on change (CRI-O >= 1.30, read at start).\n"), body...), nil
+}
+
+// Plan computes the drop-ins for the host seen through fsys. It writes nothing.
+func Plan(fsys fs.FS, opts Options) (*Report, error) {
+	opts.setDefaults()
+	if opts.Mirror.URL == nil {
+		return nil, bootstrap.Refusedf("--mirror is required")
+	}
+	if len(opts.Upstreams) == 0 {
+		return nil, bootstrap.Refusedf("at least one --upstream is required")
+	}
+	for _, n := range opts.Upstreams {
+		if err := bootstrap.CheckName(n); err != nil {
+			return nil, err
+		}
+	}
+	rep := &Report{Runtime: "crio", Mirror: opts.Mirror.String(), Version: opts.Version.String()}
+	for _, n := range opts.Upstreams {
+		// A mirror location is <host:port>/<path>, and a path component cannot hold ':' (the
+		// reference grammar), so a NAME with a port cannot be a path prefix.
+		if strings.Contains(n, ":") {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("upstream %q has a port: containers/image cannot address it as a mirror path prefix, so CRI-O pulls of it are not mirrored", n))
+			continue
+		}
+		rep.Upstreams = append(rep.Upstreams, n)
+	}
+	if len(rep.Upstreams) == 0 {
+		return nil, bootstrap.Refusedf("no upstream can be mirrored for CRI-O: %s", strings.Join(rep.Warnings, "; "))
+	}
+	data, err := dropIn(opts.Mirror, rep.Upstreams)
+	if err != nil {
+		return nil, err
+	}
+	for _, dir := range registriesDirs(fsys, opts) {
+		c, err := bootstrap.PlanOwned(fsys, path.Join(dir, DropInName), 0o644, data)
+		if err != nil {
+			return nil, err
+		}
+		rep.Changes = append(rep.Changes, c)
+		ov, err := overrides(fsys, dir, rep.Upstreams)
+		if err != nil {
+			return nil, err
+		}
+		rep.Overrides = append(rep.Overrides, ov...)
+	}
+	for _, o := range rep.Overrides {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s defines [[registry]] prefix %q after %s: it replaces ours, so %s pulls skip the mirror", o.File, o.Prefix, DropInName, o.Prefix))
+	}
+	switch {
+	case opts.Version.IsZero():
+		rep.Warnings = append(rep.Warnings, "CRI-O version unknown (pass --crio-version): no auto_reload_registries drop-in written; a SIGHUP reloads registries")
+	case opts.Version.AtLeast(autoReloadSince.Major, autoReloadSince.Minor):
+		ar, err := autoReloadDropIn()
+		if err != nil {
+			return nil, err
+		}
+		c, err := bootstrap.PlanOwned(fsys, path.Join(opts.CrioDir, DropInName), 0o644, ar)
+		if err != nil {
+			return nil, err
+		}
+		rep.Changes = append(rep.Changes, c)
+		rep.AutoReload = true
+	}
+	if len(opts.MirrorCA) > 0 {
+		if opts.Mirror.HTTP() {
+			return nil, bootstrap.Refusedf("--mirror-ca is for an https mirror; %s is http", opts.Mirror)
+		}
+		ca := append([]byte(bootstrap.Marker+"\n"), opts.MirrorCA...)
+		c, err := bootstrap.PlanOwned(fsys, path.Join(opts.CertsDir, opts.Mirror.Host(), caFileName), 0o644, ca)
+		if err != nil {
+			return nil, err
+		}
+		rep.Changes = append(rep.Changes, c)
+	}
+	v1, err := v1Mains(fsys)
+	if err != nil {
+		return nil, err
+	}
+	rep.V1Main = v1
+	for _, p := range v1 {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s is in the deprecated v1 format ([registries.search] ...): CRI-O >= 1.36 refuses it; convert it to v2 (unqualified-search-registries, [[registry]])", p))
+	}
+	return rep, nil
+}
+
+// PlanRemove removes our drop-ins and CA copy (only files starting with bootstrap.Marker).
+func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
+	opts.setDefaults()
+	rep := &Report{Runtime: "crio", Version: opts.Version.String()}
+	paths := []string{}
+	for _, dir := range registriesDirs(fsys, opts) {
+		paths = append(paths, path.Join(dir, DropInName))
+	}
+	paths = append(paths, path.Join(opts.CrioDir, DropInName))
+	if opts.Mirror.URL != nil {
+		paths = append(paths, path.Join(opts.CertsDir, opts.Mirror.Host(), caFileName))
+	}
+	for _, p := range paths {
+		c, ok, note, err := bootstrap.PlanRemoveOwned(fsys, p, false)
+		if err != nil {
+			return nil, err
+		}
+		if note != "" {
+			rep.Warnings = append(rep.Warnings, note)
+		}
+		if ok {
+			rep.Changes = append(rep.Changes, c)
+		}
+	}
+	return rep, nil
+}
+
+// registriesDirs are the drop-in directories to write: the system one, plus root's own when root
+// has ~/.config/containers/registries.conf (containers/image then reads root's files instead).
+func registriesDirs(fsys fs.FS, opts Options) []string {
+	dirs := []string{opts.RegistriesDir}
+	if _, err := fs.Stat(fsys, bootstrap.FSName(rootUserConf)); err == nil {
+		dirs = append(dirs, rootUserConf+".d")
+	}
+	return dirs
+}
+
+// overrides finds drop-ins sorted after ours in dir whose [[registry]] prefix (or location when
+// no prefix) is one of ours.
+func overrides(fsys fs.FS, dir string, upstreams []string) ([]Override, error) {
+	ents, err := fs.ReadDir(fsys, bootstrap.FSName(dir))
+	if err != nil {
+		return nil, nil // no directory yet: nothing overrides
+	}
+	var out []Override
+	for _, e := range ents {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".conf") || e.Name() <= DropInName {
+			continue
+		}
+		p := path.Join(dir, e.Name())
+		data, _, err := bootstrap.ReadFile(fsys, p)
+		if err != nil {
+			return nil, err
+		}
+		var conf registriesConf
+		if err := toml.Unmarshal(data, &conf); err != nil {
+			return nil, bootstrap.Refusedf("%s does not parse as TOML (containers/image would fail on it too): %v", p, err)
+		}
+		for _, r := range conf.Registries {
+			prefix := r.Prefix
+			if prefix == "" {
+				prefix = r.Location
+			}
+			if slices.Contains(upstreams, prefix) {
+				out = append(out, Override{Prefix: prefix, File: p})
+			}
+		}
+	}
+	return out, nil
+}
+
+// v1Mains returns main registries.conf files (system and root's) in the v1 format: a top-level
+// [registries] table with search/insecure/block lists.
+func v1Mains(fsys fs.FS) ([]string, error) {
+	var out []string
+	for _, p := range []string{MainRegistriesConf, rootUserConf} {
+		data, ok, err := bootstrap.ReadFile(fsys, p)
+		if err != nil || !ok {
+			continue
+		}
+		var m map[string]any
+		if err := toml.Unmarshal(data, &m); err != nil {
+			return nil, bootstrap.Refusedf("%s does not parse as TOML: %v", p, err)
+		}
+		if _, v1 := m["registries"]; v1 {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// Changed reports whether the report writes or removes anything (the reload is sent then).
+func (r *Report) Changed() bool { return bootstrap.AnyChanged(r.Changes) }

@@ -1,0 +1,217 @@
+package crio_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/pkg/sysregistriesv2"
+	"go.podman.io/image/v5/types"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
+	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
+)
+
+var upstreams = []string{"docker.io", "ghcr.io", "registry.k8s.io", "localhost:5001"}
+
+// pullSources asks containers/image which endpoints a pull of ref tries, in order, with the main
+// file and the drop-in directory under root.
+func pullSources(t *testing.T, root, main, dropins, ref string) []sysregistriesv2.PullSource {
+	t.Helper()
+	sys := &types.SystemContext{
+		SystemRegistriesConfPath:    filepath.Join(root, main),
+		SystemRegistriesConfDirPath: filepath.Join(root, dropins),
+	}
+	if _, err := sysregistriesv2.TryUpdatingCache(sys); err != nil {
+		t.Fatalf("containers/image loading %s + %s: %v", main, dropins, err)
+	}
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := sysregistriesv2.FindRegistry(sys, named.String())
+	if err != nil || reg == nil {
+		t.Fatalf("FindRegistry(%s): %v %v", ref, reg, err)
+	}
+	srcs, err := reg.PullSourcesFromReference(named)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srcs
+}
+
+func TestDropInWithEveryFixture(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(bootstraptest.Fixtures(t), "crio")
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) == 0 {
+		t.Fatalf("no CRI-O fixtures in %s: %v", dir, err)
+	}
+	for _, mirrorURL := range []string{"http://10.0.0.5:5000", "https://cache.example:5443"} {
+		for _, e := range ents {
+			t.Run(e.Name()+"/"+strings.SplitN(mirrorURL, ":", 2)[0], func(t *testing.T) {
+				t.Parallel()
+				root := t.TempDir()
+				main := bootstraptest.Fixture(t, "crio/"+e.Name())
+				bootstraptest.WriteHostFile(t, root, crio.MainRegistriesConf, main)
+				m, err := bootstrap.ParseMirror(mirrorURL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				opts := crio.Options{Mirror: m, Upstreams: upstreams, Version: bootstrap.Version{Major: 1, Minor: 31, Patch: 2}}
+				rep, err := crio.Plan(os.DirFS(root), opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !rep.AutoReload || len(rep.Overrides) != 0 || rep.RestartRequired {
+					t.Fatalf("report %+v", rep)
+				}
+				if !slices.Equal(rep.Upstreams, upstreams[:3]) || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], `"localhost:5001" has a port`) {
+					t.Fatalf("the upstream with a port must be skipped with a warning: %v %v", rep.Upstreams, rep.Warnings)
+				}
+				if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
+					t.Fatal(err)
+				}
+				for _, n := range rep.Upstreams {
+					ref := n + "/library/alpine:3"
+					srcs := pullSources(t, root, crio.MainRegistriesConf, crio.DefaultRegistriesDir, ref)
+					if len(srcs) != 2 {
+						t.Fatalf("%s: %d pull sources, want mirror + upstream: %+v", ref, len(srcs), srcs)
+					}
+					first := srcs[0]
+					if first.Endpoint.Location != m.Host()+"/"+n || first.Endpoint.Insecure != m.HTTP() || first.Endpoint.PullFromMirror != "all" {
+						t.Fatalf("%s: first source %+v, want %s/%s insecure=%v", ref, first.Endpoint, m.Host(), n, m.HTTP())
+					}
+					if !strings.HasPrefix(first.Reference.String(), m.Host()+"/"+n+"/library/alpine") {
+						t.Fatalf("%s: mirror reference %s", ref, first.Reference)
+					}
+					if srcs[1].Endpoint.Location != n {
+						t.Fatalf("%s: fallback %+v, want %s", ref, srcs[1].Endpoint, n)
+					}
+				}
+				// The fixture's own settings survive the merge.
+				switch e.Name() {
+				case "sysregistriesv2-testdata-mirrors.conf":
+					srcs := pullSources(t, root, crio.MainRegistriesConf, crio.DefaultRegistriesDir, "registry.com/image:latest")
+					if len(srcs) != 3 || srcs[0].Endpoint.Location != "mirror-1.registry.com" {
+						t.Fatalf("fixture mirrors lost: %+v", srcs)
+					}
+				case "crio-test-registries.conf":
+					sys := &types.SystemContext{SystemRegistriesConfPath: filepath.Join(root, crio.MainRegistriesConf),
+						SystemRegistriesConfDirPath: filepath.Join(root, crio.DefaultRegistriesDir)}
+					search, err := sysregistriesv2.UnqualifiedSearchRegistries(sys)
+					if err != nil || !slices.Equal(search, []string{"quay.io", "registry.access.redhat.com", "docker.io"}) {
+						t.Fatalf("unqualified-search-registries lost: %v %v", search, err)
+					}
+				}
+				// A second run writes nothing; --remove takes the files out again.
+				again, err := crio.Plan(os.DirFS(root), opts)
+				if err != nil || again.Changed() {
+					t.Fatalf("second run: %v %+v", err, again)
+				}
+				rm, err := crio.PlanRemove(os.DirFS(root), opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rm.Changes); err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range []string{filepath.Join(crio.DefaultRegistriesDir, crio.DropInName), filepath.Join(crio.DefaultCrioDir, crio.DropInName)} {
+					if bootstraptest.ReadHostFile(t, root, p) != nil {
+						t.Fatalf("%s left after remove", p)
+					}
+				}
+				if got := bootstraptest.ReadHostFile(t, root, crio.MainRegistriesConf); string(got) != string(main) {
+					t.Fatal("main registries.conf was modified")
+				}
+			})
+		}
+	}
+}
+
+func TestLaterDropInOverrideIsReported(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	bootstraptest.WriteHostFile(t, root, crio.MainRegistriesConf, bootstraptest.Fixture(t, "crio/containers-image-default-registries.conf"))
+	bootstraptest.WriteHostFile(t, root, crio.DefaultRegistriesDir+"/99-site.conf", []byte("[[registry]]\nprefix = \"ghcr.io\"\nlocation = \"ghcr.io\"\n"))
+	m, _ := bootstrap.ParseMirror("http://10.0.0.5:5000")
+	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: upstreams})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []crio.Override{{Prefix: "ghcr.io", File: crio.DefaultRegistriesDir + "/99-site.conf"}}
+	if !slices.Equal(rep.Overrides, want) {
+		t.Fatalf("overrides %+v, want %+v", rep.Overrides, want)
+	}
+	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
+		t.Fatal(err)
+	}
+	// containers/image agrees: ghcr.io has no mirror, docker.io does.
+	if srcs := pullSources(t, root, crio.MainRegistriesConf, crio.DefaultRegistriesDir, "ghcr.io/a/b:1"); len(srcs) != 1 {
+		t.Fatalf("ghcr.io still mirrored: %+v", srcs)
+	}
+	if srcs := pullSources(t, root, crio.MainRegistriesConf, crio.DefaultRegistriesDir, "docker.io/a/b:1"); len(srcs) != 2 {
+		t.Fatalf("docker.io not mirrored: %+v", srcs)
+	}
+	if rep.AutoReload {
+		t.Fatal("auto_reload drop-in written for an unknown CRI-O version")
+	}
+}
+
+func TestVersionsAndSpecialFiles(t *testing.T) {
+	t.Parallel()
+	m, _ := bootstrap.ParseMirror("https://cache.example:5443")
+	cases := []struct {
+		name       string
+		files      map[string]string
+		version    bootstrap.Version
+		ca         []byte
+		wantPaths  []string
+		wantV1     bool
+		wantRefuse string
+	}{
+		{name: "crio-1.29-no-auto-reload", version: bootstrap.Version{Major: 1, Minor: 29}, wantPaths: []string{"/etc/containers/registries.conf.d/90-nodecache.conf"}},
+		{name: "crio-1.30-auto-reload", version: bootstrap.Version{Major: 1, Minor: 30}, wantPaths: []string{"/etc/containers/registries.conf.d/90-nodecache.conf", "/etc/crio/crio.conf.d/90-nodecache.conf"}},
+		{name: "root-user-conf", version: bootstrap.Version{Major: 1, Minor: 29}, files: map[string]string{"/root/.config/containers/registries.conf": "unqualified-search-registries = []\n"},
+			wantPaths: []string{"/etc/containers/registries.conf.d/90-nodecache.conf", "/root/.config/containers/registries.conf.d/90-nodecache.conf"}},
+		{name: "v1-main", version: bootstrap.Version{Major: 1, Minor: 29}, files: map[string]string{crio.MainRegistriesConf: "[registries.search]\nregistries = ['docker.io']\n"},
+			wantPaths: []string{"/etc/containers/registries.conf.d/90-nodecache.conf"}, wantV1: true},
+		{name: "not-ours", files: map[string]string{"/etc/containers/registries.conf.d/90-nodecache.conf": "[[registry]]\nlocation = \"x.io\"\n"}, wantRefuse: "not managed by nodecache"},
+		{name: "ca-copy", version: bootstrap.Version{Major: 1, Minor: 29}, ca: []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
+			wantPaths: []string{"/etc/containers/registries.conf.d/90-nodecache.conf", "/etc/containers/certs.d/cache.example:5443/nodecache-mirror-ca.crt"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			for p, c := range tc.files {
+				bootstraptest.WriteHostFile(t, root, p, []byte(c))
+			}
+			rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: upstreams, Version: tc.version, MirrorCA: tc.ca})
+			if tc.wantRefuse != "" {
+				if !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), tc.wantRefuse) {
+					t.Fatalf("want refusal %q, got %v", tc.wantRefuse, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, c := range rep.Changes {
+				got = append(got, c.Path)
+			}
+			if !slices.Equal(got, tc.wantPaths) {
+				t.Fatalf("paths %v, want %v", got, tc.wantPaths)
+			}
+			if (len(rep.V1Main) > 0) != tc.wantV1 {
+				t.Fatalf("v1 main %v, want %v", rep.V1Main, tc.wantV1)
+			}
+		})
+	}
+}
