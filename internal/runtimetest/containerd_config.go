@@ -40,15 +40,20 @@ const (
 	tableCRILegacy   = "io.containerd.grpc.v1.cri"       // schema 2 (containerd 1.x)
 	tableTransfer    = "io.containerd.transfer.v1.local" // 2.x transfer service
 	tableNRI         = "io.containerd.nri.v1.nri"
-	defaultLogLevel  = "debug"
-	snapshotter      = "native" // works on any filesystem, needs no mounts
-	socketFileName   = "containerd.sock"
-	configFileName   = "config.toml"
-	logFileName      = "containerd.log"
-	minSchemaForV2   = 3
-	legacySchemaV1   = 2
-	defaultSchemaV2  = 3
-	unixSocketMaxLen = 107 // sun_path is 108 bytes including the terminating NUL
+	tableGRPCServer  = "io.containerd.server.v1.grpc"  // schema 4: the gRPC socket
+	tableTTRPCServer = "io.containerd.server.v1.ttrpc" // schema 4: the ttrpc socket
+	// schemaServerPlugins is the first schema whose server sockets are plugin tables
+	// (containerd 2.3+, cmd/containerd/server/config serviceMigrate).
+	schemaServerPlugins = 4
+	defaultLogLevel     = "debug"
+	snapshotter         = "native" // works on any filesystem, needs no mounts
+	socketFileName      = "containerd.sock"
+	configFileName      = "config.toml"
+	logFileName         = "containerd.log"
+	minSchemaForV2      = 3
+	legacySchemaV1      = 2
+	defaultSchemaV2     = 3
+	unixSocketMaxLen    = 107 // sun_path is 108 bytes including the terminating NUL
 )
 
 // RegistryTable returns the dotted path of the CRI registry table for a config schema, as a key
@@ -64,7 +69,7 @@ func RegistryTable(schema int) []string {
 // containerdConfigTOML renders config.toml for a daemon of the given major version.
 //
 // Every path the daemon writes is under dir or sock: root, state, the gRPC socket (the ttrpc one
-// is derived from it). NRI is disabled so that daemons running side by side do not fight over
+// is derived from it; schema 4 names both in their server plugin tables). NRI is disabled so that daemons running side by side do not fight over
 // /var/run/nri/nri.sock. Images unpack with the native snapshotter; on 2.x the transfer service,
 // which CRI pulls go through, also needs an unpack platform, else PullImage fails with
 // "no unpack platforms defined".
@@ -100,9 +105,16 @@ func containerdConfigTOML(cfg ContainerdConfig, major int, root, state, sock str
 		"version": schema,
 		"root":    root,
 		"state":   state,
-		"grpc":    map[string]any{"address": sock},
 		"debug":   map[string]any{"level": level},
 		"plugins": plugins,
+	}
+	if schema >= schemaServerPlugins {
+		// Schema 4 is not migrated: a top-level [grpc] would be ignored and the servers would
+		// listen on /run/containerd/containerd.sock{,.ttrpc}, the host's own daemon's sockets.
+		plugins[tableGRPCServer] = map[string]any{"address": sock}
+		plugins[tableTTRPCServer] = map[string]any{"address": sock + ".ttrpc"}
+	} else {
+		doc["grpc"] = map[string]any{"address": sock}
 	}
 	if cfg.ConfigPath != "" {
 		setPath(doc, RegistryTable(schema), "config_path", cfg.ConfigPath)

@@ -70,8 +70,30 @@ func TestContainerdConfigLoadsWithContainerdsLoader(t *testing.T) {
 			if cfg.Version != tt.wantVersion {
 				t.Errorf("version = %d, want %d", cfg.Version, tt.wantVersion)
 			}
-			if cfg.Root != filepath.Join(dir, "root") || cfg.State != filepath.Join(dir, "state") || cfg.GRPC.Address != sock {
-				t.Errorf("root/state/grpc = %q %q %q, want under %s", cfg.Root, cfg.State, cfg.GRPC.Address, dir)
+			// containerd 2.x migrates schema 2 and 3 to 4 at start, moving [grpc] into the
+			// server plugins; the running daemon sees the result of that.
+			migrated := cfg
+			if tt.major >= 2 {
+				if err := migrated.MigrateConfig(t.Context()); err != nil {
+					t.Fatalf("migrate: %v", err)
+				}
+				var grpcSrv, ttrpcSrv struct {
+					Address string `toml:"address"`
+				}
+				if _, err := migrated.Decode(t.Context(), tableGRPCServer, &grpcSrv); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := migrated.Decode(t.Context(), tableTTRPCServer, &ttrpcSrv); err != nil {
+					t.Fatal(err)
+				}
+				if grpcSrv.Address != sock || ttrpcSrv.Address != sock+".ttrpc" {
+					t.Errorf("after migration grpc, ttrpc = %q, %q; want %q, %q.ttrpc", grpcSrv.Address, ttrpcSrv.Address, sock, sock)
+				}
+			} else if cfg.GRPC.Address != sock {
+				t.Errorf("grpc address = %q, want %q", cfg.GRPC.Address, sock)
+			}
+			if cfg.Root != filepath.Join(dir, "root") || cfg.State != filepath.Join(dir, "state") {
+				t.Errorf("root/state = %q %q, want under %s", cfg.Root, cfg.State, dir)
 			}
 			// Schema 2 is what containerd 1.7 reads; containerd 2.x would migrate it, so read
 			// its table as written.

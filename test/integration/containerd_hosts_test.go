@@ -17,12 +17,26 @@ import (
 // upstream.test:<port> pulls through CRI from the mirror it names, with containerd's User-Agent
 // and ?ns=<registry host> on every request, and never contacts the upstream. Removing the
 // hosts.toml (containerd re-reads it on every pull) makes the next pull miss the mirror.
+//
+// containerd 2.3+ runs once more on a schema-4 config.toml, whose sockets live in server plugin
+// tables, to show the harness keeps such a daemon off the host's /run/containerd sockets.
 func TestContainerdPullsThroughHandWrittenHostsToml(t *testing.T) {
 	t.Parallel()
+	type daemonCase struct {
+		name, env string
+		schema    int // 0: the harness default (3 for 2.x, 2 for 1.7)
+	}
+	var cases []daemonCase
 	for _, v := range runtimetest.Containerds() {
-		t.Run("containerd-"+v.Name, func(t *testing.T) {
+		cases = append(cases, daemonCase{name: "containerd-" + v.Name, env: v.Env})
+		if v.Name != "1.7" {
+			cases = append(cases, daemonCase{name: "containerd-" + v.Name + "-schema-4", env: v.Env, schema: 4})
+		}
+	}
+	for _, v := range cases {
+		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			bin := runtimetest.Binary(t, v.Env)
+			bin := runtimetest.Binary(t, v.env)
 			runtimetest.RequireRoot(t)
 			runtimetest.RequireLoopbackName(t, upstreamName)
 
@@ -41,8 +55,11 @@ func TestContainerdPullsThroughHandWrittenHostsToml(t *testing.T) {
   capabilities = ["pull", "resolve"]
 `, host, mirror.Addr))
 
-			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs})
+			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs, Schema: v.schema})
 			mirror.ResetRequests()
+			if v.schema != 0 && c.Schema() != v.schema {
+				t.Fatalf("config schema %d, want %d", c.Schema(), v.schema)
+			}
 
 			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
 			defer cancel()
