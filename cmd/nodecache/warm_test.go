@@ -4,10 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/warm"
@@ -160,5 +167,139 @@ func TestWarmProcessExitCodes(t *testing.T) {
 				t.Fatalf("exit %v, want %d; output:\n%s", err, tc.code, out)
 			}
 		})
+	}
+}
+
+// TestWarmJobExample checks examples/kubernetes/warm-job.yaml: bounded (backoffLimit,
+// activeDeadlineSeconds above warm's --deadline, ttlSecondsAfterFinished above that), the
+// restricted Pod Security Standard, no service account token; and runs its exact arguments
+// (only --mirror pointed at a local registry that holds every image it names) to exit 0.
+func TestWarmJobExample(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "examples", "kubernetes", "warm-job.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type container struct {
+		Args            []string `yaml:"args"`
+		SecurityContext struct {
+			AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
+			ReadOnlyRootFilesystem   bool  `yaml:"readOnlyRootFilesystem"`
+			Privileged               bool  `yaml:"privileged"`
+			Capabilities             struct {
+				Drop []string `yaml:"drop"`
+				Add  []string `yaml:"add"`
+			} `yaml:"capabilities"`
+		} `yaml:"securityContext"`
+	}
+	type doc struct {
+		Kind     string `yaml:"kind"`
+		Metadata struct {
+			Name      string            `yaml:"name"`
+			Namespace string            `yaml:"namespace"`
+			Labels    map[string]string `yaml:"labels"`
+		} `yaml:"metadata"`
+		Spec struct {
+			BackoffLimit            *int `yaml:"backoffLimit"`
+			ActiveDeadlineSeconds   int  `yaml:"activeDeadlineSeconds"`
+			TTLSecondsAfterFinished int  `yaml:"ttlSecondsAfterFinished"`
+			Template                struct {
+				Spec struct {
+					RestartPolicy                string      `yaml:"restartPolicy"`
+					AutomountServiceAccountToken *bool       `yaml:"automountServiceAccountToken"`
+					HostNetwork                  bool        `yaml:"hostNetwork"`
+					HostPID                      bool        `yaml:"hostPID"`
+					Volumes                      []any       `yaml:"volumes"`
+					Containers                   []container `yaml:"containers"`
+					SecurityContext              struct {
+						RunAsNonRoot   *bool `yaml:"runAsNonRoot"`
+						RunAsUser      int   `yaml:"runAsUser"`
+						SeccompProfile struct {
+							Type string `yaml:"type"`
+						} `yaml:"seccompProfile"`
+					} `yaml:"securityContext"`
+				} `yaml:"spec"`
+			} `yaml:"template"`
+		} `yaml:"spec"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	docs := map[string]doc{}
+	for {
+		var d doc
+		if err := dec.Decode(&d); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		docs[d.Kind] = d
+	}
+	ns, job := docs["Namespace"], docs["Job"]
+	if job.Metadata.Namespace != ns.Metadata.Name || ns.Metadata.Labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("the Job's namespace %q must enforce the restricted Pod Security Standard: %+v", job.Metadata.Namespace, ns.Metadata)
+	}
+	spec, pod := job.Spec, job.Spec.Template.Spec
+	if len(pod.Containers) != 1 {
+		t.Fatalf("want one container, got %d", len(pod.Containers))
+	}
+	ctr := pod.Containers[0]
+	var deadline time.Duration
+	for _, a := range ctr.Args {
+		if v, ok := strings.CutPrefix(a, "--deadline="); ok {
+			deadline, _ = time.ParseDuration(v)
+		}
+	}
+	switch {
+	case spec.BackoffLimit == nil || *spec.BackoffLimit < 0 || *spec.BackoffLimit > 5:
+		t.Errorf("backoffLimit %v: want a small bound", spec.BackoffLimit)
+	case deadline <= 0 || time.Duration(spec.ActiveDeadlineSeconds)*time.Second <= deadline:
+		t.Errorf("activeDeadlineSeconds %d must exceed warm's --deadline %s", spec.ActiveDeadlineSeconds, deadline)
+	case spec.TTLSecondsAfterFinished <= spec.ActiveDeadlineSeconds:
+		t.Errorf("ttlSecondsAfterFinished %d must exceed activeDeadlineSeconds %d", spec.TTLSecondsAfterFinished, spec.ActiveDeadlineSeconds)
+	}
+	sc := ctr.SecurityContext
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken ||
+		pod.HostNetwork || pod.HostPID || len(pod.Volumes) != 0 || pod.RestartPolicy != "Never" ||
+		pod.SecurityContext.RunAsNonRoot == nil || !*pod.SecurityContext.RunAsNonRoot || pod.SecurityContext.RunAsUser == 0 ||
+		pod.SecurityContext.SeccompProfile.Type != "RuntimeDefault" ||
+		sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.Privileged || !sc.ReadOnlyRootFilesystem ||
+		len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || len(sc.Capabilities.Add) != 0 {
+		t.Errorf("pod is not restricted and token-free: %+v", pod)
+	}
+
+	// Run the example's arguments against a registry that already holds every image (a plain
+	// registry ignores ?ns=, like a warm single-upstream cache).
+	reg := mirrortest.NewRegistry(t)
+	args := append([]string(nil), ctr.Args...)
+	var images []string
+	for i, a := range args {
+		switch {
+		case strings.HasPrefix(a, "--mirror="):
+			args[i] = "--mirror=" + reg.URL.String()
+		case a == "--talos":
+			set, err := warm.TalosJoinImages("")
+			if err != nil {
+				t.Fatal(err)
+			}
+			images = append(images, set.Images...)
+		case !strings.HasPrefix(a, "-") && a != "warm":
+			images = append(images, a)
+		}
+	}
+	if len(images) < 5 {
+		t.Fatalf("the example warms %v; want the Talos join set and an image", images)
+	}
+	for _, s := range images {
+		ref, err := warm.ParseReference(s)
+		if err != nil {
+			t.Fatalf("example image %q: %v", s, err)
+		}
+		reg.PushImage(t, ref.Repository, ref.Tag, mirrortest.Image(t, 1<<10, 1, "linux/amd64"))
+	}
+	code, stdout, stderr := runApp(t, args...)
+	if code != exitOK {
+		t.Fatalf("example args exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, fmt.Sprintf("%d of %d images warm", len(images), len(images))) || !strings.Contains(stdout, "talos v1.") {
+		t.Errorf("summary:\n%s", stdout)
 	}
 }
