@@ -320,7 +320,9 @@ func (f *fill) serve(ctx context.Context, w http.ResponseWriter, r *http.Request
 	}
 	defer file.Close()
 	rd := &fillReader{ctx: ctx, f: f, file: file}
-	http.ServeContent(w, r, "", time.Time{}, rd)
+	// Headers go out at once, before the first byte arrives from the upstream: containerd gives
+	// up on a response whose headers take more than 30 s.
+	http.ServeContent(flushOnHeader{w}, r, "", time.Time{}, rd)
 	st.mu.Lock()
 	st.upBytes += rd.read
 	st.mu.Unlock()
@@ -331,6 +333,16 @@ func (f *fill) serve(ctx context.Context, w http.ResponseWriter, r *http.Request
 	}
 	return nil
 }
+
+// flushOnHeader sends the response headers as soon as they are written.
+type flushOnHeader struct{ http.ResponseWriter }
+
+func (w flushOnHeader) WriteHeader(code int) {
+	w.ResponseWriter.WriteHeader(code)
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w flushOnHeader) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // fillReader is an io.ReadSeeker over a growing fill: Read blocks until bytes are released.
 type fillReader struct {

@@ -281,3 +281,29 @@ func TestLeaderDisconnect(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestColdBlobHeadersAtOnce: the client gets response headers before the upstream sends the
+// first byte (containerd gives up after 30 s without headers).
+func TestColdBlobHeadersAtOnce(t *testing.T) {
+	t.Parallel()
+	f := newBlobFixture(t, 64<<10, mirror.Options{})
+	const delay = 2 * time.Second
+	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+		time.Sleep(delay)
+		next.ServeHTTP(w, r)
+	})
+	start := time.Now()
+	resp, err := http.Get(f.url())
+	if err != nil {
+		t.Fatal(err)
+	}
+	headers := time.Since(start)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !bytes.Equal(body, f.data) {
+		t.Fatalf("body: %d bytes, %v", len(body), err)
+	}
+	if headers >= delay {
+		t.Fatalf("headers took %s: they waited for the upstream's first byte", headers)
+	}
+}
