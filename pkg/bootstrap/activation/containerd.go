@@ -255,6 +255,7 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 			}
 			rep.State, rep.Reason, rep.Remedy = NotActive, why+": the running daemon has not loaded the current configuration", remedyRestartContainerd
 			rep.Pending, rep.startTimeOnly = true, true
+			e.warn("containerd: the configuration changed after containerd started: pending until containerd restarts")
 			return rep
 		}
 	}

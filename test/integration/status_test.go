@@ -1,0 +1,257 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
+	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// nodecacheBinary builds cmd/nodecache once per test process.
+func nodecacheBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nodecache-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "nodecache")
+		_, file, _, _ := runtime.Caller(0)
+		repo := filepath.Join(filepath.Dir(file), "..", "..")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/nodecache")
+		cmd.Dir = repo
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/nodecache: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// statusResult is `nodecache status --output json` and its exit code.
+type statusResult struct {
+	Exit   int
+	Report activation.Report
+	Raw    string
+}
+
+func (r statusResult) runtime(t *testing.T) activation.RuntimeReport {
+	t.Helper()
+	rt, ok := r.Report.Runtime(activation.RuntimeContainerd)
+	if !ok {
+		t.Fatalf("no containerd verdict in:\n%s", r.Raw)
+	}
+	return rt
+}
+
+func (r statusResult) row(name string) (activation.Check, bool) {
+	for _, c := range r.Report.Checks {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return activation.Check{}, false
+}
+
+// runStatus runs the status command against a test containerd (real /proc, host root /).
+func runStatus(t *testing.T, c *runtimetest.Containerd, extra ...string) statusResult {
+	t.Helper()
+	args := append([]string{"status", "--runtime", "containerd", "--containerd-config", c.ConfigFile(),
+		"--containerd-socket", c.Socket(), "--output", "json"}, extra...)
+	cmd := exec.CommandContext(t.Context(), nodecacheBinary(t), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	res := statusResult{Raw: stdout.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		res.Exit = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("nodecache %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &res.Report); err != nil {
+		t.Fatalf("status output is not the JSON report: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	if res.Exit != res.Report.State.ExitCode() {
+		t.Fatalf("exit %d does not match state %s\n%s", res.Exit, res.Report.State, res.Raw)
+	}
+	return res
+}
+
+// pendingAny: the config file may have been written in the daemon's start second, which counts
+// as "changed after start" (whole seconds, strictly), so pending may be either.
+const pendingAny = -1
+
+func expectState(t *testing.T, step string, r statusResult, state activation.State, pendingWant int) {
+	t.Helper()
+	rt := r.runtime(t)
+	pending := rt.Pending
+	if pendingWant != pendingAny {
+		pending = pendingWant == 1
+	}
+	if r.Report.State != state || r.Exit != state.ExitCode() || rt.Pending != pending {
+		t.Fatalf("%s: state %s exit %d pending %v; want %s exit %d pending %v\n%s", step, r.Report.State, r.Exit, rt.Pending, state, state.ExitCode(), pending, r.Raw)
+	}
+	if pending && len(r.Report.Warnings) == 0 {
+		t.Fatalf("%s: pending without a warning\n%s", step, r.Raw)
+	}
+	t.Logf("%s: %s (%s)", step, r.Report.State, r.Report.Reason)
+}
+
+// genContainerd runs the gen engineer's containerd plan and applier on the test daemon's files.
+func genContainerd(t *testing.T, c *runtimetest.Containerd, mirrorURL, upstream, certs string) {
+	t.Helper()
+	bm, err := bootstrap.ParseMirror(mirrorURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := bootstrap.ParseVersion(c.Version())
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := bcontainerd.Plan(os.DirFS("/"), bcontainerd.Options{
+		Mirror: bm, Upstreams: []string{upstream}, Config: c.ConfigFile(), CertsDir: certs, Daemon: v,
+	})
+	if err != nil {
+		t.Fatalf("gen containerd: %v", err)
+	}
+	if err := (bootstrap.Applier{Root: "/"}).Apply(t.Context(), plan.Changes); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if !plan.RestartRequired {
+		t.Fatalf("gen did not change config_path (action %s)", plan.ConfigPathAction)
+	}
+}
+
+// afterTwoSeconds sleeps past the next whole second but one: start times and mtimes are compared
+// in whole seconds, strictly, and /proc/stat's btime is truncated, so a computed start time can
+// read up to a second early.
+func afterTwoSeconds() {
+	now := time.Now()
+	time.Sleep(now.Truncate(time.Second).Add(2*time.Second + 50*time.Millisecond).Sub(now))
+}
+
+// TestStatusRealContainerd walks each containerd generation through the life of a node: no
+// config_path, gen without restart, restart, a CRI pull seen by --mirror, then config.toml touched.
+func TestStatusRealContainerd(t *testing.T) {
+	t.Parallel()
+	for _, v := range runtimetest.Containerds() {
+		t.Run("containerd-"+v.Name, func(t *testing.T) {
+			t.Parallel()
+			bin := runtimetest.Binary(t, v.Env)
+			runtimetest.RequireRoot(t)
+			runtimetest.RequireLoopbackName(t, upstreamName)
+
+			upstream := mirrortest.NewRegistry(t)
+			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 2, "linux/amd64"))
+			host := upstreamHost(t, upstream)
+			nc := startNodecache(t, upstream)
+
+			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
+			certs := filepath.Join(c.Dir(), "certs.d")
+
+			// 1. No config_path: 2.x reads its default two-directory list (ignored in transfer
+			// mode), 1.7 reads no hosts.toml at all.
+			expectState(t, "no config_path", runStatus(t, c, "--mirror", nc.URL), activation.NotActive, pendingAny)
+
+			// 2. gen without restart: the files are right, the running daemon is not.
+			genContainerd(t, c, nc.URL, host, certs)
+			r := runStatus(t, c, "--mirror", nc.URL)
+			rt := r.runtime(t)
+			if r.Report.State != activation.NotActive || !strings.Contains(rt.Remedy, "restart containerd or cycle the node") {
+				t.Fatalf("after gen without restart: %s, remedy %q\n%s", r.Report.State, rt.Remedy, r.Raw)
+			}
+			t.Logf("after gen, no restart: %s (%s)", r.Report.State, r.Report.Reason)
+
+			// 3. Restart: active.
+			afterTwoSeconds()
+			c.Restart(t)
+			r = runStatus(t, c, "--mirror", nc.URL)
+			expectState(t, "after restart", r, activation.Active, 0)
+			want := map[int]string{2: "introspection", 1: "cri-status"}[c.Major()]
+			if c.Major() == 2 && !strings.HasPrefix(c.Version(), "2.4") {
+				want = "start-time"
+			}
+			if got := r.runtime(t).Evidence; got != want {
+				t.Fatalf("evidence %q, want %q\n%s", got, want, r.Raw)
+			}
+
+			// 4. A CRI pull goes through the mirror, and --mirror sees it.
+			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
+			defer cancel()
+			if _, err := c.PullImage(ctx, host+"/team/app:v1"); err != nil {
+				t.Fatalf("CRI pull: %v", err)
+			}
+			checkAccessLog(t, nc.requests(t), c.UserAgent(), host)
+			r = runStatus(t, c, "--mirror", nc.URL)
+			if row, _ := r.row("traffic"); row.Result != activation.Pass {
+				t.Fatalf("traffic row %+v\n%s", row, r.Raw)
+			}
+			expectState(t, "after a CRI pull", r, activation.Active, 0)
+
+			// 5. config.toml touched after the start.
+			now := time.Now()
+			if err := os.Chtimes(c.ConfigFile(), now, now); err != nil {
+				t.Fatal(err)
+			}
+			if c.Major() == 2 && !strings.HasPrefix(c.Version(), "2.4") {
+				// 2.0–2.3 export nothing: the start time is all there is (no --mirror here: the
+				// traffic seen above would prove it active).
+				expectState(t, "touched (2.3)", runStatus(t, c), activation.NotActive, 1)
+			} else {
+				expectState(t, "touched", runStatus(t, c, "--mirror", nc.URL), activation.Active, 1)
+			}
+		})
+	}
+}
+
+// TestStatusRealContainerdList: containerd 2.4 with config_path "<dir>:/etc/docker/certs.d" pulls
+// through the transfer service, which reads the list as one directory: NOT active, although the
+// first directory holds a correct hosts.toml.
+func TestStatusRealContainerdList(t *testing.T) {
+	t.Parallel()
+	bin := runtimetest.Binary(t, runtimetest.EnvContainerd24)
+	runtimetest.RequireRoot(t)
+	runtimetest.RequireLoopbackName(t, upstreamName)
+	upstream := mirrortest.NewRegistry(t)
+	host := upstreamHost(t, upstream)
+	nc := startNodecache(t, upstream)
+	certs := t.TempDir()
+	writeFile(t, filepath.Join(certs, hostDirName(host), "hosts.toml"), fmt.Appendf(nil, `%s
+server = "http://%s"
+
+[host."%s"]
+  capabilities = ["pull", "resolve"]
+`, activation.ManagedMarker, host, nc.URL))
+	c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs + ":/etc/docker/certs.d"})
+	r := runStatus(t, c, "--mirror", nc.URL)
+	expectState(t, "list config_path", r, activation.NotActive, pendingAny)
+	if row, _ := r.row("config_path"); row.Result != activation.Fail || !strings.Contains(row.Reason, "is a list") {
+		t.Fatalf("config_path row %+v\n%s", row, r.Raw)
+	}
+}
