@@ -14,5 +14,3 @@ func placeholder(name, usage string) *cli.Command {
 		return errors.New(name + " is not available in this build")
 	}}
 }
-
-func genCommand() *cli.Command { return placeholder("gen", "write runtime configuration") }

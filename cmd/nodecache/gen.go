@@ -1,0 +1,422 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/rs/zerolog"
+	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v2/altsrc"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
+	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
+	"github.com/nodecache/nodecache/pkg/bootstrap/talos"
+)
+
+func genCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "gen",
+		Usage: "point a node's runtime at the mirror: Talos patch, containerd hosts.toml, CRI-O drop-in",
+		Description: `Exit codes: 0 generated (or nothing to change); 1 writing failed; 2 a flag or a runtime
+config file refused, nothing was changed. restart_required is reported, never acted on:
+nodecache never restarts or signals containerd.`,
+		Subcommands: []*cli.Command{genTalosCommand(), genContainerdCommand(), genCrioCommand()},
+	}
+}
+
+// genCommonFlags are shared by every gen subcommand.
+func genCommonFlags() []cli.Flag {
+	return []cli.Flag{
+		stringFlag("mirror", "", "nodecache `URL` the runtime pulls through, e.g. http://10.0.0.5:5000 (http://127.0.0.1:5000 for a hostNetwork agent); required"),
+		stringSliceFlag("upstream", nil, "registry `NAME[=URL]` to pull through the mirror, repeatable; only NAME is used, the fallback is always the real registry (default: serve's set: docker.io, ghcr.io, registry.k8s.io, quay.io, gcr.io)"),
+		stringFlag("mirror-ca", "", "PEM CA `FILE` of an https mirror (refused for http)"),
+		stringFlag("output", "text", "report format: text or json"),
+		boolFlag("dry-run", "print what would change as a unified diff; write nothing"),
+		boolFlag("remove", "undo: remove nodecache's files and restore edited ones from their backups"),
+	}
+}
+
+func hostRootFlag() cli.Flag {
+	return stringFlag("host-root", "/", "`DIR` prefixed to every host path (a pod with the host's / mounted there)")
+}
+
+// genBase holds the flags every subcommand reads.
+type genBase struct {
+	mirror    bootstrap.Mirror
+	upstreams []string
+	output    string
+	dryRun    bool
+	remove    bool
+	hostRoot  string
+}
+
+func readGenBase(c *cli.Context, needMirror bool) (genBase, error) {
+	var b genBase
+	var err error
+	if b.output, err = outputFormat(c); err != nil {
+		return b, err
+	}
+	b.dryRun, b.remove = c.Bool("dry-run"), c.Bool("remove")
+	if needMirror || c.String("mirror") != "" {
+		if b.mirror, err = bootstrap.ParseMirror(c.String("mirror")); err != nil {
+			return b, withCode(exitUsage, err)
+		}
+	}
+	if b.upstreams, err = bootstrap.UpstreamNames(c.StringSlice("upstream")); err != nil {
+		return b, withCode(exitUsage, err)
+	}
+	if c.Args().Len() > 0 {
+		return b, usagef("unexpected argument %q: gen takes flags only", c.Args().First())
+	}
+	b.hostRoot = "/"
+	if c.IsSet("host-root") || c.String("host-root") != "" {
+		b.hostRoot = c.String("host-root")
+	}
+	if fi, err := os.Stat(b.hostRoot); err != nil || !fi.IsDir() {
+		return b, usagef("--host-root %q: not a directory", b.hostRoot)
+	}
+	return b, nil
+}
+
+// genError maps a package error to the exit code: refused input is 2, anything else 1.
+func genError(err error) error {
+	if errors.Is(err, bootstrap.ErrRefused) {
+		return withCode(exitUsage, err)
+	}
+	return withCode(exitNegative, err)
+}
+
+// ---- talos
+
+func genTalosCommand() *cli.Command {
+	flags := append(genCommonFlags(),
+		stringFlag("talos-version", talos.DefaultVersion(), "target Talos `vX.Y.Z`: >= v1.12 gets RegistryMirrorConfig documents, <= v1.11 the machine.registries patch"),
+		boolFlag("skip-fallback", "never fall back to the real registry (Talos >= v1.9; refused with a loopback mirror)"),
+		boolFlag("path-prefix", "endpoint <mirror>/v2/<NAME> with overridePath instead of ?ns= routing"),
+		altsrc.NewStringFlag(&cli.StringFlag{Name: "out", Aliases: []string{"o"}, EnvVars: envVars("out"),
+			Usage: "write the patch to `FILE` (replaced only when it is nodecache's) instead of printing it"}),
+	)
+	return withConfig(&cli.Command{
+		Name:  "talos",
+		Usage: "print (or -o write) the Talos machine-config patch",
+		Description: `Use the patch with 'talosctl gen config --config-patch @patch.yaml' or
+'talosctl patch machineconfig --patch @patch.yaml'; --remove prints the $patch: delete patch that
+takes it out again. Talos applies mirror changes without a reboot.`,
+		Flags:  append(flags, logFlags()...),
+		Action: runGenTalos,
+	})
+}
+
+func runGenTalos(c *cli.Context) error {
+	b, err := readGenBase(c, !c.Bool("remove"))
+	if err != nil {
+		return err
+	}
+	if b.dryRun && c.String("out") == "" {
+		return usagef("--dry-run needs -o FILE: without it gen talos only prints")
+	}
+	opts := talos.Options{Mirror: b.mirror, Upstreams: b.upstreams, TalosVersion: c.String("talos-version"),
+		SkipFallback: c.Bool("skip-fallback"), PathPrefix: c.Bool("path-prefix"), Remove: b.remove}
+	if p := c.String("mirror-ca"); p != "" {
+		ca, err := os.ReadFile(p)
+		if err != nil {
+			return usagef("--mirror-ca: %v", err)
+		}
+		opts.MirrorCA, opts.MirrorCAName = ca, p
+	}
+	res, err := talos.Generate(opts)
+	if err != nil {
+		return genError(err)
+	}
+	out := c.String("out")
+	var changes []bootstrap.Change
+	if out != "" {
+		fsys := os.DirFS("/")
+		abs := out
+		if !strings.HasPrefix(abs, "/") {
+			wd, err := os.Getwd()
+			if err != nil {
+				return withCode(exitNegative, err)
+			}
+			abs = wd + "/" + out
+		}
+		ch, err := bootstrap.PlanOwned(fsys, abs, 0o644, []byte(res.Patch))
+		if err != nil {
+			return genError(err)
+		}
+		changes = []bootstrap.Change{ch}
+		if !b.dryRun {
+			if err := (bootstrap.Applier{}).Apply(c.Context, changes); err != nil {
+				return withCode(exitNegative, err)
+			}
+		}
+	}
+	if b.output == "json" {
+		return writeJSON(c.App.Writer, struct {
+			*talos.Result
+			File    string             `json:"file,omitempty"`
+			Changes []bootstrap.Change `json:"changes,omitempty"`
+			DryRun  bool               `json:"dry_run,omitempty"`
+		}{res, out, changes, b.dryRun})
+	}
+	if out == "" {
+		_, err := io.WriteString(c.App.Writer, res.Patch)
+		return err
+	}
+	if b.dryRun {
+		d, err := bootstrap.Diff(changes)
+		if err != nil {
+			return withCode(exitNegative, err)
+		}
+		fmt.Fprint(c.App.Writer, d)
+	}
+	printChanges(c.App.Writer, changes, b.dryRun)
+	fmt.Fprintf(c.App.Writer, "talos %s patch (%s form) for %s\n", res.TalosVersion, res.Form, strings.Join(res.Upstreams, ", "))
+	return nil
+}
+
+// ---- containerd
+
+func genContainerdCommand() *cli.Command {
+	flags := append(genCommonFlags(), hostRootFlag(),
+		stringFlag("containerd-config", containerd.DefaultConfig, "containerd's main config `PATH` (host path)"),
+		stringFlag("certs-dir", containerd.DefaultCertsDir, "the single `DIR` written into config_path when it has to be set"),
+		stringFlag("containerd-version", "", "containerd `VERSION` whose rules apply (default: `containerd --version` on the host)"),
+		boolFlag("migrate", "move legacy registry.mirrors (and 1.x configs.<host>.tls) into hosts.toml and remove them, instead of refusing"),
+	)
+	return withConfig(&cli.Command{
+		Name:  "containerd",
+		Usage: "write hosts.toml per upstream and, when needed, registry config_path in config.toml",
+		Description: `Reads config.toml merged with its imports the way containerd does, adopts an existing
+single-directory config_path (no restart), else sets one directory (--certs-dir) and reports
+restart_required. Refuses (exit 2, nothing changed): schema 1, legacy mirrors next to config_path
+(unless --migrate), k3s/RKE2 and Talos. config.toml is edited in place by byte range, backed up
+once to <file>.nodecache.bak.`,
+		Flags:  append(flags, logFlags()...),
+		Action: runGenContainerd,
+	})
+}
+
+func runGenContainerd(c *cli.Context) error {
+	b, err := readGenBase(c, !c.Bool("remove"))
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	opts := containerd.Options{Mirror: b.mirror, Upstreams: b.upstreams, Config: c.String("containerd-config"),
+		CertsDir: c.String("certs-dir"), MirrorCA: c.String("mirror-ca"), Migrate: c.Bool("migrate")}
+	var versionNote string
+	if v := c.String("containerd-version"); v != "" {
+		if opts.Daemon, err = bootstrap.ParseVersion(v); err != nil {
+			return usagef("--containerd-version: %v", err)
+		}
+	} else if opts.Daemon, err = bootstrap.ProbeVersion(c.Context, b.hostRoot, "containerd"); err != nil {
+		versionNote = fmt.Sprintf("containerd version unknown (%v); pass --containerd-version", err)
+		log.Warn().Err(err).Msg("containerd version unknown")
+	}
+	fsys := os.DirFS(b.hostRoot)
+	var rep *containerd.Report
+	if b.remove {
+		rep, err = containerd.PlanRemove(fsys, opts)
+	} else {
+		rep, err = containerd.Plan(fsys, opts)
+	}
+	if err != nil {
+		return genError(err)
+	}
+	if versionNote != "" {
+		rep.Warnings = append([]string{versionNote}, rep.Warnings...)
+	}
+	if err := applyOrDiff(c, b, log, rep.Changes); err != nil {
+		return err
+	}
+	if b.output == "json" {
+		return writeJSON(c.App.Writer, struct {
+			*containerd.Report
+			DryRun bool `json:"dry_run,omitempty"`
+		}{rep, b.dryRun})
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "containerd config: %s (schema %d, containerd %s%s)\n", rep.Config, rep.Schema, rep.Daemon, assumed(rep.DaemonAssumed))
+	if !b.remove {
+		where := rep.EditedFile
+		if where == "" {
+			where = "unchanged"
+		}
+		fmt.Fprintf(w, "registry table: %s (edited file: %s)\n", rep.RegistryTable, where)
+		fmt.Fprintf(w, "config_path: %s (%s); hosts.toml in %s; transfer service: %v\n", rep.ConfigPath, rep.ConfigPathAction, rep.HostsDir, rep.TransferService)
+		for _, h := range rep.Migrated {
+			fmt.Fprintf(w, "migrated legacy settings of %s into hosts.toml\n", h)
+		}
+	}
+	printChanges(w, rep.Changes, b.dryRun)
+	printWarnings(w, rep.Warnings)
+	fmt.Fprintf(w, "restart_required: %v\n", rep.RestartRequired)
+	if rep.RestartRequired && !b.dryRun {
+		fmt.Fprintln(w, "containerd reads config_path only at start: restart containerd (or cycle the node); nodecache never restarts it")
+	}
+	return nil
+}
+
+func assumed(b bool) string {
+	if b {
+		return ", assumed"
+	}
+	return ""
+}
+
+// ---- crio
+
+func genCrioCommand() *cli.Command {
+	flags := append(genCommonFlags(), hostRootFlag(),
+		stringFlag("registries-dir", crio.DefaultRegistriesDir, "containers/image drop-in `DIR` (host path)"),
+		stringFlag("crio-dir", crio.DefaultCrioDir, "CRI-O drop-in `DIR` (host path)"),
+		stringFlag("crio-version", "", "CRI-O `VERSION` (default: `crio --version` on the host); >= 1.30 also gets auto_reload_registries"),
+		boolFlag("no-reload", "do not send CRI-O the best-effort SIGHUP after writing"),
+	)
+	return withConfig(&cli.Command{
+		Name:  "crio",
+		Usage: "write the registries.conf.d drop-in (and crio.conf.d auto_reload for CRI-O >= 1.30)",
+		Description: `Writes 90-nodecache.conf with one [[registry]] per upstream whose mirror is
+<mirror host:port>/<NAME>. The main registries.conf is never edited. After a change, one
+best-effort SIGHUP goes to the process named exactly crio (--no-reload to skip); it is logged,
+never taken as proof that CRI-O uses the mirror.`,
+		Flags:  append(flags, logFlags()...),
+		Action: runGenCrio,
+	})
+}
+
+func runGenCrio(c *cli.Context) error {
+	b, err := readGenBase(c, !c.Bool("remove"))
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	opts := crio.Options{Mirror: b.mirror, Upstreams: b.upstreams, RegistriesDir: c.String("registries-dir"), CrioDir: c.String("crio-dir")}
+	var versionNote string
+	if v := c.String("crio-version"); v != "" {
+		if opts.Version, err = bootstrap.ParseVersion(v); err != nil {
+			return usagef("--crio-version: %v", err)
+		}
+	} else if opts.Version, err = bootstrap.ProbeVersion(c.Context, b.hostRoot, "crio"); err != nil {
+		versionNote = fmt.Sprintf("CRI-O version unknown (%v)", err)
+	}
+	if p := c.String("mirror-ca"); p != "" {
+		ca, ok, err := bootstrap.ReadFile(os.DirFS(b.hostRoot), p)
+		if err != nil || !ok {
+			return usagef("--mirror-ca %s: cannot read it under --host-root %s", p, b.hostRoot)
+		}
+		opts.MirrorCA = ca
+	}
+	fsys := os.DirFS(b.hostRoot)
+	var rep *crio.Report
+	if b.remove {
+		rep, err = crio.PlanRemove(fsys, opts)
+	} else {
+		rep, err = crio.Plan(fsys, opts)
+	}
+	if err != nil {
+		return genError(err)
+	}
+	if versionNote != "" {
+		rep.Warnings = append([]string{versionNote}, rep.Warnings...)
+	}
+	if err := applyOrDiff(c, b, log, rep.Changes); err != nil {
+		return err
+	}
+	var reload crio.ReloadResult
+	switch {
+	case b.dryRun:
+		reload.Skipped = "--dry-run"
+	case c.Bool("no-reload"):
+		reload.Skipped = "--no-reload"
+	case !rep.Changed():
+		reload.Skipped = "nothing changed"
+	default:
+		reload = crio.Reload("/proc", log)
+	}
+	rep.Reload = &reload
+	if b.output == "json" {
+		return writeJSON(c.App.Writer, struct {
+			*crio.Report
+			DryRun bool `json:"dry_run,omitempty"`
+		}{rep, b.dryRun})
+	}
+	w := c.App.Writer
+	fmt.Fprintf(w, "crio %s: mirror %s for %s\n", rep.Version, b.mirror, strings.Join(rep.Upstreams, ", "))
+	printChanges(w, rep.Changes, b.dryRun)
+	printWarnings(w, rep.Warnings)
+	switch {
+	case len(reload.PIDs) > 0:
+		fmt.Fprintf(w, "sent SIGHUP to crio (pid %v) to reload registries; this is not proof that CRI-O uses the mirror\n", reload.PIDs)
+	case reload.Error != "":
+		fmt.Fprintf(w, "reload: %s\n", reload.Error)
+	default:
+		fmt.Fprintf(w, "no SIGHUP sent: %s\n", reload.Skipped)
+	}
+	fmt.Fprintf(w, "restart_required: %v\n", rep.RestartRequired)
+	return nil
+}
+
+// ---- shared output
+
+// applyOrDiff prints the unified diff (--dry-run) or applies the changes.
+func applyOrDiff(c *cli.Context, b genBase, log zerolog.Logger, changes []bootstrap.Change) error {
+	if b.dryRun {
+		d, err := bootstrap.Diff(changes)
+		if err != nil {
+			return withCode(exitNegative, err)
+		}
+		if b.output == "text" {
+			_, err = io.WriteString(c.App.Writer, d)
+		}
+		return err
+	}
+	if err := (bootstrap.Applier{Root: b.hostRoot, Logger: log}).Apply(c.Context, changes); err != nil {
+		return withCode(exitNegative, err)
+	}
+	return nil
+}
+
+func printChanges(w io.Writer, changes []bootstrap.Change, dryRun bool) {
+	verb := ""
+	if dryRun {
+		verb = "would "
+	}
+	for _, ch := range changes {
+		line := fmt.Sprintf("%s%s %s", verb, ch.Action, ch.Path)
+		if ch.Action == bootstrap.ActionUpdate && ch.Backup != "" {
+			line += " (backup " + ch.Backup + ")"
+		}
+		if ch.Action == bootstrap.ActionRestore {
+			line += " (from " + ch.Backup + ")"
+		}
+		if ch.Note != "" {
+			line += ": " + ch.Note
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+func printWarnings(w io.Writer, ws []string) {
+	for _, s := range ws {
+		fmt.Fprintf(w, "warning: %s\n", s)
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
