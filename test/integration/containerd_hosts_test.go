@@ -196,3 +196,53 @@ func TestContainerdReadsConfigPathOnlyAtStart(t *testing.T) {
 		})
 	}
 }
+
+// TestContainerdListConfigPath reproduces the silent bypass gen guards against (DESIGN.md,
+// containerd #12415): with config_path "<a>:<b>" and a hosts.toml in <a>, containerd 2.x pulling
+// through the transfer service reads the list as ONE directory, ignores the hosts.toml and dials
+// the upstream itself; containerd 1.7 splits the list and uses the mirror. If a containerd
+// release fixes this, the 2.x case fails here: then gen may keep lists on that release.
+func TestContainerdListConfigPath(t *testing.T) {
+	t.Parallel()
+	for _, v := range runtimetest.Containerds() {
+		t.Run("containerd-"+v.Name, func(t *testing.T) {
+			t.Parallel()
+			bin := runtimetest.Binary(t, v.Env)
+			runtimetest.RequireRoot(t)
+			runtimetest.RequireLoopbackName(t, upstreamName)
+
+			upstream := mirrortest.NewStoppedRegistry(t, "127.0.0.1:0")
+			host := upstreamHost(t, upstream)
+			mirror := mirrortest.NewRegistry(t)
+			mirror.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
+			scratch := t.TempDir()
+			a, b := filepath.Join(scratch, "a"), filepath.Join(scratch, "b")
+			writeFile(t, filepath.Join(a, hostDirName(host), "hosts.toml"), fmt.Appendf(nil, `server = "http://%s"
+
+[host."http://%s"]
+  capabilities = ["pull", "resolve"]
+`, host, mirror.Addr))
+			if err := os.MkdirAll(b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: a + ":" + b})
+			mirror.ResetRequests()
+
+			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
+			defer cancel()
+			_, err := c.PullImage(ctx, host+"/team/app:v1")
+			usedMirror := len(mirror.Requests()) > 0
+			t.Logf("containerd %s with a list config_path: mirror used %v, pull error %v", c.Version(), usedMirror, err)
+			if c.Major() >= 2 {
+				if err == nil || usedMirror {
+					t.Errorf("containerd %s used the hosts.toml of a list config_path (pull err %v, mirror requests %d); the transfer service was expected to ignore it",
+						c.Version(), err, len(mirror.Requests()))
+				}
+				return
+			}
+			if err != nil || !usedMirror {
+				t.Errorf("containerd %s: pull err %v, mirror used %v; want a pull through the first directory's hosts.toml", c.Version(), err, usedMirror)
+			}
+		})
+	}
+}

@@ -1,0 +1,159 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+// TestGenContainerdRealDaemons is issue 3's integration test: real containerd daemons — 2.4.x and
+// 2.3.x on schema 3, 1.7.x on schema 2 — already running on a node-like config.toml, are pointed
+// at a running nodecache by `gen containerd` (pkg/bootstrap/containerd Plan + bootstrap.Applier,
+// what the command runs), restarted only when gen says restart_required, and then pull an image
+// through CRI PullImage. nodecache's access log must show those requests with the daemon's
+// User-Agent and ?ns=, the upstream must never see the daemon itself, and a second gen run must
+// change nothing.
+func TestGenContainerdRealDaemons(t *testing.T) {
+	t.Parallel()
+	type genCase struct {
+		name string
+		env  string
+		// configPath returns the config_path the node starts with ("" = unset), given a scratch
+		// directory.
+		configPath  func(scratch string) string
+		wantAction  bcontainerd.ConfigPathAction
+		wantRestart bool
+		// wantHostsDir returns where hosts.toml must land, given scratch and gen's --certs-dir.
+		wantHostsDir func(scratch, certs string) string
+	}
+	unset := func(string) string { return "" }
+	certsDir := func(_, certs string) string { return certs }
+	cases := []genCase{
+		// No config_path: 2.x's default is a two-directory list, broken in transfer mode, so gen
+		// sets --certs-dir; 1.7 has no default, gen sets it too.
+		{name: "2.4 schema 3 no config_path", env: runtimetest.EnvContainerd24, configPath: unset,
+			wantAction: bcontainerd.ConfigPathSet, wantRestart: true, wantHostsDir: certsDir},
+		{name: "2.3 schema 3 no config_path", env: runtimetest.EnvContainerd23, configPath: unset,
+			wantAction: bcontainerd.ConfigPathSet, wantRestart: true, wantHostsDir: certsDir},
+		{name: "1.7 schema 2 no config_path", env: runtimetest.EnvContainerd17, configPath: unset,
+			wantAction: bcontainerd.ConfigPathSet, wantRestart: true, wantHostsDir: certsDir},
+		// A single directory is adopted: hosts.toml goes there and the running daemon uses it
+		// at the next pull, without a restart.
+		{name: "2.4 adopts a single-directory config_path", env: runtimetest.EnvContainerd24,
+			configPath: func(s string) string { return filepath.Join(s, "existing") },
+			wantAction: bcontainerd.ConfigPathAdopted, wantRestart: false,
+			wantHostsDir: func(s, _ string) string { return filepath.Join(s, "existing") }},
+		{name: "1.7 adopts a single-directory config_path", env: runtimetest.EnvContainerd17,
+			configPath: func(s string) string { return filepath.Join(s, "existing") },
+			wantAction: bcontainerd.ConfigPathAdopted, wantRestart: false,
+			wantHostsDir: func(s, _ string) string { return filepath.Join(s, "existing") }},
+		// A ':'-list: 2.4 in transfer mode reads it as one directory (containerd #12415), so gen
+		// replaces it; 1.7 splits it, so hosts.toml goes into its first directory, no restart.
+		{name: "2.4 replaces a list config_path", env: runtimetest.EnvContainerd24,
+			configPath: func(s string) string { return filepath.Join(s, "a") + ":" + filepath.Join(s, "b") },
+			wantAction: bcontainerd.ConfigPathSet, wantRestart: true, wantHostsDir: certsDir},
+		{name: "1.7 uses the first directory of a list config_path", env: runtimetest.EnvContainerd17,
+			configPath: func(s string) string { return filepath.Join(s, "a") + ":" + filepath.Join(s, "b") },
+			wantAction: bcontainerd.ConfigPathFirstOfList, wantRestart: false,
+			wantHostsDir: func(s, _ string) string { return filepath.Join(s, "a") }},
+	}
+	for _, tc := range cases {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			bin := runtimetest.Binary(t, tc.env)
+			runtimetest.RequireRoot(t)
+			runtimetest.RequireLoopbackName(t, upstreamName)
+
+			upstream := mirrortest.NewRegistry(t)
+			host := upstreamHost(t, upstream)
+			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 64*1024, 2, "linux/amd64"))
+			nc := startNodecache(t, upstream)
+
+			scratch := t.TempDir()
+			certs := filepath.Join(scratch, "certs.d")
+			initial := tc.configPath(scratch)
+			for _, d := range filepath.SplitList(initial) {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The node's containerd is running before gen, as on a real node.
+			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: initial})
+			daemon, err := bootstrap.ParseVersion(c.Version())
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := bootstrap.ParseMirror(nc.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := bcontainerd.Options{
+				Mirror: m, Upstreams: []string{host},
+				Config: c.ConfigFile(), CertsDir: certs, Daemon: daemon,
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
+			defer cancel()
+
+			rep, err := bcontainerd.Plan(os.DirFS("/"), opts)
+			if err != nil {
+				t.Fatalf("gen containerd on %s (containerd %s):\n%s\n%v", c.ConfigFile(), c.Version(), readFile(t, c.ConfigFile()), err)
+			}
+			if rep.ConfigPathAction != tc.wantAction || rep.RestartRequired != tc.wantRestart {
+				t.Errorf("gen: config_path action %q, restart_required %v; want %q, %v (report %+v)",
+					rep.ConfigPathAction, rep.RestartRequired, tc.wantAction, tc.wantRestart, rep)
+			}
+			if want := tc.wantHostsDir(scratch, certs); rep.HostsDir != want {
+				t.Errorf("gen: hosts dir %q, want %q", rep.HostsDir, want)
+			}
+			if err := (bootstrap.Applier{Root: "/"}).Apply(ctx, rep.Changes); err != nil {
+				t.Fatalf("apply gen's changes: %v", err)
+			}
+			if _, err := os.Stat(filepath.Join(rep.HostsDir, bcontainerd.HostDirName(host), "hosts.toml")); err != nil {
+				t.Fatalf("gen wrote no hosts.toml for %s: %v", host, err)
+			}
+			if rep.RestartRequired {
+				c.Restart(t) // what the operator does when gen prints restart_required
+			}
+
+			upstream.ResetRequests()
+			ref := host + "/team/app:v1"
+			if _, err := c.PullImage(ctx, ref); err != nil {
+				t.Fatalf("containerd %s after gen: %v\nconfig.toml:\n%s", c.Version(), err, readFile(t, c.ConfigFile()))
+			}
+			lines := nc.requests(t)
+			t.Logf("containerd %s pulled %s through nodecache: %d access-log lines", c.Version(), ref, len(lines))
+			checkAccessLog(t, lines, c.UserAgent(), host)
+			for _, r := range upstream.Requests() {
+				if strings.HasPrefix(r.UserAgent, "containerd/") {
+					t.Errorf("upstream saw containerd itself (bypass): %s %s", r.Method, r.Path)
+				}
+			}
+
+			// Idempotent: a second run plans no write.
+			again, err := bcontainerd.Plan(os.DirFS("/"), opts)
+			if err != nil {
+				t.Fatalf("second gen run: %v", err)
+			}
+			if bootstrap.AnyChanged(again.Changes) || again.RestartRequired {
+				t.Errorf("second gen run changes %+v (restart_required %v), want nothing", again.Changes, again.RestartRequired)
+			}
+		})
+	}
+}
+
+// readFile returns a file's contents for failure messages.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	return string(b)
+}
