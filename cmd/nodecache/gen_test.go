@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
+)
+
+// TestGenContainerdCLI drives `gen containerd` end to end over a host root: a refused config
+// exits 2 and stays untouched, --dry-run writes nothing, a run writes and reports
+// restart_required in JSON, a second run changes nothing, --remove restores.
+func TestGenContainerdCLI(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	cfg := filepath.Join(root, "etc/containerd/config.toml")
+	legacy := bootstraptest.Fixture(t, "containerd/config/microk8s-template-v2-legacy-mirrors.toml")
+	bootstraptest.WriteHostFile(t, root, "/etc/containerd/config.toml", legacy)
+	base := []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--containerd-version", "1.7.35", "--log-level", "error"}
+
+	code, _, stderr := runApp(t, base...)
+	if code != exitUsage || !strings.Contains(stderr, "registry.mirrors") || !strings.Contains(stderr, "--migrate") {
+		t.Fatalf("legacy mirrors: exit %d, stderr %q; want 2 naming the table and --migrate", code, stderr)
+	}
+	assertFile(t, cfg, legacy)
+
+	code, stdout, stderr := runApp(t, append(base, "--migrate", "--dry-run")...)
+	if code != 0 || !strings.Contains(stdout, "+++ b/etc/containerd/certs.d/docker.io/hosts.toml") || !strings.Contains(stdout, `-      [plugins."io.containerd.grpc.v1.cri".registry.mirrors."docker.io"]`) {
+		t.Fatalf("dry-run: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	assertFile(t, cfg, legacy)
+	if _, err := os.Stat(filepath.Join(root, "etc/containerd/certs.d")); !os.IsNotExist(err) {
+		t.Fatalf("dry-run created the certs dir: %v", err)
+	}
+
+	code, stdout, stderr = runApp(t, append(base, "--migrate", "--output", "json")...)
+	if code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, stderr)
+	}
+	var rep struct {
+		RestartRequired bool     `json:"restart_required"`
+		EditedFile      string   `json:"edited_file"`
+		ConfigPath      string   `json:"config_path"`
+		Migrated        []string `json:"migrated"`
+		Changes         []struct {
+			Path   string `json:"path"`
+			Action string `json:"action"`
+		} `json:"changes"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("json output: %v\n%s", err, stdout)
+	}
+	if !rep.RestartRequired || rep.EditedFile != "/etc/containerd/config.toml" || rep.ConfigPath != "/etc/containerd/certs.d" || len(rep.Migrated) != 2 {
+		t.Fatalf("report %+v", rep)
+	}
+	if bak, _ := os.ReadFile(cfg + bootstrap.BackupSuffix); !bytes.Equal(bak, legacy) {
+		t.Fatal("backup does not hold the original")
+	}
+
+	edited, _ := os.ReadFile(cfg)
+	st1, _ := os.Stat(cfg)
+	code, stdout, _ = runApp(t, append(base, "--migrate")...)
+	if code != 0 || !strings.Contains(stdout, "restart_required: false") || strings.Contains(stdout, "create ") || strings.Contains(stdout, "update ") {
+		t.Fatalf("second run: exit %d\n%s", code, stdout)
+	}
+	st2, _ := os.Stat(cfg)
+	if !os.SameFile(st1, st2) || !st1.ModTime().Equal(st2.ModTime()) {
+		t.Fatal("second run rewrote config.toml")
+	}
+	assertFile(t, cfg, edited)
+
+	code, stdout, stderr = runApp(t, "gen", "containerd", "--remove", "--host-root", root, "--containerd-version", "1.7.35", "--log-level", "error")
+	if code != 0 || !strings.Contains(stdout, "restart_required: true") {
+		t.Fatalf("remove: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	assertFile(t, cfg, legacy)
+}
+
+func TestGenUsageErrors(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no-mirror", []string{"gen", "containerd", "--host-root", root}, "--mirror is required"},
+		{"bad-mirror", []string{"gen", "crio", "--host-root", root, "--mirror", "ftp://x"}, "scheme"},
+		{"mirror-with-path", []string{"gen", "talos", "--mirror", "http://10.0.0.5:5000/v2"}, "without path"},
+		{"bad-upstream", []string{"gen", "talos", "--mirror", "http://10.0.0.5:5000", "--upstream", "bad/name"}, "upstream"},
+		{"bad-output", []string{"gen", "talos", "--mirror", "http://10.0.0.5:5000", "--output", "yaml"}, "--output"},
+		{"skip-fallback-loopback", []string{"gen", "talos", "--mirror", "http://127.0.0.1:5000", "--skip-fallback"}, "loopback"},
+		{"no-config-unknown-version", []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--containerd-config", "/nope/config.toml"}, "--containerd-version"},
+		{"host-root-missing", []string{"gen", "crio", "--host-root", filepath.Join(root, "missing"), "--mirror", "http://10.0.0.5:5000"}, "--host-root"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, _, stderr := runApp(t, tc.args...)
+			if code != exitUsage || !strings.Contains(stderr, tc.want) {
+				t.Fatalf("exit %d, stderr %q; want 2 and %q", code, stderr, tc.want)
+			}
+		})
+	}
+	if ents, _ := os.ReadDir(root); len(ents) != 0 {
+		t.Fatalf("refused runs wrote %v", ents)
+	}
+}
+
+func TestGenTalosCLI(t *testing.T) {
+	t.Parallel()
+	code, stdout, _ := runApp(t, "gen", "talos", "--mirror", "http://10.0.0.5:5000", "--upstream", "docker.io", "--talos-version", "v1.11.2")
+	if code != 0 || !strings.HasPrefix(stdout, bootstrap.Marker+"\n") || !strings.Contains(stdout, "registries:") {
+		t.Fatalf("exit %d\n%s", code, stdout)
+	}
+	out := filepath.Join(t.TempDir(), "patch.yaml")
+	code, stdout, stderr := runApp(t, "gen", "talos", "--mirror", "http://10.0.0.5:5000", "-o", out, "--output", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var res struct {
+		Form  string `json:"form"`
+		Patch string `json:"patch"`
+		File  string `json:"file"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(out)
+	if err != nil || string(got) != res.Patch || res.Form != "documents" || !strings.Contains(res.Patch, "kind: RegistryMirrorConfig") {
+		t.Fatalf("file %q err %v, result %+v", got, err, res)
+	}
+	// A file that is not nodecache's is not replaced.
+	foreign := filepath.Join(t.TempDir(), "mine.yaml")
+	if err := os.WriteFile(foreign, []byte("machine: {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runApp(t, "gen", "talos", "--mirror", "http://10.0.0.5:5000", "-o", foreign)
+	if code != exitUsage || !strings.Contains(stderr, "not managed by nodecache") {
+		t.Fatalf("foreign -o file: exit %d %q", code, stderr)
+	}
+}
+
+func TestGenCrioCLI(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	code, stdout, stderr := runApp(t, "gen", "crio", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--crio-version", "1.31.1", "--no-reload", "--output", "json", "--log-level", "error")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rep struct {
+		AutoReload bool `json:"auto_reload"`
+		Reload     struct {
+			Skipped string `json:"skipped"`
+		} `json:"reload"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if !rep.AutoReload || rep.Reload.Skipped != "--no-reload" {
+		t.Fatalf("report %s", stdout)
+	}
+	drop, err := os.ReadFile(filepath.Join(root, "etc/containers/registries.conf.d/90-nodecache.conf"))
+	if err != nil || !strings.Contains(string(drop), "10.0.0.5:5000/docker.io") {
+		t.Fatalf("drop-in %q %v", drop, err)
+	}
+}
+
+func assertFile(t *testing.T, p string, want []byte) {
+	t.Helper()
+	got, err := os.ReadFile(p)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("%s changed (err %v)", p, err)
+	}
+}
