@@ -1,0 +1,147 @@
+package crio_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
+	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// skopeoBinary finds skopeo: $NODECACHE_SKOPEO (set by .ci/build-tools.sh), else $PATH. Missing:
+// skip with the reason, or fail when CI=true.
+func skopeoBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("NODECACHE_SKOPEO"); p != "" {
+		return p
+	}
+	p, err := exec.LookPath("skopeo")
+	if err != nil {
+		msg := "skopeo not found (Debian package skopeo; or set NODECACHE_SKOPEO)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return p
+}
+
+// TestSkopeoPullsThroughNodecache: skopeo, a real containers/image client, given the generated
+// drop-in as its registries.conf, copies an image through a running nodecache; the mirror's
+// access log shows the path-prefix requests with skopeo's user agent.
+func TestSkopeoPullsThroughNodecache(t *testing.T) {
+	t.Parallel()
+	skopeo := skopeoBinary(t)
+
+	// The real registry, reached by nodecache as the upstream named upstream.test. The name has
+	// no port: a path prefix cannot carry one.
+	upstream := mirrortest.NewRegistry(t)
+	upstream.PushImage(t, "library/alpine", "3", mirrortest.Image(t, 4096, 2, "linux/amd64"))
+	up, err := mirror.ParseUpstream("upstream.test=" + upstream.URL.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &lockedBuffer{}
+	m, err := mirror.New(t.Context(), mirror.Options{Upstreams: []mirror.Upstream{up}, Logger: zerolog.New(log)})
+	if err != nil {
+		t.Fatalf("mirror.New: %v", err)
+	}
+	srv := httptest.NewServer(m)
+	t.Cleanup(func() {
+		srv.Close()
+		_ = m.Close()
+		if t.Failed() {
+			t.Logf("nodecache log:\n%s", log.String())
+		}
+	})
+	mirrorURL, _ := url.Parse(srv.URL)
+
+	// gen crio over an empty host root.
+	root := t.TempDir()
+	mm, err := bootstrap.ParseMirror(mirrorURL.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: mm, Upstreams: []string{"upstream.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
+		t.Fatal(err)
+	}
+	dropIn := filepath.Join(root, crio.DefaultRegistriesDir, crio.DropInName)
+
+	dest := t.TempDir()
+	cmd := exec.CommandContext(t.Context(), skopeo, "--insecure-policy", "--registries-conf", dropIn,
+		"copy", "--override-os", "linux", "--override-arch", "amd64",
+		"docker://upstream.test/library/alpine:3", "dir:"+dest)
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("skopeo copy through the mirror: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dest, "manifest.json")); err != nil {
+		t.Fatalf("skopeo wrote no manifest: %v", err)
+	}
+
+	var manifests, blobs int
+	sc := bufio.NewScanner(strings.NewReader(log.String()))
+	for sc.Scan() {
+		var l struct {
+			Message   string `json:"message"`
+			Method    string `json:"method"`
+			Path      string `json:"path"`
+			Query     string `json:"query"`
+			Status    int    `json:"status"`
+			UserAgent string `json:"user_agent"`
+		}
+		if json.Unmarshal(sc.Bytes(), &l) != nil || l.Message != "request" || l.Status != 200 {
+			continue
+		}
+		if !strings.Contains(strings.ToLower(l.UserAgent), "skopeo") || strings.Contains(l.Query, "ns=") {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(l.Path, "/v2/upstream.test/library/alpine/manifests/"):
+			manifests++
+		case strings.HasPrefix(l.Path, "/v2/upstream.test/library/alpine/blobs/"):
+			blobs++
+		}
+	}
+	if manifests == 0 || blobs < 3 { // config + 2 layers
+		t.Fatalf("access log shows %d manifest and %d blob path-prefix requests from skopeo; want >= 1 and >= 3:\n%s", manifests, blobs, log.String())
+	}
+	// The upstream was reached through nodecache only.
+	if upstream.Count("GET", "/v2/library/alpine/blobs/") == 0 {
+		t.Fatal("the upstream served no blob: the image did not come through nodecache")
+	}
+}
