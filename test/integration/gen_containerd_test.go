@@ -1,8 +1,11 @@
 package integration
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -156,4 +159,89 @@ func readFile(t *testing.T, path string) string {
 		return "(" + err.Error() + ")"
 	}
 	return string(b)
+}
+
+// TestGenContainerdCommandAndRemove drives the built binary as an operator would: `nodecache gen
+// containerd … --output json` on a running daemon's config.toml, restart, a CRI pull through
+// nodecache; then `gen containerd --remove`, which must restore config.toml byte for byte and
+// ask for a restart, after which the daemon no longer reaches nodecache.
+func TestGenContainerdCommandAndRemove(t *testing.T) {
+	t.Parallel()
+	for _, v := range []struct{ name, env string }{
+		{"2.4", runtimetest.EnvContainerd24},
+		{"1.7", runtimetest.EnvContainerd17},
+	} {
+		t.Run("containerd-"+v.name, func(t *testing.T) {
+			t.Parallel()
+			bin := runtimetest.Binary(t, v.env)
+			runtimetest.RequireRoot(t)
+			runtimetest.RequireLoopbackName(t, upstreamName)
+			nodecacheBin := nodecacheBinary(t)
+
+			upstream := mirrortest.NewRegistry(t)
+			host := upstreamHost(t, upstream)
+			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 64*1024, 1, "linux/amd64"))
+			upstream.PushImage(t, "team/app", "v2", mirrortest.Image(t, 64*1024, 1, "linux/amd64"))
+			nc := startNodecache(t, upstream)
+
+			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
+			original := readFile(t, c.ConfigFile())
+			certs := filepath.Join(t.TempDir(), "certs.d")
+			args := []string{"gen", "containerd", "--mirror", nc.URL, "--upstream", host,
+				"--containerd-config", c.ConfigFile(), "--certs-dir", certs,
+				"--containerd-version", c.Version(), "--output", "json"}
+
+			var rep struct {
+				RestartRequired bool   `json:"restart_required"`
+				ConfigPath      string `json:"config_path"`
+				HostsDir        string `json:"hosts_dir"`
+			}
+			runNodecacheJSON(t, nodecacheBin, args, &rep)
+			if !rep.RestartRequired || rep.ConfigPath != certs || rep.HostsDir != certs {
+				t.Fatalf("gen containerd: restart_required %v, config_path %q, hosts_dir %q; want true, %q, %q",
+					rep.RestartRequired, rep.ConfigPath, rep.HostsDir, certs, certs)
+			}
+			c.Restart(t)
+			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
+			defer cancel()
+			if _, err := c.PullImage(ctx, host+"/team/app:v1"); err != nil {
+				t.Fatalf("containerd %s after gen: %v", c.Version(), err)
+			}
+			checkAccessLog(t, nc.requests(t), c.UserAgent(), host)
+
+			runNodecacheJSON(t, nodecacheBin, append(args, "--remove"), &rep)
+			if !rep.RestartRequired {
+				t.Errorf("gen containerd --remove: restart_required false, want true (config.toml restored)")
+			}
+			if got := readFile(t, c.ConfigFile()); got != original {
+				t.Errorf("after --remove config.toml =\n%s\nwant the original\n%s", got, original)
+			}
+			if _, err := os.Stat(filepath.Join(certs, bcontainerd.HostDirName(host), "hosts.toml")); !os.IsNotExist(err) {
+				t.Errorf("after --remove hosts.toml still there (stat err %v)", err)
+			}
+			c.Restart(t)
+			before := len(nc.requests(t))
+			if _, err := c.PullImage(ctx, host+"/team/app:v2"); err == nil {
+				t.Errorf("containerd %s pulled v2 after --remove; want a failure (its default for upstream.test is https, the upstream speaks http)", c.Version())
+			}
+			if after := len(nc.requests(t)); after != before {
+				t.Errorf("nodecache saw %d requests after --remove, want 0", after-before)
+			}
+		})
+	}
+}
+
+// runNodecacheJSON runs the nodecache binary with args, requires exit 0 and decodes its stdout
+// into out.
+func runNodecacheJSON(t *testing.T, bin string, args []string, out any) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), bin, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("nodecache %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
+		t.Fatalf("nodecache %s: stdout is not JSON: %v\n%s", strings.Join(args, " "), err, stdout.String())
+	}
 }
