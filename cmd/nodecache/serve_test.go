@@ -229,3 +229,29 @@ func TestServeRefusesBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestBaremetalExampleConfig: the shipped settings file is accepted by serve.
+func TestBaremetalExampleConfig(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(binary, "serve", "--config", "../../examples/baremetal/nodecache.yaml",
+		"--root", t.TempDir(), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
+	var out bytes.Buffer
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		t.Fatalf("serve with the example settings exited: %v\n%s", err, out.String())
+	case <-time.After(1500 * time.Millisecond):
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	if err := <-done; err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), `"upstreams":["docker.io","ghcr.io","registry.k8s.io","quay.io","gcr.io"]`) {
+		t.Fatalf("example upstreams not in effect:\n%s", out.String())
+	}
+}

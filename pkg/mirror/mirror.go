@@ -44,6 +44,7 @@ type Mirror struct {
 	metrics         *metrics
 	gatherer        prometheus.Gatherer
 	clients         *clientLog
+	canary          *canary
 	cancel          context.CancelFunc
 
 	tagsMu    sync.Mutex
@@ -117,6 +118,9 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		m.byKey[key] = up
 	}
 	m.defaultUpstream = m.upstreams[opts.DefaultUpstream]
+	if m.canary, err = newCanary(); err != nil {
+		return nil, fmt.Errorf("build canary image: %w", err)
+	}
 	m.log.Info().Str("root", opts.Root).Strs("upstreams", names(opts.Upstreams)).
 		Str("default_upstream", opts.DefaultUpstream).Dur("upstream_timeout", opts.UpstreamTimeout).
 		Dur("tag_ttl", opts.TagTTL).Msg("mirror configured")
@@ -272,6 +276,10 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json; charset=utf-8")
 		rw.WriteHeader(http.StatusOK)
 		_, _ = rw.Write([]byte("{}\n"))
+		return
+	}
+	if rt.repo == CanaryRepository {
+		m.canary.serve(rw, r, rt, st)
 		return
 	}
 	r2 := r.Clone(withState(r.Context(), st))

@@ -298,3 +298,12 @@ func mustURL(t *testing.T, s string) *url.URL {
 	}
 	return u
 }
+
+func mustPlatform(t *testing.T, s string) v1.Platform {
+	t.Helper()
+	p, err := v1.ParsePlatform(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return *p
+}
