@@ -15,10 +15,13 @@ import (
 	"testing"
 	"time"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
+	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
 
@@ -187,6 +190,13 @@ func TestStatusRealContainerd(t *testing.T) {
 				t.Fatalf("after gen without restart: %s, remedy %q\n%s", r.Report.State, rt.Remedy, r.Raw)
 			}
 			t.Logf("after gen, no restart: %s (%s)", r.Report.State, r.Report.Reason)
+			// The canary cannot pass yet: the daemon dials the upstream, which has no canary.
+			r = runStatus(t, c, "--mirror", nc.URL, "--canary")
+			if row, _ := r.row("canary"); r.Report.State != activation.NotActive || row.Result != activation.Fail {
+				t.Fatalf("--canary before restart: %s, canary row %+v\n%s", r.Report.State, row, r.Raw)
+			} else {
+				t.Logf("--canary before restart: %s", row.Reason)
+			}
 
 			// 3. Restart: active.
 			afterTwoSeconds()
@@ -214,7 +224,11 @@ func TestStatusRealContainerd(t *testing.T) {
 			}
 			expectState(t, "after a CRI pull", r, activation.Active, 0)
 
-			// 5. config.toml touched after the start.
+			// 5. --canary: a fresh tag of the repository only the mirror serves is pulled through
+			// the CRI socket, seen by the mirror, and removed again.
+			checkCanary(t, c, nc)
+
+			// 6. config.toml touched after the start.
 			now := time.Now()
 			if err := os.Chtimes(c.ConfigFile(), now, now); err != nil {
 				t.Fatal(err)
@@ -254,4 +268,48 @@ server = "http://%s"
 	if row, _ := r.row("config_path"); row.Result != activation.Fail || !strings.Contains(row.Reason, "is a list") {
 		t.Fatalf("config_path row %+v\n%s", row, r.Raw)
 	}
+}
+
+// checkCanary runs `status --canary --mirror` on a daemon whose configuration is active: exit 0,
+// the canary row passes, the mirror logged the canary pull from the daemon, and the daemon's
+// image store holds no canary image afterwards.
+func checkCanary(t *testing.T, c *runtimetest.Containerd, nc *nodecache) {
+	t.Helper()
+	r := runStatus(t, c, "--mirror", nc.URL, "--canary")
+	expectState(t, "--canary", r, activation.Active, 0)
+	row, ok := r.row("canary")
+	if !ok || row.Result != activation.Pass {
+		t.Fatalf("canary row %+v (present %v)\n%s", row, ok, r.Raw)
+	}
+	if cleanup, ok := r.row("canary-cleanup"); ok {
+		t.Fatalf("canary image not removed: %+v\n%s", cleanup, r.Raw)
+	}
+	var canaryReqs int
+	for _, l := range nc.requests(t) {
+		if l.Repository == mirror.CanaryRepository {
+			canaryReqs++
+			if l.UserAgent != c.UserAgent() || l.Status >= 400 {
+				t.Errorf("canary request %s %s from %q answered %d, want %s and < 400", l.Method, l.Path, l.UserAgent, l.Status, c.UserAgent())
+			}
+		}
+	}
+	if canaryReqs == 0 {
+		t.Fatalf("the mirror logged no request for %s", mirror.CanaryRepository)
+	}
+	is, err := c.ImageService()
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := is.ListImages(t.Context(), &runtimeapi.ListImagesRequest{})
+	if err != nil {
+		t.Fatalf("CRI ListImages: %v", err)
+	}
+	for _, img := range list.GetImages() {
+		for _, name := range append(img.GetRepoTags(), img.GetRepoDigests()...) {
+			if strings.Contains(name, mirror.CanaryRepository) {
+				t.Fatalf("canary image %s (%s) still in the daemon's image store", name, img.GetId())
+			}
+		}
+	}
+	t.Logf("--canary: %s", row.Reason)
 }

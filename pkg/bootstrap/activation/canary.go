@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodecache/nodecache/pkg/mirror"
 )
 
 // The canary: the runtime pulls, through its CRI socket exactly as the kubelet does, an image
@@ -20,8 +22,8 @@ import (
 // that upstream (or the mirror is down).
 
 // CanaryRepository is the repository the mirror answers itself, for any tag, with a one-layer
-// image for the requesting node's platform.
-const CanaryRepository = "nodecache-canary/probe"
+// image for common platforms (mirror.CanaryRepository, the single definition).
+const CanaryRepository = mirror.CanaryRepository
 
 // DefaultCanaryTimeout bounds the canary pull.
 const DefaultCanaryTimeout = 2 * time.Minute
@@ -55,6 +57,9 @@ func (e *evaluator) canary(ctx context.Context, rep *RuntimeReport) {
 	up := e.opts.CanaryUpstream
 	if up == "" && len(rep.upstreams) > 0 {
 		up = rep.upstreams[0]
+	}
+	if up == "" && len(e.opts.Upstreams) > 0 {
+		up = e.opts.Upstreams[0]
 	}
 	if up == "" {
 		e.add(rt, "canary", Skipped, "no upstream to pull the canary under (none configured or found)")

@@ -237,6 +237,10 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 	if v2 && onDisk == "" && len(settings.Legacy) == 0 {
 		onDisk = defaultV2ConfigPath
 	}
+	// The registries the on-disk files route through the mirror: what a canary pulls under
+	// when the verdict is decided before the hosts check (a daemon that has not loaded them
+	// yet is exactly where the canary's answer matters).
+	rep.upstreams = e.upstreamsOr(e.onDiskRegistries(onDisk))
 
 	if !view.known {
 		// Start time against the newest change of the configuration (2.0–2.3, or no answer).
@@ -378,4 +382,17 @@ func (e *evaluator) judgeHosts(ctx context.Context, rep RuntimeReport, rt string
 		rep.Remedy = "a configuration change is pending: " + remedyRestartContainerd
 	}
 	return rep
+}
+
+// onDiskRegistries lists the registries with a nodecache-written hosts.toml under the on-disk
+// config_path (best effort: unreadable directories give none).
+func (e *evaluator) onDiskRegistries(configPath string) []string {
+	if configPath == "" {
+		return nil
+	}
+	found, err := registryDirs(e.opts.HostRoot, splitConfigPath(configPath), true)
+	if err != nil {
+		return nil
+	}
+	return found
 }

@@ -170,7 +170,7 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 				continue
 			}
 			checked = append(checked, prefix)
-			reg, err := sysregistriesv2.FindRegistry(sys, prefix+"/nodecache-canary/probe")
+			reg, err := sysregistriesv2.FindRegistry(sys, prefix+"/"+CanaryRepository)
 			if err != nil || reg == nil {
 				e.add(rt, "registry "+prefix, Fail, "containers/image finds no [[registry]] for %s", prefix)
 				bad = append(bad, prefix)
