@@ -36,6 +36,8 @@ nodecache_build_tools() (
 	local v23="${NODECACHE_CONTAINERD_2_3_VERSION:-v2.3.7}"
 	local v17="${NODECACHE_CONTAINERD_1_7_VERSION:-v1.7.35}"
 	local tags="no_btrfs no_devmapper no_zfs"
+	# The builds are standalone modules: never let a caller's go.work pull them into a workspace.
+	export GOWORK=off
 	mkdir -p "$tools" || return 1
 
 	log() { printf 'build-tools: %s\n' "$*" >&2; }
