@@ -1,0 +1,189 @@
+package containerd_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	srvconfig "github.com/containerd/containerd/v2/cmd/containerd/server/config"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
+	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
+)
+
+// TestMergeMatchesContainerd2 compares the effective registry of LoadEffective (2.x rules) with
+// containerd 2.x's own loader over main files with relative imports (so containerd's loader
+// sees the same files): deep merge, empty values overriding, globs in name order, each file once.
+func TestMergeMatchesContainerd2(t *testing.T) {
+	t.Parallel()
+	reg := `[plugins."io.containerd.cri.v1.images".registry]` + "\n"
+	cases := []struct {
+		name  string
+		files map[string]string // host path under /etc/containerd -> content
+		want  string
+	}{
+		{"main only", map[string]string{"config.toml": "version = 3\n" + reg + "config_path = '/a'\n"}, "/a"},
+		{"import overrides", map[string]string{
+			"config.toml":   "version = 3\nimports = ['conf.d/x.toml']\n" + reg + "config_path = '/a'\n",
+			"conf.d/x.toml": "version = 3\n" + reg + "config_path = '/b'\n",
+		}, "/b"},
+		{"import empty value overrides", map[string]string{
+			"config.toml":   "version = 3\nimports = ['conf.d/x.toml']\n" + reg + "config_path = '/a'\n",
+			"conf.d/x.toml": "version = 3\n" + reg + "config_path = ''\n",
+		}, ""},
+		{"import without the key keeps it", map[string]string{
+			"config.toml":   "version = 3\nimports = ['conf.d/x.toml']\n" + reg + "config_path = '/a'\n",
+			"conf.d/x.toml": "version = 3\n" + `[plugins."io.containerd.cri.v1.images".registry.headers]` + "\nX = ['y']\n",
+		}, "/a"},
+		{"glob in name order, last wins", map[string]string{
+			"config.toml":   "version = 3\nimports = ['conf.d/*.toml']\n",
+			"conf.d/b.toml": "version = 3\n" + reg + "config_path = '/b'\n",
+			"conf.d/a.toml": "version = 3\n" + reg + "config_path = '/a'\n",
+		}, "/b"},
+		{"nested import, circular once", map[string]string{
+			"config.toml":   "version = 3\nimports = ['conf.d/a.toml']\n",
+			"conf.d/a.toml": "version = 3\nimports = ['b.toml', '../config.toml']\n" + reg + "config_path = '/a'\n",
+			"conf.d/b.toml": "version = 3\n" + reg + "config_path = '/nested'\n",
+		}, "/nested"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			for p, c := range tc.files {
+				bootstraptest.WriteHostFile(t, root, "/etc/containerd/"+p, []byte(c))
+			}
+			eff, err := containerd.LoadEffective(root, containerd.DefaultConfig, containerd.LoadOptions{Daemon: v24})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cfg srvconfig.Config
+			if err := srvconfig.LoadConfig(t.Context(), filepath.Join(root, containerd.DefaultConfig), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			var images criPlugin
+			if _, err := cfg.Decode(t.Context(), containerd.PluginImages, &images); err != nil {
+				t.Fatal(err)
+			}
+			if images.Registry.ConfigPath != tc.want || eff.Registry.ConfigPath != tc.want {
+				t.Fatalf("containerd reads %q, LoadEffective %q, want %q", images.Registry.ConfigPath, eff.Registry.ConfigPath, tc.want)
+			}
+		})
+	}
+}
+
+// TestImportRules: which file wins and which one gen edits, under 1.x and 2.x rules.
+func TestImportRules(t *testing.T) {
+	t.Parallel()
+	m, _ := bootstrap.ParseMirror("http://10.0.0.5:5000")
+
+	t.Run("1.x replaces the whole plugin table: the import is edited", func(t *testing.T) {
+		t.Parallel()
+		root := t.TempDir()
+		main := "version = 2\nimports = ['/etc/containerd/conf.d/*.toml']\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\nconfig_path = '/etc/containerd/certs.d'\n"
+		imp := "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nsnapshotter = 'native'\n"
+		bootstraptest.WriteHostFile(t, root, "/etc/containerd/config.toml", []byte(main))
+		bootstraptest.WriteHostFile(t, root, "/etc/containerd/conf.d/10-snap.toml", []byte(imp))
+		eff, err := containerd.LoadEffective(root, containerd.DefaultConfig, containerd.LoadOptions{Daemon: v17})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if eff.Registry.ConfigPath != "" || eff.PluginFrom != "/etc/containerd/conf.d/10-snap.toml" {
+			t.Fatalf("1.x: config_path %q from %q, want dropped by the import's plugin table", eff.Registry.ConfigPath, eff.PluginFrom)
+		}
+		// 2.x deep-merges: the main file's value stands.
+		eff2, err := containerd.LoadEffective(root, containerd.DefaultConfig, containerd.LoadOptions{Daemon: v24})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if eff2.Registry.ConfigPath != "/etc/containerd/certs.d" || eff2.ConfigPathFrom != "/etc/containerd/config.toml" {
+			t.Fatalf("2.x: %q from %q", eff2.Registry.ConfigPath, eff2.ConfigPathFrom)
+		}
+		rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v17})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.EditedFile != "/etc/containerd/conf.d/10-snap.toml" || rep.ConfigPathAction != containerd.ConfigPathSet {
+			t.Fatalf("edited %q action %s, want the import set", rep.EditedFile, rep.ConfigPathAction)
+		}
+		for _, c := range rep.Changes {
+			if c.Path == "/etc/containerd/config.toml" && c.Changed() {
+				t.Fatal("main file edited although the import's table wins")
+			}
+		}
+	})
+
+	t.Run("2.x import sets a list: the import is edited, main untouched", func(t *testing.T) {
+		t.Parallel()
+		root := t.TempDir()
+		main := "version = 3\nimports = ['/etc/containerd/conf.d/*.toml']\n[plugins.'io.containerd.cri.v1.images'.registry]\nconfig_path = '/etc/containerd/certs.d'\n"
+		imp := "version = 3\n[plugins.'io.containerd.cri.v1.images'.registry]\nconfig_path = '/etc/containerd/certs.d:/etc/docker/certs.d'\n"
+		bootstraptest.WriteHostFile(t, root, "/etc/containerd/config.toml", []byte(main))
+		bootstraptest.WriteHostFile(t, root, "/etc/containerd/conf.d/99-eks.toml", []byte(imp))
+		rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v24})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.EditedFile != "/etc/containerd/conf.d/99-eks.toml" || !rep.RestartRequired || rep.ConfigPath != "/etc/containerd/certs.d" || !rep.TransferService {
+			t.Fatalf("report %+v", rep)
+		}
+		idx := slices.IndexFunc(rep.Changes, func(c bootstrap.Change) bool { return c.Path == "/etc/containerd/conf.d/99-eks.toml" })
+		if idx < 0 || rep.Changes[idx].Backup != "/etc/containerd/conf.d/99-eks.toml.nodecache.bak" {
+			t.Fatalf("changes %+v", rep.Changes)
+		}
+	})
+
+	t.Run("no config.toml: created for the known version", func(t *testing.T) {
+		t.Parallel()
+		root := t.TempDir()
+		for _, v := range []bootstrap.Version{v17, v24} {
+			rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.ConfigPathAction != containerd.ConfigPathCreated || !rep.RestartRequired {
+				t.Fatalf("%v: %+v", v, rep)
+			}
+			var cfg srvconfig.Config
+			dir := t.TempDir()
+			for _, c := range rep.Changes {
+				if c.Path == containerd.DefaultConfig {
+					bootstraptest.WriteHostFile(t, dir, "config.toml", c.New)
+				}
+			}
+			if err := srvconfig.LoadConfig(t.Context(), filepath.Join(dir, "config.toml"), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			plugin := containerd.PluginImages
+			if v.Major < 2 {
+				plugin = containerd.PluginCRIv1
+			}
+			var p criPlugin
+			if _, err := cfg.Decode(t.Context(), plugin, &p); err != nil || p.Registry.ConfigPath != containerd.DefaultCertsDir {
+				t.Fatalf("%v: created config reads config_path %q (%v)", v, p.Registry.ConfigPath, err)
+			}
+		}
+	})
+
+	t.Run("k3s and Talos refused", func(t *testing.T) {
+		t.Parallel()
+		root := t.TempDir()
+		bootstraptest.WriteHostFile(t, root, "/var/lib/rancher/k3s/agent/etc/containerd/config.toml", []byte("version = 2\n"))
+		if _, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v24}); err == nil {
+			t.Fatal("k3s node accepted")
+		}
+		root2 := t.TempDir()
+		bootstraptest.WriteHostFile(t, root2, "/etc/containerd/config.toml", []byte("version = 2\n"))
+		bootstraptest.WriteHostFile(t, root2, "/etc/containerd/config.toml.tmpl", []byte("{{ template \"base\" . }}\n"))
+		if _, err := containerd.Plan(os.DirFS(root2), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v24}); err == nil {
+			t.Fatal("config.toml.tmpl accepted")
+		}
+		root3 := t.TempDir()
+		bootstraptest.WriteHostFile(t, root3, "/etc/os-release", []byte("NAME=Talos\nID=talos\n"))
+		if _, err := containerd.Plan(os.DirFS(root3), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v24}); err == nil {
+			t.Fatal("Talos accepted")
+		}
+	})
+}
