@@ -283,7 +283,7 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 	if loaded == "" {
 		e.add(rt, "config_path", Fail, "no config_path: containerd %s does not read hosts.toml files", rep.Version)
 		rep.State, rep.Reason = NotActive, "the running containerd has no registry config_path"
-		rep.Remedy = "run nodecache gen containerd, then " + remedyRestartContainerd
+		rep.Remedy = fixThenRestart(rep, onDisk, "run nodecache gen containerd")
 		return rep
 	}
 	roots := splitConfigPath(loaded)
@@ -292,7 +292,7 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		if transfer {
 			e.add(rt, "config_path", Fail, "%q is a list; containerd >= 2.1 pulls through the transfer service, which reads it as ONE directory, so every hosts.toml is ignored (containerd #12415, #12808)", loaded)
 			rep.State, rep.Reason = NotActive, fmt.Sprintf("config_path %q is a list, which the transfer service ignores", loaded)
-			rep.Remedy = "set config_path to a single directory (nodecache gen containerd), then " + remedyRestartContainerd
+			rep.Remedy = fixThenRestart(rep, onDisk, "set config_path to a single directory (nodecache gen containerd)")
 			return rep
 		}
 		why := "containerd 1.x and 2.0 split it"
@@ -395,4 +395,14 @@ func (e *evaluator) onDiskRegistries(configPath string) []string {
 		return nil
 	}
 	return found
+}
+
+// fixThenRestart is the remedy when the loaded config_path is wrong: when the on-disk one is
+// already a single directory and only waits for a restart (the agent's gen pass ran), only the
+// restart is asked for; otherwise fix first, then restart.
+func fixThenRestart(rep RuntimeReport, onDisk, fix string) string {
+	if rep.Pending && onDisk != "" && len(splitConfigPath(onDisk)) == 1 {
+		return "config_path on disk is already " + onDisk + ": " + remedyRestartContainerd
+	}
+	return fix + ", then " + remedyRestartContainerd
 }

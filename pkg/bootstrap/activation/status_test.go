@@ -144,13 +144,14 @@ func TestContainerdIntrospection(t *testing.T) {
 		reasonHas string
 		checkName string
 		checkHas  string
+		remedyHas string
 	}{
 		{name: "single directory", loaded: certsDir, onDisk: certsDir, cfgSec: t0 - 50, state: Active, reasonHas: "introspection"},
 		{name: "touched after start: still active, pending", loaded: certsDir, onDisk: certsDir, cfgSec: t0 + 50, state: Active, pending: true, checkName: "pending", checkHas: "pending until containerd restarts"},
 		{name: "on-disk differs from loaded", loaded: certsDir, onDisk: "/etc/other.d", cfgSec: t0 - 50, state: Active, pending: true, checkName: "pending", checkHas: `"/etc/other.d"`},
-		{name: "list in transfer mode", loaded: certsDir + ":/etc/docker/certs.d", onDisk: certsDir + ":/etc/docker/certs.d", cfgSec: t0 - 50, state: NotActive, reasonHas: "is a list"},
-		{name: "default list (no config_path)", loaded: defaultV2ConfigPath, onDisk: "", cfgSec: t0 - 50, state: NotActive, reasonHas: "is a list"},
-		{name: "loaded from before gen", loaded: defaultV2ConfigPath, onDisk: certsDir, cfgSec: t0 + 50, state: NotActive, pending: true, reasonHas: "is a list"},
+		{name: "list in transfer mode", loaded: certsDir + ":/etc/docker/certs.d", onDisk: certsDir + ":/etc/docker/certs.d", cfgSec: t0 - 50, state: NotActive, reasonHas: "is a list", remedyHas: "set config_path to a single directory"},
+		{name: "default list (no config_path)", loaded: defaultV2ConfigPath, onDisk: "", cfgSec: t0 - 50, state: NotActive, reasonHas: "is a list", remedyHas: "set config_path to a single directory"},
+		{name: "loaded from before gen: only the restart is missing", loaded: defaultV2ConfigPath, onDisk: certsDir, cfgSec: t0 + 50, state: NotActive, pending: true, reasonHas: "is a list", remedyHas: "config_path on disk is already " + certsDir + ": restart containerd"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -168,6 +169,9 @@ func TestContainerdIntrospection(t *testing.T) {
 			}
 			if tt.pending && len(r.Warnings) == 0 {
 				t.Fatalf("pending without a warning\n%s", dump(r))
+			}
+			if !strings.Contains(rt.Remedy, tt.remedyHas) {
+				t.Fatalf("remedy %q, want %q\n%s", rt.Remedy, tt.remedyHas, dump(r))
 			}
 			if tt.checkName != "" {
 				c, ok := check(r, RuntimeContainerd, tt.checkName)

@@ -1,0 +1,381 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+// agentWait bounds each wait for the agent to reach a state (its --interval is 1 s).
+const agentWait = 60 * time.Second
+
+// agentProc is a running `nodecache agent` process with its JSON log.
+type agentProc struct {
+	cmd  *exec.Cmd
+	url  string // http://<--listen>
+	murl string // http://<--metrics-listen>
+	log  *syncBuffer
+	done chan struct{}
+	err  error // set when done is closed
+}
+
+// freeAddr returns a loopback address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startAgent runs the nodecache binary with args; the process is stopped (SIGTERM, then SIGKILL)
+// when the test ends and its log is quoted when the test failed.
+func startAgent(t *testing.T, listen, metricsListen string, args ...string) *agentProc {
+	t.Helper()
+	a := &agentProc{url: "http://" + listen, murl: "http://" + metricsListen, log: &syncBuffer{}, done: make(chan struct{})}
+	a.cmd = exec.Command(nodecacheBinary(t), args...)
+	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := a.cmd.Start(); err != nil {
+		t.Fatalf("start nodecache agent: %v", err)
+	}
+	go func() {
+		a.err = a.cmd.Wait()
+		close(a.done)
+	}()
+	t.Cleanup(func() {
+		a.stop()
+		if t.Failed() {
+			t.Logf("nodecache agent log:\n%s", a.log.String())
+		}
+	})
+	return a
+}
+
+// stop sends SIGTERM and waits (SIGKILL after 30 s); it returns the exit error.
+func (a *agentProc) stop() error {
+	select {
+	case <-a.done:
+		return a.err
+	default:
+	}
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		_ = a.cmd.Process.Kill()
+		<-a.done
+	}
+	return a.err
+}
+
+// lines returns the agent's JSON log lines so far (other output is skipped).
+func (a *agentProc) lines() []map[string]any {
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(a.log.String()))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) == nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// requests returns the access-log lines of the agent's mirror.
+func (a *agentProc) requests(t *testing.T) []accessLine {
+	t.Helper()
+	var out []accessLine
+	for _, m := range a.lines() {
+		if m["message"] != "request" {
+			continue
+		}
+		b, _ := json.Marshal(m)
+		var l accessLine
+		if err := json.Unmarshal(b, &l); err != nil {
+			t.Fatalf("access line %s: %v", b, err)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// get returns the status code and body of GET url (0 when the request failed).
+func get(ctx context.Context, url string) (int, string) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// waitFor polls cond every 200 ms until it returns "" (met) or agentWait passes, then fails the
+// test with cond's last answer. It also fails when the agent exits.
+func (a *agentProc) waitFor(t *testing.T, what string, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(agentWait)
+	for {
+		why := cond()
+		if why == "" {
+			return
+		}
+		select {
+		case <-a.done:
+			t.Fatalf("waiting for %s: the agent exited (%v); last: %s", what, a.err, why)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: not after %s: %s", what, agentWait, why)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// gaugeRE finds the activation gauge of containerd in the Prometheus text format.
+var gaugeRE = regexp.MustCompile(`(?m)^nodecache_runtime_config_active\{runtime="containerd"\} (\S+)$`)
+
+// activeGauge returns the value of nodecache_runtime_config_active{runtime="containerd"} at url.
+func activeGauge(ctx context.Context, url string) (string, error) {
+	code, body := get(ctx, url+"/metrics")
+	if code != http.StatusOK {
+		return "", fmt.Errorf("GET /metrics: %d %s", code, body)
+	}
+	m := gaugeRE.FindStringSubmatch(body)
+	if m == nil {
+		return "", errors.New("no nodecache_runtime_config_active{runtime=\"containerd\"} in /metrics")
+	}
+	return m[1], nil
+}
+
+// alive fails the test unless pid is a live containerd process.
+func alive(t *testing.T, step string, pid int) {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil || strings.TrimSpace(string(b)) != "containerd" {
+		t.Fatalf("%s: containerd pid %d is gone (%v %q)", step, pid, err, b)
+	}
+}
+
+// linkHostPath makes hostRoot+dir point at dir, the way a pod sees the host's dir under its
+// --host-root mount: host paths inside dir then mean the same file for the agent (which reads
+// them under hostRoot) and for containerd (which reads them as they are).
+func linkHostPath(t *testing.T, hostRoot, dir string) {
+	t.Helper()
+	at := filepath.Join(hostRoot, dir)
+	if err := os.MkdirAll(filepath.Dir(at), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dir, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAgentRealContainerd runs `nodecache agent` as a process next to a real containerd 2.4
+// whose files it sees under --host-root: its gen pass writes the files, /activez, the readiness
+// answer, the ready file and the gauge say NOT active until containerd restarts (which the test
+// does, never the agent), then ACTIVE without restarting the agent; a CRI pull then goes through
+// the agent's mirror, and --warm filled an image at start.
+func TestAgentRealContainerd(t *testing.T) {
+	t.Parallel()
+	bin := runtimetest.Binary(t, runtimetest.EnvContainerd24)
+	runtimetest.RequireRoot(t)
+	runtimetest.RequireLoopbackName(t, upstreamName)
+
+	upstream := mirrortest.NewRegistry(t)
+	upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 2, "linux/amd64"))
+	upstream.PushImage(t, "team/warm", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
+
+	// The node: containerd's files under nodeDir, seen by the agent at the same host path under
+	// hostRoot. No config_path yet: containerd 2.4 runs with its default list.
+	hostRoot, nodeDir := t.TempDir(), t.TempDir()
+	linkHostPath(t, hostRoot, nodeDir)
+	c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{Dir: nodeDir})
+	if !strings.HasPrefix(c.Socket(), nodeDir+"/") {
+		t.Fatalf("containerd socket %s is outside %s (path too long?)", c.Socket(), nodeDir)
+	}
+	pid := c.PID()
+	readyFile := filepath.Join(t.TempDir(), "ready")
+	listen, metricsListen := freeAddr(t), freeAddr(t)
+
+	a := startAgent(t, listen, metricsListen, "agent",
+		"--host-root", hostRoot,
+		"--runtime", "containerd",
+		"--containerd-config", c.ConfigFile(),
+		"--containerd-socket", c.Socket(),
+		"--certs-dir", filepath.Join(nodeDir, "certs.d"),
+		"--listen", listen,
+		"--metrics-listen", metricsListen,
+		"--root", t.TempDir(),
+		"--upstream", upstreamName+"="+upstream.URL.String(),
+		"--interval", "1s",
+		"--readiness", "activation",
+		"--ready-file", readyFile,
+		"--warm", upstreamName+"/team/warm:v1",
+	)
+	ctx := t.Context()
+
+	// 1. Gen pass done, containerd not restarted: NOT active everywhere.
+	a.waitFor(t, "the gen pass", func() string {
+		for _, l := range a.lines() {
+			if l["message"] == "gen containerd" {
+				if l["restart_required"] != true || !strings.Contains(fmt.Sprint(l["remedy"]), "restart containerd or cycle the node") {
+					t.Fatalf("gen containerd line %v: want restart_required and the remedy", l)
+				}
+				return ""
+			}
+		}
+		return "no gen containerd line"
+	})
+	a.waitFor(t, "a NOT active evaluation", func() string {
+		code, body := get(ctx, a.url+"/activez")
+		if code == http.StatusServiceUnavailable && strings.HasPrefix(body, "not_active:") {
+			return ""
+		}
+		return fmt.Sprintf("/activez %d %q", code, body)
+	})
+	code, body := get(ctx, a.url+"/activez")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "config_path on disk is already "+filepath.Join(nodeDir, "certs.d")+": restart containerd or cycle the node") {
+		t.Fatalf("/activez before restart: %d %q", code, body)
+	}
+	for _, u := range []string{a.url} {
+		if code, body := get(ctx, u+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not active") {
+			t.Fatalf("%s/readyz before restart: %d %q, want 503 saying not active", u, code, body)
+		}
+	}
+	if _, err := os.Stat(readyFile); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("ready file before restart: %v, want absent", err)
+	}
+	if v, err := activeGauge(ctx, a.url); err != nil || v != "0" {
+		t.Fatalf("gauge before restart: %q %v, want 0", v, err)
+	}
+	if !logged(a, "runtime activation changed", "state", "not_active") {
+		t.Fatalf("no transition line to not_active")
+	}
+	t.Logf("before restart: /activez %d %q", code, strings.TrimSpace(body))
+
+	// 2. --warm filled an image at start, named as the warm-up in the mirror's log.
+	a.waitFor(t, "the warm-up", func() string {
+		if logged(a, "warm finished", "warm", true) {
+			return ""
+		}
+		return "no warm finished line"
+	})
+	var warmBlobs int
+	for _, l := range a.requests(t) {
+		if l.Repository == "team/warm" && strings.HasPrefix(l.UserAgent, "nodecache-warm/") && strings.Contains(l.Path, "/blobs/") && l.Status == http.StatusOK {
+			warmBlobs++
+		}
+	}
+	if warmBlobs == 0 {
+		t.Fatalf("the mirror logged no nodecache-warm blob request for team/warm")
+	}
+
+	// The agent never restarts or signals containerd (SIGHUP would end it).
+	time.Sleep(2 * time.Second) // a few more reconcile passes
+	alive(t, "before restart", pid)
+	if c.PID() != pid {
+		t.Fatalf("containerd pid %d, want %d", c.PID(), pid)
+	}
+
+	// 3. The operator restarts containerd: ACTIVE without restarting the agent.
+	agentPID := a.cmd.Process.Pid
+	c.Restart(t)
+	pid = c.PID()
+	a.waitFor(t, "/activez 200", func() string {
+		code, body := get(ctx, a.url+"/activez")
+		if code == http.StatusOK {
+			return ""
+		}
+		return fmt.Sprintf("/activez %d %q", code, body)
+	})
+	a.waitFor(t, "the ready file", func() string {
+		if _, err := os.Stat(readyFile); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+	for _, u := range []string{a.url} {
+		if code, body := get(ctx, u+"/readyz"); code != http.StatusOK {
+			t.Fatalf("%s/readyz after restart: %d %q", u, code, body)
+		}
+	}
+	if v, err := activeGauge(ctx, a.url); err != nil || v != "1" {
+		t.Fatalf("gauge after restart: %q %v, want 1", v, err)
+	}
+	if v, err := activeGauge(ctx, a.murl); err != nil || v != "1" {
+		t.Fatalf("gauge on the metrics listener after restart: %q %v, want 1", v, err)
+	}
+	if !logged(a, "runtime activation changed", "state", "active") {
+		t.Fatalf("no transition line to active")
+	}
+	if a.cmd.Process.Pid != agentPID {
+		t.Fatalf("agent restarted")
+	}
+
+	// 4. A CRI pull goes through the agent's mirror.
+	pctx, cancel := context.WithTimeout(ctx, pullTimeout)
+	defer cancel()
+	if _, err := c.PullImage(pctx, upstreamName+"/team/app:v1"); err != nil {
+		t.Fatalf("CRI pull: %v", err)
+	}
+	var app []accessLine
+	for _, l := range a.requests(t) {
+		if l.Repository == "team/app" {
+			app = append(app, l)
+		}
+	}
+	checkAccessLog(t, app, c.UserAgent(), upstreamName)
+
+	// 5. Still the same containerd, alive; the agent stops cleanly and withdraws readiness.
+	time.Sleep(2 * time.Second)
+	alive(t, "at the end", pid)
+	if c.PID() != pid {
+		t.Fatalf("containerd pid %d, want %d", c.PID(), pid)
+	}
+	if n := strings.Count(c.Log(), "=== runtimetest: start #"); n != 2 {
+		t.Fatalf("containerd started %d times, want 2 (the test's own start and restart)", n)
+	}
+	if err := a.stop(); err != nil {
+		t.Fatalf("agent exit after SIGTERM: %v", err)
+	}
+	if _, err := os.Stat(readyFile); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("ready file after the agent stopped: %v, want removed", err)
+	}
+}
+
+// logged reports whether the agent logged a line with message msg and key == value.
+func logged(a *agentProc, msg, key string, value any) bool {
+	for _, l := range a.lines() {
+		if l["message"] == msg && l[key] == value {
+			return true
+		}
+	}
+	return false
+}
