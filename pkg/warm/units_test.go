@@ -1,7 +1,11 @@
 package warm
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,5 +168,37 @@ func TestHumanBytes(t *testing.T) {
 		if got := humanBytes(in); got != want {
 			t.Errorf("humanBytes(%d) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestBarProgress: the bar shows bytes done of planned, rate, ETA and blob count; failures are
+// printed on their own line above it; the final draw ends the line.
+func TestBarProgress(t *testing.T) {
+	t.Parallel()
+	var buf bytes.Buffer
+	bar := newBarProgress(&buf)
+	bar.start = time.Now().Add(-2 * time.Second)
+	bar.planned(4 << 20)
+	bar.transferred(1 << 20)
+	bar.draw()
+	bar.blob(blobEvent{Image: "docker.io/library/nginx:latest", Digest: "sha256:" + strings.Repeat("ab", 32), Size: 10, Attempts: 3, Err: errors.New("503")})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	bar.run(ctx, time.Hour)
+	out := buf.String()
+	for _, want := range []string{
+		"[#######-----------------------] 1.0 MiB / 4.0 MiB",
+		"ETA ", "blobs 1 (1 failed)",
+		"FAILED   docker.io/library/nginx:latest sha256:abababababab 10 B after 3 attempts",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("bar output lacks %q:\n%q", want, out)
+		}
+	}
+	if !strings.HasSuffix(out, "\n") || !strings.Contains(out, "\r\033[K") {
+		t.Errorf("bar output does not redraw in place and end its line: %q", out)
+	}
+	if rate := strings.Contains(out, "512.0 KiB/s") || strings.Contains(out, "511."); !rate {
+		t.Errorf("rate after 1 MiB in 2 s missing: %q", out)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -169,31 +170,51 @@ func TestWalkAmd64(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			img, err := remote.Image(ref, remote.WithContext(t.Context()),
-				remote.WithPlatform(v1.Platform{OS: "linux", Architecture: "amd64"}))
-			if err != nil {
-				t.Fatalf("pull %s with the upstream stopped: %v", ref, err)
-			}
-			if d, _ := img.Digest(); d != amdDigest {
-				t.Fatalf("pulled %s, want %s", d, amdDigest)
-			}
-			if _, err := img.RawConfigFile(); err != nil {
-				t.Fatalf("config with the upstream stopped: %v", err)
-			}
-			layers, _ := img.Layers()
-			for _, l := range layers {
-				rc, err := l.Compressed()
-				if err != nil {
-					t.Fatalf("layer: %v", err)
+			// registry:2 commits a blob after its client has every byte; allow the commit a
+			// few seconds before calling the pull failed.
+			var pullErr error
+			for end := time.Now().Add(10 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+				if pullErr = pullAll(t, ref, amdDigest); pullErr == nil || time.Now().After(end) {
+					break
 				}
-				_, err = io.Copy(io.Discard, rc) // ggcr verifies the digest at EOF
-				_ = rc.Close()
-				if err != nil {
-					t.Fatalf("layer with the upstream stopped: %v", err)
-				}
+			}
+			if pullErr != nil {
+				t.Fatalf("pull %s with the upstream stopped: %v", ref, pullErr)
 			}
 		})
 	}
+}
+
+// pullAll pulls ref's linux/amd64 image in full (manifest, config, every layer verified by
+// ggcr) and checks it is want.
+func pullAll(t *testing.T, ref name.Reference, want v1.Hash) error {
+	img, err := remote.Image(ref, remote.WithContext(t.Context()),
+		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: "amd64"}))
+	if err != nil {
+		return err
+	}
+	if d, _ := img.Digest(); d != want {
+		return fmt.Errorf("pulled %s, want %s", d, want)
+	}
+	if _, err := img.RawConfigFile(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	for _, l := range layers {
+		rc, err := l.Compressed()
+		if err != nil {
+			return fmt.Errorf("layer: %w", err)
+		}
+		_, err = io.Copy(io.Discard, rc) // ggcr verifies the digest at EOF
+		_ = rc.Close()
+		if err != nil {
+			return fmt.Errorf("layer: %w", err)
+		}
+	}
+	return nil
 }
 
 // dockerImage builds a Docker v2 schema 2 image (Docker media types throughout) for platform.
