@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirror"
 )
 
@@ -48,7 +49,7 @@ func (e *evaluator) criSocket(runtime string) string {
 	if e.opts.ContainerdSocket != "" {
 		return e.opts.ContainerdSocket
 	}
-	return defaultContainerdSocket
+	return bcontainerd.DefaultSocket
 }
 
 // canary pulls a fresh canary image through the runtime's CRI socket and removes it.

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"strings"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 )
 
 // remedyRestartContainerd is the remedy when containerd has not loaded a correct config_path:
@@ -49,13 +50,13 @@ func (e *evaluator) pickContainerd(procs []Process, socket string) (containerdTa
 		if a, ok := flagValue(args, "address", "a"); ok {
 			addr, how = a, "its command line says --address "+a
 		} else {
-			cfgPath := defaultContainerdConfig
+			cfgPath := bcontainerd.DefaultConfig
 			if c, ok := flagValue(args, "config", "c"); ok {
 				cfgPath = c
 			}
-			addr, how = defaultContainerdSocket, "containerd's default address"
-			if cfg, err := readContainerdConfig(e.opts.HostRoot, cfgPath); err == nil && cfg.GRPCAddress != "" {
-				addr, how = cfg.GRPCAddress, "the grpc address in "+cfgPath
+			addr, how = bcontainerd.DefaultSocket, "containerd's default address"
+			if eff, err := bcontainerd.LoadEffective(e.opts.HostRoot, cfgPath); err == nil && eff.GRPCAddress != bcontainerd.DefaultSocket {
+				addr, how = eff.GRPCAddress, "the grpc address in "+cfgPath
 			}
 		}
 		if addr == socket {
@@ -94,7 +95,7 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 	}
 	socket := e.opts.ContainerdSocket
 	if socket == "" {
-		socket = defaultContainerdSocket
+		socket = bcontainerd.DefaultSocket
 	}
 
 	procs, err := e.proc.FindByComm("containerd")
@@ -122,17 +123,12 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		}
 	}
 	if cfgPath == "" {
-		cfgPath, cfgFrom = defaultContainerdConfig, "default"
+		cfgPath, cfgFrom = bcontainerd.DefaultConfig, "default"
 	}
-	var (
-		cfg    *containerdConfig
-		cfgErr error
-	)
-	_, statErr := os.Stat(e.host(cfgPath))
-	cfgMissing := errors.Is(statErr, fs.ErrNotExist)
-	if !cfgMissing {
-		cfg, cfgErr = readContainerdConfig(e.opts.HostRoot, cfgPath)
-	}
+	// The files first with the newest 2.x rules (which files, their mtimes); read again below
+	// with the rules of the release that answers on the socket.
+	eff, cfgErr := bcontainerd.LoadEffective(e.opts.HostRoot, cfgPath)
+	cfgMissing := cfgErr == nil && !eff.Exists
 
 	if target == nil {
 		if cfgMissing {
@@ -152,19 +148,17 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		e.add(rt, "config", Unread, "%v", cfgErr)
 		return unknown("cannot read the containerd configuration: " + cfgErr.Error())
 	}
-	var newest configFile
-	if cfg != nil {
-		newest = cfg.Newest()
+	newest := eff.Newest()
+	if eff.Exists {
 		var names []string
-		for _, f := range cfg.Files {
+		for _, f := range eff.Files {
 			names = append(names, f.Path)
 		}
-		e.add(rt, "config", Info, "%s (%s), schema version %d, newest change %s at %s", strings.Join(names, " + "), cfgFrom, cfg.Version, newest.Path, fmtTime(newest.ModTime))
+		e.add(rt, "config", Info, "%s (%s), schema version %d, newest change %s at %s", strings.Join(names, " + "), cfgFrom, eff.Schema, newest.Path, fmtTime(newest.ModTime))
 	} else {
 		e.add(rt, "config", Info, "%s (%s) does not exist: containerd runs on built-in defaults", cfgPath, cfgFrom)
-		cfg = &containerdConfig{}
 	}
-	changedSinceStart := len(cfg.Files) > 0 && !startedAfter(start, newest.ModTime)
+	changedSinceStart := len(eff.Files) > 0 && !startedAfter(start, newest.ModTime)
 
 	// What the daemon says.
 	var (
@@ -187,6 +181,21 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		rep.Version = ver.Raw
 		e.add(rt, "version", Info, "containerd %s on %s", ver.Raw, socket)
 	}
+	// The effective configuration as this release reads it: its own rules when it answered; else
+	// 1.x rules for a schema <= 2 main file and the newest 2.x rules otherwise.
+	rules := bootstrap.Version{}
+	switch {
+	case verErr == nil:
+		rules = bootstrap.Version{Major: ver.Major, Minor: ver.Minor}
+	case eff.Exists && eff.Schema <= 2:
+		rules = bootstrap.Version{Major: 1, Minor: 7}
+	}
+	if !rules.IsZero() {
+		if eff, err = bcontainerd.LoadEffective(e.opts.HostRoot, cfgPath, bcontainerd.LoadOptions{Daemon: rules}); err != nil {
+			e.add(rt, "config", Unread, "%v", err)
+			return unknown("cannot read the containerd configuration: " + err.Error())
+		}
+	}
 	switch {
 	case verErr != nil:
 	case ver.atLeast(2, 4):
@@ -197,7 +206,11 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 			e.add(rt, "loaded-config", Unread, "%v", err)
 			if strings.Contains(err.Error(), "failed to load") {
 				rep.State, rep.Reason = NotActive, err.Error()
-				rep.Remedy = "fix the CRI image configuration (" + strings.Join(cfg.V2.Legacy, ", ") + ") and " + remedyRestartContainerd
+				problems := "see the containerd log"
+				if len(eff.Problems) > 0 {
+					problems = strings.Join(eff.Problems, "; ")
+				}
+				rep.Remedy = "fix the CRI image configuration (" + problems + ") and " + remedyRestartContainerd
 				return rep
 			}
 			break
@@ -222,21 +235,8 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		e.add(rt, "loaded-config", Info, "containerd %s exports no registry configuration (only 1.x CRI status and >= 2.4 introspection do): judging by start time", ver.Raw)
 	}
 
-	settings := cfg.V2
-	v2 := true
-	switch {
-	case verErr == nil:
-		v2 = ver.Major >= 2
-	default:
-		v2 = cfg.Version >= 3
-	}
-	if !v2 {
-		settings = cfg.V1
-	}
-	onDisk := settings.ConfigPath
-	if v2 && onDisk == "" && len(settings.Legacy) == 0 {
-		onDisk = defaultV2ConfigPath
-	}
+	v2 := eff.Daemon.Major >= 2
+	onDisk := eff.ConfigPath
 	// The registries the on-disk files route through the mirror: what a canary pulls under
 	// when the verdict is decided before the hosts check (a daemon that has not loaded them
 	// yet is exactly where the canary's answer matters).
@@ -245,7 +245,7 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 	if !view.known {
 		// Start time against the newest change of the configuration (2.0–2.3, or no answer).
 		switch {
-		case len(cfg.Files) == 0:
+		case len(eff.Files) == 0:
 			view = loadedView{configPath: onDisk, known: true, source: "start-time"}
 			e.add(rt, "start-time", Pass, "no config file: the daemon runs with the built-in default")
 		case !changedSinceStart:
@@ -287,7 +287,7 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		return rep
 	}
 	roots := splitConfigPath(loaded)
-	transfer := v2 && len(settings.LocalPull) == 0 && (verErr != nil || ver.atLeast(2, 1))
+	transfer := eff.TransferService
 	if len(roots) > 1 {
 		if transfer {
 			e.add(rt, "config_path", Fail, "%q is a list; containerd >= 2.1 pulls through the transfer service, which reads it as ONE directory, so every hosts.toml is ignored (containerd #12415, #12808)", loaded)
@@ -296,22 +296,24 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 			return rep
 		}
 		why := "containerd 1.x and 2.0 split it"
-		if len(settings.LocalPull) > 0 {
-			why = "local pull is forced (" + strings.Join(settings.LocalPull, ", ") + ")"
+		if len(eff.LocalPull) > 0 {
+			why = "local pull is forced (" + strings.Join(eff.LocalPull, ", ") + ")"
 		}
 		e.add(rt, "config_path", Pass, "%q is a list, read in order: %s", loaded, why)
 	} else {
 		mode := "transfer service"
 		if !transfer {
 			mode = "local pull"
-			if len(settings.LocalPull) > 0 {
-				mode += " (" + strings.Join(settings.LocalPull, ", ") + ")"
+			if len(eff.LocalPull) > 0 {
+				mode += " (" + strings.Join(eff.LocalPull, ", ") + ")"
 			}
 		}
 		e.add(rt, "config_path", Pass, "one directory %s (%s)", loaded, mode)
 	}
-	if !transfer && !v2 && len(settings.Legacy) > 0 {
-		e.warn("containerd: legacy registry.%s set next to config_path", strings.Join(settings.Legacy, "/"))
+	if !v2 {
+		if legacy := legacyTables(eff.Registry); len(legacy) > 0 {
+			e.warn("containerd: legacy registry.%s set next to config_path", strings.Join(legacy, "/"))
+		}
 	}
 
 	return e.judgeHosts(ctx, rep, rt, roots, true)
@@ -405,4 +407,30 @@ func fixThenRestart(rep RuntimeReport, onDisk, fix string) string {
 		return "config_path on disk is already " + onDisk + ": " + remedyRestartContainerd
 	}
 	return fix + ", then " + remedyRestartContainerd
+}
+
+// legacyTables names the deprecated registry tables set in the effective configuration.
+func legacyTables(r bcontainerd.Registry) []string {
+	var out []string
+	if len(r.Mirrors) > 0 {
+		out = append(out, "mirrors")
+	}
+	if len(r.ConfigsTLS) > 0 || len(r.ConfigsAuth) > 0 {
+		out = append(out, "configs")
+	}
+	if r.Auths > 0 {
+		out = append(out, "auths")
+	}
+	return out
+}
+
+// splitConfigPath splits a config_path the way local pull does (":"-separated list).
+func splitConfigPath(p string) []string {
+	var out []string
+	for _, s := range strings.Split(p, ":") {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
@@ -150,8 +151,8 @@ func TestContainerdIntrospection(t *testing.T) {
 		{name: "touched after start: still active, pending", loaded: certsDir, onDisk: certsDir, cfgSec: t0 + 50, state: Active, pending: true, checkName: "pending", checkHas: "pending until containerd restarts"},
 		{name: "on-disk differs from loaded", loaded: certsDir, onDisk: "/etc/other.d", cfgSec: t0 - 50, state: Active, pending: true, checkName: "pending", checkHas: `"/etc/other.d"`},
 		{name: "list in transfer mode", loaded: certsDir + ":/etc/docker/certs.d", onDisk: certsDir + ":/etc/docker/certs.d", cfgSec: t0 - 50, state: NotActive, reasonHas: "is a list", remedyHas: "set config_path to a single directory"},
-		{name: "default list (no config_path)", loaded: defaultV2ConfigPath, onDisk: "", cfgSec: t0 - 50, state: NotActive, reasonHas: "is a list", remedyHas: "set config_path to a single directory"},
-		{name: "loaded from before gen: only the restart is missing", loaded: defaultV2ConfigPath, onDisk: certsDir, cfgSec: t0 + 50, state: NotActive, pending: true, reasonHas: "is a list", remedyHas: "config_path on disk is already " + certsDir + ": restart containerd"},
+		{name: "default list (no config_path)", loaded: bcontainerd.DefaultConfigPath2x, onDisk: "", cfgSec: t0 - 50, state: NotActive, reasonHas: "is a list", remedyHas: "set config_path to a single directory"},
+		{name: "loaded from before gen: only the restart is missing", loaded: bcontainerd.DefaultConfigPath2x, onDisk: certsDir, cfgSec: t0 + 50, state: NotActive, pending: true, reasonHas: "is a list", remedyHas: "config_path on disk is already " + certsDir + ": restart containerd"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -180,6 +181,32 @@ func TestContainerdIntrospection(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Imports are merged the way containerd 2.x merges them (pkg/bootstrap/containerd's reader,
+// checked there against containerd's own loader): tables key by key, so a setting of the main
+// file survives an import that sets config_path in the same table. Here the main file forces
+// local pull (max_concurrent_downloads = 5) and a relative glob import sets a list: the list is
+// read in order, so the node is ACTIVE; the config row names every file in load order.
+func TestContainerdImportsMergeKeyByKey(t *testing.T) {
+	t.Parallel()
+	n := newTestNode(t)
+	list := certsDir + ":/etc/docker/certs.d"
+	n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: list}})
+	n.containerdProc(1000, t0, sock)
+	n.file(cfgFile, "version = 3\nimports = [\"conf.d/*.toml\"]\n[plugins.\"io.containerd.cri.v1.images\"]\n  max_concurrent_downloads = 5\n", t0-50)
+	n.file("/etc/containerd/conf.d/20-b.toml", fmt.Sprintf("version = 3\n[plugins.\"io.containerd.cri.v1.images\".registry]\n  config_path = %q\n", list), t0-60)
+	n.file("/etc/containerd/conf.d/10-a.toml", "version = 3\n", t0-70)
+	n.withHosts(certsDir, t0-50)
+	r := n.evaluate(n.opts())
+	want(t, r, Active, 0, "")
+	if c, _ := check(r, RuntimeContainerd, "config_path"); !strings.Contains(c.Reason, "max_concurrent_downloads = 5") {
+		t.Fatalf("config_path row %+v\n%s", c, dump(r))
+	}
+	files := cfgFile + " + /etc/containerd/conf.d/10-a.toml + /etc/containerd/conf.d/20-b.toml"
+	if c, _ := check(r, RuntimeContainerd, "config"); !strings.Contains(c.Reason, files) {
+		t.Fatalf("config row %+v, want %q", c, files)
 	}
 }
 
@@ -289,7 +316,7 @@ func TestContainerdUnreadableEvidence(t *testing.T) {
 		}, "stat says"},
 		{"missing CLK_TCK", func(n *testNode) { n.Proc.writeBytes("self/auxv", EncodeAuxv([2]uint64{6, 4096})) }, "AT_CLKTCK"},
 		{"zero CLK_TCK", func(n *testNode) { n.Proc.writeBytes("self/auxv", EncodeAuxv([2]uint64{atClkTck, 0})) }, "AT_CLKTCK"},
-		{"config does not parse", func(n *testNode) { n.file(cfgFile, "version = = 3", t0-10) }, "parse containerd config"},
+		{"config does not parse", func(n *testNode) { n.file(cfgFile, "version = = 3", t0-10) }, "does not parse as TOML"},
 		{"missing import", func(n *testNode) {
 			n.file(cfgFile, v3Config(certsDir, `imports = ["/etc/containerd/missing.toml"]`), t0-10)
 		}, "missing.toml"},
