@@ -427,3 +427,68 @@ func TestMirrorNotReady(t *testing.T) {
 		})
 	}
 }
+
+// TestConcurrencyBound: with --concurrency 2, never more than two blob GETs are in flight, even
+// across images; with 8 slow blobs, two do run at once.
+func TestConcurrencyBound(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	up.PushImage(t, "warm/a", "v1", mirrortest.Image(t, 4<<10, 3, "linux/amd64"))
+	up.PushImage(t, "warm/b", "v1", mirrortest.Image(t, 4<<10, 3, "linux/amd64"))
+	m := newNodecache(t, up, warm.RoutingNS)
+	var cur, peak atomic.Int64
+	m.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !strings.Contains(r.URL.Path, "/blobs/") {
+				next.ServeHTTP(w, r)
+				return
+			}
+			n := cur.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+			time.Sleep(100 * time.Millisecond)
+			next.ServeHTTP(w, r)
+			cur.Add(-1)
+		})
+	})
+	rep, _, err := run(t, m, "linux/amd64", func(o *warm.Options) { o.Concurrency = 2 },
+		upstreamName+"/warm/a:v1", upstreamName+"/warm/b:v1")
+	mustWarm(t, rep, err)
+	if p := peak.Load(); p != 2 {
+		t.Errorf("peak concurrent blob GETs %d, want 2", p)
+	}
+}
+
+// TestBlobTimeout: a blob whose first answer stalls is cut off by the per-attempt blob timeout
+// and fetched by the retry.
+func TestBlobTimeout(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, layerBytes, 1, "linux/amd64")
+	up.PushImage(t, "warm/stall", "v1", img)
+	target := digestsOf(t, img)[1]
+	m := newStockProxy(t, up)
+	var once sync.Once
+	m.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			stall := false
+			if strings.Contains(r.URL.Path, target) {
+				once.Do(func() { stall = true })
+			}
+			if stall {
+				<-r.Context().Done() // never answers; warm's timeout ends it
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	start := time.Now()
+	rep, progress, err := run(t, m, "linux/amd64", func(o *warm.Options) { o.BlobTimeout = 700 * time.Millisecond }, upstreamName+"/warm/stall:v1")
+	mustWarm(t, rep, err)
+	if took := time.Since(start); took < 700*time.Millisecond || took > 10*time.Second {
+		t.Errorf("took %s; want the 700 ms timeout and a retry", took)
+	}
+	if n := m.Count("GET", target); n != 2 || !strings.Contains(progress, "(2 attempts)") {
+		t.Errorf("%d GETs for the stalled blob, progress:\n%s\nwant 2 attempts", n, progress)
+	}
+}

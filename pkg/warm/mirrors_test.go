@@ -34,7 +34,7 @@ const upstreamName = "upstream.test"
 
 // seen is one request a mirror received from warm.
 type seen struct {
-	Method, Path, RawQuery, UserAgent, Range string
+	Method, Path, RawQuery, UserAgent, Range, Accept string
 }
 
 // testMirror is a running mirror in front of one upstream, with the requests it received.
@@ -56,7 +56,7 @@ type testMirror struct {
 func (m *testMirror) serve(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.mu.Lock()
-		m.reqs = append(m.reqs, seen{r.Method, r.URL.Path, r.URL.RawQuery, r.UserAgent(), r.Header.Get("Range")})
+		m.reqs = append(m.reqs, seen{r.Method, r.URL.Path, r.URL.RawQuery, r.UserAgent(), r.Header.Get("Range"), r.Header.Get("Accept")})
 		wrap := m.wrap
 		m.mu.Unlock()
 		if wrap != nil {

@@ -88,6 +88,13 @@ func checkRequests(t *testing.T, m *testMirror, repo string) {
 		if q.Path == "/v2/" {
 			continue
 		}
+		if strings.Contains(q.Path, "/manifests/") {
+			for _, mt := range []types.MediaType{types.OCIImageIndex, types.DockerManifestList, types.OCIManifestSchema1, types.DockerManifestSchema2} {
+				if !strings.Contains(q.Accept, string(mt)) {
+					t.Errorf("%s: Accept %q lacks %s", q.Path, q.Accept, mt)
+				}
+			}
+		}
 		switch m.Routing {
 		case warm.RoutingNS:
 			if !strings.HasPrefix(q.Path, "/v2/"+repo+"/") || q.RawQuery != "ns="+upstreamName {
@@ -503,3 +510,24 @@ const schema1Doc = `{
    "fsLayers": [{"blobSum": "sha256:a3ed95caeb02ffe68cdd9fd84406680ae93d633cb16422d00e8a7c22955b46d4"}],
    "history": [{"v1Compatibility": "{}"}]
 }`
+
+// TestNoMatchingPlatform: an index without the platform warms nothing, says what it offers, and
+// fetches no blob at all.
+func TestNoMatchingPlatform(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	up.PushIndex(t, "warm/app", "v1", mirrortest.MultiPlatformIndex(t, layerBytes, 1))
+	m := newNodecache(t, up, warm.RoutingNS)
+	rep, _, err := run(t, m, "linux/riscv64", nil, upstreamName+"/warm/app:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	im := rep.Images[0]
+	if rep.Warm || im.Warm || !strings.Contains(im.Error, "no manifest for linux/riscv64") ||
+		!strings.Contains(im.Error, "linux/amd64, linux/arm64") {
+		t.Fatalf("report %+v; want not warm, naming the platforms offered", im)
+	}
+	if n := m.Count("", "/blobs/"); n != 0 {
+		t.Errorf("%d blob requests for an image without the platform", n)
+	}
+}
