@@ -118,8 +118,9 @@ func runAgent(c *cli.Context) error {
 	g.Go(func() error {
 		return mirror.Serve(ctx, m, mirror.ServeOptions{
 			Listen: c.String("listen"), MetricsListen: c.String("metrics-listen"), Logger: log,
-			Handler:  mon.Handler(m),
-			OnListen: func(net.Addr) { close(listening) },
+			Handler:   mon.Handler(m),
+			Readiness: mon.Readiness,
+			OnListen:  func(net.Addr) { close(listening) },
 		})
 	})
 	g.Go(func() error {

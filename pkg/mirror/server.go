@@ -26,6 +26,9 @@ type ServeOptions struct {
 	// Handler overrides the handler served on Listen (the agent wraps the mirror). Default: the
 	// Mirror itself.
 	Handler http.Handler
+	// Readiness, when set, answers /readyz on both listeners instead of Mirror.Ready (the agent
+	// makes readiness follow runtime activation): nil error = 200 "ok", else 503 with the error.
+	Readiness func(context.Context) error
 	// Logger receives lifecycle messages.
 	Logger zerolog.Logger
 	// OnListen, when set, is called with the bound registry address once it accepts connections.
@@ -41,6 +44,18 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 	h := o.Handler
 	if h == nil {
 		h = m
+	}
+	var readyz http.Handler = m
+	if o.Readiness != nil {
+		readyz = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.probe(w, r, o.Readiness) })
+		inner := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/readyz" {
+				readyz.ServeHTTP(w, r)
+				return
+			}
+			inner.ServeHTTP(w, r)
+		})
 	}
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", o.Listen)
@@ -58,7 +73,7 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", m.MetricsHandler())
 		mux.Handle("/healthz", m)
-		mux.Handle("/readyz", m)
+		mux.Handle("/readyz", readyz)
 		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second})
 		listeners = append(listeners, ml)
 	}

@@ -264,7 +264,7 @@ func TestAgentRealContainerd(t *testing.T) {
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "config_path on disk is already "+filepath.Join(nodeDir, "certs.d")+": restart containerd or cycle the node") {
 		t.Fatalf("/activez before restart: %d %q", code, body)
 	}
-	for _, u := range []string{a.url} {
+	for _, u := range []string{a.url, a.murl} {
 		if code, body := get(ctx, u+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "not active") {
 			t.Fatalf("%s/readyz before restart: %d %q, want 503 saying not active", u, code, body)
 		}
@@ -321,7 +321,7 @@ func TestAgentRealContainerd(t *testing.T) {
 		}
 		return ""
 	})
-	for _, u := range []string{a.url} {
+	for _, u := range []string{a.url, a.murl} {
 		if code, body := get(ctx, u+"/readyz"); code != http.StatusOK {
 			t.Fatalf("%s/readyz after restart: %d %q", u, code, body)
 		}

@@ -235,6 +235,26 @@ func (m *Monitor) Ready() bool {
 	return m.ready
 }
 
+// Readiness is the live /readyz answer: nil when ready. With ReadinessServing it is the
+// Serving check; with ReadinessActivation the runtime configuration must also be ACTIVE in the
+// latest evaluation. For mirror.ServeOptions.Readiness, so every listener answers alike.
+func (m *Monitor) Readiness(ctx context.Context) error {
+	if err := m.opts.Serving(ctx); err != nil {
+		return fmt.Errorf("not serving: %w", err)
+	}
+	if m.opts.Readiness != ReadinessActivation {
+		return nil
+	}
+	if rep := m.Last(); rep == nil || rep.State != Active {
+		state := "not evaluated yet"
+		if rep != nil {
+			state = string(rep.State) + ": " + rep.Reason
+		}
+		return errors.New("runtime configuration not active: " + state)
+	}
+	return nil
+}
+
 // Paths served by Handler.
 const (
 	ActivezPath = "/activez"
@@ -266,16 +286,8 @@ func (m *Monitor) Handler(next http.Handler) http.Handler {
 			}
 			_, _ = fmt.Fprint(w, b.String())
 		case r.URL.Path == ReadyzPath && m.opts.Readiness == ReadinessActivation:
-			if err := m.opts.Serving(r.Context()); err != nil {
-				http.Error(w, "not serving: "+err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			if rep := m.Last(); rep == nil || rep.State != Active {
-				state := "not evaluated yet"
-				if rep != nil {
-					state = string(rep.State) + ": " + rep.Reason
-				}
-				http.Error(w, "runtime configuration not active: "+state, http.StatusServiceUnavailable)
+			if err := m.Readiness(r.Context()); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
 				return
 			}
 			_, _ = fmt.Fprintln(w, "ok")
