@@ -235,14 +235,16 @@ func runGenContainerd(c *cli.Context) error {
 	if versionNote != "" {
 		rep.Warnings = append([]string{versionNote}, rep.Warnings...)
 	}
-	if err := applyOrDiff(c, b, log, rep.Changes); err != nil {
+	diff, err := applyOrDiff(c, b, log, rep.Changes)
+	if err != nil {
 		return err
 	}
 	if b.output == "json" {
 		return writeJSON(c.App.Writer, struct {
 			*containerd.Report
-			DryRun bool `json:"dry_run,omitempty"`
-		}{rep, b.dryRun})
+			DryRun bool   `json:"dry_run,omitempty"`
+			Diff   string `json:"diff,omitempty"`
+		}{rep, b.dryRun, diff})
 	}
 	w := c.App.Writer
 	fmt.Fprintf(w, "containerd config: %s (schema %d, containerd %s%s)\n", rep.Config, rep.Schema, rep.Daemon, assumed(rep.DaemonAssumed))
@@ -332,7 +334,8 @@ func runGenCrio(c *cli.Context) error {
 	if versionNote != "" {
 		rep.Warnings = append([]string{versionNote}, rep.Warnings...)
 	}
-	if err := applyOrDiff(c, b, log, rep.Changes); err != nil {
+	diff, err := applyOrDiff(c, b, log, rep.Changes)
+	if err != nil {
 		return err
 	}
 	var reload crio.ReloadResult
@@ -350,8 +353,9 @@ func runGenCrio(c *cli.Context) error {
 	if b.output == "json" {
 		return writeJSON(c.App.Writer, struct {
 			*crio.Report
-			DryRun bool `json:"dry_run,omitempty"`
-		}{rep, b.dryRun})
+			DryRun bool   `json:"dry_run,omitempty"`
+			Diff   string `json:"diff,omitempty"`
+		}{rep, b.dryRun, diff})
 	}
 	w := c.App.Writer
 	fmt.Fprintf(w, "crio %s: mirror %s for %s\n", rep.Version, b.mirror, strings.Join(rep.Upstreams, ", "))
@@ -371,22 +375,23 @@ func runGenCrio(c *cli.Context) error {
 
 // ---- shared output
 
-// applyOrDiff prints the unified diff (--dry-run) or applies the changes.
-func applyOrDiff(c *cli.Context, b genBase, log zerolog.Logger, changes []bootstrap.Change) error {
+// applyOrDiff prints the unified diff (--dry-run; returned for JSON output) or applies the
+// changes.
+func applyOrDiff(c *cli.Context, b genBase, log zerolog.Logger, changes []bootstrap.Change) (string, error) {
 	if b.dryRun {
 		d, err := bootstrap.Diff(changes)
 		if err != nil {
-			return withCode(exitNegative, err)
+			return "", withCode(exitNegative, err)
 		}
 		if b.output == "text" {
 			_, err = io.WriteString(c.App.Writer, d)
 		}
-		return err
+		return d, err
 	}
 	if err := (bootstrap.Applier{Root: b.hostRoot, Logger: log}).Apply(c.Context, changes); err != nil {
-		return withCode(exitNegative, err)
+		return "", withCode(exitNegative, err)
 	}
-	return nil
+	return "", nil
 }
 
 func printChanges(w io.Writer, changes []bootstrap.Change, dryRun bool) {

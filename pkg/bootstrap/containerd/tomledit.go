@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
@@ -167,6 +168,9 @@ func (d *tomlDoc) header(p []string) int {
 // line is inserted after the table's header; else a new table is added after the last table under
 // near (or at the end of the file). A key written inside an inline table is refused.
 func (d *tomlDoc) setString(table []string, key, value string, near []string) error {
+	if !utf8.ValidString(value) {
+		return fmt.Errorf("%q is not valid UTF-8, which TOML requires", value)
+	}
 	full := append(slices.Clone(table), key)
 	for _, k := range d.keys {
 		switch {
