@@ -113,7 +113,7 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 	} else {
 		st.setCache(CacheMiss)
 	}
-	return f.serve(ctx, w, r, st)
+	return f.serve(ctx, w, r, st, b.r.m.opts.UpstreamTimeout)
 }
 
 func setBlobHeaders(w http.ResponseWriter, desc v1.Descriptor) {

@@ -24,6 +24,9 @@ const (
 	// fillAttempts is how many upstream requests one fill may make before it fails; every
 	// request after the first resumes with Range where the stream broke.
 	fillAttempts = 8
+	// statusAttempts is how many upstream requests a fill makes while the upstream answers
+	// with an error status (5xx, 429) before any byte arrived.
+	statusAttempts = 3
 	// fillChunk is the copy buffer size (bytes).
 	fillChunk = 256 << 10
 )
@@ -190,6 +193,11 @@ func (m *Mirror) download(ctx context.Context, f *fill, r *repository) error {
 		if errors.Is(err, errDigestMismatch) {
 			return err
 		}
+		if errors.As(err, &ue) && ue.Status != 0 && f.written == 0 && attempt+1 >= statusAttempts {
+			// The upstream answers, but with an error, and has not sent a byte: clients waiting
+			// for headers get that error now rather than after every resume attempt.
+			return err
+		}
 		m.log.Warn().Err(err).Str("upstream", r.up.Name).Str("digest", f.desc.Digest.String()).
 			Int64("offset", f.written).Bool("progressed", progressed).Int("attempt", attempt+1).Msg("blob stream broke; resuming")
 		if attempt == fillAttempts-1 {
@@ -313,14 +321,18 @@ func (m *Mirror) commit(ctx context.Context, f *fill, r *repository) error {
 // serve streams the fill to one client, honouring Range (the requested range is served as it
 // arrives). On a failed fill the response is cut short, so the client sees a broken transfer,
 // never a complete wrong blob.
-func (f *fill) serve(ctx context.Context, w http.ResponseWriter, r *http.Request, st *reqState) error {
+func (f *fill) serve(ctx context.Context, w http.ResponseWriter, r *http.Request, st *reqState, timeout time.Duration) error {
 	file, err := os.Open(f.path)
 	if err != nil {
 		return fmt.Errorf("open staging file: %w", err)
 	}
 	defer file.Close()
+	if err := f.firstByte(ctx, firstByteWait(timeout)); err != nil {
+		// Nothing was sent yet: answer with the upstream's error instead of a broken 200.
+		return blobAPIError(st, err)
+	}
 	rd := &fillReader{ctx: ctx, f: f, file: file}
-	// Headers go out at once, before the first byte arrives from the upstream: containerd gives
+	// Headers go out once the first byte is here, or after firstByteWait at the latest, before the first byte arrives from the upstream: containerd gives
 	// up on a response whose headers take more than 30 s.
 	http.ServeContent(flushOnHeader{w}, r, "", time.Time{}, rd)
 	st.mu.Lock()
@@ -332,6 +344,39 @@ func (f *fill) serve(ctx context.Context, w http.ResponseWriter, r *http.Request
 		panic(http.ErrAbortHandler)
 	}
 	return nil
+}
+
+// firstByteWait is how long a client's response headers wait for a fill's first byte, so that
+// an upstream failing at once becomes an error status instead of a broken 200. It stays far
+// below containerd's 30 s header deadline (with the blob HEAD before it, bounded by the
+// upstream timeout as well).
+func firstByteWait(upstreamTimeout time.Duration) time.Duration {
+	return min(upstreamTimeout/3, 5*time.Second)
+}
+
+// firstByte waits until the fill has a byte for readers, is over, or wait has passed. It
+// returns the fill's error when the fill failed before releasing anything.
+func (f *fill) firstByte(ctx context.Context, wait time.Duration) error {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		f.mu.Lock()
+		avail, err, verified, ch := f.released(), f.err, f.verified, f.progress
+		f.mu.Unlock()
+		switch {
+		case avail > 0 || verified:
+			return nil
+		case err != nil:
+			return err
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // flushOnHeader sends the response headers as soon as they are written.

@@ -289,8 +289,12 @@ func TestColdBlobHeadersAtOnce(t *testing.T) {
 	f := newBlobFixture(t, 64<<10, mirror.Options{})
 	const delay = 2 * time.Second
 	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+		// Headers at once, the first body byte only after delay.
+		w.Header().Set("Content-Length", strconv.Itoa(len(f.data)))
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
 		time.Sleep(delay)
-		next.ServeHTTP(w, r)
+		_, _ = w.Write(f.data)
 	})
 	start := time.Now()
 	resp, err := http.Get(f.url())
@@ -305,5 +309,26 @@ func TestColdBlobHeadersAtOnce(t *testing.T) {
 	}
 	if headers >= delay {
 		t.Fatalf("headers took %s: they waited for the upstream's first byte", headers)
+	}
+}
+
+// TestUpstreamBlobErrorBecomesStatus: an upstream that answers a blob GET with 502 every time
+// gives the client an error status quickly, not a 200 that breaks.
+func TestUpstreamBlobErrorBecomesStatus(t *testing.T) {
+	t.Parallel()
+	f := newBlobFixture(t, 64<<10, mirror.Options{})
+	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "bad gateway", http.StatusBadGateway)
+	})
+	start := time.Now()
+	resp, body := get(t, http.MethodGet, f.url(), nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "UNAVAILABLE") {
+		t.Fatalf("blob GET with the upstream answering 502: %d %s, want 503 UNAVAILABLE", resp.StatusCode, body)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("error took %s", took)
+	}
+	if n := f.up.Count(http.MethodGet, "/blobs/"); n > 3 {
+		t.Fatalf("%d upstream GETs for one failing blob, want at most 3", n)
 	}
 }
