@@ -1,7 +1,6 @@
 package bootstrap
 
 import (
-	"fmt"
 	"net"
 	"net/netip"
 	"net/url"
@@ -98,6 +97,3 @@ func CheckName(name string) error {
 	}
 	return nil
 }
-
-// Describe returns "NAME via MIRROR" for logs.
-func Describe(name string, m Mirror) string { return fmt.Sprintf("%s via %s", name, m) }

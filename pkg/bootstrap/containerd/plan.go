@@ -339,7 +339,7 @@ func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 
 	// config_path.
 	raw := cur.Registry.ConfigPath
-	transfer := transferAfterSet(cur, d)
+	transfer := transferAfterSet(cur)
 	switch {
 	case raw != "" && !strings.Contains(raw, ":"):
 		cp.action, cp.hostsDir = ConfigPathAdopted, path.Clean("/"+raw)
@@ -396,7 +396,7 @@ func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 // transferAfterSet reports whether CRI pulls of this containerd go through the transfer service
 // (so a ':'-list config_path is read as one directory). An unknown release counts as one that
 // does.
-func transferAfterSet(e *Effective, d daemon) bool {
+func transferAfterSet(e *Effective) bool {
 	return e.TransferService || (e.DaemonAssumed && len(e.LocalPull) == 0)
 }
 
