@@ -111,9 +111,13 @@ func (p Proc) socketInodes(pid int) (map[uint64]bool, error) {
 }
 
 // ListensOn reports whether process pid holds the listening unix socket bound at path (path as
-// the process sees it). ErrNoFDAccess (wrapped) when its descriptors may not be read.
+// the process sees it). ErrNoFDAccess (wrapped) when its descriptors may not be read. A process
+// that exits meanwhile listens on nothing.
 func (p Proc) ListensOn(pid int, path string) (bool, uint64, error) {
 	want, err := p.listeningInodes(pid, path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, 0, nil
+	}
 	if err != nil {
 		return false, 0, err
 	}
@@ -121,6 +125,9 @@ func (p Proc) ListensOn(pid int, path string) (bool, uint64, error) {
 		return false, 0, nil
 	}
 	have, err := p.socketInodes(pid)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, 0, nil
+	}
 	if err != nil {
 		return false, 0, err
 	}

@@ -316,6 +316,7 @@ func TestListensOn(t *testing.T) {
 		{77, "/system/run/containerd/containerd.sock", true, 5001},
 		{900, "/run/containerd/with space.sock", true, 6002},
 		{900, "/run/containerd/other.sock", false, 0},
+		{4242, "/run/containerd/containerd.sock", false, 0}, // exited between discovery and this check
 	}
 	for _, tt := range tests {
 		got, inode, err := pr.ListensOn(tt.pid, tt.path)
