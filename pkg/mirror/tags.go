@@ -32,9 +32,12 @@ func (t *tagService) Get(ctx context.Context, tag string) (v1.Descriptor, error)
 			return desc, nil
 		}
 	}
-	desc, err := t.r.remoteTag(ctx, tag)
+	desc, fetched, err := t.r.remoteTag(ctx, tag)
 	if err == nil {
 		st.setCache(CacheRevalidated)
+		if fetched {
+			st.setCache(CacheMiss)
+		}
 		if cur, lerr := t.local.Get(ctx, tag); lerr != nil || cur.Digest != desc.Digest {
 			st.mu.Lock()
 			st.pendingTag = &pendingTag{tag: tag, desc: desc}
@@ -57,9 +60,15 @@ func (t *tagService) Get(ctx context.Context, tag string) (v1.Descriptor, error)
 	return v1.Descriptor{}, upstreamAPIError(st, err)
 }
 
+type remoteTagAnswer struct {
+	desc    v1.Descriptor
+	fetched bool // the manifest was fetched (and stored) to learn its digest
+}
+
 // remoteTag asks the upstream which manifest tag names now: one HEAD, shared by concurrent
-// requests for the same tag, bounded by Options.UpstreamTimeout as a whole.
-func (r *repository) remoteTag(ctx context.Context, tag string) (v1.Descriptor, error) {
+// requests for the same tag, bounded by Options.UpstreamTimeout as a whole. fetched reports
+// that the upstream's HEAD named no digest, so the manifest was fetched and stored instead.
+func (r *repository) remoteTag(ctx context.Context, tag string) (desc v1.Descriptor, fetched bool, err error) {
 	v, err, _ := r.m.flight.Do("tag\x00"+r.up.Name+"\x00"+r.repo+"\x00"+tag, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.m.opts.UpstreamTimeout)
 		defer cancel()
@@ -68,7 +77,7 @@ func (r *repository) remoteTag(ctx context.Context, tag string) (v1.Descriptor, 
 			http.Header{"Accept": {manifestAccept}}, http.StatusOK)
 		r.m.metrics.observeUpstream(r.up.Name, kindManifest, start, err)
 		if err != nil {
-			return v1.Descriptor{}, err
+			return nil, err
 		}
 		_ = resp.Body.Close()
 		dgst, perr := digest.Parse(resp.Header.Get("Docker-Content-Digest"))
@@ -76,16 +85,17 @@ func (r *repository) remoteTag(ctx context.Context, tag string) (v1.Descriptor, 
 			// The digest header is optional on HEAD: fetch the manifest to learn it.
 			m, gerr := r.fetchManifest(ctx, tag, "")
 			if gerr != nil {
-				return v1.Descriptor{}, gerr
+				return nil, gerr
 			}
-			return m.desc, nil
+			return remoteTagAnswer{desc: m.desc, fetched: true}, nil
 		}
-		return v1.Descriptor{Digest: dgst, Size: resp.ContentLength, MediaType: mediaType(resp.Header.Get("Content-Type"))}, nil
+		return remoteTagAnswer{desc: v1.Descriptor{Digest: dgst, Size: resp.ContentLength, MediaType: mediaType(resp.Header.Get("Content-Type"))}}, nil
 	})
 	if err != nil {
-		return v1.Descriptor{}, err
+		return v1.Descriptor{}, false, err
 	}
-	return v.(v1.Descriptor), nil
+	a := v.(remoteTagAnswer)
+	return a.desc, a.fetched, nil
 }
 
 // upstreamAPIError turns an upstream failure with nothing cached into the client's answer:

@@ -99,3 +99,27 @@ func TestTagTTL(t *testing.T) {
 		t.Fatalf("--tag-ttl 1h: %d upstream HEADs for three requests, want 1", n)
 	}
 }
+
+// TestTagHeadWithoutDigest: an upstream whose HEAD names no digest still works; the manifest is
+// fetched to learn it, and the answer says so (miss).
+func TestTagHeadWithoutDigest(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 1024, 1, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	up.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodHead && strings.Contains(r.URL.Path, "/manifests/") {
+				w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+				w.WriteHeader(http.StatusOK)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	resp, _ := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Docker-Content-Digest") != digestOf(t, img) || resp.Header.Get(mirror.HeaderCache) != mirror.CacheMiss {
+		t.Fatalf("HEAD without digest: %d %s %s=%q", resp.StatusCode, resp.Header.Get("Docker-Content-Digest"), mirror.HeaderCache, resp.Header.Get(mirror.HeaderCache))
+	}
+}
