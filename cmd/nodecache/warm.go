@@ -61,7 +61,7 @@ func runWarm(c *cli.Context) error {
 	if opts.Progress == nil {
 		opts.Progress = os.Stderr
 	}
-	opts.ProgressBar = isTerminal(opts.Progress)
+	opts.ProgressBar = writerIsTerminal(opts.Progress)
 
 	rep, err := warm.Run(c.Context, opts)
 	if errors.Is(err, warm.ErrRefused) {
@@ -163,9 +163,9 @@ func orNegative(d time.Duration) time.Duration {
 	return d
 }
 
-// isTerminal reports whether w is a character device (a terminal), where a redrawn progress bar
+// writerIsTerminal reports whether w is a character device (a terminal), where a redrawn progress bar
 // makes sense; anything else (pipe, file, buffer) gets one line per blob.
-func isTerminal(w io.Writer) bool {
+func writerIsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false
