@@ -135,6 +135,13 @@ func TestWarmExitCodes(t *testing.T) {
 			t.Errorf("stdout does not name the image not warm:\n%s", stdout)
 		}
 	})
+	t.Run("single manifest of another platform", func(t *testing.T) {
+		t.Parallel()
+		code, stdout, stderr := runApp(t, "warm", "--mirror", reg.URL.String(), "--platform", "linux/arm64", "--retries", "1", "--wait", "5s", goodRef)
+		if code != exitNegative || !strings.Contains(stdout, "image is linux/amd64, not linux/arm64") {
+			t.Fatalf("exit %d, want 1 naming both platforms; stdout %s stderr %s", code, stdout, stderr)
+		}
+	})
 	t.Run("mirror unreachable", func(t *testing.T) {
 		t.Parallel()
 		down := mirrortest.NewStoppedRegistry(t, "127.0.0.1:0")

@@ -1,6 +1,7 @@
 package warm
 
 import (
+	"bytes"
 	"context"
 	_ "crypto/sha256" // digest algorithms for go-digest
 	_ "crypto/sha512"
@@ -33,8 +34,9 @@ type blobResult struct {
 // Each attempt is bounded by timeout. A retried attempt after a broken stream asks for the rest
 // with Range and keeps hashing when the mirror answers 206 from the right offset; a 200 starts
 // over. The blob fails on a digest or size mismatch (not retried), on a status that is not 5xx,
-// 429 or 408, or when the retries are used up.
-func (c *client) getBlob(ctx context.Context, ref Reference, desc v1.Descriptor, timeout time.Duration, prog progress) (blobResult, error) {
+// 429 or 408, or when the retries are used up. When keep is non-nil it receives the body as well
+// (it is reset whenever the fetch starts over), for a blob warm must read: the config.
+func (c *client) getBlob(ctx context.Context, ref Reference, desc v1.Descriptor, timeout time.Duration, prog progress, keep *bytes.Buffer) (blobResult, error) {
 	var res blobResult
 	want, err := digest.Parse(desc.Digest.String())
 	if err != nil {
@@ -54,6 +56,9 @@ func (c *client) getBlob(ctx context.Context, ref Reference, desc v1.Descriptor,
 		prog.transferred(-have)
 		have = 0
 		h.Reset()
+		if keep != nil {
+			keep.Reset()
+		}
 	}
 	err = c.retry(ctx, "blob "+want.String(), func(ctx context.Context, n int) error {
 		res.Attempts = n + 1
@@ -87,7 +92,7 @@ func (c *client) getBlob(ctx context.Context, ref Reference, desc v1.Descriptor,
 		if v := resp.Header.Get(cacheHeader); v != "" {
 			res.Cache = v
 		}
-		n64, err := io.Copy(&hashCounter{h: h, prog: prog}, io.LimitReader(resp.Body, desc.Size-have+1))
+		n64, err := io.Copy(&hashCounter{h: h, prog: prog, keep: keep}, io.LimitReader(resp.Body, desc.Size-have+1))
 		have += n64
 		if err != nil {
 			return c.attemptErr(ctx, actx, timeout, fmt.Errorf("read blob %s after %d of %d bytes: %w: %w", want, have, desc.Size, errBrokenStream, err))
@@ -131,14 +136,18 @@ func contentRangeStart(v string) (int64, bool) {
 	return n, err == nil && n >= 0
 }
 
-// hashCounter feeds the hash and reports progress.
+// hashCounter feeds the hash, reports progress and, when keep is set, keeps the bytes.
 type hashCounter struct {
 	h    hash.Hash
 	prog progress
+	keep *bytes.Buffer
 }
 
 func (w *hashCounter) Write(p []byte) (int, error) {
 	w.h.Write(p)
+	if w.keep != nil {
+		w.keep.Write(p)
+	}
 	w.prog.transferred(int64(len(p)))
 	return len(p), nil
 }

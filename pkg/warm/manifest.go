@@ -143,7 +143,7 @@ type walked struct {
 
 // walk resolves ref through the mirror to the manifest for m's platform: an index yields exactly
 // its best matching entry (nested indexes followed, attestation entries never fetched); a single
-// manifest is walked as is.
+// manifest is returned as is (walked.Platform ""), and the caller checks its config's platform.
 func (c *client) walk(ctx context.Context, ref Reference, m platformMatcher, timeout time.Duration) (walked, error) {
 	var w walked
 	top, err := c.getManifest(ctx, ref, ref.manifestRef(), timeout)

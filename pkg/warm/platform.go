@@ -1,6 +1,7 @@
 package warm
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -58,6 +59,27 @@ func (m platformMatcher) match(p *v1.Platform) bool {
 	}
 	sp := platforms.Normalize(toSpec(p))
 	return sp.OS == m.want.OS && sp.Architecture == m.want.Architecture && m.only.Match(sp)
+}
+
+// matchSpec reports whether p (a platform read from an image config) is acceptable, by the same
+// rules as match.
+func (m platformMatcher) matchSpec(p specs.Platform) bool {
+	p = platforms.Normalize(p)
+	return p.OS == m.want.OS && p.Architecture == m.want.Architecture && m.only.Match(p)
+}
+
+// configPlatform reads the platform an image config names: the fields os, architecture, variant,
+// os.version and os.features that the OCI image config shares with the platform object (the
+// fields containerd's images.ConfigPlatform reads), normalised. named is false when the config
+// gives neither os nor architecture. Errors: the body is not a JSON object.
+func configPlatform(body []byte) (p specs.Platform, named bool, err error) {
+	if err := json.Unmarshal(body, &p); err != nil {
+		return specs.Platform{}, false, fmt.Errorf("parse image config: %w", err)
+	}
+	if p.OS == "" && p.Architecture == "" {
+		return p, false, nil
+	}
+	return platforms.Normalize(p), true, nil
 }
 
 // best returns the index of the best acceptable platform in ps (index order breaks ties), or -1.

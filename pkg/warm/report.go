@@ -68,6 +68,9 @@ type ImageReport struct {
 	// Cache counts the mirror's X-Nodecache-Cache answers (hit, miss, ...) over this image's
 	// manifests and blobs; absent when the mirror sends none.
 	Cache map[string]int `json:"cache,omitempty"`
+	// Note is a remark on a warm image, e.g. a single manifest whose config names no platform
+	// (walked without a platform check).
+	Note string `json:"note,omitempty"`
 	// Error says why the image is not warm.
 	Error string `json:"error,omitempty"`
 }
@@ -130,6 +133,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		b.WriteString("\n")
 		for _, e := range im.External {
 			fmt.Fprintf(&b, "  external %s %s, not fetched: %s\n", e.Digest, humanBytes(e.Size), strings.Join(e.URLs, " "))
+		}
+		if im.Note != "" {
+			fmt.Fprintf(&b, "  note: %s\n", im.Note)
 		}
 		if im.Error != "" {
 			fmt.Fprintf(&b, "  error: %s\n", im.Error)

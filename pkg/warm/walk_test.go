@@ -531,3 +531,67 @@ func TestNoMatchingPlatform(t *testing.T) {
 		t.Errorf("%d blob requests for an image without the platform", n)
 	}
 }
+
+// TestSingleManifestPlatform: a tag that names a single manifest (no index) is checked against
+// --platform through its config before any layer is fetched, by containerd's matching rules
+// (same architecture only); a mismatch fetches the config and nothing else. A config that names
+// no platform is warmed with a note.
+func TestSingleManifestPlatform(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	m := newNodecache(t, up, warm.RoutingNS)
+	for _, tc := range []struct {
+		name, image, want string
+		warm              bool
+		says              string // in the error (not warm) or the note (warm)
+	}{
+		{"amd64 image for arm64", "linux/amd64", "linux/arm64", false, "image is linux/amd64, not linux/arm64"},
+		{"arm64 image for amd64", "linux/arm64", "linux/amd64", false, "image is linux/arm64, not linux/amd64"},
+		{"arm v7 image for arm v6", "linux/arm/v7", "linux/arm/v6", false, "image is linux/arm/v7, not linux/arm/v6"},
+		{"amd64 image for 386 (no fallback either way)", "linux/amd64", "linux/386", false, "image is linux/amd64, not linux/386"},
+		{"windows image for linux", "windows/amd64", "linux/amd64", false, "image is windows/amd64, not linux/amd64"},
+		{"arm64/v8 image for arm64", "linux/arm64/v8", "linux/arm64", true, ""},
+		{"arm v6 image for arm v7 (containerd runs it)", "linux/arm/v6", "linux/arm/v7", true, ""},
+		{"same platform", "linux/amd64", "linux/amd64", true, ""},
+		{"config without platform", "", "linux/arm64", true, "names no platform"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			repo := "warm/single-" + strings.NewReplacer("/", "-", " ", "-", "(", "", ")", "").Replace(tc.name)
+			img := mirrortest.Image(t, layerBytes, 2, tc.image)
+			up.PushImage(t, repo, "v1", img)
+			mf, _ := img.Manifest()
+
+			rep, _, err := run(t, m, tc.want, nil, upstreamName+"/"+repo+":v1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			im := rep.Images[0]
+			if im.Warm != tc.warm || rep.Warm != tc.warm {
+				t.Fatalf("warm %v, want %v: %+v", im.Warm, tc.warm, im)
+			}
+			layerRequests := 0
+			for _, l := range mf.Layers {
+				layerRequests += m.Count("", l.Digest.String())
+			}
+			if tc.warm {
+				if im.BlobsFetched != 3 || layerRequests < 2 || !strings.Contains(im.Note, tc.says) {
+					t.Errorf("report %+v with %d layer requests; want config and 2 layers, note %q", im, layerRequests, tc.says)
+				}
+				if tc.says == "" && im.Note != "" {
+					t.Errorf("unexpected note %q", im.Note)
+				}
+				return
+			}
+			if !strings.Contains(im.Error, tc.says) || im.BlobsFetched != 1 || im.Bytes != mf.Config.Size {
+				t.Errorf("report %+v; want the config only and an error naming %q", im, tc.says)
+			}
+			if layerRequests != 0 {
+				t.Errorf("%d layer requests for an image of another platform", layerRequests)
+			}
+			if m.Count("GET", mf.Config.Digest.String()) != 1 {
+				t.Errorf("config %s requested %d times, want once", mf.Config.Digest, m.Count("GET", mf.Config.Digest.String()))
+			}
+		})
+	}
+}

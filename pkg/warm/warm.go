@@ -3,12 +3,14 @@
 // It talks only to the mirror (nodecache, or any OCI pull-through registry such as a stock
 // registry:2 proxy), never to an upstream: it resolves each reference through the mirror, takes
 // from an index exactly the manifest for the platform (containerd's matching rules, no fallback
-// to another architecture; attestation manifests never fetched), and fetches the config and
-// every layer through the mirror, discarding the bodies while hashing them. The mirror caches
+// to another architecture; attestation manifests never fetched) — or, for a single manifest,
+// checks the platform its config names before any layer — and fetches the config and every
+// layer through the mirror, discarding the layers' bodies while hashing them. The mirror caches
 // what passes through it; warm proves each byte arrived intact.
 package warm
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -288,6 +290,23 @@ func (w *walker) image(ctx context.Context, ref Reference, out *ImageReport) {
 	}
 	out.Manifest, out.Platform = walked.ManifestDigest.String(), walked.Platform
 
+	// A single manifest (no index) carries no platform of its own; its config names it. Check
+	// that before any layer is fetched, so a wrong-architecture image fetches only its config.
+	if walked.Platform == "" && len(walked.Manifest.Config.URLs) == 0 {
+		o, problem := w.checkConfig(ctx, ref, walked.Manifest.Config, out)
+		if problem != "" {
+			countCache(o.res.Cache)
+			if o.err != nil {
+				out.BlobsFailed++
+			} else {
+				out.BlobsFetched++
+				out.Bytes += o.res.Bytes
+			}
+			out.Error = problem
+			return
+		}
+	}
+
 	// The config and every layer, once each; foreign layers (with urls) are reported only.
 	var todo []v1.Descriptor
 	seen := map[v1.Hash]bool{}
@@ -333,7 +352,7 @@ func (w *walker) image(ctx context.Context, ref Reference, out *ImageReport) {
 					w.prog.blob(blobEvent{Image: ref.String(), Digest: d.Digest.String(), Size: d.Size, Err: o.err})
 					return o, nil
 				}
-				res, err := w.c.getBlob(ctx, ref, d, w.opts.BlobTimeout, w.prog)
+				res, err := w.c.getBlob(ctx, ref, d, w.opts.BlobTimeout, w.prog, nil)
 				<-w.sem
 				o := blobOutcome{res: res, err: err}
 				w.record(ref, d, o)
@@ -365,6 +384,54 @@ func (w *walker) image(ctx context.Context, ref Reference, out *ImageReport) {
 	default:
 		out.Warm = true
 	}
+}
+
+// maxConfigBytes is the largest image config whose platform warm reads (bytes); a larger one is
+// fetched without the check, with a note. Real configs are a few KiB.
+const maxConfigBytes = 16 << 20
+
+// checkConfig fetches the config d of ref's single manifest and compares the platform it names
+// with Options.Platform by the rules of the index walk (containerd's matcher, same architecture
+// only) — what containerd reads before it accepts a single manifest for a platform
+// (images.ConfigPlatform). The outcome is recorded, so the layer pass counts the config without
+// fetching it again. problem is non-empty when the image must fail without fetching a layer: the
+// config could not be fetched or parsed, or names another platform. A config that names no
+// platform passes with out.Note set.
+func (w *walker) checkConfig(ctx context.Context, ref Reference, d v1.Descriptor, out *ImageReport) (o blobOutcome, problem string) {
+	if d.Size > maxConfigBytes {
+		out.Note = fmt.Sprintf("config %s is %s, larger than %s: platform not checked", d.Digest, humanBytes(d.Size), humanBytes(maxConfigBytes))
+		return o, ""
+	}
+	w.prog.planned(d.Size)
+	select {
+	case w.sem <- struct{}{}:
+	case <-ctx.Done():
+		o.err = fmt.Errorf("config %s not started: %w", d.Digest, context.Cause(ctx))
+		w.record(ref, d, o)
+		w.prog.blob(blobEvent{Image: ref.String(), Digest: d.Digest.String(), Size: d.Size, Err: o.err})
+		return o, fmt.Sprintf("%s; no layer fetched", describe(ctx, o.err))
+	}
+	var body bytes.Buffer
+	o.res, o.err = w.c.getBlob(ctx, ref, d, w.opts.BlobTimeout, w.prog, &body)
+	<-w.sem
+	w.record(ref, d, o)
+	w.prog.blob(blobEvent{Image: ref.String(), Digest: d.Digest.String(), Size: d.Size,
+		Took: o.res.Duration, Cache: o.res.Cache, Attempts: o.res.Attempts, Err: o.err})
+	if o.err != nil {
+		return o, fmt.Sprintf("config %s: %s; its platform is unknown, so no layer was fetched", d.Digest, describe(ctx, o.err))
+	}
+	got, named, err := configPlatform(body.Bytes())
+	switch {
+	case err != nil:
+		return o, fmt.Sprintf("config %s: %v; its platform is unknown, so no layer was fetched", d.Digest, err)
+	case !named:
+		out.Note = fmt.Sprintf("single manifest whose config %s names no platform (no os or architecture): warmed for %s without a platform check", d.Digest, FormatPlatform(w.matcher.want))
+		return o, ""
+	case !w.matcher.matchSpec(got):
+		return o, fmt.Sprintf("image is %s, not %s (a single manifest; its config names the platform); no layer fetched: warm never falls back to another platform",
+			FormatPlatform(got), FormatPlatform(w.matcher.want))
+	}
+	return o, ""
 }
 
 func (w *walker) record(ref Reference, d v1.Descriptor, o blobOutcome) {
