@@ -358,7 +358,11 @@ func runGenCrio(c *cli.Context) error {
 		}{rep, b.dryRun, diff})
 	}
 	w := c.App.Writer
-	fmt.Fprintf(w, "crio %s: mirror %s for %s\n", rep.Version, b.mirror, strings.Join(rep.Upstreams, ", "))
+	if b.remove {
+		fmt.Fprintf(w, "crio %s: removing nodecache's drop-ins and CA copies\n", rep.Version)
+	} else {
+		fmt.Fprintf(w, "crio %s: mirror %s for %s\n", rep.Version, b.mirror, strings.Join(rep.Upstreams, ", "))
+	}
 	printChanges(w, rep.Changes, b.dryRun)
 	printWarnings(w, rep.Warnings)
 	switch {

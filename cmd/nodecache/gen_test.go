@@ -2,11 +2,19 @@ package main
 
 import (
 	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
@@ -168,6 +176,61 @@ func TestGenCrioCLI(t *testing.T) {
 	if err != nil || !strings.Contains(string(drop), "10.0.0.5:5000/docker.io") {
 		t.Fatalf("drop-in %q %v", drop, err)
 	}
+}
+
+// TestGenCrioRemoveWithoutMirror: --remove needs no --mirror (it finds what is ours on disk),
+// with and without --dry-run, and takes the CA copy of an https mirror away too.
+func TestGenCrioRemoveWithoutMirror(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	bootstraptest.WriteHostFile(t, root, "/etc/pki/mirror-ca.pem", testCA(t))
+	code, _, stderr := runApp(t, "gen", "crio", "--host-root", root, "--mirror", "https://cache.example:5443", "--mirror-ca", "/etc/pki/mirror-ca.pem",
+		"--crio-version", "1.29.1", "--no-reload", "--log-level", "error")
+	if code != 0 {
+		t.Fatalf("gen: exit %d: %s", code, stderr)
+	}
+	drop := filepath.Join(root, "etc/containers/registries.conf.d/90-nodecache.conf")
+	ca := filepath.Join(root, "etc/containers/certs.d/cache.example:5443/nodecache-mirror-ca.crt")
+	for _, p := range []string{drop, ca} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("gen did not write %s: %v", p, err)
+		}
+	}
+	base := []string{"gen", "crio", "--host-root", root, "--remove", "--crio-version", "1.29.1", "--no-reload", "--log-level", "error"}
+	code, stdout, stderr := runApp(t, append(base, "--dry-run")...)
+	if code != 0 || strings.Contains(stdout+stderr, "PANIC") || !strings.Contains(stdout, "would remove /etc/containers/registries.conf.d/90-nodecache.conf") ||
+		!strings.Contains(stdout, "would remove /etc/containers/certs.d/cache.example:5443/nodecache-mirror-ca.crt") {
+		t.Fatalf("remove --dry-run: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if _, err := os.Stat(drop); err != nil {
+		t.Fatalf("--dry-run removed the drop-in: %v", err)
+	}
+	code, stdout, stderr = runApp(t, base...)
+	if code != 0 || strings.Contains(stdout+stderr, "PANIC") {
+		t.Fatalf("remove: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, p := range []string{drop, ca, filepath.Dir(ca)} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Fatalf("%s still there after --remove: %v", p, err)
+		}
+	}
+}
+
+// testCA returns a self-signed PEM CA certificate.
+func testCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nodecache test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
 func assertFile(t *testing.T, p string, want []byte) {

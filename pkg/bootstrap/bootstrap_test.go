@@ -2,6 +2,7 @@ package bootstrap_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -198,5 +199,22 @@ func TestUpstreamNames(t *testing.T) {
 	}
 	if _, err := bootstrap.UpstreamNames([]string{"ghcr.io", "ghcr.io"}); !errors.Is(err, bootstrap.ErrRefused) {
 		t.Fatalf("duplicate accepted: %v", err)
+	}
+}
+
+// TestZeroMirror: gen --remove runs without --mirror, so every method of the zero Mirror must
+// answer (String "" rather than a nil-pointer panic inside fmt's %s).
+func TestZeroMirror(t *testing.T) {
+	t.Parallel()
+	var m bootstrap.Mirror
+	if !m.IsZero() || m.String() != "" || m.Host() != "" || m.HTTP() || m.Loopback() {
+		t.Fatalf("zero mirror: IsZero %v String %q Host %q HTTP %v Loopback %v", m.IsZero(), m.String(), m.Host(), m.HTTP(), m.Loopback())
+	}
+	if s := fmt.Sprintf("%s", m); s != "" {
+		t.Fatalf("%%s of the zero mirror = %q", s)
+	}
+	p, err := bootstrap.ParseMirror("http://10.0.0.5:5000")
+	if err != nil || p.IsZero() || p.String() != "http://10.0.0.5:5000" || p.Host() != "10.0.0.5:5000" || !p.HTTP() {
+		t.Fatalf("parsed mirror %v %v", p, err)
 	}
 }

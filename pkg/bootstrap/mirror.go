@@ -44,18 +44,36 @@ func ParseMirror(s string) (Mirror, error) {
 	return Mirror{URL: u}, nil
 }
 
-// String returns scheme://host[:port].
-func (m Mirror) String() string { return m.URL.Scheme + "://" + m.URL.Host }
+// IsZero reports a Mirror that was not set (no --mirror, e.g. for --remove).
+func (m Mirror) IsZero() bool { return m.URL == nil }
 
-// HTTP reports a plain-HTTP mirror (no TLS settings may be written for it).
-func (m Mirror) HTTP() bool { return m.URL.Scheme == "http" }
+// String returns scheme://host[:port], or "" for the zero Mirror.
+func (m Mirror) String() string {
+	if m.URL == nil {
+		return ""
+	}
+	return m.URL.Scheme + "://" + m.URL.Host
+}
 
-// Host returns host[:port] as written in the URL.
-func (m Mirror) Host() string { return m.URL.Host }
+// HTTP reports a plain-HTTP mirror (no TLS settings may be written for it); false for the zero
+// Mirror.
+func (m Mirror) HTTP() bool { return m.URL != nil && m.URL.Scheme == "http" }
+
+// Host returns host[:port] as written in the URL, or "" for the zero Mirror.
+func (m Mirror) Host() string {
+	if m.URL == nil {
+		return ""
+	}
+	return m.URL.Host
+}
 
 // Loopback reports a mirror on the node itself (localhost or a loopback IP): with it the node
-// cannot fall back when the local agent is down, so --skip-fallback is refused.
+// cannot fall back when the local agent is down, so --skip-fallback is refused. False for the zero
+// Mirror.
 func (m Mirror) Loopback() bool {
+	if m.URL == nil {
+		return false
+	}
 	h := m.URL.Hostname()
 	if strings.EqualFold(h, "localhost") || strings.HasSuffix(strings.ToLower(h), ".localhost") {
 		return true

@@ -256,20 +256,30 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	return rep, nil
 }
 
-// PlanRemove removes our drop-ins and CA copy (only files starting with bootstrap.Marker).
+// PlanRemove removes our drop-ins and every CA copy we wrote
+// (<CertsDir>/<host:port>/nodecache-mirror-ca.crt, its directory too when then empty); only
+// files starting with bootstrap.Marker. It needs no Mirror: what is ours is found on disk.
 func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 	opts.setDefaults()
-	rep := &Report{Runtime: "crio", Version: opts.Version.String()}
-	paths := []string{}
+	rep := &Report{Runtime: "crio", Mirror: opts.Mirror.String(), Version: opts.Version.String()}
+	type target struct {
+		path  string
+		prune bool
+	}
+	var targets []target
 	for _, dir := range registriesDirs(fsys, opts) {
-		paths = append(paths, path.Join(dir, DropInName))
+		targets = append(targets, target{path: path.Join(dir, DropInName)})
 	}
-	paths = append(paths, path.Join(opts.CrioDir, DropInName))
-	if opts.Mirror.URL != nil {
-		paths = append(paths, path.Join(opts.CertsDir, opts.Mirror.Host(), caFileName))
+	targets = append(targets, target{path: path.Join(opts.CrioDir, DropInName)})
+	if ents, err := fs.ReadDir(fsys, bootstrap.FSName(opts.CertsDir)); err == nil {
+		for _, e := range ents {
+			if e.IsDir() {
+				targets = append(targets, target{path: path.Join(opts.CertsDir, e.Name(), caFileName), prune: true})
+			}
+		}
 	}
-	for _, p := range paths {
-		c, ok, note, err := bootstrap.PlanRemoveOwned(fsys, p, false)
+	for _, tg := range targets {
+		c, ok, note, err := bootstrap.PlanRemoveOwned(fsys, tg.path, tg.prune)
 		if err != nil {
 			return nil, err
 		}
