@@ -133,6 +133,9 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 	if target == nil {
 		if cfgMissing {
 			rep.State, rep.Reason = NotApplicable, fmt.Sprintf("no containerd process and no %s", cfgPath)
+			if r := e.explicitNone(rt, "containerd", fmt.Sprintf("no process named containerd under %s and no %s", e.opts.ProcRoot, cfgPath)); r != "" {
+				rep.Reason = r
+			}
 			e.add(rt, "process", Skipped, "no process named containerd; no config at %s", cfgPath)
 			return rep
 		}
@@ -258,6 +261,10 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 				return unknown("the daemon did not answer on " + socket + " and " + why)
 			}
 			rep.State, rep.Reason, rep.Remedy = NotActive, why+": the running daemon has not loaded the current configuration", remedyRestartContainerd
+			if start.Unix() == newest.ModTime.Unix() {
+				rep.Reason, rep.Remedy = sameSecond("containerd", "restart containerd", start, newest.Path, "",
+					e.mirrorHint(ctx, splitConfigPath(onDisk), rep.upstreams))
+			}
 			rep.Pending, rep.startTimeOnly = true, true
 			e.warn("containerd: the configuration changed after containerd started: pending until containerd restarts")
 			return rep

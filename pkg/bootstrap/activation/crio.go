@@ -114,6 +114,9 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 	if len(procs) == 0 {
 		if len(ours) == 0 && !crioInstalled {
 			rep.State, rep.Reason = NotApplicable, "no crio process and no CRI-O configuration"
+			if r := e.explicitNone(rt, "CRI-O", fmt.Sprintf("no process named crio under %s, no %s, no %s and no nodecache drop-in", e.opts.ProcRoot, e.opts.CRIOConfig, e.opts.CRIODropInDir)); r != "" {
+				rep.Reason = r
+			}
 			e.add(rt, "process", Skipped, "no process named crio; no %s, no %s and no nodecache drop-in", e.opts.CRIOConfig, e.opts.CRIODropInDir)
 			return rep
 		}
@@ -244,6 +247,15 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 	why := fmt.Sprintf("crio started %s, not after %s last changed (%s; equal seconds count as before), and auto_reload_registries was off at its start", fmtTime(start), newest.path, fmtTime(newest.modTime))
 	e.add(rt, "loaded", Fail, "%s (a SIGHUP is not evidence: the reload may have rejected the file)", why)
 	rep.State, rep.Reason, rep.Remedy = NotActive, why, remedyCRIO
+	if start.Unix() == newest.modTime.Unix() {
+		mirror := "http://HOST:PORT"
+		if e.opts.Mirror != nil {
+			mirror = e.opts.Mirror.String()
+		} else if host, _, _ := strings.Cut(rep.Mirror, "/"); host != "" {
+			mirror = "http://" + host // the location of the first mirror, as nodecache writes it (insecure: http)
+		}
+		rep.Reason, rep.Remedy = sameSecond("crio", "restart CRI-O", start, newest.path, "auto_reload_registries was off at its start", mirror)
+	}
 	rep.Pending, rep.startTimeOnly = true, true
 	return rep
 }

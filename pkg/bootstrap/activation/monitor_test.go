@@ -10,9 +10,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
 
 type syncBuffer struct {
@@ -151,5 +155,109 @@ func TestMonitor(t *testing.T) {
 	}
 	if _, err := NewMonitor(MonitorOptions{Readiness: "maybe", Serving: func(context.Context) error { return nil }}); err == nil {
 		t.Fatal("readiness maybe accepted")
+	}
+}
+
+// The agent on containerd 2.0–2.3 whose config was written in the second the daemon started:
+// the strict start-time rule says NOT active (with a reason that says what settles it), and a
+// pull from this node that the mirror sees turns it ACTIVE at the next interval, without a
+// containerd or agent restart.
+func TestMonitorSameSecondSettledByTraffic(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	ups, err := mirror.ParseUpstreams([]string{"registry.test=" + up.URL.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mm, err := mirror.New(t.Context(), mirror.Options{Upstreams: ups})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mm.Close() })
+	msrv := httptest.NewServer(mm)
+	t.Cleanup(msrv.Close)
+
+	n := newTestNode(t)
+	n.serveContainerd(sock, &fakeContainerd{version: "v2.3.1"})
+	started := time.Now().Unix() - 60
+	n.containerdProc(1000, started, sock)
+	n.file(cfgFile, v3Config(certsDir, ""), started)
+	n.withHosts(certsDir, started)
+	o := n.opts()
+	o.Mirror, _ = ParseMirrorURL(msrv.URL)
+
+	var logs syncBuffer
+	m, err := NewMonitor(MonitorOptions{
+		Evaluate:  o,
+		Interval:  100 * time.Millisecond,
+		Readiness: ReadinessActivation,
+		Serving:   func(context.Context) error { return nil },
+		Logger:    zerolog.New(&logs),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+
+	waitState := func(state State) *Report {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if rep := m.Last(); rep != nil && rep.State == state {
+				return rep
+			}
+			if time.Now().After(deadline) {
+				rep := m.Last()
+				if rep == nil {
+					t.Fatalf("no evaluation within 10s, want %s", state)
+				}
+				t.Fatalf("state %s after 10s, want %s\n%s", rep.State, state, dump(rep))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	rep := waitState(NotActive)
+	for _, s := range []string{"same second containerd started", "restart containerd again", "nodecache status --mirror " + msrv.URL} {
+		if !strings.Contains(rep.Reason, s) {
+			t.Fatalf("reason does not say %q\n%s", s, dump(rep))
+		}
+	}
+	if m.Ready() {
+		t.Fatal("ready (activation) while NOT active")
+	}
+
+	// containerd pulls through the mirror (its user agent, from this node's loopback).
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, msrv.URL+"/v2/", nil)
+	req.Header.Set("User-Agent", "containerd/v2.3.1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+
+	rep = waitState(Active)
+	if !strings.Contains(rep.Reason, "the mirror saw containerd pulls") {
+		t.Fatalf("active for another reason\n%s", dump(rep))
+	}
+	if c, _ := check(rep, RuntimeContainerd, "traffic"); c.Result != Pass {
+		t.Fatalf("traffic row %+v", c)
+	}
+	if rt, _ := rep.Runtime(RuntimeContainerd); rt.PID != 1000 {
+		t.Fatalf("another daemon examined: %+v", rt)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !m.Ready() || !strings.Contains(logs.String(), `"previous":"not_active"`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("ready %v; log:\n%s", m.Ready(), logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -114,6 +115,11 @@ func (o *Options) setDefaults() error {
 		}
 	}
 	def(&o.HostRoot, DefaultHostRoot)
+	if st, err := os.Stat(o.HostRoot); err != nil {
+		errs = append(errs, fmt.Errorf("host root %q: %w; want the directory the host's / is mounted at, such as / or /host", o.HostRoot, err))
+	} else if !st.IsDir() {
+		errs = append(errs, fmt.Errorf("host root %q: not a directory; want the directory the host's / is mounted at, such as / or /host", o.HostRoot))
+	}
 	def(&o.ProcRoot, DefaultProcRoot)
 	def(&o.CRIOSocket, DefaultCRIOSocket)
 	def(&o.RegistriesConf, DefaultRegistriesConf)
@@ -192,9 +198,11 @@ func Evaluate(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	e := &evaluator{opts: opts, proc: Proc{Root: opts.ProcRoot}, report: &Report{CheckedAt: opts.Now().UTC()}}
-	talos, talosWhy := e.detectTalos()
+	talos, talosWhy, talosErr := e.detectTalos()
 	var rts []RuntimeReport
 	switch {
+	case opts.Runtime == RuntimeTalos && !talos:
+		rts = append(rts, e.noTalos(talosWhy, talosErr))
 	case opts.Runtime == RuntimeTalos || (opts.Runtime == RuntimeAuto && talos):
 		if opts.Runtime == RuntimeAuto {
 			e.add(RuntimeTalos, "detect", Info, "%s", talosWhy)
@@ -224,24 +232,91 @@ func Evaluate(ctx context.Context, opts Options) (*Report, error) {
 
 // IsTalos reports whether the host under hostRoot is a Talos node (/etc/os-release ID=talos).
 func IsTalos(hostRoot string) bool {
-	ok, _ := detectTalos(hostRoot)
+	ok, _, _ := detectTalos(hostRoot)
 	return ok
 }
 
-func (e *evaluator) detectTalos() (bool, string) { return detectTalos(e.opts.HostRoot) }
+func (e *evaluator) detectTalos() (bool, string, error) { return detectTalos(e.opts.HostRoot) }
 
-func detectTalos(hostRoot string) (bool, string) {
+// detectTalos reads /etc/os-release under hostRoot; why says what it found either way. err is
+// set only when the file exists but cannot be read.
+func detectTalos(hostRoot string) (talos bool, why string, err error) {
 	b, err := os.ReadFile(filepath.Join(hostRoot, "etc", "os-release"))
-	if err != nil {
-		return false, ""
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, "there is no /etc/os-release", nil
+	case err != nil:
+		return false, "", fmt.Errorf("read /etc/os-release: %w", err)
 	}
+	id := ""
 	for _, line := range strings.Split(string(b), "\n") {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), "=")
-		if ok && k == "ID" && strings.Trim(v, `"'`) == "talos" {
-			return true, "/etc/os-release says ID=talos"
+		if ok && k == "ID" {
+			id = strings.Trim(v, `"'`)
 		}
 	}
-	return false, ""
+	switch id {
+	case "talos":
+		return true, "/etc/os-release says ID=talos", nil
+	case "":
+		return false, "/etc/os-release has no ID", nil
+	}
+	return false, fmt.Sprintf("/etc/os-release says ID=%s", id), nil
+}
+
+// noTalos is the verdict for --runtime talos on a host that is not Talos: not applicable
+// (exit 3: there is no Talos whose configuration could be judged), or unknown when
+// /etc/os-release could not be read.
+func (e *evaluator) noTalos(why string, err error) RuntimeReport {
+	rep := RuntimeReport{Runtime: RuntimeTalos}
+	if err != nil {
+		e.add(RuntimeTalos, "detect", Unread, "%v", err)
+		rep.State, rep.Reason = Unknown, fmt.Sprintf("cannot tell whether the host under --host-root %s is Talos: %v", e.opts.HostRoot, err)
+		return rep
+	}
+	e.add(RuntimeTalos, "detect", Skipped, "--runtime talos, but %s", why)
+	rep.State = NotApplicable
+	rep.Reason = fmt.Sprintf("no Talos found under --host-root %s: %s", e.opts.HostRoot, why)
+	return rep
+}
+
+// explicitNone is the not-applicable reason for a runtime that was asked for by name but is not
+// on this node, or "" when the runtime was not asked for by name.
+func (e *evaluator) explicitNone(runtime, name, found string) string {
+	if e.opts.Runtime != runtime {
+		return ""
+	}
+	return fmt.Sprintf("no %s found under --host-root %s: %s", name, e.opts.HostRoot, found)
+}
+
+// sameSecond is the reason and remedy when a runtime daemon started in the same whole second
+// as its configuration last changed: the strict start-time rule counts that as not loaded, but
+// either order is possible. Traffic evidence (a pull of this daemon seen by the mirror) decides
+// it; mirror is the URL to name for that (see mirrorHint).
+// detail, when set, is added to the parenthesis that names the second and the file.
+func sameSecond(daemon, restart string, start time.Time, file, detail, mirror string) (reason, remedy string) {
+	if detail != "" {
+		detail = "; " + detail
+	}
+	reason = fmt.Sprintf("the config changed in the same second %s started (%s, %s%s); cannot tell which came first — %s again, or let a pull prove it: nodecache status --mirror %s",
+		daemon, fmtTime(start), file, detail, restart, mirror)
+	remedy = fmt.Sprintf("%s again, or pull any image on this node and run nodecache status --mirror %s: a pull the mirror saw since %s started proves it active (the agent checks this every --interval)",
+		restart, mirror, daemon)
+	return reason, remedy
+}
+
+// mirrorHint is the mirror URL to suggest: Options.Mirror, else the first host of the first
+// hosts.toml under roots that points at a mirror, else a placeholder.
+func (e *evaluator) mirrorHint(ctx context.Context, roots, upstreams []string) string {
+	if e.opts.Mirror != nil {
+		return e.opts.Mirror.String()
+	}
+	for _, v := range checkHosts(ctx, e.opts.HostRoot, roots, upstreams, nil) {
+		if u, err := url.Parse(v.First); v.OK && err == nil && u.Host != "" {
+			return u.Scheme + "://" + u.Host
+		}
+	}
+	return "http://HOST:PORT"
 }
 
 // upstreamsOr returns the configured upstreams, or found when none were configured.

@@ -120,16 +120,50 @@ func TestContainerdStartTimeRule(t *testing.T) {
 	}
 }
 
+// A config written in the second containerd 2.0–2.3 started stays NOT active (the strict rule),
+// and the reason says why and what settles it: a restart, or a pull the mirror saw.
 func TestContainerdStartEqualsMtime(t *testing.T) {
 	t.Parallel()
-	for _, ticks := range []uint64{ticksAt(t0 + 100), ticksAt(t0+100) + testHz/2} {
-		n := newTestNode(t)
-		n.serveContainerd(sock, &fakeContainerd{version: "2.2.0"})
-		n.Proc.addProcess(1000, "containerd", ticks, "/usr/bin/containerd")
-		n.Proc.listen(1000, sock, 8000)
-		n.file(cfgFile, v3Config(certsDir, ""), t0+100)
-		n.withHosts(certsDir, t0)
-		want(t, n.evaluate(n.opts()), NotActive, 1, "equal seconds")
+	for _, tc := range []struct {
+		name   string
+		ticks  uint64
+		mirror string // --mirror; "" names the mirror from the hosts.toml files
+	}{
+		{"start at the whole second", ticksAt(t0 + 100), ""},
+		{"start half a second later", ticksAt(t0+100) + testHz/2, ""},
+		{"with --mirror", ticksAt(t0 + 100), "http://127.0.0.1:5999"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newTestNode(t)
+			n.serveContainerd(sock, &fakeContainerd{version: "2.2.0"})
+			n.Proc.addProcess(1000, "containerd", tc.ticks, "/usr/bin/containerd")
+			n.Proc.listen(1000, sock, 8000)
+			n.file(cfgFile, v3Config(certsDir, ""), t0+100)
+			n.withHosts(certsDir, t0)
+			o := n.opts()
+			hint := mirrorURL
+			if tc.mirror != "" {
+				o.Mirror, _ = ParseMirrorURL(tc.mirror)
+				o.NodeAddrs = func() ([]netip.Addr, error) { return nil, nil }
+				o.HTTPClient = &http.Client{Transport: refuse{}}
+				hint = tc.mirror
+			}
+			r := n.evaluate(o)
+			want(t, r, NotActive, 1, "the config changed in the same second containerd started")
+			for _, s := range []string{"cannot tell which came first", "restart containerd again", "let a pull prove it: nodecache status --mirror " + hint} {
+				if !strings.Contains(r.Reason, s) {
+					t.Errorf("reason does not say %q\n%s", s, dump(r))
+				}
+			}
+			rt, _ := r.Runtime(RuntimeContainerd)
+			if !strings.Contains(rt.Remedy, "restart containerd again") || !strings.Contains(rt.Remedy, "--mirror "+hint) || !rt.Pending {
+				t.Errorf("remedy %q pending %v", rt.Remedy, rt.Pending)
+			}
+			if c, _ := check(r, RuntimeContainerd, "start-time"); c.Result != Fail || !strings.Contains(c.Reason, "equal seconds count as before") {
+				t.Errorf("start-time row %+v", c)
+			}
+		})
 	}
 }
 
@@ -347,16 +381,81 @@ func TestNotApplicable(t *testing.T) {
 	t.Parallel()
 	n := newTestNode(t)
 	n.Proc.addProcess(5, "kubelet", 10)
-	for _, rt := range []string{RuntimeAuto, RuntimeContainerd, RuntimeCRIO} {
+	n.file("/etc/os-release", "NAME=\"Debian GNU/Linux\"\nID=debian\n", t0)
+	// A runtime asked for by name but absent says so, with what was looked at.
+	for rt, reason := range map[string]string{
+		RuntimeAuto:       "",
+		RuntimeContainerd: "no containerd found under --host-root " + n.Root + ": no process named containerd under " + n.Proc.Root + " and no " + cfgFile,
+		RuntimeCRIO:       "no CRI-O found under --host-root " + n.Root + ": no process named crio",
+		RuntimeTalos:      "no Talos found under --host-root " + n.Root + ": /etc/os-release says ID=debian",
+	} {
 		o := n.opts()
 		o.Runtime = rt
-		want(t, n.evaluate(o), NotApplicable, 3, "")
+		want(t, n.evaluate(o), NotApplicable, 3, reason)
 	}
 	// A config without a daemon cannot be judged.
 	n.file(cfgFile, v3Config(certsDir, ""), t0)
 	o := n.opts()
 	o.Runtime = RuntimeContainerd
 	want(t, n.evaluate(o), Unknown, 3, "no containerd process is visible")
+}
+
+// --runtime talos on a node that is not Talos is "cannot tell" (exit 3), not NOT ACTIVE, even
+// with a containerd whose hosts files would make it NOT ACTIVE; nothing suggests a Talos patch.
+func TestTalosRequestedButAbsent(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		setup func(n *testNode)
+		state State
+		has   string
+	}{
+		{"another distribution", func(n *testNode) {
+			n.file("/etc/os-release", "ID=\"ubuntu\"\nVERSION_ID=\"24.04\"\n", t0)
+		}, NotApplicable, "/etc/os-release says ID=ubuntu"},
+		{"no os-release", func(n *testNode) {}, NotApplicable, "there is no /etc/os-release"},
+		{"os-release without ID", func(n *testNode) { n.file("/etc/os-release", "NAME=x\n", t0) }, NotApplicable, "/etc/os-release has no ID"},
+		{"os-release unreadable", func(n *testNode) {
+			if err := os.MkdirAll(filepath.Join(n.Root, "etc", "os-release"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, Unknown, "cannot tell whether the host under --host-root"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newTestNode(t)
+			n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}})
+			n.containerdProc(1000, t0, sock)
+			n.file(cfgFile, v3Config(certsDir, ""), t0-10)
+			tc.setup(n)
+			o := n.opts()
+			o.Runtime = RuntimeTalos
+			r := n.evaluate(o)
+			want(t, r, tc.state, 3, tc.has)
+			rt, ok := r.Runtime(RuntimeTalos)
+			if !ok || rt.Remedy != "" || len(r.Runtimes) != 1 {
+				t.Fatalf("runtimes %+v: want only talos, without a remedy\n%s", r.Runtimes, dump(r))
+			}
+			if tc.state == NotApplicable && !strings.Contains(r.Reason, "no Talos found under --host-root "+n.Root) {
+				t.Fatalf("reason %q", r.Reason)
+			}
+		})
+	}
+}
+
+// A host root that does not exist or is not a directory is refused: nothing could be judged.
+func TestHostRootRefused(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{filepath.Join(t.TempDir(), "nonexistent"), file} {
+		_, err := Evaluate(t.Context(), Options{HostRoot: root})
+		if err == nil || !strings.Contains(err.Error(), root) {
+			t.Errorf("host root %s: error %v, want a refusal naming it", root, err)
+		}
+	}
 }
 
 // Without an API answer, the start time still proves what was loaded when it is after every
@@ -489,7 +588,7 @@ func TestCRIO(t *testing.T) {
 		{"start equals drop-in mtime", func(n *testNode) {
 			n.crio(300, t0+100)
 			n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, t0+100)
-		}, NotActive, "equal seconds"},
+		}, NotActive, "the config changed in the same second crio started"},
 		{"auto reload on at start", func(n *testNode) {
 			n.crio(300, t0)
 			n.file(DefaultCRIODropInDir+"/10-reload.conf", "[crio.image]\nauto_reload_registries = true\n", t0-100)
