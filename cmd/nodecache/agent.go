@@ -40,7 +40,7 @@ func agentCommand() *cli.Command {
 		stringFlag("readiness", activation.ReadinessServing, "what /readyz reports: serving (the mirror can serve) or activation (and the runtime configuration is ACTIVE)"),
 		stringFlag("ready-file", "", "`FILE` that exists exactly while /readyz would answer 200 (for exec probes)"),
 	)
-	return withConfig(&cli.Command{
+	return withFlagValueErrors(withConfig(&cli.Command{
 		Name:  "agent",
 		Usage: "DaemonSet mode: serve, configure the node's runtime once, and keep reporting whether it pulls through the mirror",
 		Description: `One process for a hostNetwork, hostPID DaemonSet with the host's / mounted (--host-root):
@@ -57,7 +57,7 @@ It never restarts or signals containerd: when containerd must load a new config_
 and /activez say "restart containerd or cycle the node".`,
 		Flags:  flags,
 		Action: runAgent,
-	})
+	}))
 }
 
 func runAgent(c *cli.Context) error {
@@ -65,11 +65,14 @@ func runAgent(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	mopts, err := mirrorOptions(c)
-	if err != nil {
+	if err := agentFlags(c); err != nil {
 		return err
 	}
 	sopts, err := statusOptions(c)
+	if err != nil {
+		return err
+	}
+	mopts, err := mirrorOptions(c)
 	if err != nil {
 		return err
 	}
@@ -136,6 +139,24 @@ func runAgent(c *cli.Context) error {
 		return mon.Run(ctx)
 	})
 	return withCode(exitNegative, g.Wait())
+}
+
+// agentFlags checks the agent's own flags; refusals exit 2 and name the flag and what it accepts.
+func agentFlags(c *cli.Context) error {
+	var errs []error
+	if d := c.Duration("interval"); d <= 0 {
+		errs = append(errs, fmt.Errorf("--interval %s: want a positive duration such as 30s or 1m (default %s)", d, activation.DefaultInterval))
+	}
+	switch r := c.String("readiness"); r {
+	case activation.ReadinessServing, activation.ReadinessActivation:
+	default:
+		errs = append(errs, fmt.Errorf("--readiness %q: want %s (the mirror can serve) or %s (and the runtime configuration is ACTIVE)",
+			r, activation.ReadinessServing, activation.ReadinessActivation))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return usagef("%v", err)
+	}
+	return nil
 }
 
 // agentMirrorURL is the URL runtimes are pointed at: --mirror, else http://<listen> with

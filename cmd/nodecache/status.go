@@ -1,6 +1,12 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
@@ -31,8 +37,9 @@ status, 2.0-2.3 start time against config mtimes, strictly), how containerd's ho
 and containers/image's registries parser read the files on disk, and, with --mirror, whether
 the mirror saw this node's runtime pull. One row per check, each with its reason.
 
-Exit codes: 0 ACTIVE; 1 NOT active (or not yet: the remedy says what to do); 2 a flag refused;
-3 cannot tell (evidence unreadable, or no runtime and no runtime configuration: not applicable).
+Exit codes: 0 ACTIVE; 1 NOT active (or not yet: the remedy says what to do); 2 a flag refused
+(--host-root must be an existing directory); 3 cannot tell (evidence unreadable, or no runtime
+and no runtime configuration, or the --runtime asked for is not on this node: not applicable).
 
 Examples:
    nodecache status
@@ -86,13 +93,29 @@ func statusOptions(c *cli.Context) (activation.Options, error) {
 		ContainerdConfig: c.String("containerd-config"),
 		ContainerdSocket: c.String("containerd-socket"),
 	}
+	var errs []error
 	switch o.Runtime {
 	case activation.RuntimeAuto, activation.RuntimeContainerd, activation.RuntimeCRIO, activation.RuntimeTalos:
 	default:
-		return o, usagef("--runtime %q: want auto, containerd, crio or talos", o.Runtime)
+		errs = append(errs, fmt.Errorf("--runtime %q: want auto, containerd, crio or talos", o.Runtime))
 	}
+	const wantRoot = "want the directory the host's / is mounted at, such as / or /host"
 	if o.HostRoot == "" {
-		return o, usagef("--host-root: want a directory such as / or /host")
+		errs = append(errs, errors.New("--host-root is empty: "+wantRoot))
+	} else if st, err := os.Stat(o.HostRoot); errors.Is(err, fs.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("--host-root %q does not exist: %s", o.HostRoot, wantRoot))
+	} else if err != nil {
+		errs = append(errs, fmt.Errorf("--host-root %q: %w", o.HostRoot, err))
+	} else if !st.IsDir() {
+		errs = append(errs, fmt.Errorf("--host-root %q is not a directory: %s", o.HostRoot, wantRoot))
+	}
+	for _, f := range []struct{ flag, value string }{{"--containerd-config", o.ContainerdConfig}, {"--containerd-socket", o.ContainerdSocket}} {
+		if f.value != "" && !filepath.IsAbs(f.value) {
+			errs = append(errs, fmt.Errorf("%s %q: want an absolute host path (read under --host-root)", f.flag, f.value))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return o, usagef("%v", err)
 	}
 	return o, nil
 }
