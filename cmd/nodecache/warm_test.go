@@ -67,6 +67,11 @@ func TestWarmRefusedSendsNothing(t *testing.T) {
 		{"concurrency", []string{"--mirror", url, "--concurrency", "0", "nginx"}, "--concurrency"},
 		{"retries", []string{"--mirror", url, "--retries", "-1", "nginx"}, "--retries"},
 		{"unknown flag", []string{"--mirror", url, "--bogus", "nginx"}, "bogus"},
+		{"wait not a duration", []string{"--mirror", url, "--wait", "abc", "nginx"}, `--wait "abc": want a duration such as 500ms, 30s`},
+		{"blob timeout not a duration", []string{"--mirror", url, "--blob-timeout=ten", "nginx"}, `--blob-timeout "ten": want a duration`},
+		{"deadline not a duration", []string{"--mirror", url, "--deadline", "1 hour", "nginx"}, `--deadline "1 hour": want a duration`},
+		{"concurrency not a number", []string{"--mirror", url, "--concurrency", "four", "nginx"}, `--concurrency "four": want a whole number`},
+		{"talos not a boolean", []string{"--mirror", url, "--talos=maybe"}, `--talos "maybe": want true or false`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := runApp(t, append([]string{"warm"}, tc.args...)...)
