@@ -136,7 +136,7 @@ func runGenTalos(c *cli.Context) error {
 	out := c.String("out")
 	var changes []bootstrap.Change
 	if out != "" {
-		fsys := os.DirFS("/")
+		fsys := bootstrap.HostFS("/")
 		abs := out
 		if !strings.HasPrefix(abs, "/") {
 			wd, err := os.Getwd()
@@ -149,7 +149,10 @@ func runGenTalos(c *cli.Context) error {
 		if err != nil {
 			return genError(err)
 		}
-		changes = []bootstrap.Change{ch}
+		// A link at -o stays; the file it leads to is written.
+		if changes, err = bootstrap.ResolveChanges(fsys, []bootstrap.Change{ch}); err != nil {
+			return genError(err)
+		}
 		if !b.dryRun {
 			if err := (bootstrap.Applier{}).Apply(c.Context, changes); err != nil {
 				return withCode(exitNegative, err)
@@ -222,7 +225,7 @@ func runGenContainerd(c *cli.Context) error {
 		versionNote = fmt.Sprintf("containerd version unknown (%v); pass --containerd-version", err)
 		log.Warn().Err(err).Msg("containerd version unknown")
 	}
-	fsys := os.DirFS(b.hostRoot)
+	fsys := bootstrap.HostFS(b.hostRoot)
 	var rep *containerd.Report
 	if b.remove {
 		rep, err = containerd.PlanRemove(fsys, opts)
@@ -321,7 +324,7 @@ func runGenCrio(c *cli.Context) error {
 		}
 		opts.MirrorCA = ca
 	}
-	fsys := os.DirFS(b.hostRoot)
+	fsys := bootstrap.HostFS(b.hostRoot)
 	var rep *crio.Report
 	if b.remove {
 		rep, err = crio.PlanRemove(fsys, opts)
@@ -405,6 +408,9 @@ func printChanges(w io.Writer, changes []bootstrap.Change, dryRun bool) {
 	}
 	for _, ch := range changes {
 		line := fmt.Sprintf("%s%s %s", verb, ch.Action, ch.Path)
+		if ch.Via != "" {
+			line += " (via symbolic link " + ch.Via + ")"
+		}
 		if ch.Action == bootstrap.ActionUpdate && ch.Backup != "" {
 			line += " (backup " + ch.Backup + ")"
 		}

@@ -89,6 +89,59 @@ func TestGenContainerdCLI(t *testing.T) {
 	assertFile(t, cfg, legacy)
 }
 
+// TestGenContainerdSymlinkedConfig: the new-user report. config.toml is an absolute symbolic
+// link under --host-root: gen edits the file it leads to (backup beside it), keeps the link, and
+// --remove restores that file; a link to nothing exits 2 naming the link and its target.
+func TestGenContainerdSymlinkedConfig(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	real := []byte("version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"overlayfs\"\n")
+	bootstraptest.WriteHostFile(t, root, "/opt/cfg/real.toml", real)
+	link := filepath.Join(root, "etc/containerd/config.toml")
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/opt/cfg/real.toml", link); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"gen", "containerd", "--host-root", root, "--containerd-version", "1.7.27", "--log-level", "error"}
+	code, stdout, stderr := runApp(t, append(base, "--mirror", "http://10.0.0.5:5000", "--upstream", "docker.io")...)
+	if code != 0 || strings.Contains(stdout, "create /etc/containerd/config.toml") ||
+		!strings.Contains(stdout, "update /opt/cfg/real.toml (via symbolic link /etc/containerd/config.toml) (backup /opt/cfg/real.toml.nodecache.bak)") {
+		t.Fatalf("gen: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if target, err := os.Readlink(link); err != nil || target != "/opt/cfg/real.toml" {
+		t.Fatalf("link replaced: %q %v", target, err)
+	}
+	assertFile(t, filepath.Join(root, "opt/cfg/real.toml.nodecache.bak"), real)
+	if got, _ := os.ReadFile(filepath.Join(root, "opt/cfg/real.toml")); !strings.Contains(string(got), `config_path = "/etc/containerd/certs.d"`) {
+		t.Fatalf("target not edited:\n%s", got)
+	}
+	code, stdout, stderr = runApp(t, append(base, "--remove")...)
+	if code != 0 || !strings.Contains(stdout, "restore /opt/cfg/real.toml") {
+		t.Fatalf("remove: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if target, err := os.Readlink(link); err != nil || target != "/opt/cfg/real.toml" {
+		t.Fatalf("link replaced by --remove: %q %v", target, err)
+	}
+	assertFile(t, filepath.Join(root, "opt/cfg/real.toml"), real)
+
+	// A link to nothing under the host root.
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/opt/cfg/gone.toml", link); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = runApp(t, append(base, "--mirror", "http://10.0.0.5:5000")...)
+	if code != exitUsage || !strings.Contains(stderr, "/etc/containerd/config.toml is a symbolic link to /opt/cfg/gone.toml") {
+		t.Fatalf("dangling link: exit %d, stderr %q", code, stderr)
+	}
+	if target, _ := os.Readlink(link); target != "/opt/cfg/gone.toml" {
+		t.Fatal("dangling link replaced")
+	}
+}
+
 func TestGenUsageErrors(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()

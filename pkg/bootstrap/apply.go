@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"syscall"
 
@@ -60,6 +61,24 @@ var ErrStale = errors.New("file changed since it was read; run again")
 func (a Applier) check(c Change) error {
 	if !c.Changed() {
 		return nil
+	}
+	// A planned path has no symbolic link in it (ResolveChanges); one that appeared since would
+	// make the write replace the link or land elsewhere.
+	root := a.Root
+	if root == "" {
+		root = "/"
+	}
+	for _, p := range []string{c.Path, c.Backup} {
+		if p == "" {
+			continue
+		}
+		real, err := Resolve(os.DirFS(root), p)
+		if err != nil {
+			return fmt.Errorf("apply %s: %w", c.Path, err)
+		}
+		if real != path.Clean("/"+p) {
+			return fmt.Errorf("apply %s: %s leads through a symbolic link to %s: %w", c.Path, p, real, ErrStale)
+		}
 	}
 	cur, err := os.ReadFile(a.HostPath(c.Path))
 	switch {

@@ -33,8 +33,11 @@ const (
 // Change is one planned file operation, as data: a Plan function returns them and Apply performs
 // them. Paths are host paths (absolute, without the --host-root prefix).
 type Change struct {
-	// Path is the host path of the file.
+	// Path is the host path of the file, without symbolic links once ResolveChanges ran.
 	Path string `json:"path"`
+	// Via is the path as planned when it reaches Path through symbolic links (e.g. a
+	// config.toml that links elsewhere); the links themselves are never changed. Empty otherwise.
+	Via string `json:"via,omitempty"`
 	// Action says what happens to it.
 	Action Action `json:"action"`
 	// Mode is the permission of a created file; an updated file keeps its own.

@@ -150,7 +150,11 @@ func LoadEffective(root, path string, opts ...LoadOptions) (*Effective, error) {
 }
 
 // Load is LoadEffective over any fs.FS rooted at the host root (names without leading slash).
+// Symbolic links are followed as the host follows them (bootstrap.Resolving): an absolute link
+// target is read under the host root. File paths stay as containerd names them (a relative
+// import is relative to the directory of the importing path, link or not).
 func Load(fsys fs.FS, mainPath string, opts LoadOptions) (*Effective, error) {
+	fsys = bootstrap.Resolving(fsys)
 	e := &Effective{Path: mainPath, Daemon: opts.Daemon}
 	if e.Daemon.IsZero() {
 		e.Daemon, e.DaemonAssumed = assumedDaemon, true

@@ -115,9 +115,13 @@ const hostsMode fs.FileMode = 0o644
 // Plan computes what `gen containerd` changes on the host seen through fsys (rooted at the host
 // root): it reads the effective configuration, refuses what must not be touched (an error
 // wrapping bootstrap.ErrRefused, naming the file and table), and returns the hosts.toml files and
-// any config edit as Changes. It writes nothing.
+// any config edit as Changes. It writes nothing. Symbolic links are followed as the host
+// follows them (bootstrap.Resolving: absolute targets under the host root): a change to a linked
+// file names the file the link leads to (Change.Path, backup beside it) and the link (Change.Via),
+// so the link stays; a link that cannot be followed safely is refused, naming it and its target.
 func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	opts.setDefaults()
+	fsys = bootstrap.Resolving(fsys)
 	if opts.Mirror.URL == nil {
 		return nil, bootstrap.Refusedf("--mirror is required")
 	}
@@ -220,6 +224,10 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 		if f.Changed() {
 			rep.RestartRequired = true
 		}
+	}
+	// Edit what symbolic links lead to, never the links.
+	if rep.Changes, err = bootstrap.ResolveChanges(fsys, rep.Changes); err != nil {
+		return nil, err
 	}
 	return rep, nil
 }

@@ -19,6 +19,7 @@ import (
 // restart_required is set when a config file changes.
 func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 	opts.setDefaults()
+	fsys = bootstrap.Resolving(fsys)
 	rep := &Report{Runtime: "containerd", Config: opts.Config}
 	eff, err := Load(fsys, opts.Config, LoadOptions{Daemon: opts.Daemon})
 	if err != nil {
@@ -46,7 +47,11 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 		}
 		for _, ent := range entries {
 			if !ent.IsDir() {
-				continue
+				// A per-host directory may be a link to a directory elsewhere.
+				fi, err := fs.Stat(fsys, bootstrap.FSName(path.Join(dir, ent.Name())))
+				if ent.Type()&fs.ModeSymlink == 0 || err != nil || !fi.IsDir() {
+					continue
+				}
 			}
 			c, ok, note, err := bootstrap.PlanRemoveOwned(fsys, path.Join(dir, ent.Name(), "hosts.toml"), true)
 			if err != nil {
@@ -61,7 +66,7 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 		}
 	}
 	if eff == nil {
-		return rep, nil
+		return resolved(fsys, rep)
 	}
 	for _, f := range eff.Files {
 		if bootstrap.Managed(f.data) && f.Path == opts.Config {
@@ -70,7 +75,12 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 			rep.RestartRequired = true
 			continue
 		}
-		bak := f.Path + bootstrap.BackupSuffix
+		// The backup lies beside the file a symbolic link leads to (ResolveChanges put it there).
+		real, err := bootstrap.Resolve(fsys, f.Path)
+		if err != nil {
+			return nil, err
+		}
+		bak := real + bootstrap.BackupSuffix
 		orig, ok, err := bootstrap.ReadFile(fsys, bak)
 		if err != nil {
 			return nil, err
@@ -85,6 +95,15 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 		rep.Changes = append(rep.Changes, bootstrap.Change{Path: f.Path, Action: bootstrap.ActionRestore, Old: f.data, New: orig, Backup: bak})
 		rep.EditedFile = f.Path
 		rep.RestartRequired = true
+	}
+	return resolved(fsys, rep)
+}
+
+// resolved points rep's changes at the files symbolic links lead to (bootstrap.ResolveChanges).
+func resolved(fsys fs.FS, rep *Report) (*Report, error) {
+	var err error
+	if rep.Changes, err = bootstrap.ResolveChanges(fsys, rep.Changes); err != nil {
+		return nil, err
 	}
 	return rep, nil
 }

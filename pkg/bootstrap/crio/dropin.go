@@ -176,6 +176,7 @@ func autoReloadDropIn() ([]byte, error) {
 // Plan computes the drop-ins for the host seen through fsys. It writes nothing.
 func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	opts.setDefaults()
+	fsys = bootstrap.Resolving(fsys)
 	if opts.Mirror.URL == nil {
 		return nil, bootstrap.Refusedf("--mirror is required")
 	}
@@ -253,6 +254,10 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	for _, p := range v1 {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s is in the deprecated v1 format ([registries.search] ...): CRI-O >= 1.36 refuses it; convert it to v2 (unqualified-search-registries, [[registry]])", p))
 	}
+	// Write what symbolic links (a linked drop-in directory) lead to, never the links.
+	if rep.Changes, err = bootstrap.ResolveChanges(fsys, rep.Changes); err != nil {
+		return nil, err
+	}
 	return rep, nil
 }
 
@@ -261,6 +266,7 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 // files starting with bootstrap.Marker. It needs no Mirror: what is ours is found on disk.
 func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 	opts.setDefaults()
+	fsys = bootstrap.Resolving(fsys)
 	rep := &Report{Runtime: "crio", Mirror: opts.Mirror.String(), Version: opts.Version.String()}
 	type target struct {
 		path  string
@@ -289,6 +295,10 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 		if ok {
 			rep.Changes = append(rep.Changes, c)
 		}
+	}
+	var err error
+	if rep.Changes, err = bootstrap.ResolveChanges(fsys, rep.Changes); err != nil {
+		return nil, err
 	}
 	return rep, nil
 }

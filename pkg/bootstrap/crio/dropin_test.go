@@ -215,3 +215,45 @@ func TestVersionsAndSpecialFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestLinkedDropInDirectory: a registries.conf.d that is a symbolic link gets the drop-in in the
+// directory it leads to (absolute targets under the host root), the link stays, and --remove
+// finds it there.
+func TestLinkedDropInDirectory(t *testing.T) {
+	t.Parallel()
+	m, _ := bootstrap.ParseMirror("http://10.0.0.5:5000")
+	for _, target := range []string{"/srv/containers/registries.d", "../../srv/containers/registries.d"} {
+		root := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(root, "srv/containers/registries.d"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(root, "etc/containers"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(root, "etc/containers/registries.conf.d")); err != nil {
+			t.Fatal(err)
+		}
+		rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: []string{"docker.io"}, Version: bootstrap.Version{Major: 1, Minor: 29}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Changes) != 1 || rep.Changes[0].Path != "/srv/containers/registries.d/90-nodecache.conf" || rep.Changes[0].Via != "/etc/containers/registries.conf.d/90-nodecache.conf" {
+			t.Fatalf("%s: changes %+v", target, rep.Changes)
+		}
+		if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.Readlink(filepath.Join(root, "etc/containers/registries.conf.d")); err != nil || got != target {
+			t.Fatalf("link changed: %q %v", got, err)
+		}
+		bootstraptest.WriteHostFile(t, root, crio.MainRegistriesConf, nil)
+		srcs := pullSources(t, root, crio.MainRegistriesConf, "/srv/containers/registries.d", "docker.io/library/alpine:3")
+		if len(srcs) != 2 || srcs[0].Endpoint.Location != "10.0.0.5:5000/docker.io" {
+			t.Fatalf("%s: pull sources %+v", target, srcs)
+		}
+		rm, err := crio.PlanRemove(os.DirFS(root), crio.Options{})
+		if err != nil || len(rm.Changes) != 1 || rm.Changes[0].Path != "/srv/containers/registries.d/90-nodecache.conf" {
+			t.Fatalf("remove %+v %v", rm, err)
+		}
+	}
+}
