@@ -218,6 +218,11 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 		}
 		rep.Changes = append(rep.Changes, c)
 	}
+	stale, err := staleHosts(fsys, cp.hostsDir, order)
+	if err != nil {
+		return nil, err
+	}
+	rep.Changes = append(rep.Changes, stale...)
 	// Config edits last: hosts.toml are in place before a restart can read the new config_path.
 	for _, f := range cp.changes {
 		rep.Changes = append(rep.Changes, f)
@@ -230,6 +235,39 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// staleHosts plans the removal of our own hosts.toml files in dir for hosts not in keep (an
+// earlier run's upstreams): a file without bootstrap.Marker is never touched, and a directory
+// goes only when it is then empty (Applier's PruneDir). Talos' applier does the same with the
+// files it owns (STYLE.md, config writers).
+func staleHosts(fsys fs.FS, dir string, keep []string) ([]bootstrap.Change, error) {
+	entries, err := fs.ReadDir(fsys, bootstrap.FSName(dir))
+	if err != nil {
+		return nil, nil // no directory: nothing of ours in it
+	}
+	want := map[string]bool{}
+	for _, h := range keep {
+		want[HostDirName(h)] = true
+	}
+	var out []bootstrap.Change
+	for _, ent := range entries {
+		if want[ent.Name()] {
+			continue
+		}
+		if fi, err := fs.Stat(fsys, bootstrap.FSName(path.Join(dir, ent.Name()))); err != nil || !fi.IsDir() {
+			continue
+		}
+		c, ok, _, err := bootstrap.PlanRemoveOwned(fsys, path.Join(dir, ent.Name(), "hosts.toml"), true)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			c.Note = fmt.Sprintf("stale: %s is not an upstream of this run (left by an earlier gen); containerd would keep pulling it through that run's mirror", ent.Name())
+			out = append(out, c)
+		}
+	}
+	return out, nil
 }
 
 // configPlan is planConfig's result.

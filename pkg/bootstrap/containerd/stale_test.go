@@ -1,0 +1,84 @@
+package containerd_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/containerd/containerd/v2/core/remotes/docker/config"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
+	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
+)
+
+// TestStaleHostsRemoved: a run with fewer upstreams removes the hosts.toml files an earlier run
+// wrote for the others (their directories too when then empty), reports each removal, and
+// leaves files without the marker and other files in our directories alone.
+func TestStaleHostsRemoved(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, bootstraptest.Fixture(t, "containerd/config/containerd-1.7-config-default-v2.toml"))
+	certs := "/etc/containerd/certs.d"
+	userHosts := []byte("server = 'https://myreg.example'\n")
+	bootstraptest.WriteHostFile(t, root, certs+"/myreg.example/hosts.toml", userHosts)
+	first, _ := bootstrap.ParseMirror("http://10.0.0.5:5000")
+	second, _ := bootstrap.ParseMirror("http://10.0.0.9:5000")
+
+	rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: first, Daemon: v17,
+		Upstreams: []string{"docker.io", "ghcr.io", "registry.k8s.io", "quay.io", "gcr.io", "localhost:5001"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
+		t.Fatal(err)
+	}
+	// A user's certificate in one of our directories keeps that directory.
+	bootstraptest.WriteHostFile(t, root, certs+"/quay.io/NOTES", []byte("user's"))
+
+	rep, err = containerd.Plan(os.DirFS(root), containerd.Options{Mirror: second, Daemon: v17, Upstreams: []string{"docker.io"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var removed []string
+	for _, c := range rep.Changes {
+		if c.Action == bootstrap.ActionRemove {
+			if !strings.HasPrefix(c.Note, "stale: ") {
+				t.Errorf("removal of %s not explained: %q", c.Path, c.Note)
+			}
+			removed = append(removed, c.Path)
+		}
+	}
+	slices.Sort(removed)
+	want := []string{certs + "/gcr.io/hosts.toml", certs + "/ghcr.io/hosts.toml", certs + "/localhost_5001_/hosts.toml", certs + "/quay.io/hosts.toml", certs + "/registry.k8s.io/hosts.toml"}
+	if !slices.Equal(removed, want) {
+		t.Fatalf("removed %v, want %v", removed, want)
+	}
+	if rep.RestartRequired {
+		t.Fatal("removing hosts.toml files needs no restart")
+	}
+	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"gcr.io", "ghcr.io", "localhost_5001_", "registry.k8s.io"} {
+		if _, err := os.Stat(filepath.Join(root, certs, d)); !os.IsNotExist(err) {
+			t.Errorf("%s: directory left: %v", d, err)
+		}
+	}
+	if b := bootstraptest.ReadHostFile(t, root, certs+"/quay.io/NOTES"); string(b) != "user's" {
+		t.Fatal("a user's file in our directory was removed")
+	}
+	if b := bootstraptest.ReadHostFile(t, root, certs+"/myreg.example/hosts.toml"); string(b) != string(userHosts) {
+		t.Fatal("a hosts.toml without the marker was touched")
+	}
+	// containerd's parser: quay.io has no mirror any more, docker.io uses the new one.
+	hosts := config.ConfigureHosts(t.Context(), config.HostOptions{HostDir: config.HostDirFromRoot(filepath.Join(root, certs))})
+	for name, first := range map[string]string{"quay.io": "quay.io", "docker.io": "10.0.0.9:5000"} {
+		rh, err := hosts(name)
+		if err != nil || len(rh) == 0 || rh[0].Host != first {
+			t.Fatalf("%s: first host %+v (%v), want %s", name, rh, err, first)
+		}
+	}
+}
