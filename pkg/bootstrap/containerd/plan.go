@@ -208,7 +208,8 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	}
 	for _, host := range order {
 		h := hostsFor[host]
-		data, err := hostsTOML(h.file, h.hosts)
+		// A host that holds only migrated settings is marked so that later runs keep it.
+		data, err := hostsTOML(h.file, h.hosts, slices.Contains(rep.Migrated, host) && !slices.Contains(opts.Upstreams, host))
 		if err != nil {
 			return nil, err
 		}
@@ -238,8 +239,9 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 }
 
 // staleHosts plans the removal of our own hosts.toml files in dir for hosts not in keep (an
-// earlier run's upstreams): a file without bootstrap.Marker is never touched, and a directory
-// goes only when it is then empty (Applier's PruneDir). Talos' applier does the same with the
+// earlier run's upstreams): a file without bootstrap.Marker, or holding more than an upstream's
+// mirror entry (settings moved there by --migrate), is never touched, and a directory goes only
+// when it is then empty (Applier's PruneDir). Talos' applier does the same with the
 // files it owns (STYLE.md, config writers).
 func staleHosts(fsys fs.FS, dir string, keep []string) ([]bootstrap.Change, error) {
 	entries, err := fs.ReadDir(fsys, bootstrap.FSName(dir))
@@ -262,7 +264,7 @@ func staleHosts(fsys fs.FS, dir string, keep []string) ([]bootstrap.Change, erro
 		if err != nil {
 			return nil, err
 		}
-		if ok {
+		if ok && upstreamOnly(ent.Name(), c.Old) {
 			c.Note = fmt.Sprintf("stale: %s is not an upstream of this run (left by an earlier gen); containerd would keep pulling it through that run's mirror", ent.Name())
 			out = append(out, c)
 		}

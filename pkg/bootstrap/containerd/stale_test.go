@@ -82,3 +82,38 @@ func TestStaleHostsRemoved(t *testing.T) {
 		}
 	}
 }
+
+// TestMigratedHostsAreNotStale: a hosts.toml that holds settings --migrate moved out of
+// config.toml is ours but not an upstream's: later runs keep it.
+func TestMigratedHostsAreNotStale(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, bootstraptest.Fixture(t, "containerd/config/microk8s-template-v2-legacy-mirrors.toml"))
+	m, _ := bootstrap.ParseMirror("http://10.0.0.5:5000")
+	rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Daemon: v17, Upstreams: []string{"docker.io"}, Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
+		t.Fatal(err)
+	}
+	migrated := "/etc/containerd/certs.d/localhost_32000_/hosts.toml"
+	before := bootstraptest.ReadHostFile(t, root, migrated)
+	if before == nil {
+		t.Fatal("migrated hosts.toml not written")
+	}
+	rep, err = containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Daemon: v17, Upstreams: []string{"ghcr.io"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rep.Changes {
+		if c.Path == migrated && c.Changed() {
+			t.Fatalf("migrated settings planned as %s: %s", c.Action, c.Note)
+		}
+	}
+	if !slices.ContainsFunc(rep.Changes, func(c bootstrap.Change) bool {
+		return c.Path == "/etc/containerd/certs.d/docker.io/hosts.toml" && c.Action == bootstrap.ActionRemove
+	}) {
+		t.Fatalf("docker.io (no longer an upstream) not removed: %+v", rep.Changes)
+	}
+}
