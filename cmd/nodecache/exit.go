@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -49,6 +50,10 @@ func silentExit(code int) error {
 var errSilent = errors.New("")
 
 func usageError(c *cli.Context, err error, _ bool) error {
+	if strings.Contains(err.Error(), "parse error") {
+		// urfave/cli says only "parse error": say what is accepted.
+		err = fmt.Errorf("%w (durations look like 500ms, 10s, 5m, 1h30m; numbers like 4; booleans true or false)", err)
+	}
 	return &exitError{code: exitUsage, err: err}
 }
 

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"time"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
@@ -52,17 +56,55 @@ func withConfig(cmd *cli.Command) *cli.Command {
 		EnvVars: envVars(configFlag),
 	})
 	load := altsrc.InitInputSourceWithContext(cmd.Flags, altsrc.NewYamlSourceFromFlagFunc(configFlag))
+	known := map[string]bool{}
+	for _, f := range cmd.Flags {
+		for _, n := range f.Names() {
+			known[n] = true
+		}
+	}
+	takesArgs := cmd.ArgsUsage != ""
 	cmd.Before = func(c *cli.Context) error {
-		if c.String(configFlag) == "" {
+		if !takesArgs && c.Args().Present() {
+			return usagef("%s takes no arguments, got %q (flags go before arguments; see nodecache %s --help)", cmd.Name, c.Args().First(), cmd.Name)
+		}
+		file := c.String(configFlag)
+		if file == "" {
 			return nil
 		}
+		if err := checkConfigKeys(file, known); err != nil {
+			return usagef("--config %s: %v", file, err)
+		}
 		if err := load(c); err != nil {
-			return usagef("--config %s: %v", c.String(configFlag), err)
+			return usagef("--config %s: %v", file, err)
 		}
 		return nil
 	}
 	cmd.OnUsageError = usageError
 	return cmd
+}
+
+// checkConfigKeys refuses a settings file whose top-level keys are not flag names of the
+// command (a typo would otherwise be ignored silently).
+func checkConfigKeys(file string, known map[string]bool) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("not a YAML mapping of flag names to values: %w", err)
+	}
+	var unknown []string
+	for k := range doc {
+		if !known[k] || k == configFlag {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return fmt.Errorf("unknown keys %s: keys are this command's flag names without dashes (see --help)", strings.Join(unknown, ", "))
+	}
+	return nil
 }
 
 func logFlags() []cli.Flag {
@@ -83,11 +125,17 @@ func newLogger(c *cli.Context) (zerolog.Logger, error) {
 	case "json":
 		l = zerolog.New(os.Stderr)
 	case "console":
-		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000"})
+		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000", NoColor: !isTerminal(os.Stderr)})
 	default:
 		return zerolog.Nop(), usagef("--log-format %q: want json or console", c.String("log-format"))
 	}
 	return l.Level(level).With().Timestamp().Logger(), nil
+}
+
+// isTerminal reports whether f is a terminal (colours and progress bars only there).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // outputFormat validates --output.

@@ -12,11 +12,19 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/nodecache/nodecache/internal/buildinfo"
 )
 
 func main() {
 	zerolog.TimeFieldFormat = time.RFC3339Nano
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		// After the first signal the command shuts down gracefully; a second one ends the
+		// process at once (the default action, restored by stop).
+		<-ctx.Done()
+		stop()
+	}()
 	err := newApp().RunContext(ctx, os.Args)
 	stop()
 	os.Exit(report(os.Stderr, err))
@@ -26,7 +34,7 @@ func newApp() *cli.App {
 	return &cli.App{
 		Name:  "nodecache",
 		Usage: "pull container images through a cache on the node itself, and prove that the node really does",
-		Description: `nodecache is one binary with four jobs:
+		Description: `nodecache is one binary with five commands:
    serve   an embedded pull-through OCI registry for many upstreams on one port
    gen     machine-config patches and runtime files that point Talos, containerd or CRI-O at it
    warm    pre-fill a pull-through cache with the images a worker needs, for its platform only
@@ -35,10 +43,19 @@ func newApp() *cli.App {
 
 Exit codes: 0 success, 1 ran but the answer is negative or the work failed,
 2 usage or input refused (nothing was changed), 3 status cannot tell.`,
+		Version:              buildinfo.Version(),
 		EnableBashCompletion: true,
-		HideHelpCommand:      true,
 		ExitErrHandler:       func(*cli.Context, error) {}, // main decides the exit code
 		OnUsageError:         usageError,
 		Commands:             commands(),
+		Action:               unknownCommand,
 	}
+}
+
+// unknownCommand shows the help without arguments and refuses anything else with exit 2.
+func unknownCommand(c *cli.Context) error {
+	if c.Args().Present() {
+		return usagef("unknown command %q; commands: serve, gen, warm, status, agent, version (see nodecache --help)", c.Args().First())
+	}
+	return cli.ShowAppHelp(c)
 }

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -100,6 +103,13 @@ func mirrorOptions(c *cli.Context) (mirror.Options, error) {
 	if o.Root == "" {
 		return o, usagef("--root: a storage directory is required")
 	}
+	for _, name := range []string{"listen", "metrics-listen"} {
+		if v := c.String(name); v != "" || name == "listen" {
+			if err := checkListen(v); err != nil {
+				return o, usagef("--%s %q: %v", name, v, err)
+			}
+		}
+	}
 	if o.UpstreamTimeout <= 0 {
 		return o, usagef("--upstream-timeout %s: want a positive duration such as 10s", o.UpstreamTimeout)
 	}
@@ -120,6 +130,19 @@ func mirrorOptions(c *cli.Context) (mirror.Options, error) {
 		}
 	}
 	return o, nil
+}
+
+// checkListen accepts HOST:PORT or :PORT with a port from 0 to 65535 (0: any free port).
+func checkListen(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want HOST:PORT or :PORT, e.g. :5000 or 127.0.0.1:5000")
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q: want a number from 0 to 65535", port)
+	}
+	return nil
 }
 
 // splitList accepts repeated values and comma-separated lists alike (env and YAML give the

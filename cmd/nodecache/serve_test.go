@@ -200,6 +200,10 @@ func TestServeRefusesBadInput(t *testing.T) {
 	if err := os.WriteFile(badYAML, []byte("listen: [unclosed\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	typoYAML := filepath.Join(t.TempDir(), "typo.yaml")
+	if err := os.WriteFile(typoYAML, []byte("lsiten: \":5000\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -211,6 +215,15 @@ func TestServeRefusesBadInput(t *testing.T) {
 		{"upstream from env", []string{"serve"}, []string{"NODECACHE_UPSTREAM=a.test=http://127.0.0.1:1,a.test=http://127.0.0.1:2"}, "configured twice"},
 		{"default upstream", []string{"serve", "--upstream", "a.test=http://127.0.0.1:1", "--default-upstream", "b.test"}, nil, "not among"},
 		{"log format", []string{"serve", "--log-format", "xml"}, nil, "--log-format"},
+		{"listen port", []string{"serve", "--listen", "127.0.0.1:99999"}, nil, "--listen"},
+		{"listen form", []string{"serve", "--listen", "nonsense"}, nil, "HOST:PORT"},
+		{"listen empty port", []string{"serve", "--listen", ":"}, nil, "--listen"},
+		{"metrics listen", []string{"serve", "--metrics-listen", "bogus"}, nil, "--metrics-listen"},
+		{"extra argument", []string{"serve", "extra"}, nil, "takes no arguments"},
+		{"duration", []string{"serve", "--upstream-timeout", "abc"}, nil, "durations look like"},
+		{"unknown config key", []string{"serve", "--config", typoYAML}, nil, "lsiten"},
+		{"unknown command", []string{"bogus"}, nil, "unknown command"},
+		{"unknown gen command", []string{"gen", "bogus"}, nil, "unknown command"},
 		{"unknown flag", []string{"serve", "--no-such-flag"}, nil, "no-such-flag"},
 		{"config file", []string{"serve", "--config", badYAML}, nil, "--config"},
 		{"missing config file", []string{"serve", "--config", "/nonexistent/nodecache.yaml"}, nil, "--config"},
@@ -253,5 +266,25 @@ func TestBaremetalExampleConfig(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), `"upstreams":["docker.io","ghcr.io","registry.k8s.io","quay.io","gcr.io"]`) {
 		t.Fatalf("example upstreams not in effect:\n%s", out.String())
+	}
+}
+
+// TestHelp: help and --version answer with exit 0.
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"help"}, "serve"},
+		{[]string{"help", "serve"}, "--upstream-timeout"},
+		{[]string{"serve", "--help"}, "--default-upstream"},
+		{[]string{"gen"}, "containerd"},
+		{[]string{"--version"}, "nodecache version"},
+	} {
+		out, err := exec.Command(binary, tc.args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("nodecache %v: err %v, output lacks %q:\n%s", tc.args, err, tc.want, out)
+		}
 	}
 }

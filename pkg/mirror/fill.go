@@ -125,6 +125,12 @@ func (s *fillSet) start(key string, desc v1.Descriptor, run func(*fill)) (f *fil
 	return f, false, nil
 }
 
+func (s *fillSet) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m)
+}
+
 // wait blocks until no fill is in flight or ctx ends.
 func (s *fillSet) wait(ctx context.Context) error {
 	done := make(chan struct{})
@@ -142,7 +148,7 @@ func (s *fillSet) wait(ctx context.Context) error {
 // blob into local storage linked to r. It runs detached from the request that started it: a
 // client that goes away does not abort the fill.
 func (m *Mirror) runFill(f *fill, r *repository) {
-	ctx, cancel := context.WithTimeout(context.Background(), fillTimeout)
+	ctx, cancel := context.WithTimeout(m.fillCtx, fillTimeout)
 	defer cancel()
 	log := m.log.With().Str("upstream", r.up.Name).Str("repository", r.repo).Str("digest", f.desc.Digest.String()).Logger()
 	m.metrics.fillsInFlight.Inc()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -331,4 +332,53 @@ func TestUpstreamBlobErrorBecomesStatus(t *testing.T) {
 	if n := f.up.Count(http.MethodGet, "/blobs/"); n > 3 {
 		t.Fatalf("%d upstream GETs for one failing blob, want at most 3", n)
 	}
+}
+
+// TestServeAbandonsOrphanFillsOnShutdown: a fill that no client waits for does not hold a
+// shutdown beyond the fill grace, and nothing partial is stored.
+func TestServeAbandonsOrphanFillsOnShutdown(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 2*mirrortest.MiB, 1, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	ls, _ := img.Layers()
+	d, _ := ls[0].Digest()
+	onBlobGET(up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(slowWriter{w, 50 * time.Millisecond}, r) // ~3 s for the blob
+	})
+	m, err := mirror.New(t.Context(), mirror.Options{Root: t.TempDir(), Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(t.Context())
+	addr := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- mirror.Serve(ctx, m, mirror.ServeOptions{Listen: "127.0.0.1:0", FillGrace: 200 * time.Millisecond,
+			OnListen: func(a net.Addr) { addr <- a.String() }})
+	}()
+	url := "http://" + <-addr + "/v2/upstream.test/team/app/blobs/" + d.String()
+	cctx, ccancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(cctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadFull(resp.Body, make([]byte, 1024))
+	ccancel() // the client leaves; the fill goes on alone
+	resp.Body.Close()
+	start := time.Now()
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve after shutdown: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("shutdown waited for a fill nobody needs")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("shutdown took %s", took)
+	}
+	_ = m.Close()
 }

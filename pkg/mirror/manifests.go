@@ -45,7 +45,11 @@ func (s *manifestService) Get(ctx context.Context, dgst digest.Digest, options .
 		if ferr != nil {
 			return nil, upstreamAPIError(st, ferr)
 		}
-		st.setCache(CacheMiss)
+		if fetched.joined {
+			st.setCache(CacheCoalesced)
+		} else {
+			st.setCache(CacheMiss)
+		}
 		man = fetched.manifest
 	}
 	st.mu.Lock()
@@ -77,13 +81,16 @@ func (s *manifestService) Delete(context.Context, digest.Digest) error {
 type fetchedManifest struct {
 	manifest distribution.Manifest
 	desc     v1.Descriptor
+	joined   bool // this caller shared a fetch another request had started
 }
 
 // fetchManifest GETs the manifest ref (tag or digest) from the upstream, checks it against want
 // (when set; else against the upstream's Docker-Content-Digest, when sent), and stores it.
 // Concurrent requests for the same manifest share one fetch.
 func (r *repository) fetchManifest(ctx context.Context, ref string, want digest.Digest) (fetchedManifest, error) {
+	leader := false
 	v, err, _ := r.m.flight.Do("manifest\x00"+r.up.Name+"\x00"+r.repo+"\x00"+ref, func() (any, error) {
+		leader = true
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.m.opts.UpstreamTimeout+30*time.Second)
 		defer cancel()
 		start := time.Now()
@@ -139,7 +146,9 @@ func (r *repository) fetchManifest(ctx context.Context, ref string, want digest.
 	if err != nil {
 		return fetchedManifest{}, err
 	}
-	return v.(fetchedManifest), nil
+	fm := v.(fetchedManifest)
+	fm.joined = !leader
+	return fm, nil
 }
 
 // remoteTags lists the upstream repository's tags (tags/list, first page of up to 10000).

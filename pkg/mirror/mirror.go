@@ -46,6 +46,8 @@ type Mirror struct {
 	clients         *clientLog
 	canary          *canary
 	cancel          context.CancelFunc
+	fillCtx         context.Context // parent of every fill; cancelled to abandon them
+	abandonFills    context.CancelFunc
 
 	tagsMu    sync.Mutex
 	tagsFresh map[string]time.Time
@@ -125,6 +127,7 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		Str("default_upstream", opts.DefaultUpstream).Dur("upstream_timeout", opts.UpstreamTimeout).
 		Dur("tag_ttl", opts.TagTTL).Msg("mirror configured")
 
+	m.fillCtx, m.abandonFills = context.WithCancel(context.WithoutCancel(ctx))
 	appCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel = cancel
 	m.app = m.newApp(appCtx, opts.Root)
@@ -166,8 +169,22 @@ func stagingDir(root string) (string, error) {
 // ctx ends.
 func (m *Mirror) WaitIdle(ctx context.Context) error { return m.fills.wait(ctx) }
 
-// Close stops background work; fills in flight finish first.
+// Drain lets blob fills in flight finish until ctx ends, then abandons the rest (their partial
+// data is dropped; nothing half-written is ever stored). It returns how many were abandoned.
+func (m *Mirror) Drain(ctx context.Context) int {
+	if m.fills.wait(ctx) == nil {
+		return 0
+	}
+	n := m.fills.count()
+	m.abandonFills()
+	_ = m.fills.wait(context.Background())
+	return n
+}
+
+// Close abandons fills still in flight (see Drain for a graceful stop) and stops background
+// work.
 func (m *Mirror) Close() error {
+	m.abandonFills()
 	err := m.fills.wait(context.Background())
 	m.cancel()
 	if m.opts.Root == "" {

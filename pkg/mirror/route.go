@@ -85,6 +85,15 @@ func (m *Mirror) resolve(r *http.Request) (route, *apiError) {
 	if kind == kindBase {
 		return rt, nil
 	}
+	if kind == kindReferrers {
+		return rt, errNotFound("UNSUPPORTED", "the referrers API is not served by this cache")
+	}
+	if kind == kindManifest && !tagOrDigestRe.MatchString(ref) {
+		return rt, errNotFound("MANIFEST_UNKNOWN", "invalid tag or digest "+quote(ref)+": a tag is [A-Za-z0-9_][A-Za-z0-9._-]{0,127}, a digest algorithm:hex")
+	}
+	if kind == kindBlob && !digestRe.MatchString(ref) {
+		return rt, &apiError{Status: http.StatusBadRequest, Code: "DIGEST_INVALID", Message: "invalid digest " + quote(ref)}
+	}
 	if rt.up == nil && len(comps) > 1 {
 		if up := m.upstreams[strings.ToLower(comps[0])]; up != nil {
 			rt.up = up
@@ -117,6 +126,9 @@ func (m *Mirror) upstreamList() string {
 }
 
 var (
+	// OCI distribution spec, "Pulling manifests": tag and digest grammars.
+	tagOrDigestRe   = regexp.MustCompile(`^(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+)$`)
+	digestRe        = regexp.MustCompile(`^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$`)
 	invalidKeyChars = regexp.MustCompile(`[^a-z0-9.-]+`)
 	componentRe     = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*$`)
 )

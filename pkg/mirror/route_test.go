@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -42,6 +43,11 @@ func TestResolve(t *testing.T) {
 		{"bad repository", "/v2/ghcr.io/UPPER/manifests/v1", "", "", kindManifest, "v1", 1, 400},
 		{"not an API path", "/v2/ghcr.io/x/other/v1", "", "", kindOther, "", 1, 404},
 		{"base", "/v2/", "", "", kindBase, "", 0, 0},
+		{"referrers", "/v2/ghcr.io/x/referrers/sha256:ab", "", "", kindReferrers, "sha256:ab", 1, 404},
+		{"tag too long", "/v2/ghcr.io/x/manifests/" + strings.Repeat("a", 129), "", "", kindManifest, "", 1, 404},
+		{"tag longest", "/v2/ghcr.io/x/manifests/" + strings.Repeat("a", 128), "ghcr.io", "x", kindManifest, strings.Repeat("a", 128), 0, 0},
+		{"tag bad start", "/v2/ghcr.io/x/manifests/.v1", "", "", kindManifest, "", 1, 404},
+		{"blob not a digest", "/v2/ghcr.io/x/blobs/latest", "", "", kindBlob, "", 1, 400},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest("GET", tc.target, nil)

@@ -23,6 +23,9 @@ type ServeOptions struct {
 	// ShutdownTimeout bounds how long in-flight responses may take to finish after ctx ends.
 	// Default 5 minutes: a large blob to a slow client.
 	ShutdownTimeout time.Duration
+	// FillGrace is how long blob fills that no client waits for any more may go on after the
+	// responses finished; the rest are abandoned (nothing partial is stored). Default 30 s.
+	FillGrace time.Duration
 	// Handler overrides the handler served on Listen (the agent wraps the mirror). Default: the
 	// Mirror itself.
 	Handler http.Handler
@@ -36,10 +39,14 @@ type ServeOptions struct {
 }
 
 // Serve serves m until ctx ends, then stops accepting, lets in-flight responses finish (bounded by
-// ShutdownTimeout) and waits for blob fills to be stored. It returns nil after a clean shutdown.
+// ShutdownTimeout), and gives blob fills FillGrace to be stored before abandoning them. It returns
+// nil after a clean shutdown, an error when responses were still running at ShutdownTimeout.
 func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 	if o.ShutdownTimeout == 0 {
 		o.ShutdownTimeout = 5 * time.Minute
+	}
+	if o.FillGrace == 0 {
+		o.FillGrace = 30 * time.Second
 	}
 	h := o.Handler
 	if h == nil {
@@ -104,8 +111,10 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 				errs = append(errs, fmt.Errorf("shutdown: %w", err))
 			}
 		}
-		if err := m.fills.wait(sctx); err != nil {
-			errs = append(errs, fmt.Errorf("waiting for blob fills: %w", err))
+		gctx, gcancel := context.WithTimeout(context.Background(), o.FillGrace)
+		defer gcancel()
+		if n := m.Drain(gctx); n > 0 {
+			o.Logger.Warn().Int("fills", n).Dur("grace", o.FillGrace).Msg("abandoned blob fills nobody was waiting for; nothing partial was stored")
 		}
 		return errors.Join(errs...)
 	})

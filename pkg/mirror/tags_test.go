@@ -123,3 +123,45 @@ func TestTagHeadWithoutDigest(t *testing.T) {
 		t.Fatalf("HEAD without digest: %d %s %s=%q", resp.StatusCode, resp.Header.Get("Docker-Content-Digest"), mirror.HeaderCache, resp.Header.Get(mirror.HeaderCache))
 	}
 }
+
+// TestManifestCoalesced: concurrent requests for one cold manifest make one upstream fetch; the
+// requests that joined it say so.
+func TestManifestCoalesced(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 1024, 1, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	var gets atomic.Int32
+	up.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/manifests/sha256:") {
+				gets.Add(1)
+				time.Sleep(300 * time.Millisecond)
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/"+digestOf(t, img))
+	caches := make(chan string, 6)
+	for i := 0; i < cap(caches); i++ {
+		go func() {
+			req, _ := http.NewRequest(http.MethodGet, url, nil)
+			req.Header = manifestAccept.Clone()
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				caches <- "error: " + err.Error()
+				return
+			}
+			resp.Body.Close()
+			caches <- resp.Header.Get(mirror.HeaderCache)
+		}()
+	}
+	count := map[string]int{}
+	for i := 0; i < cap(caches); i++ {
+		count[<-caches]++
+	}
+	if gets.Load() != 1 || count[mirror.CacheMiss] != 1 || count[mirror.CacheCoalesced] != cap(caches)-1 {
+		t.Fatalf("%d upstream GETs, answers %v; want 1 GET, one miss, the rest coalesced", gets.Load(), count)
+	}
+}
