@@ -93,9 +93,27 @@ func newUpstreamClient(up Upstream, base http.RoundTripper, timeout time.Duratio
 		return nil, fmt.Errorf("upstream %s: url host %q: %w", up.Name, up.URL.Host, err)
 	}
 	return &upstreamClient{
-		up: up, reg: reg, base: base, timeout: timeout, userAgent: userAgent,
+		up: up, reg: reg, base: retryAfterRecorder{base}, timeout: timeout, userAgent: userAgent,
 		repos: map[string]*repoTransport{},
 	}, nil
+}
+
+// retryAfterRecorder notes an upstream 429's Retry-After in the request state of the client
+// request that caused it, wherever in the exchange (ping, token, manifest) it came.
+type retryAfterRecorder struct{ next http.RoundTripper }
+
+func (t retryAfterRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
+		if ra := resp.Header.Get("Retry-After"); ra != "" {
+			if st, ok := req.Context().Value(stateKey{}).(*reqState); ok {
+				st.mu.Lock()
+				st.retryAfter = ra
+				st.mu.Unlock()
+			}
+		}
+	}
+	return resp, err
 }
 
 // defaultTransport returns the base transport to upstreams: every phase up to the response

@@ -105,9 +105,11 @@ func upstreamAPIError(st *reqState, err error) error {
 	if errors.As(err, &ue) {
 		switch {
 		case ue.Status == http.StatusTooManyRequests:
-			st.mu.Lock()
-			st.retryAfter = ue.RetryAfter
-			st.mu.Unlock()
+			if ue.RetryAfter != "" {
+				st.mu.Lock()
+				st.retryAfter = ue.RetryAfter
+				st.mu.Unlock()
+			}
 			return errcode.ErrorCodeTooManyRequests.WithMessage(ue.Error())
 		case ue.Status == http.StatusNotFound:
 			return errcode.ErrorCodeManifestUnknown.WithMessage(ue.Error())

@@ -165,3 +165,21 @@ func TestManifestCoalesced(t *testing.T) {
 		t.Fatalf("%d upstream GETs, answers %v; want 1 GET, one miss, the rest coalesced", gets.Load(), count)
 	}
 }
+
+// TestRetryAfterFromPing: a 429 at the upstream's /v2/ ping (before any manifest request) still
+// reaches the client with its Retry-After when nothing is cached.
+func TestRetryAfterFromPing(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	up.Wrap(func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Retry-After", "17")
+			http.Error(w, "slow down", http.StatusTooManyRequests)
+		})
+	})
+	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "17" {
+		t.Fatalf("429 at ping: %d Retry-After=%q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+}
