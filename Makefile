@@ -10,7 +10,7 @@ LDFLAGS   := -s -w -X github.com/nodecache/nodecache/internal/buildinfo.version=
 GOTAGS    ?= containers_image_openpgp,exclude_graphdriver_btrfs
 TESTFLAGS ?= -count=1 -timeout 30m
 ROOT      ?= $(CURDIR)/.nodecache
-LISTEN    ?= :5000
+LISTEN    ?= 127.0.0.1:5000
 
 export NODECACHE_FIXTURES ?= $(abspath $(CURDIR)/../shared/fixtures)
 
