@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -34,7 +35,7 @@ func genCommonFlags() []cli.Flag {
 	return []cli.Flag{
 		stringFlag("mirror", "", "nodecache `URL` the runtime pulls through, e.g. http://10.0.0.5:5000 (http://127.0.0.1:5000 for a hostNetwork agent); required"),
 		stringSliceFlag("upstream", nil, "registry `NAME[=URL]` to pull through the mirror, repeatable; only NAME is used, the fallback is always the real registry (default: serve's set: docker.io, ghcr.io, registry.k8s.io, quay.io, gcr.io)"),
-		stringFlag("mirror-ca", "", "PEM CA `FILE` of an https mirror (refused for http)"),
+		stringFlag("mirror-ca", "", "PEM CA `FILE` of an https mirror (refused for http); gen containerd and crio: a host path, read under --host-root; gen talos: a file on this machine"),
 		stringFlag("output", "text", "report format: text or json"),
 		boolFlag("dry-run", "print what would change as a unified diff; write nothing"),
 		boolFlag("remove", "undo: remove nodecache's files and restore edited ones from their backups"),
@@ -123,9 +124,14 @@ func runGenTalos(c *cli.Context) error {
 	opts := talos.Options{Mirror: b.mirror, Upstreams: b.upstreams, TalosVersion: c.String("talos-version"),
 		SkipFallback: c.Bool("skip-fallback"), PathPrefix: c.Bool("path-prefix"), Remove: b.remove}
 	if p := c.String("mirror-ca"); p != "" {
-		ca, err := os.ReadFile(p)
+		// A file on this machine (the patch carries it), so a relative path is fine.
+		abs, err := filepath.Abs(p)
 		if err != nil {
-			return usagef("--mirror-ca: %v", err)
+			return usagef("--mirror-ca %q: %v", p, err)
+		}
+		ca, err := bootstrap.ReadMirrorCA(bootstrap.HostFS("/"), "", abs)
+		if err != nil {
+			return genError(err)
 		}
 		opts.MirrorCA, opts.MirrorCAName = ca, p
 	}
@@ -226,6 +232,12 @@ func runGenContainerd(c *cli.Context) error {
 		log.Warn().Err(err).Msg("containerd version unknown")
 	}
 	fsys := bootstrap.HostFS(b.hostRoot)
+	if opts.MirrorCA != "" && !b.remove && !b.mirror.HTTP() {
+		// Read here for a message that names the file under --host-root; Plan checks it again.
+		if _, err := bootstrap.ReadMirrorCA(fsys, b.hostRoot, opts.MirrorCA); err != nil {
+			return genError(err)
+		}
+	}
 	var rep *containerd.Report
 	if b.remove {
 		rep, err = containerd.PlanRemove(fsys, opts)
@@ -317,14 +329,15 @@ func runGenCrio(c *cli.Context) error {
 	} else if opts.Version, err = bootstrap.ProbeVersion(c.Context, b.hostRoot, "crio"); err != nil {
 		versionNote = fmt.Sprintf("CRI-O version unknown (%v)", err)
 	}
-	if p := c.String("mirror-ca"); p != "" {
-		ca, ok, err := bootstrap.ReadFile(os.DirFS(b.hostRoot), p)
-		if err != nil || !ok {
-			return usagef("--mirror-ca %s: cannot read it under --host-root %s", p, b.hostRoot)
-		}
-		opts.MirrorCA = ca
-	}
 	fsys := bootstrap.HostFS(b.hostRoot)
+	if p := c.String("mirror-ca"); p != "" && !b.remove {
+		if b.mirror.HTTP() {
+			return usagef("--mirror-ca is for an https mirror; %s is http", b.mirror)
+		}
+		if opts.MirrorCA, err = bootstrap.ReadMirrorCA(fsys, b.hostRoot, p); err != nil {
+			return genError(err)
+		}
+	}
 	var rep *crio.Report
 	if b.remove {
 		rep, err = crio.PlanRemove(fsys, opts)

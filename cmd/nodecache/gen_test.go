@@ -142,6 +142,38 @@ func TestGenContainerdSymlinkedConfig(t *testing.T) {
 	}
 }
 
+// TestGenMirrorCAMessages: --mirror-ca is a host path read under --host-root; each failure exits
+// 2 with one message naming the flag's path and the file looked at (no "<nil>", no repetition).
+func TestGenMirrorCAMessages(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	bootstraptest.WriteHostFile(t, root, "/etc/pki/not-pem.txt", []byte("hello\n"))
+	if err := os.MkdirAll(filepath.Join(root, "etc/pki/dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	under := filepath.Join(root, "etc/pki")
+	for _, tc := range []struct {
+		ca, want string
+	}{
+		{"/etc/pki/ca.pem", "--mirror-ca /etc/pki/ca.pem: " + under + "/ca.pem does not exist (a host path: read under --host-root " + root + ")"},
+		{"/etc/pki/dir", "--mirror-ca /etc/pki/dir: " + under + "/dir is a directory; want a PEM CA certificate file"},
+		{"/etc/pki/not-pem.txt", "--mirror-ca /etc/pki/not-pem.txt: " + under + "/not-pem.txt holds no PEM certificate"},
+		{"ca.pem", `--mirror-ca "ca.pem": want an absolute path (a host path: read under --host-root ` + root + ")"},
+	} {
+		for rt, version := range map[string]string{"containerd": "--containerd-version=2.4.2", "crio": "--crio-version=1.31.0"} {
+			code, _, stderr := runApp(t, "gen", rt, "--host-root", root, "--mirror", "https://cache.example:5443", "--mirror-ca", tc.ca,
+				version, "--dry-run", "--log-level", "error")
+			if code != exitUsage || !strings.Contains(stderr, tc.want) || strings.Contains(stderr, "<nil>") || strings.Count(stderr, tc.ca) != strings.Count(tc.want, tc.ca) {
+				t.Errorf("gen %s --mirror-ca %s: exit %d, stderr %q; want 2 and %q", rt, tc.ca, code, stderr, tc.want)
+			}
+		}
+	}
+	_, stdout, _ := runApp(t, "gen", "containerd", "--help")
+	if !strings.Contains(stdout, "read under --host-root") {
+		t.Errorf("--help does not say --mirror-ca is read under --host-root:\n%s", stdout)
+	}
+}
+
 func TestGenUsageErrors(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()

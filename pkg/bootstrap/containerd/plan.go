@@ -8,7 +8,6 @@
 package containerd
 
 import (
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -526,7 +525,8 @@ func refuseForeign(fsys fs.FS, cfg string) error {
 	return nil
 }
 
-// checkMirrorCA validates --mirror-ca: only for https, a readable PEM certificate.
+// checkMirrorCA validates --mirror-ca: only for https, a readable PEM certificate
+// (bootstrap.ReadMirrorCA).
 func checkMirrorCA(fsys fs.FS, opts Options) error {
 	if opts.MirrorCA == "" {
 		return nil
@@ -534,15 +534,6 @@ func checkMirrorCA(fsys fs.FS, opts Options) error {
 	if opts.Mirror.HTTP() {
 		return bootstrap.Refusedf("--mirror-ca is for an https mirror; %s is http (a CA would make containerd try HTTPS first)", opts.Mirror)
 	}
-	if !path.IsAbs(opts.MirrorCA) {
-		return bootstrap.Refusedf("--mirror-ca %q: want an absolute host path", opts.MirrorCA)
-	}
-	data, ok, err := bootstrap.ReadFile(fsys, opts.MirrorCA)
-	if err != nil || !ok {
-		return bootstrap.Refusedf("--mirror-ca %s: cannot read it on the host: %v", opts.MirrorCA, err)
-	}
-	if !x509.NewCertPool().AppendCertsFromPEM(data) {
-		return bootstrap.Refusedf("--mirror-ca %s: no PEM certificate in it", opts.MirrorCA)
-	}
-	return nil
+	_, err := bootstrap.ReadMirrorCA(fsys, "", opts.MirrorCA)
+	return err
 }
