@@ -262,7 +262,7 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 			}
 			rep.State, rep.Reason, rep.Remedy = NotActive, why+": the running daemon has not loaded the current configuration", remedyRestartContainerd
 			if start.Unix() == newest.ModTime.Unix() {
-				rep.Reason, rep.Remedy = sameSecond("containerd", "restart containerd", start, newest.Path, "",
+				rep.Reason, rep.Remedy = sameSecond("containerd", "restart containerd", remedyRestartContainerd, start, newest.Path, "",
 					e.mirrorHint(ctx, splitConfigPath(onDisk), rep.upstreams))
 			}
 			rep.Pending, rep.startTimeOnly = true, true

@@ -254,7 +254,7 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 		} else if host, _, _ := strings.Cut(rep.Mirror, "/"); host != "" {
 			mirror = "http://" + host // the location of the first mirror, as nodecache writes it (insecure: http)
 		}
-		rep.Reason, rep.Remedy = sameSecond("crio", "restart CRI-O", start, newest.path, "auto_reload_registries was off at its start", mirror)
+		rep.Reason, rep.Remedy = sameSecond("crio", "restart CRI-O", remedyCRIO, start, newest.path, "auto_reload_registries was off at its start", mirror)
 	}
 	rep.Pending, rep.startTimeOnly = true, true
 	return rep

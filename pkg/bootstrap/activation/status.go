@@ -293,15 +293,16 @@ func (e *evaluator) explicitNone(runtime, name, found string) string {
 // as its configuration last changed: the strict start-time rule counts that as not loaded, but
 // either order is possible. Traffic evidence (a pull of this daemon seen by the mirror) decides
 // it; mirror is the URL to name for that (see mirrorHint).
-// detail, when set, is added to the parenthesis that names the second and the file.
-func sameSecond(daemon, restart string, start time.Time, file, detail, mirror string) (reason, remedy string) {
+// detail, when set, is added to the parenthesis that names the second and the file; fix is the
+// runtime's usual restart remedy, which the remedy keeps word for word.
+func sameSecond(daemon, restart, fix string, start time.Time, file, detail, mirror string) (reason, remedy string) {
 	if detail != "" {
 		detail = "; " + detail
 	}
 	reason = fmt.Sprintf("the config changed in the same second %s started (%s, %s%s); cannot tell which came first — %s again, or let a pull prove it: nodecache status --mirror %s",
 		daemon, fmtTime(start), file, detail, restart, mirror)
-	remedy = fmt.Sprintf("%s again, or pull any image on this node and run nodecache status --mirror %s: a pull the mirror saw since %s started proves it active (the agent checks this every --interval)",
-		restart, mirror, daemon)
+	remedy = fmt.Sprintf("%s; or pull any image on this node and run nodecache status --mirror %s: a pull the mirror saw since %s started proves it active (the agent checks this every --interval)",
+		fix, mirror, daemon)
 	return reason, remedy
 }
 

@@ -157,7 +157,7 @@ func TestContainerdStartEqualsMtime(t *testing.T) {
 				}
 			}
 			rt, _ := r.Runtime(RuntimeContainerd)
-			if !strings.Contains(rt.Remedy, "restart containerd again") || !strings.Contains(rt.Remedy, "--mirror "+hint) || !rt.Pending {
+			if !strings.Contains(rt.Remedy, "restart containerd or cycle the node") || !strings.Contains(rt.Remedy, "--mirror "+hint) || !rt.Pending {
 				t.Errorf("remedy %q pending %v", rt.Remedy, rt.Pending)
 			}
 			if c, _ := check(r, RuntimeContainerd, "start-time"); c.Result != Fail || !strings.Contains(c.Reason, "equal seconds count as before") {
