@@ -183,18 +183,25 @@ func alive(t *testing.T, step string, pid int) {
 	}
 }
 
-// linkHostPath makes hostRoot+dir point at dir, the way a pod sees the host's dir under its
+// linkHostPath bind-mounts dir at hostRoot+dir, the way a pod sees the host's dir under its
 // --host-root mount: host paths inside dir then mean the same file for the agent (which reads
-// them under hostRoot) and for containerd (which reads them as they are).
+// them under hostRoot) and for containerd (which reads them as they are). A symbolic link would
+// not do: nodecache follows links as the host does (an absolute target restarts at the host
+// root), so hostRoot+dir -> dir is a link to itself. Needs root (the caller requires it).
 func linkHostPath(t *testing.T, hostRoot, dir string) {
 	t.Helper()
 	at := filepath.Join(hostRoot, dir)
-	if err := os.MkdirAll(filepath.Dir(at), 0o755); err != nil {
+	if err := os.MkdirAll(at, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(dir, at); err != nil {
-		t.Fatal(err)
+	if err := syscall.Mount(dir, at, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatalf("bind-mount %s at %s: %v", dir, at, err)
 	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(at, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", at, err)
+		}
+	})
 }
 
 // TestAgentRealContainerd runs `nodecache agent` as a process next to a real containerd 2.4

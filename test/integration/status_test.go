@@ -313,3 +313,90 @@ func checkCanary(t *testing.T, c *runtimetest.Containerd, nc *nodecache) {
 	}
 	t.Logf("--canary: %s", row.Reason)
 }
+
+// TestStatusSameSecondRealContainerd23: containerd 2.3 exports nothing about its registry
+// configuration, so the start time decides; a config.toml whose mtime falls in the second the
+// daemon started cannot be ordered against it (whole seconds, strictly: NOT active). The answer
+// says so and what settles it, and a CRI pull the mirror sees from this node settles it: ACTIVE
+// with --mirror, without restarting containerd.
+func TestStatusSameSecondRealContainerd23(t *testing.T) {
+	t.Parallel()
+	bin := runtimetest.Binary(t, runtimetest.EnvContainerd23)
+	runtimetest.RequireRoot(t)
+	runtimetest.RequireLoopbackName(t, upstreamName)
+
+	upstream := mirrortest.NewRegistry(t)
+	upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 2, "linux/amd64"))
+	host := upstreamHost(t, upstream)
+	nc := startNodecache(t, upstream)
+
+	c := runtimetest.NewContainerd(t, bin, runtimetest.ContainerdConfig{})
+	genContainerd(t, c, nc.URL, host, filepath.Join(c.Dir(), "certs.d"))
+	c.Start(t)
+	rt := runStatus(t, c).runtime(t)
+	if rt.ProcessStart == nil || rt.PID != c.PID() {
+		t.Fatalf("daemon not identified: %+v", rt)
+	}
+	// The config written in the daemon's start second.
+	tie := time.Unix(rt.ProcessStart.Unix(), 0)
+	if err := os.Chtimes(c.ConfigFile(), tie, tie); err != nil {
+		t.Fatal(err)
+	}
+
+	r := runStatus(t, c)
+	expectState(t, "same second", r, activation.NotActive, 1)
+	for _, s := range []string{"the config changed in the same second containerd started", "cannot tell which came first",
+		"restart containerd again", "let a pull prove it: nodecache status --mirror " + nc.URL} {
+		if !strings.Contains(r.Report.Reason, s) {
+			t.Fatalf("reason does not say %q\n%s", s, r.Raw)
+		}
+	}
+	if rt := r.runtime(t); !strings.Contains(rt.Remedy, "restart containerd or cycle the node") || !strings.Contains(rt.Remedy, "--mirror "+nc.URL) {
+		t.Fatalf("remedy %q", rt.Remedy)
+	}
+	// --mirror before any pull: no traffic, still NOT active.
+	r = runStatus(t, c, "--mirror", nc.URL)
+	expectState(t, "same second, no pull yet", r, activation.NotActive, 1)
+
+	ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
+	defer cancel()
+	if _, err := c.PullImage(ctx, host+"/team/app:v1"); err != nil {
+		t.Fatalf("CRI pull: %v", err)
+	}
+	r = runStatus(t, c, "--mirror", nc.URL)
+	expectState(t, "same second, after a CRI pull", r, activation.Active, 1)
+	if row, _ := r.row("traffic"); row.Result != activation.Pass {
+		t.Fatalf("traffic row %+v\n%s", row, r.Raw)
+	}
+	if rt := r.runtime(t); rt.PID != c.PID() {
+		t.Fatalf("containerd was restarted: pid %d, was %d", rt.PID, c.PID())
+	}
+}
+
+// TestStatusRefusalsProcess: the binary's exit codes for a --host-root that is not a directory
+// (2) and for --runtime talos on a host that is not Talos (3, not applicable).
+func TestStatusRefusalsProcess(t *testing.T) {
+	t.Parallel()
+	notTalos := t.TempDir()
+	writeFile(t, filepath.Join(notTalos, "etc", "os-release"), []byte("ID=debian\n"))
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		says string
+	}{
+		{"host root missing", []string{"status", "--host-root", filepath.Join(notTalos, "nonexistent")}, 2, "does not exist"},
+		{"agent host root missing", []string{"agent", "--host-root", filepath.Join(notTalos, "nonexistent")}, 2, "does not exist"},
+		{"agent interval zero", []string{"agent", "--host-root", notTalos, "--interval", "0"}, 2, "--interval 0s"},
+		{"talos asked for, not Talos", []string{"status", "--runtime", "talos", "--host-root", notTalos}, 3, "no Talos found under --host-root " + notTalos + ": /etc/os-release says ID=debian"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := exec.CommandContext(t.Context(), nodecacheBinary(t), tc.args...).CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != tc.code || !strings.Contains(string(out), tc.says) {
+				t.Fatalf("exit %v, want %d saying %q; output:\n%s", err, tc.code, tc.says, out)
+			}
+		})
+	}
+}
