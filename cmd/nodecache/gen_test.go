@@ -190,6 +190,12 @@ func TestGenUsageErrors(t *testing.T) {
 		{"skip-fallback-loopback", []string{"gen", "talos", "--mirror", "http://127.0.0.1:5000", "--skip-fallback"}, "loopback"},
 		{"no-config-unknown-version", []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--containerd-config", "/nope/config.toml"}, "--containerd-version"},
 		{"host-root-missing", []string{"gen", "crio", "--host-root", filepath.Join(root, "missing"), "--mirror", "http://10.0.0.5:5000"}, "--host-root"},
+		{"certs-dir-relative", []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--containerd-version", "2.4.2", "--certs-dir", "relative"}, `--certs-dir: want one absolute directory, e.g. /etc/containerd/certs.d; got "relative"`},
+		{"certs-dir-climbing", []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--containerd-version", "2.4.2", "--certs-dir", "../../../tmp/x"}, "--certs-dir: want one absolute directory, e.g. /etc/containerd/certs.d"},
+		{"certs-dir-list", []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--containerd-version", "2.4.2", "--certs-dir", "/a:/b"}, "--certs-dir: want one absolute directory, e.g. /etc/containerd/certs.d"},
+		{"certs-dir-remove", []string{"gen", "containerd", "--host-root", root, "--remove", "--containerd-version", "2.4.2", "--certs-dir", "relative"}, "--certs-dir: want one absolute directory"},
+		{"containerd-config-relative", []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--containerd-version", "2.4.2", "--containerd-config", "config.toml"}, "--containerd-config: want an absolute file path"},
+		{"registries-dir-relative", []string{"gen", "crio", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--crio-version", "1.31.0", "--registries-dir", "etc/containers/registries.conf.d"}, "--registries-dir: want one absolute directory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

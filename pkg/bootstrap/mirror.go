@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"path"
 	"strings"
 
 	"github.com/nodecache/nodecache/pkg/mirror"
@@ -107,6 +108,16 @@ func UpstreamNames(values []string) ([]string, error) {
 // RegistryURL is the real registry behind an upstream name: https://NAME, or
 // https://registry-1.docker.io for docker.io (mirror.RegistryURL).
 func RegistryURL(name string) string { return mirror.RegistryURL(name) }
+
+// CheckHostDir refuses a directory flag that is not one absolute host path: a relative path
+// (it would silently be taken from /, and "../../x" would climb to /x) or a ':'-separated list.
+// Empty means the default and passes. example is shown as the accepted form.
+func CheckHostDir(flag, dir, example string) error {
+	if dir == "" || (path.IsAbs(dir) && !strings.Contains(dir, ":")) {
+		return nil
+	}
+	return Refusedf("%s: want one absolute directory, e.g. %s; got %q", flag, example, dir)
+}
 
 // CheckName refuses an upstream name that cannot be a registry host.
 func CheckName(name string) error {

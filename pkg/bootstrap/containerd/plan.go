@@ -44,6 +44,18 @@ type Options struct {
 	Migrate bool
 }
 
+// checkPaths refuses host paths that are not one absolute path (a relative one would be taken
+// from / silently; a ':' list cannot be written into config_path as one directory).
+func (o *Options) checkPaths() error {
+	if err := bootstrap.CheckHostDir("--certs-dir", o.CertsDir, DefaultCertsDir); err != nil {
+		return err
+	}
+	if o.Config != "" && !path.IsAbs(o.Config) {
+		return bootstrap.Refusedf("--containerd-config: want an absolute file path, e.g. %s; got %q", DefaultConfig, o.Config)
+	}
+	return nil
+}
+
 func (o *Options) setDefaults() {
 	if o.Config == "" {
 		o.Config = DefaultConfig
@@ -119,6 +131,9 @@ const hostsMode fs.FileMode = 0o644
 // file names the file the link leads to (Change.Path, backup beside it) and the link (Change.Via),
 // so the link stays; a link that cannot be followed safely is refused, naming it and its target.
 func Plan(fsys fs.FS, opts Options) (*Report, error) {
+	if err := opts.checkPaths(); err != nil {
+		return nil, err
+	}
 	opts.setDefaults()
 	fsys = bootstrap.Resolving(fsys)
 	if opts.Mirror.URL == nil {

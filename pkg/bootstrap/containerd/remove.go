@@ -18,6 +18,9 @@ import (
 // backup; a config.toml nodecache created is removed. Anything else is left and reported.
 // restart_required is set when a config file changes.
 func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
+	if err := opts.checkPaths(); err != nil {
+		return nil, err
+	}
 	opts.setDefaults()
 	fsys = bootstrap.Resolving(fsys)
 	rep := &Report{Runtime: "containerd", Config: opts.Config}

@@ -8,6 +8,7 @@
 package crio
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -100,6 +101,14 @@ type Options struct {
 	MirrorCA []byte
 }
 
+// checkPaths refuses directories that are not one absolute path.
+func (o *Options) checkPaths() error {
+	return errors.Join(
+		bootstrap.CheckHostDir("--registries-dir", o.RegistriesDir, DefaultRegistriesDir),
+		bootstrap.CheckHostDir("--crio-dir", o.CrioDir, DefaultCrioDir),
+		bootstrap.CheckHostDir("certs dir", o.CertsDir, DefaultCertsDir))
+}
+
 func (o *Options) setDefaults() {
 	if o.RegistriesDir == "" {
 		o.RegistriesDir = DefaultRegistriesDir
@@ -175,6 +184,9 @@ func autoReloadDropIn() ([]byte, error) {
 
 // Plan computes the drop-ins for the host seen through fsys. It writes nothing.
 func Plan(fsys fs.FS, opts Options) (*Report, error) {
+	if err := opts.checkPaths(); err != nil {
+		return nil, err
+	}
 	opts.setDefaults()
 	fsys = bootstrap.Resolving(fsys)
 	if opts.Mirror.URL == nil {
@@ -265,6 +277,9 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 // (<CertsDir>/<host:port>/nodecache-mirror-ca.crt, its directory too when then empty); only
 // files starting with bootstrap.Marker. It needs no Mirror: what is ours is found on disk.
 func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
+	if err := opts.checkPaths(); err != nil {
+		return nil, err
+	}
 	opts.setDefaults()
 	fsys = bootstrap.Resolving(fsys)
 	rep := &Report{Runtime: "crio", Mirror: opts.Mirror.String(), Version: opts.Version.String()}
