@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"slices"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2"
@@ -145,6 +144,9 @@ type Report struct {
 	// Overrides are later drop-ins that replace our table for a prefix: pulls of that prefix
 	// do not use the mirror.
 	Overrides []Override `json:"overrides,omitempty"`
+	// Replaced are the site's own [[registry]] tables for one of our prefixes (in the main
+	// registries.conf or an earlier drop-in) that our drop-in replaces as a whole.
+	Replaced []Override `json:"replaced,omitempty"`
 	// V1Main lists main registries.conf files in the deprecated v1 format (CRI-O >= 1.36
 	// refuses them).
 	V1Main []string `json:"v1_main,omitempty"`
@@ -223,11 +225,22 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 			return nil, err
 		}
 		rep.Changes = append(rep.Changes, c)
-		ov, err := overrides(fsys, dir, rep.Upstreams)
+		main := mainFor(dir)
+		site, err := readSite(fsys, main, dir, rep.Upstreams)
 		if err != nil {
 			return nil, err
 		}
-		rep.Overrides = append(rep.Overrides, ov...)
+		if len(site.Broken) > 0 {
+			return nil, bootstrap.Refusedf("%s: not TOML, so containers/image refuses the whole registries configuration (every CRI-O pull fails) and %s cannot be validated together with it: fix or remove it, then run gen again; nothing was changed", strings.Join(site.Broken, "; "), DropInName)
+		}
+		if err := validateTogether(fsys, main, dir, data); err != nil {
+			return nil, err
+		}
+		rep.Overrides = append(rep.Overrides, site.Overrides...)
+		rep.Replaced = append(rep.Replaced, site.Replaced...)
+	}
+	for _, o := range rep.Replaced {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s defines [[registry]] prefix %q, which %s (read after it) replaces as a whole: its mirrors and settings for %s no longer apply; merge them by hand or leave %s out of --upstream", o.File, o.Prefix, DropInName, o.Prefix, o.Prefix))
 	}
 	for _, o := range rep.Overrides {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s defines [[registry]] prefix %q after %s: it replaces ours, so %s pulls skip the mirror", o.File, o.Prefix, DropInName, o.Prefix))
@@ -299,6 +312,16 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 			}
 		}
 	}
+	for _, dir := range registriesDirs(fsys, opts) {
+		// Removing ours does not mend a broken site file: say so, but remove anyway.
+		site, err := readSite(fsys, mainFor(dir), dir, nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, b := range site.Broken {
+			rep.Warnings = append(rep.Warnings, b+": not TOML: containers/image refuses the whole registries configuration, so every CRI-O pull fails until it is fixed or removed")
+		}
+	}
 	for _, tg := range targets {
 		c, ok, note, err := bootstrap.PlanRemoveOwned(fsys, tg.path, tg.prune)
 		if err != nil {
@@ -326,40 +349,6 @@ func registriesDirs(fsys fs.FS, opts Options) []string {
 		dirs = append(dirs, rootUserConf+".d")
 	}
 	return dirs
-}
-
-// overrides finds drop-ins sorted after ours in dir whose [[registry]] prefix (or location when
-// no prefix) is one of ours.
-func overrides(fsys fs.FS, dir string, upstreams []string) ([]Override, error) {
-	ents, err := fs.ReadDir(fsys, bootstrap.FSName(dir))
-	if err != nil {
-		return nil, nil // no directory yet: nothing overrides
-	}
-	var out []Override
-	for _, e := range ents {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".conf") || e.Name() <= DropInName {
-			continue
-		}
-		p := path.Join(dir, e.Name())
-		data, _, err := bootstrap.ReadFile(fsys, p)
-		if err != nil {
-			return nil, err
-		}
-		var conf registriesConf
-		if err := toml.Unmarshal(data, &conf); err != nil {
-			return nil, bootstrap.Refusedf("%s does not parse as TOML (containers/image would fail on it too): %v", p, err)
-		}
-		for _, r := range conf.Registries {
-			prefix := r.Prefix
-			if prefix == "" {
-				prefix = r.Location
-			}
-			if slices.Contains(upstreams, prefix) {
-				out = append(out, Override{Prefix: prefix, File: p})
-			}
-		}
-	}
-	return out, nil
 }
 
 // v1Mains returns main registries.conf files (system and root's) in the v1 format: a top-level

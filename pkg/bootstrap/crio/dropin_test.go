@@ -257,3 +257,74 @@ func TestLinkedDropInDirectory(t *testing.T) {
 		}
 	}
 }
+
+// TestSiteFilesCheckedTogether: the site's own [[registry]] for one of our prefixes (main file,
+// earlier drop-in) is reported as replaced; a drop-in that is not TOML, or that containers/image
+// refuses, stops gen (nothing written) and is reported by --remove.
+func TestSiteFilesCheckedTogether(t *testing.T) {
+	t.Parallel()
+	m, _ := bootstrap.ParseMirror("http://10.0.0.5:5000")
+	opts := crio.Options{Mirror: m, Upstreams: []string{"docker.io", "quay.io", "ghcr.io"}, Version: bootstrap.Version{Major: 1, Minor: 29}}
+	dir := crio.DefaultRegistriesDir
+
+	t.Run("replaced", func(t *testing.T) {
+		t.Parallel()
+		root := t.TempDir()
+		bootstraptest.WriteHostFile(t, root, crio.MainRegistriesConf, []byte("unqualified-search-registries = ['docker.io']\n\n[[registry]]\nprefix = 'docker.io'\nlocation = 'docker.io'\n[[registry.mirror]]\nlocation = 'mirror.corp.example/dockerhub'\n"))
+		bootstraptest.WriteHostFile(t, root, dir+"/50-corp.conf", []byte("[[registry]]\nlocation = 'quay.io'\nblocked = false\n"))
+		rep, err := crio.Plan(os.DirFS(root), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []crio.Override{{Prefix: "docker.io", File: crio.MainRegistriesConf}, {Prefix: "quay.io", File: dir + "/50-corp.conf"}}
+		if !slices.Equal(rep.Replaced, want) {
+			t.Fatalf("replaced %+v, want %+v", rep.Replaced, want)
+		}
+		for _, w := range []string{crio.MainRegistriesConf + ` defines [[registry]] prefix "docker.io"`, dir + `/50-corp.conf defines [[registry]] prefix "quay.io"`} {
+			if !slices.ContainsFunc(rep.Warnings, func(s string) bool { return strings.Contains(s, w) && strings.Contains(s, "replaces") }) {
+				t.Errorf("no warning %q in %q", w, rep.Warnings)
+			}
+		}
+		if len(rep.Overrides) != 0 {
+			t.Fatalf("overrides %+v", rep.Overrides)
+		}
+		// containers/image agrees: after ours, docker.io no longer tries the corporate mirror.
+		if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
+			t.Fatal(err)
+		}
+		srcs := pullSources(t, root, crio.MainRegistriesConf, dir, "docker.io/library/alpine:3")
+		if len(srcs) != 2 || srcs[0].Endpoint.Location != "10.0.0.5:5000/docker.io" {
+			t.Fatalf("pull sources %+v", srcs)
+		}
+	})
+
+	for _, tc := range []struct {
+		name, file, want string
+	}{
+		{"not TOML", "10-broken.conf", dir + "/10-broken.conf: row 1"},
+		{"refused by containers/image", "95-scheme.conf", "URI schemes are not supported"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			content := "[[registry]]\nlocation = 'https://x.example'\n"
+			if tc.name == "not TOML" {
+				content = "[[registry]\nlocation = 'x.example'\n"
+			}
+			bootstraptest.WriteHostFile(t, root, dir+"/"+tc.file, []byte(content))
+			_, err := crio.Plan(os.DirFS(root), opts)
+			if !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), os.TempDir()+"/nodecache-registries-") {
+				t.Fatalf("Plan: %v, want a refusal naming %q", err, tc.want)
+			}
+			if _, err := os.Stat(filepath.Join(root, dir, crio.DropInName)); !os.IsNotExist(err) {
+				t.Fatalf("drop-in written although refused: %v", err)
+			}
+			if tc.name == "not TOML" {
+				rm, err := crio.PlanRemove(os.DirFS(root), crio.Options{})
+				if err != nil || !slices.ContainsFunc(rm.Warnings, func(s string) bool { return strings.Contains(s, dir+"/10-broken.conf") }) {
+					t.Fatalf("--remove does not report the broken file: %v %v", rm.Warnings, err)
+				}
+			}
+		})
+	}
+}
