@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2/altsrc"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
 	"github.com/nodecache/nodecache/pkg/bootstrap/talos"
@@ -254,12 +255,24 @@ func runGenContainerd(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	var restartReason string
+	if !b.remove && !rep.RestartRequired {
+		var warn string
+		restartReason, warn = containerdStartedBefore(b.hostRoot, rep.Config, opts.Daemon)
+		if warn != "" {
+			rep.Warnings = append(rep.Warnings, warn)
+		}
+		if restartReason != "" {
+			rep.RestartRequired = true
+		}
+	}
 	if b.output == "json" {
 		return writeJSON(c.App.Writer, struct {
 			*containerd.Report
-			DryRun bool   `json:"dry_run,omitempty"`
-			Diff   string `json:"diff,omitempty"`
-		}{rep, b.dryRun, diff})
+			RestartReason string `json:"restart_reason,omitempty"`
+			DryRun        bool   `json:"dry_run,omitempty"`
+			Diff          string `json:"diff,omitempty"`
+		}{rep, restartReason, b.dryRun, diff})
 	}
 	w := c.App.Writer
 	fmt.Fprintf(w, "containerd config: %s (schema %d, containerd %s%s)\n", rep.Config, rep.Schema, rep.Daemon, assumed(rep.DaemonAssumed))
@@ -276,11 +289,50 @@ func runGenContainerd(c *cli.Context) error {
 	}
 	printChanges(w, rep.Changes, b.dryRun)
 	printWarnings(w, rep.Warnings)
-	fmt.Fprintf(w, "restart_required: %v\n", rep.RestartRequired)
+	if restartReason != "" {
+		fmt.Fprintf(w, "restart_required: true (%s)\n", restartReason)
+	} else {
+		fmt.Fprintf(w, "restart_required: %v\n", rep.RestartRequired)
+	}
 	if rep.RestartRequired && !b.dryRun {
 		fmt.Fprintln(w, "containerd reads config_path only at start: restart containerd (or cycle the node); nodecache never restarts it")
 	}
 	return nil
+}
+
+// containerdStartedBefore checks a config nodecache did not change this run: containerd reads
+// config_path only at start, so when the file that sets it (an import or config.toml) last
+// changed after the running containerd started, that daemon does not use it yet. The start
+// time comes from <host-root>/proc (btime + starttime, whole-second precision), so a tie counts
+// as not loaded (DESIGN.md, containerd facts). reason is "" when every containerd started
+// strictly later, or when none is visible; warn says why the check could not be made.
+func containerdStartedBefore(hostRoot, config string, daemon bootstrap.Version) (reason, warn string) {
+	eff, err := containerd.LoadEffective(hostRoot, config, containerd.LoadOptions{Daemon: daemon})
+	if err != nil || !eff.Exists {
+		return "", ""
+	}
+	file := eff.ConfigPathFrom
+	if file == "" {
+		file = eff.Path
+	}
+	f, ok := eff.FileByPath(file)
+	if !ok || f.ModTime.IsZero() {
+		return "", ""
+	}
+	procRoot := filepath.Join(hostRoot, "proc")
+	if _, err := os.Stat(procRoot); err != nil {
+		return "", "" // no process table under the host root (a pod without hostPID mounts)
+	}
+	procs, err := activation.Proc{Root: procRoot}.FindByComm("containerd")
+	if err != nil {
+		return "", fmt.Sprintf("cannot tell whether the running containerd read %s: %v", file, err)
+	}
+	for _, p := range procs {
+		if !p.Start.After(f.ModTime) {
+			return fmt.Sprintf("containerd started before %s last changed", file), ""
+		}
+	}
+	return "", ""
 }
 
 func assumed(b bool) string {
