@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 
@@ -152,6 +154,9 @@ func runGenTalos(c *cli.Context) error {
 			}
 			abs = wd + "/" + out
 		}
+		if err := checkOutFile(fsys, out, abs); err != nil {
+			return err
+		}
 		ch, err := bootstrap.PlanOwned(fsys, abs, 0o644, []byte(res.Patch))
 		if err != nil {
 			return genError(err)
@@ -187,6 +192,28 @@ func runGenTalos(c *cli.Context) error {
 	}
 	printChanges(c.App.Writer, changes, b.dryRun)
 	fmt.Fprintf(c.App.Writer, "talos %s patch (%s form) for %s\n", res.TalosVersion, res.Form, strings.Join(res.Upstreams, ", "))
+	return nil
+}
+
+// checkOutFile refuses (exit 2) an -o path that is a directory or whose directory does not
+// exist: gen writes one file and creates no directories for it.
+func checkOutFile(fsys fs.FS, out, abs string) error {
+	real, err := bootstrap.Resolve(fsys, abs)
+	if err != nil {
+		return genError(err)
+	}
+	dir := path.Dir(real)
+	switch fi, err := fs.Stat(fsys, bootstrap.FSName(dir)); {
+	case errors.Is(err, fs.ErrNotExist):
+		return usagef("-o %s: directory %s does not exist: create it first (gen writes the file only)", out, dir)
+	case err != nil:
+		return usagef("-o %s: directory %s: %v", out, dir, err)
+	case !fi.IsDir():
+		return usagef("-o %s: %s is not a directory", out, dir)
+	}
+	if fi, err := fs.Stat(fsys, bootstrap.FSName(real)); err == nil && fi.IsDir() {
+		return usagef("-o %s: is a directory; want a file path, e.g. %s", out, path.Join(real, "nodecache-patch.yaml"))
+	}
 	return nil
 }
 

@@ -34,13 +34,19 @@ func TestGenContainerdCLI(t *testing.T) {
 	bootstraptest.WriteHostFile(t, root, "/etc/containerd/config.toml", legacy)
 	base := []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--containerd-version", "1.7.35", "--log-level", "error"}
 
-	code, _, stderr := runApp(t, base...)
+	// No config.toml yet: reported with the schema it is created with, not 0.
+	code, stdout, stderr := runApp(t, "gen", "containerd", "--host-root", t.TempDir(), "--mirror", "http://10.0.0.5:5000", "--containerd-version", "1.7.35", "--dry-run")
+	if code != 0 || !strings.Contains(stdout, "containerd config: /etc/containerd/config.toml (schema 2, containerd v1.7.35)") {
+		t.Fatalf("created config: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+
+	code, _, stderr = runApp(t, base...)
 	if code != exitUsage || !strings.Contains(stderr, "registry.mirrors") || !strings.Contains(stderr, "--migrate") {
 		t.Fatalf("legacy mirrors: exit %d, stderr %q; want 2 naming the table and --migrate", code, stderr)
 	}
 	assertFile(t, cfg, legacy)
 
-	code, stdout, stderr := runApp(t, append(base, "--migrate", "--dry-run")...)
+	code, stdout, stderr = runApp(t, append(base, "--migrate", "--dry-run")...)
 	if code != 0 || !strings.Contains(stdout, "+++ b/etc/containerd/certs.d/docker.io/hosts.toml") || !strings.Contains(stdout, `-      [plugins."io.containerd.grpc.v1.cri".registry.mirrors."docker.io"]`) {
 		t.Fatalf("dry-run: exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -312,6 +318,22 @@ func TestGenTalosCLI(t *testing.T) {
 	code, _, stderr = runApp(t, "gen", "talos", "--mirror", "http://10.0.0.5:5000", "-o", foreign)
 	if code != exitUsage || !strings.Contains(stderr, "not managed by nodecache") {
 		t.Fatalf("foreign -o file: exit %d %q", code, stderr)
+	}
+	// -o never creates directories, and a directory is no file.
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nonexistent-dir", "p.yaml")
+	for _, dry := range []string{"--dry-run=false", "--dry-run"} {
+		code, _, stderr = runApp(t, "gen", "talos", "--mirror", "http://10.0.0.5:5000", "-o", missing, dry)
+		if code != exitUsage || !strings.Contains(stderr, "directory "+filepath.Dir(missing)+" does not exist") {
+			t.Fatalf("-o in a missing directory (%s): exit %d %q", dry, code, stderr)
+		}
+	}
+	if _, err := os.Stat(filepath.Dir(missing)); !os.IsNotExist(err) {
+		t.Fatalf("-o created the directory: %v", err)
+	}
+	code, _, stderr = runApp(t, "gen", "talos", "--mirror", "http://10.0.0.5:5000", "-o", dir)
+	if code != exitUsage || !strings.Contains(stderr, "is a directory") {
+		t.Fatalf("-o a directory: exit %d %q", code, stderr)
 	}
 }
 

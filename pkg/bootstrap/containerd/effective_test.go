@@ -146,6 +146,9 @@ func TestImportRules(t *testing.T) {
 			if rep.ConfigPathAction != containerd.ConfigPathCreated || !rep.RestartRequired {
 				t.Fatalf("%v: %+v", v, rep)
 			}
+			if want := map[int]int{1: 2, 2: 3}[v.Major]; rep.Schema != want {
+				t.Fatalf("%v: created config reported as schema %d, want %d (the version it is written with)", v, rep.Schema, want)
+			}
 			var cfg srvconfig.Config
 			dir := t.TempDir()
 			for _, c := range rep.Changes {

@@ -92,7 +92,8 @@ type Report struct {
 	Upstreams []string `json:"upstreams,omitempty"`
 	// Config is the main config file.
 	Config string `json:"config"`
-	// Schema is the main file's version (0: no file).
+	// Schema is the main file's version; for a config.toml gen creates, the version it is
+	// created with (2 for containerd 1.x, 3 for 2.x). 0: no file (PlanRemove after it went).
 	Schema int `json:"schema"`
 	// Daemon is the containerd release whose rules were applied; DaemonAssumed when guessed.
 	Daemon        string `json:"containerd_version"`
@@ -170,6 +171,9 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	rep.EditedFile = cp.edited
 	rep.ConfigPath = cp.after.ConfigPath
 	rep.ConfigPathAction = cp.action
+	if cp.action == ConfigPathCreated {
+		rep.Schema = cp.after.Schema // the schema the created file is written with
+	}
 	rep.HostsDir = cp.hostsDir
 	rep.TransferService = cp.after.TransferService
 
