@@ -139,7 +139,10 @@ type zerologWriter struct{ log zerolog.Logger }
 func (w zerologWriter) Write(p []byte) (int, error) {
 	msg := string(p)
 	ev := w.log.Debug()
-	if strings.Contains(msg, "level=error") || strings.Contains(msg, "level=fatal") || strings.Contains(msg, "level=panic") {
+	if strings.Contains(msg, `msg="response completed`) {
+		// distribution's per-request lines: the access log already has one line per request.
+		ev = w.log.Debug()
+	} else if strings.Contains(msg, "level=error") || strings.Contains(msg, "level=fatal") || strings.Contains(msg, "level=panic") {
 		ev = w.log.Error()
 	} else if strings.Contains(msg, "level=warn") {
 		ev = w.log.Warn()
