@@ -119,6 +119,23 @@ func CheckHostDir(flag, dir, example string) error {
 	return Refusedf("%s: want one absolute directory, e.g. %s; got %q", flag, example, dir)
 }
 
+// CheckTargets refuses a plan without a mirror, without upstreams, or with an upstream name that
+// cannot be a registry host (the checks every runtime writer makes first).
+func CheckTargets(m Mirror, upstreams []string) error {
+	if m.URL == nil {
+		return Refusedf("--mirror is required")
+	}
+	if len(upstreams) == 0 {
+		return Refusedf("at least one --upstream is required")
+	}
+	for _, n := range upstreams {
+		if err := CheckName(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // CheckName refuses an upstream name that cannot be a registry host.
 func CheckName(name string) error {
 	if _, err := mirror.NormalizeName(name); err != nil {

@@ -137,16 +137,8 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	}
 	opts.setDefaults()
 	fsys = bootstrap.Resolving(fsys)
-	if opts.Mirror.URL == nil {
-		return nil, bootstrap.Refusedf("--mirror is required")
-	}
-	if len(opts.Upstreams) == 0 {
-		return nil, bootstrap.Refusedf("at least one --upstream is required")
-	}
-	for _, n := range opts.Upstreams {
-		if err := bootstrap.CheckName(n); err != nil {
-			return nil, err
-		}
+	if err := bootstrap.CheckTargets(opts.Mirror, opts.Upstreams); err != nil {
+		return nil, err
 	}
 	if err := checkMirrorCA(fsys, opts); err != nil {
 		return nil, err
