@@ -1,0 +1,186 @@
+package name
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+)
+
+// URLError is a refused mirror or upstream URL: what the value was given as, the value
+// (credentials redacted) and what was wrong with it, saying what is accepted.
+type URLError struct {
+	// Field names where the value came from, e.g. "--mirror" or `upstream "ghcr.io" URL`.
+	Field string
+	// Value is the value as given, with any password replaced by "xxxxx".
+	Value string
+	// Reason says what is wrong and what is accepted.
+	Reason string
+}
+
+func (e *URLError) Error() string {
+	if e.Value == "" {
+		return e.Field + ": " + e.Reason
+	}
+	return fmt.Sprintf("%s %q: %s", e.Field, e.Value, e.Reason)
+}
+
+// wantURL is the accepted shape, as error messages show it.
+const wantURL = "want http://HOST[:PORT] or https://HOST[:PORT]"
+
+// ParseURL parses the base URL of a registry API — the mirror (--mirror) or an upstream's
+// endpoint (--upstream NAME=URL) — and returns it normalised as scheme://host[:port] with an
+// empty path. field names the value in errors ("--mirror").
+//
+// The rules, the same for every command (README: "--mirror URL", "URL is where its API is
+// reached (http/https, no path)"):
+//   - surrounding white space is trimmed; any other space, control or non-ASCII character is
+//     refused;
+//   - the scheme is http or https, in any case ("HTTP://H:5000" is http://h:5000); a missing
+//     scheme is refused with the fix ("did you mean http://10.0.0.5:5000?");
+//   - the host is a DNS name or IPv4 address (distribution/reference's domain grammar: the
+//     runtime writes it into image locations) or a bracketed IPv6 address without zone; it is
+//     lower-cased;
+//   - the port, if any, is a decimal number from 1 to 65535 (0, 65536 and 99999 are refused: no
+//     server listens there); it is kept as given;
+//   - the path is empty or "/": the registry API is at /v2/ of the host, and the upstream is
+//     chosen by ?ns= or a path prefix, never by the base URL;
+//   - user information (credentials), a query and a fragment are refused: nodecache pulls
+//     anonymously and sends no URL parts other than its own.
+//
+// Errors are *URLError.
+func ParseURL(field, s string) (*url.URL, error) {
+	refuse := func(value, format string, args ...any) (*url.URL, error) {
+		return nil, &URLError{Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
+	}
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return refuse("", "required: %s, e.g. http://10.0.0.5:5000", wantURL)
+	}
+	for i, c := range t {
+		if c <= ' ' || c >= 0x7f {
+			return refuse(t, "character %q at byte %d: %s (ASCII, no spaces)", c, i, wantURL)
+		}
+	}
+	if !strings.Contains(t, "://") {
+		if u, err := ParseURL(field, "http://"+t); err == nil {
+			return refuse(t, "no scheme: did you mean %s?", u.String())
+		}
+		return refuse(t, "no scheme: %s", wantURL)
+	}
+	u, err := url.Parse(t)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return refuse(redact(t), "not a URL (%v): %s", err, wantURL)
+	}
+	switch {
+	case u.User != nil:
+		return refuse(redact(t), "credentials (user:password@) are not accepted: %s; nodecache pulls anonymously", wantURL)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return refuse(t, "scheme %q: %s", u.Scheme, wantURL)
+	case u.Opaque != "" || u.Host == "":
+		return refuse(t, "no host: %s", wantURL)
+	case u.Path != "" && u.Path != "/":
+		return refuse(t, "path %q is not accepted: %s (the registry API is at /v2/ of the host)", u.Path, wantURL)
+	case u.RawQuery != "" || u.ForceQuery:
+		return refuse(t, "a query is not accepted: %s", wantURL)
+	case u.Fragment != "" || strings.Contains(t, "#"):
+		return refuse(t, "a fragment is not accepted: %s", wantURL)
+	}
+	host, port := u.Hostname(), u.Port()
+	if strings.HasSuffix(u.Host, ":") {
+		return refuse(t, "empty port: %s", wantURL)
+	}
+	if strings.HasPrefix(u.Host, "[") {
+		a, err := netip.ParseAddr(host)
+		if err != nil || !a.Is6() || a.Zone() != "" {
+			return refuse(t, "host [%s] is not an IPv6 address without zone: %s", host, wantURL)
+		}
+	} else if strings.Contains(host, ":") || !anchoredDomain.MatchString(host) {
+		return refuse(t, "host %q is not a DNS name or IP address: %s", host, wantURL)
+	}
+	if port != "" {
+		if err := checkPort(port); err != nil {
+			return refuse(t, "%v", err)
+		}
+	}
+	h := strings.ToLower(host)
+	if strings.HasPrefix(u.Host, "[") || port != "" {
+		if port == "" {
+			h = "[" + h + "]"
+		} else {
+			h = net.JoinHostPort(h, port)
+		}
+	}
+	return &url.URL{Scheme: u.Scheme, Host: h}, nil
+}
+
+// redact hides a password in a URL that carries one; anything else is returned as it is.
+func redact(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		if i := strings.Index(s, "@"); i >= 0 && strings.Contains(s[:i], "://") {
+			return s[:strings.Index(s, "://")+3] + "xxxxx" + s[i:]
+		}
+		return s
+	}
+	return u.Redacted()
+}
+
+// Mirror is the nodecache endpoint a runtime or warm is pointed at (--mirror), as ParseMirror
+// returns it: URL is scheme://host[:port] with an empty path. The zero Mirror means "not set".
+type Mirror struct {
+	URL *url.URL
+}
+
+// ParseMirror parses --mirror with the rules of ParseURL (errors are *URLError naming
+// "--mirror"). Every command that takes --mirror (gen, status, warm, agent) parses it here.
+func ParseMirror(s string) (Mirror, error) {
+	u, err := ParseURL("--mirror", s)
+	if err != nil {
+		return Mirror{}, err
+	}
+	return Mirror{URL: u}, nil
+}
+
+// IsZero reports a Mirror that was not set (no --mirror, e.g. for gen --remove).
+func (m Mirror) IsZero() bool { return m.URL == nil }
+
+// String returns scheme://host[:port], or "" for the zero Mirror.
+func (m Mirror) String() string {
+	if m.URL == nil {
+		return ""
+	}
+	return m.URL.Scheme + "://" + m.URL.Host
+}
+
+// HTTP reports a plain-HTTP mirror (no TLS settings may be written for it); false for the zero
+// Mirror.
+func (m Mirror) HTTP() bool { return m.URL != nil && m.URL.Scheme == "http" }
+
+// Host returns host[:port] (lower case, IPv6 in brackets), or "" for the zero Mirror.
+func (m Mirror) Host() string {
+	if m.URL == nil {
+		return ""
+	}
+	return m.URL.Host
+}
+
+// Loopback reports a mirror on the node itself (localhost, *.localhost or a loopback IP): with it
+// the node cannot fall back when the local agent is down. False for the zero Mirror.
+func (m Mirror) Loopback() bool {
+	if m.URL == nil {
+		return false
+	}
+	h := strings.ToLower(m.URL.Hostname())
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(h)
+	return err == nil && a.Unmap().IsLoopback()
+}
