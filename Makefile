@@ -24,8 +24,12 @@ build:
 run: build
 	$(BIN) serve --root $(ROOT) --listen $(LISTEN) --log-format console
 
+# test ends with one `skip: <test>: <reason>` line per skipped test and `N passed, N failed,
+# N skipped` (internal/testsummary over `go test -json`); failing tests print their whole output.
+# TESTFLAGS=-v prints every test's output as it runs.
 test:
-	$(GO) test -tags '$(GOTAGS)' $(TESTFLAGS) ./...
+	$(GO) build -o bin/testsummary ./internal/testsummary
+	bin/testsummary $(filter -v,$(TESTFLAGS)) -- $(GO) test -json -tags '$(GOTAGS)' $(filter-out -v,$(TESTFLAGS)) ./...
 
 ci:
 	bash .ci/run
