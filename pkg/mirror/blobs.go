@@ -3,14 +3,19 @@ package mirror
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"strconv"
-	"time"
 
 	"github.com/distribution/distribution/v3"
 	"github.com/distribution/distribution/v3/registry/api/errcode"
+	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 )
 
 // blobStore serves a repository's blobs: from local storage when this repository holds a link to
@@ -19,10 +24,6 @@ import (
 type blobStore struct {
 	distribution.BlobStore
 	r *repository
-}
-
-func (b *blobStore) fillKey(dgst digest.Digest) string {
-	return b.r.up.Name + "/" + b.r.repo + "@" + dgst.String()
 }
 
 func (b *blobStore) Stat(ctx context.Context, dgst digest.Digest) (v1.Descriptor, error) {
@@ -37,43 +38,24 @@ func (b *blobStore) Stat(ctx context.Context, dgst digest.Digest) (v1.Descriptor
 	if !errors.Is(err, distribution.ErrBlobUnknown) {
 		return v1.Descriptor{}, err
 	}
-	if f := b.r.m.fills.get(b.fillKey(dgst)); f != nil {
-		return f.desc, nil
+	if f := b.r.up.remote.Filling(b.r.repo, dgst); f != nil {
+		return f.Desc(), nil
 	}
-	return b.r.remoteBlobStat(ctx, dgst)
-}
-
-// remoteBlobStat HEADs the blob at the upstream (never downloading it); concurrent requests share
-// one HEAD.
-func (r *repository) remoteBlobStat(ctx context.Context, dgst digest.Digest) (v1.Descriptor, error) {
-	v, err, _ := r.m.flight.Do("blobstat\x00"+r.up.Name+"\x00"+r.repo+"\x00"+dgst.String(), func() (any, error) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.m.opts.UpstreamTimeout)
-		defer cancel()
-		start := time.Now()
-		resp, err := r.up.client.do(ctx, http.MethodHead, r.repo, "blobs", dgst.String(), nil, http.StatusOK)
-		r.m.metrics.observeUpstream(r.up.Name, kindBlob, start, err)
-		if err != nil {
-			return nil, err
-		}
-		_ = resp.Body.Close()
-		if resp.ContentLength < 0 {
-			return nil, &upstreamError{Upstream: r.up.Name, Op: "HEAD blob " + dgst.String(), Err: errors.New("no Content-Length in the answer")}
-		}
-		return v1.Descriptor{Digest: dgst, Size: resp.ContentLength, MediaType: "application/octet-stream"}, nil
-	})
+	desc, err = b.r.up.remote.BlobStat(ctx, b.r.repo, dgst)
 	if err != nil {
-		var ue *upstreamError
-		if errors.As(err, &ue) && ue.notFound() {
+		var ue *upstream.Error
+		if errors.As(err, &ue) && ue.NotFound() {
 			return v1.Descriptor{}, distribution.ErrBlobUnknown
 		}
-		return v1.Descriptor{}, blobAPIError(stateFrom(ctx), err)
+		return v1.Descriptor{}, blobAPIError(st, err)
 	}
-	return v.(v1.Descriptor), nil
+	return desc, nil
 }
 
 func blobAPIError(st *reqState, err error) error {
 	e := upstreamAPIError(st, err)
-	if ec, ok := e.(errcode.Error); ok && ec.Code == errcode.ErrorCodeManifestUnknown {
+	var ec errcode.Error
+	if errors.As(e, &ec) && ec.Code == errcode.ErrorCodeManifestUnknown {
 		return errcode.ErrorCodeBlobUnknown.WithMessage(ec.Message)
 	}
 	return e
@@ -104,7 +86,7 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 		w.WriteHeader(http.StatusOK)
 		return nil
 	}
-	f, joined, err := b.r.m.fills.start(b.fillKey(dgst), desc, func(f *fill) { b.r.m.runFill(f, b.r) })
+	f, joined, err := b.r.up.remote.StartFill(b.r.repo, desc, b.r.commitBlob)
 	if err != nil {
 		return errcode.ErrorCodeUnknown.WithMessage(err.Error())
 	}
@@ -113,7 +95,51 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 	} else {
 		st.setCache(CacheMiss)
 	}
-	return f.serve(ctx, w, r, st, b.r.m.opts.UpstreamTimeout)
+	n, err := f.Serve(ctx, w, r)
+	st.mu.Lock()
+	st.upBytes += n
+	st.mu.Unlock()
+	switch {
+	case errors.Is(err, upstream.ErrBroken):
+		// Headers and part of the body are out: abort the connection so the short body is
+		// seen as the broken transfer it is.
+		panic(http.ErrAbortHandler)
+	case err != nil:
+		// Nothing was sent yet: answer with the upstream's error instead of a broken 200.
+		return blobAPIError(st, err)
+	}
+	return nil
+}
+
+// commitBlob stores a verified fill's staging file as a blob linked into r's repository
+// (upstream.CommitFunc).
+func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descriptor) error {
+	named, err := reference.WithName(r.up.storageKey + "/" + r.repo)
+	if err != nil {
+		return fmt.Errorf("repository name: %w", err)
+	}
+	repo, err := r.store.Repository(ctx, named)
+	if err != nil {
+		return fmt.Errorf("open repository %s: %w", named, err)
+	}
+	src, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open staging file: %w", err)
+	}
+	defer src.Close()
+	bw, err := repo.Blobs(ctx).Create(ctx)
+	if err != nil {
+		return fmt.Errorf("create blob upload: %w", err)
+	}
+	if _, err := io.Copy(bw, src); err != nil {
+		_ = bw.Cancel(ctx)
+		return fmt.Errorf("write blob: %w", err)
+	}
+	if _, err := bw.Commit(ctx, desc); err != nil {
+		_ = bw.Cancel(ctx)
+		return fmt.Errorf("commit blob: %w", err)
+	}
+	return nil
 }
 
 func setBlobHeaders(w http.ResponseWriter, desc v1.Descriptor) {

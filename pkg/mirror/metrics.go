@@ -1,18 +1,13 @@
 package mirror
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // metrics are the mirror's Prometheus collectors. Labels never carry client addresses.
 type metrics struct {
-	requests        *prometheus.CounterVec   // upstream, kind, method, code, cache
-	servedBytes     *prometheus.CounterVec   // upstream, source (cache|upstream)
-	upstreamBytes   *prometheus.CounterVec   // upstream
-	upstreamSeconds *prometheus.HistogramVec // upstream, kind, result
-	fillsInFlight   prometheus.Gauge
+	requests    *prometheus.CounterVec // upstream, kind, method, code, cache
+	servedBytes *prometheus.CounterVec // upstream, source (cache|upstream)
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -25,32 +20,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "nodecache_served_bytes_total",
 			Help: "Response body bytes sent to clients, by upstream and source: cache (local storage) or upstream (streamed from a fill in flight).",
 		}, []string{"upstream", "source"}),
-		upstreamBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nodecache_upstream_fetched_bytes_total",
-			Help: "Bytes read from upstream registries (manifests and blobs).",
-		}, []string{"upstream"}),
-		upstreamSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "nodecache_upstream_fetch_duration_seconds",
-			Help:    "Duration of upstream fetches in seconds: tag and blob HEADs, manifest GETs, whole blob fills.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 4, 10),
-		}, []string{"upstream", "kind", "result"}),
-		fillsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nodecache_blob_fills_in_flight",
-			Help: "Blob fills from upstreams currently running.",
-		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.servedBytes, m.upstreamBytes, m.upstreamSeconds, m.fillsInFlight} {
+	for _, c := range []prometheus.Collector{m.requests, m.servedBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
-}
-
-func (m *metrics) observeUpstream(upstream, kind string, start time.Time, err error) {
-	result := "ok"
-	if err != nil {
-		result = "error"
-	}
-	m.upstreamSeconds.WithLabelValues(upstream, kind, result).Observe(time.Since(start).Seconds())
 }

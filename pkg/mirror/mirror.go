@@ -17,16 +17,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/distribution/distribution/v3"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
+	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 )
 
 // Mirror is the pull-through registry. It is an http.Handler serving the registry API under
@@ -34,30 +34,25 @@ import (
 type Mirror struct {
 	opts            Options
 	log             zerolog.Logger
-	upstreams       map[string]*upstream // by name
-	byKey           map[string]*upstream // by storage key
-	defaultUpstream *upstream
+	upstreams       map[string]*configured // by name
+	byKey           map[string]*configured // by storage key
+	defaultUpstream *configured
 	app             http.Handler
-	store           distribution.Namespace // distribution's storage, set when the App is built
-	fills           *fillSet
-	flight          singleflight.Group
+	store           distribution.Namespace      // distribution's storage, set when the App is built
+	driver          storagedriver.StorageDriver // under store, for the cleanup of fill leftovers
+	fetch           *upstream.Fetcher
 	metrics         *metrics
 	gatherer        prometheus.Gatherer
 	clients         *clientLog
 	canary          *canary
 	cancel          context.CancelFunc
-	fillCtx         context.Context // parent of every fill; cancelled to abandon them
-	abandonFills    context.CancelFunc
-
-	tagsMu    sync.Mutex
-	tagsFresh map[string]time.Time
 }
 
-// upstream is a configured upstream with its client.
-type upstream struct {
+// configured is a configured upstream with its storage key and its upstream side.
+type configured struct {
 	Upstream
 	storageKey string
-	client     *upstreamClient
+	remote     *upstream.Remote
 }
 
 // New builds a Mirror from opts. It creates the storage root if needed but contacts no
@@ -91,31 +86,40 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 	if err != nil {
 		return nil, err
 	}
-	base := opts.Transport
-	if base == nil {
-		base = defaultTransport(opts.UpstreamTimeout)
+	regs := make([]upstream.Registry, len(opts.Upstreams))
+	for i, u := range opts.Upstreams {
+		regs[i] = upstream.Registry{Name: u.Name, URL: u.URL}
+	}
+	fetch, err := upstream.New(ctx, regs, upstream.Options{
+		StagingDir:  staging,
+		Timeout:     opts.UpstreamTimeout,
+		TagTTL:      opts.TagTTL,
+		FillTimeout: opts.FillTimeout,
+		Transport:   opts.Transport,
+		UserAgent:   opts.UserAgent,
+		Logger:      opts.Logger,
+		Registerer:  opts.Registerer,
+		Clock:       opts.Clock,
+	})
+	if err != nil {
+		return nil, err
 	}
 	m := &Mirror{
 		opts:      opts,
 		log:       opts.Logger,
-		upstreams: map[string]*upstream{},
-		byKey:     map[string]*upstream{},
-		fills:     newFillSet(staging),
+		upstreams: map[string]*configured{},
+		byKey:     map[string]*configured{},
+		fetch:     fetch,
 		metrics:   met,
 		gatherer:  gatherer,
 		clients:   newClientLog(opts.ClientEvidenceAllow),
-		tagsFresh: map[string]time.Time{},
 	}
 	for _, u := range opts.Upstreams {
-		c, err := newUpstreamClient(u, base, opts.UpstreamTimeout, opts.UserAgent)
-		if err != nil {
-			return nil, err
-		}
 		key := storageKey(u.Name)
 		if m.byKey[key] != nil {
 			key = storageKey("\x00" + u.Name) // two names sanitised alike: hash the later one
 		}
-		up := &upstream{Upstream: u, storageKey: key, client: c}
+		up := &configured{Upstream: u, storageKey: key, remote: fetch.Remote(u.Name)}
 		m.upstreams[u.Name] = up
 		m.byKey[key] = up
 	}
@@ -127,7 +131,6 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		Str("default_upstream", opts.DefaultUpstream).Dur("upstream_timeout", opts.UpstreamTimeout).
 		Dur("tag_ttl", opts.TagTTL).Msg("mirror configured")
 
-	m.fillCtx, m.abandonFills = context.WithCancel(context.WithoutCancel(ctx))
 	appCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel = cancel
 	m.app = m.newApp(appCtx, opts.Root)
@@ -135,6 +138,8 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		cancel()
 		return nil, errors.New("distribution registry middleware was not applied")
 	}
+	// Uploads left by fills of an earlier run are never completed: drop them all now.
+	m.purgeUploads(ctx, m.opts.Clock())
 	return m, nil
 }
 
@@ -156,46 +161,32 @@ func stagingDir(root string) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("storage root %s: %w", root, err)
 	}
-	// Leftovers of an interrupted run are never valid content: drop them.
-	if old, err := filepath.Glob(filepath.Join(dir, "fill-*")); err == nil {
-		for _, f := range old {
-			_ = os.Remove(f)
-		}
-	}
+	upstream.RemoveStaging(dir)
 	return dir, nil
 }
 
 // WaitIdle blocks until no blob fill is in flight (every started fill is stored or failed), or
 // ctx ends.
-func (m *Mirror) WaitIdle(ctx context.Context) error { return m.fills.wait(ctx) }
+func (m *Mirror) WaitIdle(ctx context.Context) error { return m.fetch.WaitIdle(ctx) }
 
 // Drain lets blob fills in flight finish until ctx ends, then abandons the rest (their partial
 // data is dropped; nothing half-written is ever stored). It returns how many were abandoned.
-func (m *Mirror) Drain(ctx context.Context) int {
-	if m.fills.wait(ctx) == nil {
-		return 0
-	}
-	n := m.fills.count()
-	m.abandonFills()
-	_ = m.fills.wait(context.Background())
-	return n
-}
+func (m *Mirror) Drain(ctx context.Context) int { return m.fetch.Drain(ctx) }
 
 // Close abandons fills still in flight (see Drain for a graceful stop) and stops background
 // work.
 func (m *Mirror) Close() error {
-	m.abandonFills()
-	err := m.fills.wait(context.Background())
+	err := m.fetch.Close()
 	m.cancel()
 	if m.opts.Root == "" {
-		_ = os.RemoveAll(m.fills.dir)
+		_ = os.RemoveAll(m.fetch.StagingDir())
 	}
 	return err
 }
 
 // Ready reports whether the mirror can serve: its storage root is writable.
 func (m *Mirror) Ready(_ context.Context) error {
-	f, err := os.CreateTemp(m.fills.dir, "ready-*")
+	f, err := os.CreateTemp(m.fetch.StagingDir(), "ready-*")
 	if err != nil {
 		return fmt.Errorf("storage not writable: %w", err)
 	}
@@ -206,22 +197,6 @@ func (m *Mirror) Ready(_ context.Context) error {
 // MetricsHandler serves the mirror's metrics in the Prometheus text format.
 func (m *Mirror) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(m.gatherer, promhttp.HandlerOpts{})
-}
-
-func (m *Mirror) tagFresh(key string) bool {
-	m.tagsMu.Lock()
-	defer m.tagsMu.Unlock()
-	at, ok := m.tagsFresh[key]
-	return ok && time.Since(at) < m.opts.TagTTL
-}
-
-func (m *Mirror) markTagFresh(key string) {
-	if m.opts.TagTTL <= 0 {
-		return
-	}
-	m.tagsMu.Lock()
-	defer m.tagsMu.Unlock()
-	m.tagsFresh[key] = time.Now()
 }
 
 // ServeHTTP answers the registry API (GET and HEAD only) and the operational endpoints.
@@ -299,7 +274,7 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 		m.canary.serve(rw, r, rt, st)
 		return
 	}
-	r2 := r.Clone(withState(r.Context(), st))
+	r2 := r.Clone(upstream.WithRetryAfter(withState(r.Context(), st), st.setRetryAfter))
 	r2.URL.Path = "/v2/" + rt.up.storageKey + "/" + rt.repo + rt.rest
 	r2.URL.RawPath = ""
 	q := r2.URL.Query()

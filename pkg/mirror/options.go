@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 )
 
 // Defaults for Options.
@@ -52,6 +54,12 @@ type Options struct {
 	ClientEvidenceAllow []netip.Prefix
 	// UserAgent is sent to upstreams. Default "nodecache/<version>".
 	UserAgent string
+	// FillTimeout bounds one blob fill from its first upstream request to its commit; uploads
+	// of fills older than this are removed every hour. Default upstream.DefaultFillTimeout (2h).
+	FillTimeout time.Duration
+	// Clock tells the time for tag freshness (TagTTL) and the cleanup of fill leftovers.
+	// Default time.Now.
+	Clock func() time.Time
 }
 
 func (o *Options) setDefaults() error {
@@ -88,6 +96,15 @@ func (o *Options) setDefaults() error {
 	}
 	if o.UpstreamTimeout == 0 {
 		o.UpstreamTimeout = DefaultUpstreamTimeout
+	}
+	if o.FillTimeout < 0 {
+		errs = append(errs, errors.New("fill-timeout must not be negative"))
+	}
+	if o.FillTimeout == 0 {
+		o.FillTimeout = upstream.DefaultFillTimeout
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
 	}
 	return errors.Join(errs...)
 }

@@ -16,6 +16,9 @@ import (
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem" // storage driver
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory"   // storage driver
 	"github.com/distribution/reference"
+	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 )
 
 // middlewareName is the distribution registry middleware through which every App of this
@@ -27,13 +30,13 @@ var registerOnce sync.Once
 
 func registerMiddleware() {
 	registerOnce.Do(func() {
-		err := registrymiddleware.Register(middlewareName, func(_ context.Context, inner distribution.Namespace, _ storagedriver.StorageDriver, opts map[string]any) (distribution.Namespace, error) {
+		err := registrymiddleware.Register(middlewareName, func(_ context.Context, inner distribution.Namespace, driver storagedriver.StorageDriver, opts map[string]any) (distribution.Namespace, error) {
 			m, ok := opts["mirror"].(*Mirror)
 			if !ok {
 				return nil, fmt.Errorf("%s: missing mirror option", middlewareName)
 			}
-			m.store = inner
-			return &namespace{Namespace: inner, m: m}, nil
+			m.store, m.driver = inner, driver
+			return &namespace{Namespace: inner, byKey: m.byKey, fetch: m.fetch, log: m.log}, nil
 		})
 		if err != nil {
 			panic(err) // only a second registration under this name can fail
@@ -54,6 +57,9 @@ func (m *Mirror) newApp(ctx context.Context, root string) *handlers.App {
 	cfg.Storage["cache"] = configuration.Parameters{"blobdescriptor": "inmemory"}
 	cfg.Storage["maintenance"] = configuration.Parameters{
 		"readonly": map[any]any{"enabled": true},
+		// distribution's purger runs in a goroutine that never stops, with a 7-day age; fill
+		// leftovers are removed by (*Mirror).Run instead.
+		"uploadpurging": map[any]any{"enabled": false},
 	}
 	cfg.Middleware = map[string][]configuration.Middleware{
 		"registry": {{Name: middlewareName, Options: configuration.Parameters{"mirror": m}}},
@@ -71,7 +77,9 @@ func (m *Mirror) newApp(ctx context.Context, root string) *handlers.App {
 // in storage are "<upstream storage key>/<repository at the upstream>".
 type namespace struct {
 	distribution.Namespace
-	m *Mirror
+	byKey map[string]*configured // read-only after New
+	fetch *upstream.Fetcher
+	log   zerolog.Logger
 }
 
 func (n *namespace) Repository(ctx context.Context, named reference.Named) (distribution.Repository, error) {
@@ -80,11 +88,11 @@ func (n *namespace) Repository(ctx context.Context, named reference.Named) (dist
 		return nil, err
 	}
 	key, repo, _ := strings.Cut(named.Name(), "/")
-	up := n.m.byKey[key]
+	up := n.byKey[key]
 	if up == nil {
 		return nil, distribution.ErrRepositoryUnknown{Name: named.Name()}
 	}
-	return &repository{Repository: local, up: up, repo: repo, m: n.m}, nil
+	return &repository{Repository: local, store: n.Namespace, up: up, repo: repo, fetch: n.fetch, log: n.log}, nil
 }
 
 // Remove refuses: the cache is read-only. (Implementing it tells distribution not to warn that
@@ -96,9 +104,11 @@ func (n *namespace) Remove(context.Context, reference.Named) error {
 // repository is one repository of one upstream: local storage first, the upstream to fill it.
 type repository struct {
 	distribution.Repository
-	up   *upstream
-	repo string
-	m    *Mirror
+	store distribution.Namespace // distribution's storage, to commit fills detached from requests
+	up    *configured
+	repo  string
+	fetch *upstream.Fetcher
+	log   zerolog.Logger
 }
 
 func (r *repository) Tags(ctx context.Context) distribution.TagService {

@@ -23,7 +23,7 @@ const (
 
 // route is where one registry API request goes.
 type route struct {
-	up   *upstream
+	up   *configured
 	repo string // repository at the upstream, e.g. "library/alpine"
 	kind string
 	ref  string // tag or digest; "" for tags and base

@@ -16,9 +16,9 @@ func TestResolve(t *testing.T) {
 		}
 		ups = append(ups, u)
 	}
-	m := &Mirror{upstreams: map[string]*upstream{}}
+	m := &Mirror{upstreams: map[string]*configured{}}
 	for _, u := range ups {
-		m.upstreams[u.Name] = &upstream{Upstream: u, storageKey: storageKey(u.Name)}
+		m.upstreams[u.Name] = &configured{Upstream: u, storageKey: storageKey(u.Name)}
 	}
 	m.defaultUpstream = m.upstreams[DockerHub]
 

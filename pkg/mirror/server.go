@@ -100,6 +100,7 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 			return nil
 		})
 	}
+	g.Go(func() error { return m.Run(gctx) })
 	g.Go(func() error {
 		<-gctx.Done()
 		o.Logger.Info().Dur("timeout", o.ShutdownTimeout).Msg("shutting down: finishing in-flight responses")

@@ -70,3 +70,9 @@ func (s *reqState) cacheValue() string {
 	defer s.mu.Unlock()
 	return s.cache
 }
+
+func (s *reqState) setRetryAfter(v string) {
+	s.mu.Lock()
+	s.retryAfter = v
+	s.mu.Unlock()
+}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/distribution/distribution/v3"
 	"github.com/distribution/distribution/v3/registry/api/errcode"
-	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 )
 
 // tagService resolves tags: revalidated with the upstream (HEAD) on each request unless
@@ -24,18 +24,17 @@ var _ distribution.TagService = (*tagService)(nil)
 
 func (t *tagService) Get(ctx context.Context, tag string) (v1.Descriptor, error) {
 	st := stateFrom(ctx)
-	m := t.r.m
-	key := t.r.up.Name + "/" + t.r.repo + ":" + tag
-	if m.opts.TagTTL > 0 && m.tagFresh(key) {
+	if t.r.fetch.TagFresh(t.r.up.Name, t.r.repo, tag) {
 		if desc, err := t.local.Get(ctx, tag); err == nil {
 			st.setCache(CacheHit)
 			return desc, nil
 		}
 	}
-	desc, fetched, err := t.r.remoteTag(ctx, tag)
+	ans, err := t.r.up.remote.Tag(ctx, t.r.repo, tag, t.r.keepManifest)
+	desc := ans.Desc
 	if err == nil {
 		st.setCache(CacheRevalidated)
-		if fetched {
+		if ans.Fetched {
 			st.setCache(CacheMiss)
 		}
 		if cur, lerr := t.local.Get(ctx, tag); lerr != nil || cur.Digest != desc.Digest {
@@ -43,65 +42,27 @@ func (t *tagService) Get(ctx context.Context, tag string) (v1.Descriptor, error)
 			st.pendingTag = &pendingTag{tag: tag, desc: desc}
 			st.mu.Unlock()
 		} else {
-			m.markTagFresh(key)
+			t.r.fetch.MarkTagFresh(t.r.up.Name, t.r.repo, tag)
 		}
 		return desc, nil
 	}
-	var ue *upstreamError
-	if errors.As(err, &ue) && ue.notFound() {
+	var ue *upstream.Error
+	if errors.As(err, &ue) && ue.NotFound() {
 		return v1.Descriptor{}, distribution.ErrTagUnknown{Tag: tag}
 	}
 	if cached, lerr := t.local.Get(ctx, tag); lerr == nil {
 		st.setCache(CacheStale)
-		m.log.Warn().Str("upstream", t.r.up.Name).Str("repository", t.r.repo).Str("tag", tag).
+		t.r.log.Warn().Str("upstream", t.r.up.Name).Str("repository", t.r.repo).Str("tag", tag).
 			Err(err).Msg("upstream failed; serving the cached tag")
 		return cached, nil
 	}
 	return v1.Descriptor{}, upstreamAPIError(st, err)
 }
 
-type remoteTagAnswer struct {
-	desc    v1.Descriptor
-	fetched bool // the manifest was fetched (and stored) to learn its digest
-}
-
-// remoteTag asks the upstream which manifest tag names now: one HEAD, shared by concurrent
-// requests for the same tag, bounded by Options.UpstreamTimeout as a whole. fetched reports
-// that the upstream's HEAD named no digest, so the manifest was fetched and stored instead.
-func (r *repository) remoteTag(ctx context.Context, tag string) (desc v1.Descriptor, fetched bool, err error) {
-	v, err, _ := r.m.flight.Do("tag\x00"+r.up.Name+"\x00"+r.repo+"\x00"+tag, func() (any, error) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.m.opts.UpstreamTimeout)
-		defer cancel()
-		start := time.Now()
-		resp, err := r.up.client.do(ctx, http.MethodHead, r.repo, "manifests", tag,
-			http.Header{"Accept": {manifestAccept}}, http.StatusOK)
-		r.m.metrics.observeUpstream(r.up.Name, kindManifest, start, err)
-		if err != nil {
-			return nil, err
-		}
-		_ = resp.Body.Close()
-		dgst, perr := digest.Parse(resp.Header.Get("Docker-Content-Digest"))
-		if perr != nil {
-			// The digest header is optional on HEAD: fetch the manifest to learn it.
-			m, gerr := r.fetchManifest(ctx, tag, "")
-			if gerr != nil {
-				return nil, gerr
-			}
-			return remoteTagAnswer{desc: m.desc, fetched: true}, nil
-		}
-		return remoteTagAnswer{desc: v1.Descriptor{Digest: dgst, Size: resp.ContentLength, MediaType: mediaType(resp.Header.Get("Content-Type"))}}, nil
-	})
-	if err != nil {
-		return v1.Descriptor{}, false, err
-	}
-	a := v.(remoteTagAnswer)
-	return a.desc, a.fetched, nil
-}
-
 // upstreamAPIError turns an upstream failure with nothing cached into the client's answer:
 // 429 with the upstream's Retry-After, 404 for an authoritative not-found, 503 otherwise.
 func upstreamAPIError(st *reqState, err error) error {
-	var ue *upstreamError
+	var ue *upstream.Error
 	if errors.As(err, &ue) {
 		switch {
 		case ue.Status == http.StatusTooManyRequests:
@@ -129,7 +90,7 @@ func (t *tagService) Tag(context.Context, string, v1.Descriptor) error {
 func (t *tagService) Untag(context.Context, string) error { return distribution.ErrUnsupported }
 
 func (t *tagService) All(ctx context.Context) ([]string, error) {
-	tags, err := t.r.remoteTags(ctx)
+	tags, err := t.r.up.remote.Tags(ctx, t.r.repo)
 	if err == nil {
 		return tags, nil
 	}

@@ -75,9 +75,12 @@ func TestTagTTL(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
 	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	var now atomic.Int64 // Unix nanoseconds of the mirror's clock
+	now.Store(time.Now().UnixNano())
 	h := newHarness(t, mirror.Options{
 		Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)},
 		TagTTL:    time.Hour,
+		Clock:     func() time.Time { return time.Unix(0, now.Load()) },
 	})
 	var heads atomic.Int32
 	up.Wrap(func(next http.Handler) http.Handler {
@@ -97,6 +100,17 @@ func TestTagTTL(t *testing.T) {
 	}
 	if n := heads.Load(); n != 1 {
 		t.Fatalf("--tag-ttl 1h: %d upstream HEADs for three requests, want 1", n)
+	}
+	// An hour later the tag is no longer fresh: revalidated upstream, then fresh again.
+	now.Add(int64(time.Hour))
+	for i, want := range []string{mirror.CacheRevalidated, mirror.CacheHit} {
+		resp, _ := get(t, http.MethodGet, url, manifestAccept)
+		if c := resp.Header.Get(mirror.HeaderCache); c != want {
+			t.Fatalf("after the TTL, request %d: %s=%q, want %q", i, mirror.HeaderCache, c, want)
+		}
+	}
+	if n := heads.Load(); n != 2 {
+		t.Fatalf("after the TTL: %d upstream HEADs in all, want 2", n)
 	}
 }
 

@@ -29,6 +29,8 @@ func NewHandlerWithConfig(t testing.TB, configure func(*configuration.Configurat
 	cfg := &configuration.Configuration{}
 	cfg.Storage = configuration.Storage{"inmemory": configuration.Parameters{}}
 	cfg.Storage["delete"] = configuration.Parameters{"enabled": true}
+	// The upload purger is a goroutine that never stops: off, so goleak can check the tests.
+	cfg.Storage["maintenance"] = configuration.Parameters{"uploadpurging": map[any]any{"enabled": false}}
 	cfg.Log.Level = "error"
 	secret := make([]byte, 16)
 	_, _ = rand.Read(secret)

@@ -85,6 +85,8 @@ func NewHandler(t testing.TB) http.Handler {
 	cfg := &configuration.Configuration{}
 	cfg.Storage = configuration.Storage{"inmemory": configuration.Parameters{}}
 	cfg.Storage["delete"] = configuration.Parameters{"enabled": true}
+	// The upload purger is a goroutine that never stops: off, so goleak can check the tests.
+	cfg.Storage["maintenance"] = configuration.Parameters{"uploadpurging": map[any]any{"enabled": false}}
 	cfg.Log.Level = "error"
 	secret := make([]byte, 16)
 	_, _ = rand.Read(secret)

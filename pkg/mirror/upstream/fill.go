@@ -1,4 +1,4 @@
-package mirror
+package upstream
 
 import (
 	"context"
@@ -12,15 +12,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
 // Fill tuning.
 const (
-	// fillTimeout bounds one blob fill from first byte to commit.
-	fillTimeout = 2 * time.Hour
 	// fillAttempts is how many upstream requests one fill may make before it fails; every
 	// request after the first resumes with Range where the stream broke.
 	fillAttempts = 8
@@ -31,16 +28,28 @@ const (
 	fillChunk = 256 << 10
 )
 
-// errDigestMismatch marks a fill whose bytes do not hash to the requested digest.
-var errDigestMismatch = errors.New("content does not match its digest")
+// ErrDigestMismatch marks a fill whose bytes do not hash to the requested digest.
+var ErrDigestMismatch = errors.New("content does not match its digest")
 
-// fill is one blob being fetched from an upstream into a staging file. Any number of client
+// ErrBroken is returned by (*Fill).Serve when the response was cut short after its headers
+// went out (the fill failed or the client went away): the caller must abort the connection
+// (panic(http.ErrAbortHandler)) so the client sees a broken transfer.
+var ErrBroken = errors.New("blob response broken after its headers were sent")
+
+// CommitFunc stores a verified blob: the staging file at path holds exactly desc's bytes. It
+// runs detached from every request, under the fill's deadline.
+type CommitFunc func(ctx context.Context, path string, desc v1.Descriptor) error
+
+// Fill is one blob being fetched from an upstream into a staging file. Any number of client
 // requests read it while it grows; the final byte is released only once the whole blob hashed
 // to its digest, so no client ever receives a complete but wrong blob.
-type fill struct {
-	key  string
-	desc v1.Descriptor
-	path string // staging file
+type Fill struct {
+	key    string
+	desc   v1.Descriptor
+	path   string // staging file
+	remote *Remote
+	repo   string
+	commit CommitFunc
 
 	mu       sync.Mutex
 	written  int64
@@ -51,26 +60,26 @@ type fill struct {
 }
 
 // released is how many bytes readers may see.
-func (f *fill) released() int64 {
+func (f *Fill) released() int64 {
 	if f.verified || f.written < f.desc.Size {
 		return f.written
 	}
 	return f.desc.Size - 1 // hold back the last byte until verified
 }
 
-func (f *fill) notify() {
+func (f *Fill) notify() {
 	close(f.progress)
 	f.progress = make(chan struct{})
 }
 
-func (f *fill) advance(n int64) {
+func (f *Fill) advance(n int64) {
 	f.mu.Lock()
 	f.written += n
 	f.notify()
 	f.mu.Unlock()
 }
 
-func (f *fill) finish(err error) {
+func (f *Fill) finish(err error) {
 	f.mu.Lock()
 	if err != nil {
 		f.err = err
@@ -85,13 +94,13 @@ func (f *fill) finish(err error) {
 type fillSet struct {
 	dir string
 	mu  sync.Mutex
-	m   map[string]*fill
+	m   map[string]*Fill
 	wg  sync.WaitGroup
 }
 
-func newFillSet(dir string) *fillSet { return &fillSet{dir: dir, m: map[string]*fill{}} }
+func newFillSet(dir string) *fillSet { return &fillSet{dir: dir, m: map[string]*Fill{}} }
 
-func (s *fillSet) get(key string) *fill {
+func (s *fillSet) get(key string) *Fill {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.m[key]
@@ -99,7 +108,7 @@ func (s *fillSet) get(key string) *fill {
 
 // start returns the fill for key, starting it with run when none is in flight; joined reports
 // that another request had started it.
-func (s *fillSet) start(key string, desc v1.Descriptor, run func(*fill)) (f *fill, joined bool, err error) {
+func (s *fillSet) start(key string, mk func(path string) *Fill, run func(*Fill)) (f *Fill, joined bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f := s.m[key]; f != nil {
@@ -110,7 +119,7 @@ func (s *fillSet) start(key string, desc v1.Descriptor, run func(*fill)) (f *fil
 		return nil, false, fmt.Errorf("create staging file: %w", err)
 	}
 	_ = tmp.Close()
-	f = &fill{key: key, desc: desc, path: tmp.Name(), progress: make(chan struct{}), done: make(chan struct{})}
+	f = mk(tmp.Name())
 	s.m[key] = f
 	s.wg.Add(1)
 	go func() {
@@ -143,34 +152,58 @@ func (s *fillSet) wait(ctx context.Context) error {
 	}
 }
 
-// runFill fetches f's blob from the upstream into its staging file, resuming with Range when
-// the stream breaks, verifies the digest, releases the last byte to readers, and commits the
-// blob into local storage linked to r. It runs detached from the request that started it: a
-// client that goes away does not abort the fill.
-func (m *Mirror) runFill(f *fill, r *repository) {
-	ctx, cancel := context.WithTimeout(m.fillCtx, fillTimeout)
+func fillKey(upstream, repo string, dgst digest.Digest) string {
+	return upstream + "/" + repo + "@" + dgst.String()
+}
+
+// Filling returns the fill of repo's blob dgst in flight, nil when there is none.
+func (r *Remote) Filling(repo string, dgst digest.Digest) *Fill {
+	return r.f.fills.get(fillKey(r.Name, repo, dgst))
+}
+
+// StartFill returns the fill of repo's blob desc, starting it when none is in flight; joined
+// reports that another request had started it. A started fill runs detached from the request
+// (a client that goes away does not abort it) until it is stored with commit, fails, reaches
+// the fill timeout, or the Fetcher abandons it.
+func (r *Remote) StartFill(repo string, desc v1.Descriptor, commit CommitFunc) (f *Fill, joined bool, err error) {
+	key := fillKey(r.Name, repo, desc.Digest)
+	return r.f.fills.start(key, func(path string) *Fill {
+		return &Fill{key: key, desc: desc, path: path, remote: r, repo: repo, commit: commit,
+			progress: make(chan struct{}), done: make(chan struct{})}
+	}, (*Fill).run)
+}
+
+// Desc is the blob being filled.
+func (f *Fill) Desc() v1.Descriptor { return f.desc }
+
+// run fetches f's blob from the upstream into its staging file, resuming with Range when the
+// stream breaks, verifies the digest, releases the last byte to readers, and commits it.
+func (f *Fill) run() {
+	r := f.remote
+	ctx, cancel := context.WithTimeout(r.f.fillCtx, r.f.opts.FillTimeout)
 	defer cancel()
-	log := m.log.With().Str("upstream", r.up.Name).Str("repository", r.repo).Str("digest", f.desc.Digest.String()).Logger()
-	m.metrics.fillsInFlight.Inc()
-	defer m.metrics.fillsInFlight.Dec()
+	log := r.f.log.With().Str("upstream", r.Name).Str("repository", f.repo).Str("digest", f.desc.Digest.String()).Logger()
+	r.f.metrics.fillsInFlight.Inc()
+	defer r.f.metrics.fillsInFlight.Dec()
 	start := time.Now()
 
-	err := m.download(ctx, f, r)
-	m.metrics.observeUpstream(r.up.Name, kindBlob, start, err)
+	err := f.download(ctx)
+	r.f.metrics.observe(r.Name, KindBlob, start, err)
 	if err != nil {
 		log.Error().Err(err).Int64("bytes", f.written).Msg("blob fill failed; nothing cached")
 		f.finish(err)
 		return
 	}
 	f.finish(nil)
-	if err := m.commit(ctx, f, r); err != nil {
+	if err := f.commit(ctx, f.path, v1.Descriptor{Digest: f.desc.Digest, Size: f.desc.Size, MediaType: "application/octet-stream"}); err != nil {
 		log.Error().Err(err).Msg("blob fetched and served but not stored")
 		return
 	}
 	log.Debug().Int64("bytes", f.desc.Size).Dur("duration", time.Since(start)).Msg("blob cached")
 }
 
-func (m *Mirror) download(ctx context.Context, f *fill, r *repository) error {
+func (f *Fill) download(ctx context.Context) error {
+	r := f.remote
 	file, err := os.OpenFile(f.path, os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("open staging file: %w", err)
@@ -184,19 +217,19 @@ func (m *Mirror) download(ctx context.Context, f *fill, r *repository) error {
 			select {
 			case <-time.After(backoff):
 			case <-ctx.Done():
-				return fmt.Errorf("%w (last error: %v)", ctx.Err(), lastErr)
+				return fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr)
 			}
 		}
-		progressed, err := m.downloadOnce(ctx, f, r, file, h)
+		progressed, err := f.downloadOnce(ctx, file, h)
 		if err == nil {
 			break
 		}
 		lastErr = err
-		var ue *upstreamError
-		if errors.As(err, &ue) && (ue.notFound() || ue.Status == http.StatusForbidden || ue.Status == http.StatusUnauthorized) {
+		var ue *Error
+		if errors.As(err, &ue) && (ue.NotFound() || ue.Status == http.StatusForbidden || ue.Status == http.StatusUnauthorized) {
 			return err
 		}
-		if errors.Is(err, errDigestMismatch) {
+		if errors.Is(err, ErrDigestMismatch) {
 			return err
 		}
 		if errors.As(err, &ue) && ue.Status != 0 && f.written == 0 && attempt+1 >= statusAttempts {
@@ -204,7 +237,7 @@ func (m *Mirror) download(ctx context.Context, f *fill, r *repository) error {
 			// for headers get that error now rather than after every resume attempt.
 			return err
 		}
-		m.log.Warn().Err(err).Str("upstream", r.up.Name).Str("digest", f.desc.Digest.String()).
+		r.f.log.Warn().Err(err).Str("upstream", r.Name).Str("digest", f.desc.Digest.String()).
 			Int64("offset", f.written).Bool("progressed", progressed).Int("attempt", attempt+1).Msg("blob stream broke; resuming")
 		if attempt == fillAttempts-1 {
 			return fmt.Errorf("giving up after %d attempts: %w", fillAttempts, err)
@@ -214,7 +247,7 @@ func (m *Mirror) download(ctx context.Context, f *fill, r *repository) error {
 		return fmt.Errorf("got %d of %d bytes: %w", f.written, f.desc.Size, lastErr)
 	}
 	if got := digest.NewDigest(f.desc.Digest.Algorithm(), h); got != f.desc.Digest {
-		return fmt.Errorf("upstream %s: blob %s: %w (got %s)", r.up.Name, f.desc.Digest, errDigestMismatch, got)
+		return fmt.Errorf("upstream %s: blob %s: %w (got %s)", r.Name, f.desc.Digest, ErrDigestMismatch, got)
 	}
 	if err := file.Sync(); err != nil {
 		return fmt.Errorf("sync staging file: %w", err)
@@ -223,9 +256,10 @@ func (m *Mirror) download(ctx context.Context, f *fill, r *repository) error {
 }
 
 // downloadOnce makes one upstream request for the rest of the blob (all of it, or with Range
-// from f.written) and copies what arrives. The stream must keep moving: a stall of
-// Options.UpstreamTimeout breaks it so the next attempt can resume.
-func (m *Mirror) downloadOnce(ctx context.Context, f *fill, r *repository, file *os.File, h hash.Hash) (progressed bool, err error) {
+// from f.written) and copies what arrives. The stream must keep moving: a stall of the upstream
+// timeout breaks it so the next attempt can resume.
+func (f *Fill) downloadOnce(ctx context.Context, file *os.File, h hash.Hash) (progressed bool, err error) {
+	r := f.remote
 	if f.written == f.desc.Size {
 		return false, nil
 	}
@@ -236,7 +270,7 @@ func (m *Mirror) downloadOnce(ctx context.Context, f *fill, r *repository, file 
 	if offset > 0 {
 		hdr.Set("Range", "bytes="+strconv.FormatInt(offset, 10)+"-")
 	}
-	resp, err := r.up.client.do(rctx, http.MethodGet, r.repo, "blobs", f.desc.Digest.String(), hdr, http.StatusOK, http.StatusPartialContent)
+	resp, err := r.client.do(rctx, http.MethodGet, f.repo, "blobs", f.desc.Digest.String(), hdr, http.StatusOK, http.StatusPartialContent)
 	if err != nil {
 		return false, err
 	}
@@ -244,19 +278,21 @@ func (m *Mirror) downloadOnce(ctx context.Context, f *fill, r *repository, file 
 	if offset > 0 && resp.StatusCode == http.StatusOK {
 		// The upstream ignored Range: start over, keeping what readers already have.
 		h.Reset()
-		return m.copyFrom(rctx, cancel, f, r, file, h, resp.Body, 0, offset)
+		return f.copyFrom(rctx, cancel, file, h, resp.Body, 0, offset)
 	}
 	if resp.StatusCode == http.StatusOK && resp.ContentLength >= 0 && resp.ContentLength != f.desc.Size {
-		return false, fmt.Errorf("upstream %s: blob %s: %d bytes announced, %d expected", r.up.Name, f.desc.Digest, resp.ContentLength, f.desc.Size)
+		return false, fmt.Errorf("upstream %s: blob %s: %d bytes announced, %d expected", r.Name, f.desc.Digest, resp.ContentLength, f.desc.Size)
 	}
-	return m.copyFrom(rctx, cancel, f, r, file, h, resp.Body, offset, 0)
+	return f.copyFrom(rctx, cancel, file, h, resp.Body, offset, 0)
 }
 
 // copyFrom reads body, which starts at byte pos of the blob, into the staging file. Bytes below
 // skipUntil are already in the file (an upstream that ignored Range): they are hashed but not
 // written again.
-func (m *Mirror) copyFrom(ctx context.Context, cancel context.CancelFunc, f *fill, r *repository, file *os.File, h hash.Hash, body io.Reader, pos, skipUntil int64) (bool, error) {
-	stall := time.AfterFunc(m.opts.UpstreamTimeout, cancel)
+func (f *Fill) copyFrom(ctx context.Context, cancel context.CancelFunc, file *os.File, h hash.Hash, body io.Reader, pos, skipUntil int64) (bool, error) {
+	r := f.remote
+	timeout := r.f.opts.Timeout
+	stall := time.AfterFunc(timeout, cancel)
 	defer stall.Stop()
 	buf := make([]byte, fillChunk)
 	progressed := false
@@ -264,7 +300,7 @@ func (m *Mirror) copyFrom(ctx context.Context, cancel context.CancelFunc, f *fil
 		want := min(int64(len(buf)), f.desc.Size-pos)
 		n, rerr := body.Read(buf[:want])
 		if n > 0 {
-			stall.Reset(m.opts.UpstreamTimeout)
+			stall.Reset(timeout)
 			chunk := buf[:n]
 			h.Write(chunk)
 			if pos+int64(n) > skipUntil {
@@ -276,7 +312,7 @@ func (m *Mirror) copyFrom(ctx context.Context, cancel context.CancelFunc, f *fil
 				progressed = true
 			}
 			pos += int64(n)
-			m.metrics.upstreamBytes.WithLabelValues(r.up.Name).Add(float64(n))
+			r.f.metrics.upstreamBytes.WithLabelValues(r.Name).Add(float64(n))
 		}
 		if rerr == io.EOF {
 			if pos < f.desc.Size {
@@ -286,7 +322,7 @@ func (m *Mirror) copyFrom(ctx context.Context, cancel context.CancelFunc, f *fil
 		}
 		if rerr != nil {
 			if ctx.Err() != nil {
-				return progressed, fmt.Errorf("upstream stream stalled for %s at byte %d: %w", m.opts.UpstreamTimeout, pos, rerr)
+				return progressed, fmt.Errorf("upstream stream stalled for %s at byte %d: %w", timeout, pos, rerr)
 			}
 			return progressed, fmt.Errorf("upstream stream broke at byte %d: %w", pos, rerr)
 		}
@@ -294,62 +330,28 @@ func (m *Mirror) copyFrom(ctx context.Context, cancel context.CancelFunc, f *fil
 	return progressed, nil
 }
 
-// commit stores the verified staging file as a blob linked into r's repository.
-func (m *Mirror) commit(ctx context.Context, f *fill, r *repository) error {
-	named, err := reference.WithName(r.up.storageKey + "/" + r.repo)
-	if err != nil {
-		return fmt.Errorf("repository name: %w", err)
-	}
-	repo, err := m.store.Repository(ctx, named)
-	if err != nil {
-		return fmt.Errorf("open repository %s: %w", named, err)
-	}
-	src, err := os.Open(f.path)
-	if err != nil {
-		return fmt.Errorf("open staging file: %w", err)
-	}
-	defer src.Close()
-	bw, err := repo.Blobs(ctx).Create(ctx)
-	if err != nil {
-		return fmt.Errorf("create blob upload: %w", err)
-	}
-	if _, err := io.Copy(bw, src); err != nil {
-		_ = bw.Cancel(ctx)
-		return fmt.Errorf("write blob: %w", err)
-	}
-	if _, err := bw.Commit(ctx, v1.Descriptor{Digest: f.desc.Digest, Size: f.desc.Size, MediaType: "application/octet-stream"}); err != nil {
-		_ = bw.Cancel(ctx)
-		return fmt.Errorf("commit blob: %w", err)
-	}
-	return nil
-}
-
-// serve streams the fill to one client, honouring Range (the requested range is served as it
-// arrives). On a failed fill the response is cut short, so the client sees a broken transfer,
-// never a complete wrong blob.
-func (f *fill) serve(ctx context.Context, w http.ResponseWriter, r *http.Request, st *reqState, timeout time.Duration) error {
+// Serve streams the fill to one client, honouring Range (the requested range is served as it
+// arrives). It returns how many bytes of the fill it sent. Its error is the fill's own error
+// when the fill failed before anything was sent (the caller answers it as an error status), or
+// ErrBroken when the response was cut short after its headers.
+func (f *Fill) Serve(ctx context.Context, w http.ResponseWriter, r *http.Request) (int64, error) {
 	file, err := os.Open(f.path)
 	if err != nil {
-		return fmt.Errorf("open staging file: %w", err)
+		return 0, fmt.Errorf("open staging file: %w", err)
 	}
 	defer file.Close()
-	if err := f.firstByte(ctx, firstByteWait(timeout)); err != nil {
-		// Nothing was sent yet: answer with the upstream's error instead of a broken 200.
-		return blobAPIError(st, err)
+	if err := f.firstByte(ctx, firstByteWait(f.remote.f.opts.Timeout)); err != nil {
+		return 0, err
 	}
 	rd := &fillReader{ctx: ctx, f: f, file: file}
-	// Headers go out once the first byte is here, or after firstByteWait at the latest, before the first byte arrives from the upstream: containerd gives
-	// up on a response whose headers take more than 30 s.
+	// Headers go out once the first byte is here, or after firstByteWait at the latest, before
+	// the first byte arrives from the upstream: containerd gives up on a response whose headers
+	// take more than 30 s.
 	http.ServeContent(flushOnHeader{w}, r, "", time.Time{}, rd)
-	st.mu.Lock()
-	st.upBytes += rd.read
-	st.mu.Unlock()
 	if rd.err != nil && !errors.Is(rd.err, io.EOF) {
-		// Headers and part of the body are out: abort the connection so the short body is
-		// seen as the broken transfer it is.
-		panic(http.ErrAbortHandler)
+		return rd.read, fmt.Errorf("%w: %w", ErrBroken, rd.err)
 	}
-	return nil
+	return rd.read, nil
 }
 
 // firstByteWait is how long a client's response headers wait for a fill's first byte, so that
@@ -362,7 +364,7 @@ func firstByteWait(upstreamTimeout time.Duration) time.Duration {
 
 // firstByte waits until the fill has a byte for readers, is over, or wait has passed. It
 // returns the fill's error when the fill failed before releasing anything.
-func (f *fill) firstByte(ctx context.Context, wait time.Duration) error {
+func (f *Fill) firstByte(ctx context.Context, wait time.Duration) error {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
@@ -398,7 +400,7 @@ func (w flushOnHeader) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // fillReader is an io.ReadSeeker over a growing fill: Read blocks until bytes are released.
 type fillReader struct {
 	ctx  context.Context
-	f    *fill
+	f    *Fill
 	file *os.File
 	off  int64
 	read int64

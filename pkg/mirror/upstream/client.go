@@ -1,4 +1,4 @@
-package mirror
+package upstream
 
 import (
 	"context"
@@ -8,29 +8,29 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	lru "github.com/hashicorp/golang-lru/v2"
 )
 
-// manifestAccept is sent on every manifest request: every manifest and index media type the
+// ManifestAccept is sent on every manifest request: every manifest and index media type the
 // cache stores (OCI image-spec v1.1, Docker image manifest v2 schema 2).
-var manifestAccept = strings.Join([]string{
+var ManifestAccept = strings.Join([]string{
 	"application/vnd.oci.image.index.v1+json",
 	"application/vnd.docker.distribution.manifest.list.v2+json",
 	"application/vnd.oci.image.manifest.v1+json",
 	"application/vnd.docker.distribution.manifest.v2+json",
 }, ", ")
 
-// maxManifestBytes bounds a manifest body read from an upstream (distribution's own limit).
-const maxManifestBytes = 4 << 20
+// MaxManifestBytes bounds a manifest body read from an upstream (distribution's own limit).
+const MaxManifestBytes = 4 << 20
 
-// upstreamError is an upstream answer other than success: its HTTP status (0 when no answer
-// arrived) and, for 429, how long the upstream asked clients to wait.
-type upstreamError struct {
+// Error is an upstream answer other than success: its HTTP status (0 when no answer arrived)
+// and, for 429, how long the upstream asked clients to wait.
+type Error struct {
 	Upstream   string
 	Op         string
 	Status     int
@@ -38,37 +38,36 @@ type upstreamError struct {
 	Err        error
 }
 
-func (e *upstreamError) Error() string {
+func (e *Error) Error() string {
 	if e.Status != 0 {
 		return fmt.Sprintf("upstream %s: %s: HTTP %d", e.Upstream, e.Op, e.Status)
 	}
 	return fmt.Sprintf("upstream %s: %s: %v", e.Upstream, e.Op, e.Err)
 }
 
-func (e *upstreamError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
-// notFound reports an authoritative "does not exist" from the upstream.
-func (e *upstreamError) notFound() bool { return e.Status == http.StatusNotFound }
+// NotFound reports an authoritative "does not exist" from the upstream.
+func (e *Error) NotFound() bool { return e.Status == http.StatusNotFound }
 
-// unavailable reports an upstream that did not answer usefully: no answer, timeout, 429 or 5xx.
+// Unavailable reports an upstream that did not answer usefully: no answer, timeout, 429 or 5xx.
 // A cached copy may then be served ("stale").
-func (e *upstreamError) unavailable() bool {
+func (e *Error) Unavailable() bool {
 	return e.Status == 0 || e.Status == http.StatusTooManyRequests || e.Status >= 500
 }
 
-// upstreamClient talks to one upstream registry. Authentication follows the registry's
-// challenge (anonymous bearer tokens from the announced realm, as docker.io, ghcr.io, quay.io and
+// client talks to one upstream registry. Authentication follows the registry's challenge
+// (anonymous bearer tokens from the announced realm, as docker.io, ghcr.io, quay.io and
 // registry.k8s.io require); redirects are followed, and credentials are only ever sent to the
 // upstream host itself.
-type upstreamClient struct {
-	up        Upstream
+type client struct {
+	up        Registry
 	reg       name.Registry
 	base      http.RoundTripper
 	timeout   time.Duration
 	userAgent string
-
-	mu    sync.Mutex
-	repos map[string]*repoTransport // repository -> authenticated transport
+	now       func() time.Time
+	repos     *lru.Cache[string, repoTransport] // repository -> authenticated transport; safe for concurrent use
 }
 
 type repoTransport struct {
@@ -80,10 +79,11 @@ type repoTransport struct {
 // happens inside it anyway, this only lets a changed challenge be seen again.
 const repoTransportTTL = 30 * time.Minute
 
-// maxRepoTransports bounds the transport cache per upstream.
+// maxRepoTransports bounds the transport cache per upstream; the least recently used
+// repository's transport goes first (a miss only costs a ping and a token request).
 const maxRepoTransports = 1024
 
-func newUpstreamClient(up Upstream, base http.RoundTripper, timeout time.Duration, userAgent string) (*upstreamClient, error) {
+func newClient(up Registry, base http.RoundTripper, timeout time.Duration, userAgent string, now func() time.Time) (*client, error) {
 	opts := []name.Option{name.WeakValidation}
 	if up.URL.Scheme == "http" {
 		opts = append(opts, name.Insecure)
@@ -92,33 +92,41 @@ func newUpstreamClient(up Upstream, base http.RoundTripper, timeout time.Duratio
 	if err != nil {
 		return nil, fmt.Errorf("upstream %s: url host %q: %w", up.Name, up.URL.Host, err)
 	}
-	return &upstreamClient{
+	repos, err := lru.New[string, repoTransport](maxRepoTransports)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: transport cache: %w", up.Name, err)
+	}
+	return &client{
 		up: up, reg: reg, base: retryAfterRecorder{base}, timeout: timeout, userAgent: userAgent,
-		repos: map[string]*repoTransport{},
+		now: now, repos: repos,
 	}, nil
 }
 
-// retryAfterRecorder notes an upstream 429's Retry-After in the request state of the client
-// request that caused it, wherever in the exchange (ping, token, manifest) it came.
+type retryAfterKey struct{}
+
+// WithRetryAfter returns a context whose upstream requests report an upstream 429's
+// Retry-After value to record, wherever in the exchange (ping, token, manifest, blob) it came.
+func WithRetryAfter(ctx context.Context, record func(string)) context.Context {
+	return context.WithValue(ctx, retryAfterKey{}, record)
+}
+
 type retryAfterRecorder struct{ next http.RoundTripper }
 
 func (t retryAfterRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
 	if err == nil && resp.StatusCode == http.StatusTooManyRequests {
 		if ra := resp.Header.Get("Retry-After"); ra != "" {
-			if st, ok := req.Context().Value(stateKey{}).(*reqState); ok {
-				st.mu.Lock()
-				st.retryAfter = ra
-				st.mu.Unlock()
+			if record, ok := req.Context().Value(retryAfterKey{}).(func(string)); ok {
+				record(ra)
 			}
 		}
 	}
 	return resp, err
 }
 
-// defaultTransport returns the base transport to upstreams: every phase up to the response
+// DefaultTransport returns the base transport to upstreams: every phase up to the response
 // headers is bounded by timeout, so a black-holed upstream fails instead of hanging.
-func defaultTransport(timeout time.Duration) *http.Transport {
+func DefaultTransport(timeout time.Duration) *http.Transport {
 	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
@@ -134,13 +142,10 @@ func defaultTransport(timeout time.Duration) *http.Transport {
 
 // transport returns the authenticated transport for repo, creating it (a /v2/ ping and, for
 // bearer challenges, a token request with pull scope) when missing or old.
-func (c *upstreamClient) transport(ctx context.Context, repo string) (http.RoundTripper, error) {
-	c.mu.Lock()
-	if t, ok := c.repos[repo]; ok && time.Since(t.created) < repoTransportTTL {
-		c.mu.Unlock()
+func (c *client) transport(ctx context.Context, repo string) (http.RoundTripper, error) {
+	if t, ok := c.repos.Get(repo); ok && c.now().Sub(t.created) < repoTransportTTL {
 		return t.rt, nil
 	}
-	c.mu.Unlock()
 
 	pctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -150,28 +155,18 @@ func (c *upstreamClient) transport(ctx context.Context, repo string) (http.Round
 	if err != nil {
 		return nil, c.classify("authenticate", err)
 	}
-	c.mu.Lock()
-	if len(c.repos) >= maxRepoTransports {
-		for k := range c.repos { // drop an arbitrary entry; a miss only costs a ping
-			delete(c.repos, k)
-			break
-		}
-	}
-	c.repos[repo] = &repoTransport{rt: rt, created: time.Now()}
-	c.mu.Unlock()
+	c.repos.Add(repo, repoTransport{rt: rt, created: c.now()})
 	return rt, nil
 }
 
 // forget drops the cached transport of repo, so the next request authenticates again.
-func (c *upstreamClient) forget(repo string) {
-	c.mu.Lock()
-	delete(c.repos, repo)
-	c.mu.Unlock()
+func (c *client) forget(repo string) {
+	c.repos.Remove(repo)
 }
 
 // do sends method to /v2/<repo>/<kind>/<ref> on the upstream. Statuses other than the wanted
-// ones become an *upstreamError; the caller closes the returned body.
-func (c *upstreamClient) do(ctx context.Context, method, repo, kind, ref string, hdr http.Header, want ...int) (*http.Response, error) {
+// ones become an *Error; the caller closes the returned body.
+func (c *client) do(ctx context.Context, method, repo, kind, ref string, hdr http.Header, want ...int) (*http.Response, error) {
 	op := fmt.Sprintf("%s %s/%s/%s", method, repo, kind, ref)
 	rt, err := c.transport(ctx, repo)
 	if err != nil {
@@ -187,8 +182,8 @@ func (c *upstreamClient) do(ctx context.Context, method, repo, kind, ref string,
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
-	client := &http.Client{Transport: rt}
-	resp, err := client.Do(req)
+	hc := &http.Client{Transport: rt}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, c.classify(op, err)
 	}
@@ -202,16 +197,16 @@ func (c *upstreamClient) do(ctx context.Context, method, repo, kind, ref string,
 	if resp.StatusCode == http.StatusUnauthorized {
 		c.forget(repo)
 	}
-	return nil, &upstreamError{
+	return nil, &Error{
 		Upstream: c.up.Name, Op: op, Status: resp.StatusCode,
 		RetryAfter: resp.Header.Get("Retry-After"),
 	}
 }
 
-func (c *upstreamClient) classify(op string, err error) error {
+func (c *client) classify(op string, err error) error {
 	var te *transport.Error
 	if errors.As(err, &te) {
-		return &upstreamError{Upstream: c.up.Name, Op: op, Status: te.StatusCode, Err: err}
+		return &Error{Upstream: c.up.Name, Op: op, Status: te.StatusCode, Err: err}
 	}
-	return &upstreamError{Upstream: c.up.Name, Op: op, Err: err}
+	return &Error{Upstream: c.up.Name, Op: op, Err: err}
 }

@@ -1,0 +1,52 @@
+package upstream
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Request kinds in the upstream metrics' kind label.
+const (
+	KindManifest = "manifest"
+	KindBlob     = "blob"
+)
+
+// metrics are the upstream side's Prometheus collectors.
+type metrics struct {
+	upstreamBytes   *prometheus.CounterVec   // upstream
+	upstreamSeconds *prometheus.HistogramVec // upstream, kind, result
+	fillsInFlight   prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		upstreamBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodecache_upstream_fetched_bytes_total",
+			Help: "Bytes read from upstream registries (manifests and blobs).",
+		}, []string{"upstream"}),
+		upstreamSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "nodecache_upstream_fetch_duration_seconds",
+			Help:    "Duration of upstream fetches in seconds: tag and blob HEADs, manifest GETs, whole blob fills.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 4, 10),
+		}, []string{"upstream", "kind", "result"}),
+		fillsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodecache_blob_fills_in_flight",
+			Help: "Blob fills from upstreams currently running.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.upstreamBytes, m.upstreamSeconds, m.fillsInFlight} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(upstream, kind string, start time.Time, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.upstreamSeconds.WithLabelValues(upstream, kind, result).Observe(time.Since(start).Seconds())
+}

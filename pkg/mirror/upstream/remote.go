@@ -1,0 +1,184 @@
+package upstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// BlobStat HEADs repo's blob dgst at the upstream (never downloading it); concurrent requests
+// share one HEAD, bounded by the upstream timeout.
+//
+// Errors: an *Error (NotFound for an authoritative 404), or one saying the answer had no
+// Content-Length.
+func (r *Remote) BlobStat(ctx context.Context, repo string, dgst digest.Digest) (v1.Descriptor, error) {
+	v, err, _ := r.f.flight.Do("blobstat\x00"+r.Name+"\x00"+repo+"\x00"+dgst.String(), func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.opts.Timeout)
+		defer cancel()
+		start := time.Now()
+		resp, err := r.client.do(ctx, http.MethodHead, repo, "blobs", dgst.String(), nil, http.StatusOK)
+		r.f.metrics.observe(r.Name, KindBlob, start, err)
+		if err != nil {
+			return nil, err
+		}
+		_ = resp.Body.Close()
+		if resp.ContentLength < 0 {
+			return nil, &Error{Upstream: r.Name, Op: "HEAD blob " + dgst.String(), Err: errors.New("no Content-Length in the answer")}
+		}
+		return v1.Descriptor{Digest: dgst, Size: resp.ContentLength, MediaType: "application/octet-stream"}, nil
+	})
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	return v.(v1.Descriptor), nil
+}
+
+// Manifest is a manifest as an upstream answered it.
+type Manifest struct {
+	// Raw is the body, byte for byte; Digest is its digest.
+	Raw    []byte
+	Digest digest.Digest
+	// MediaType is the upstream's Content-Type, or the document's own mediaType field when the
+	// Content-Type was empty, application/json or text/plain.
+	MediaType string
+	// Kept is what the KeepFunc returned for it.
+	Kept any
+}
+
+// KeepFunc stores a manifest fetched from the upstream and returns what callers of
+// (*Remote).Manifest get as Manifest.Kept. It runs once per fetch, whoever asked.
+type KeepFunc func(ctx context.Context, m Manifest) (any, error)
+
+// Manifest GETs repo's manifest ref (tag or digest) from the upstream, checks it against want
+// (when set; else against the upstream's Docker-Content-Digest, when sent), and hands it to
+// keep. Concurrent requests for the same manifest share one fetch; joined reports that this
+// caller joined one another request had started.
+func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Digest, keep KeepFunc) (m Manifest, joined bool, err error) {
+	leader := false
+	v, err, _ := r.f.flight.Do("manifest\x00"+r.Name+"\x00"+repo+"\x00"+ref, func() (any, error) {
+		leader = true
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.opts.Timeout+30*time.Second)
+		defer cancel()
+		start := time.Now()
+		resp, err := r.client.do(ctx, http.MethodGet, repo, "manifests", ref,
+			http.Header{"Accept": {ManifestAccept}}, http.StatusOK)
+		r.f.metrics.observe(r.Name, KindManifest, start, err)
+		if err != nil {
+			return Manifest{}, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(io.LimitReader(resp.Body, MaxManifestBytes+1))
+		if err != nil {
+			return Manifest{}, r.client.classify("read manifest "+ref, err)
+		}
+		if len(body) > MaxManifestBytes {
+			return Manifest{}, fmt.Errorf("upstream %s: manifest %s is larger than %d bytes", r.Name, ref, MaxManifestBytes)
+		}
+		r.f.metrics.upstreamBytes.WithLabelValues(r.Name).Add(float64(len(body)))
+		if want == "" {
+			want, _ = digest.Parse(resp.Header.Get("Docker-Content-Digest"))
+		}
+		if want != "" {
+			if got := want.Algorithm().FromBytes(body); got != want {
+				return Manifest{}, fmt.Errorf("upstream %s: manifest %s: content digest %s does not match %s", r.Name, ref, got, want)
+			}
+		} else {
+			want = digest.FromBytes(body)
+		}
+		ct := MediaType(resp.Header.Get("Content-Type"))
+		if ct == "" || ct == "application/json" || ct == "text/plain" {
+			var probe struct {
+				MediaType string `json:"mediaType"`
+			}
+			_ = json.Unmarshal(body, &probe)
+			ct = probe.MediaType
+		}
+		m := Manifest{Raw: body, Digest: want, MediaType: ct}
+		kept, err := keep(context.WithoutCancel(ctx), m)
+		if err != nil {
+			return Manifest{}, err
+		}
+		m.Kept = kept
+		return m, nil
+	})
+	if err != nil {
+		return Manifest{}, false, err
+	}
+	return v.(Manifest), !leader, nil
+}
+
+// TagAnswer is what the upstream says a tag names now.
+type TagAnswer struct {
+	Desc v1.Descriptor
+	// Fetched reports that the upstream's HEAD named no digest, so the manifest was fetched
+	// (and kept) to learn it.
+	Fetched bool
+}
+
+// Tag asks the upstream which manifest repo:tag names now: one HEAD, shared by concurrent
+// requests for the same tag, bounded by the upstream timeout as a whole. When the HEAD names
+// no digest the manifest is fetched and handed to keep.
+func (r *Remote) Tag(ctx context.Context, repo, tag string, keep KeepFunc) (TagAnswer, error) {
+	v, err, _ := r.f.flight.Do("tag\x00"+r.Name+"\x00"+repo+"\x00"+tag, func() (any, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.opts.Timeout)
+		defer cancel()
+		start := time.Now()
+		resp, err := r.client.do(ctx, http.MethodHead, repo, "manifests", tag,
+			http.Header{"Accept": {ManifestAccept}}, http.StatusOK)
+		r.f.metrics.observe(r.Name, KindManifest, start, err)
+		if err != nil {
+			return nil, err
+		}
+		_ = resp.Body.Close()
+		dgst, perr := digest.Parse(resp.Header.Get("Docker-Content-Digest"))
+		if perr != nil {
+			// The digest header is optional on HEAD: fetch the manifest to learn it.
+			m, _, gerr := r.Manifest(ctx, repo, tag, "", keep)
+			if gerr != nil {
+				return nil, gerr
+			}
+			return TagAnswer{Desc: v1.Descriptor{Digest: m.Digest, Size: int64(len(m.Raw)), MediaType: m.MediaType}, Fetched: true}, nil
+		}
+		return TagAnswer{Desc: v1.Descriptor{Digest: dgst, Size: resp.ContentLength, MediaType: MediaType(resp.Header.Get("Content-Type"))}}, nil
+	})
+	if err != nil {
+		return TagAnswer{}, err
+	}
+	return v.(TagAnswer), nil
+}
+
+// Tags lists the upstream repository's tags (tags/list, first page of up to 10000).
+func (r *Remote) Tags(ctx context.Context, repo string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.f.opts.Timeout)
+	defer cancel()
+	resp, err := r.client.do(ctx, http.MethodGet, repo, "tags", "list?n=10000", nil, http.StatusOK)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Tags []string `json:"tags"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, MaxManifestBytes)).Decode(&body); err != nil {
+		return nil, fmt.Errorf("upstream %s: decode tags of %s: %w", r.Name, repo, err)
+	}
+	return body.Tags, nil
+}
+
+// MediaType returns the media type of a Content-Type value without parameters, "" when it
+// does not parse.
+func MediaType(ct string) string {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return ""
+	}
+	return mt
+}

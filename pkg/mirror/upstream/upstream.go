@@ -1,0 +1,208 @@
+// Package upstream is the mirror's upstream side: one client per configured registry
+// (anonymous bearer tokens, redirects, per-repository transports), blob fills (one upstream
+// download per blob however many clients ask, resumed when the stream breaks, verified before
+// the last byte is released), manifest and tag lookups shared by concurrent requests, tag
+// freshness for --tag-ttl, and the upstream metrics.
+//
+// It knows nothing of distribution's storage: what a fill or a manifest fetch produced is handed
+// to a function of the caller (CommitFunc, KeepFunc) that stores it.
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/golang-lru/v2/expirable"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"golang.org/x/sync/singleflight"
+)
+
+// Defaults for Options.
+const (
+	// DefaultTimeout bounds every upstream exchange up to its response headers (and a tag
+	// revalidation as a whole); below containerd's 30 s response-header deadline.
+	DefaultTimeout = 10 * time.Second
+	// DefaultFillTimeout bounds one blob fill from its first request to its commit.
+	DefaultFillTimeout = 2 * time.Hour
+	// MaxFreshTags bounds how many tags Options.TagTTL remembers as fresh; the least recently
+	// used goes first (it is then revalidated on its next request).
+	MaxFreshTags = 65536
+)
+
+// Registry is one upstream registry: the name clients use for it and where its API is.
+type Registry struct {
+	// Name is the registry host as written in image references, e.g. "ghcr.io".
+	Name string
+	// URL is scheme://host[:port] of its API.
+	URL *url.URL
+}
+
+// Options configures a Fetcher. The zero value of every optional field means its default.
+type Options struct {
+	// StagingDir holds blobs being filled (required); files "fill-*" in it belong to fills.
+	StagingDir string
+	// Timeout bounds an upstream exchange up to response headers, a whole tag revalidation and
+	// a stall of a blob stream. Default DefaultTimeout.
+	Timeout time.Duration
+	// TagTTL is how long a tag confirmed upstream counts as fresh. 0 (default): never.
+	TagTTL time.Duration
+	// FillTimeout bounds one blob fill. Default DefaultFillTimeout.
+	FillTimeout time.Duration
+	// Transport is the base transport, under authentication and redirects. Default
+	// DefaultTransport(Timeout).
+	Transport http.RoundTripper
+	// UserAgent is sent upstream (required).
+	UserAgent string
+	// Logger receives fill failures and resumes. Default: disabled.
+	Logger zerolog.Logger
+	// Registerer receives the upstream metrics (required).
+	Registerer prometheus.Registerer
+	// Clock tells the time for tag freshness and transport age. Default time.Now.
+	Clock func() time.Time
+}
+
+// Fetcher reaches every configured upstream for the mirror. Its methods are safe for
+// concurrent use. It starts no goroutine until a fill starts.
+type Fetcher struct {
+	opts    Options
+	log     zerolog.Logger
+	remotes map[string]*Remote
+	fills   *fillSet
+	flight  singleflight.Group
+	metrics *metrics
+	fresh   *expirable.LRU[string, time.Time] // nil when TagTTL is 0
+
+	// fillCtx is the parent of every fill, detached from the requests that start them;
+	// abandon cancels it.
+	fillCtx context.Context
+	abandon context.CancelFunc
+}
+
+// New builds a Fetcher for regs. It contacts no upstream. ctx's values (not its cancellation)
+// reach the fills; Close abandons them.
+//
+// Errors: a missing StagingDir, UserAgent or Registerer, a registry URL host that is not a
+// host, metrics already registered.
+func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
+	switch {
+	case opts.StagingDir == "":
+		return nil, errors.New("upstream: staging dir is required")
+	case opts.UserAgent == "":
+		return nil, errors.New("upstream: user agent is required")
+	case opts.Registerer == nil:
+		return nil, errors.New("upstream: metrics registerer is required")
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.FillTimeout <= 0 {
+		opts.FillTimeout = DefaultFillTimeout
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.Transport == nil {
+		opts.Transport = DefaultTransport(opts.Timeout)
+	}
+	met, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("register upstream metrics: %w", err)
+	}
+	f := &Fetcher{
+		opts:    opts,
+		log:     opts.Logger,
+		remotes: map[string]*Remote{},
+		fills:   newFillSet(opts.StagingDir),
+		metrics: met,
+	}
+	if opts.TagTTL > 0 {
+		// The LRU drops entries TagTTL after they were added (in real time) and bounds the
+		// memory; freshness itself is judged against opts.Clock in TagFresh.
+		f.fresh = expirable.NewLRU[string, time.Time](MaxFreshTags, nil, opts.TagTTL)
+	}
+	for _, reg := range regs {
+		c, err := newClient(reg, opts.Transport, opts.Timeout, opts.UserAgent, opts.Clock)
+		if err != nil {
+			return nil, err
+		}
+		f.remotes[reg.Name] = &Remote{Registry: reg, f: f, client: c}
+	}
+	f.fillCtx, f.abandon = context.WithCancel(context.WithoutCancel(ctx))
+	return f, nil
+}
+
+// Remote returns the upstream called name, nil when none is configured.
+func (f *Fetcher) Remote(name string) *Remote { return f.remotes[name] }
+
+// Timeout is Options.Timeout after defaults.
+func (f *Fetcher) Timeout() time.Duration { return f.opts.Timeout }
+
+// FillTimeout is Options.FillTimeout after defaults.
+func (f *Fetcher) FillTimeout() time.Duration { return f.opts.FillTimeout }
+
+// StagingDir is Options.StagingDir.
+func (f *Fetcher) StagingDir() string { return f.opts.StagingDir }
+
+func tagKey(upstream, repo, tag string) string { return upstream + "/" + repo + ":" + tag }
+
+// TagFresh reports whether repo:tag of upstream was confirmed upstream less than TagTTL ago.
+func (f *Fetcher) TagFresh(upstream, repo, tag string) bool {
+	if f.fresh == nil {
+		return false
+	}
+	at, ok := f.fresh.Get(tagKey(upstream, repo, tag))
+	return ok && f.opts.Clock().Sub(at) < f.opts.TagTTL
+}
+
+// MarkTagFresh records that repo:tag of upstream was confirmed upstream now (a no-op when
+// TagTTL is 0).
+func (f *Fetcher) MarkTagFresh(upstream, repo, tag string) {
+	if f.fresh == nil {
+		return
+	}
+	f.fresh.Add(tagKey(upstream, repo, tag), f.opts.Clock())
+}
+
+// WaitIdle blocks until no blob fill is in flight, or ctx ends.
+func (f *Fetcher) WaitIdle(ctx context.Context) error { return f.fills.wait(ctx) }
+
+// Drain lets fills in flight finish until ctx ends, then abandons the rest and waits for them
+// to stop. It returns how many were abandoned.
+func (f *Fetcher) Drain(ctx context.Context) int {
+	if f.fills.wait(ctx) == nil {
+		return 0
+	}
+	n := f.fills.count()
+	f.abandon()
+	_ = f.fills.wait(context.Background())
+	return n
+}
+
+// Close abandons the fills in flight and waits until they stopped.
+func (f *Fetcher) Close() error {
+	f.abandon()
+	return f.fills.wait(context.Background())
+}
+
+// RemoveStaging drops leftovers of an interrupted run in dir ("fill-*" files are never valid
+// content).
+func RemoveStaging(dir string) {
+	old, _ := filepath.Glob(filepath.Join(dir, "fill-*"))
+	for _, f := range old {
+		_ = os.Remove(f)
+	}
+}
+
+// Remote is one configured upstream.
+type Remote struct {
+	Registry
+	f      *Fetcher
+	client *client
+}

@@ -1,0 +1,281 @@
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// expirable.NewLRU starts a goroutine that deletes expired entries and never stops
+		// (golang-lru v2.0.5 has no Close); one per Fetcher with a TagTTL.
+		goleak.IgnoreTopFunction("github.com/hashicorp/golang-lru/v2/expirable.NewLRU[...].func1"),
+	)
+}
+
+// fakeClock is a settable clock for Options.Clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// testFetcher builds a Fetcher for one upstream "upstream.test" at srv (nil: an unused URL),
+// closed when the test ends.
+func testFetcher(t *testing.T, srv *httptest.Server, opts Options) *Fetcher {
+	t.Helper()
+	u := &url.URL{Scheme: "http", Host: "127.0.0.1:1"}
+	tr := &http.Transport{}
+	if srv != nil {
+		u, _ = url.Parse(srv.URL)
+	}
+	opts.StagingDir = t.TempDir()
+	opts.UserAgent = "nodecache-test"
+	opts.Registerer = prometheus.NewRegistry()
+	opts.Transport = tr
+	f, err := New(t.Context(), []Registry{{Name: "upstream.test", URL: u}}, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = f.Close()
+		tr.CloseIdleConnections()
+	})
+	return f
+}
+
+func TestTagFreshness(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		ttl     time.Duration
+		advance time.Duration
+		want    bool
+	}{
+		{"ttl 0 is never fresh", 0, 0, false},
+		{"within ttl", time.Minute, 59 * time.Second, true},
+		{"at ttl", time.Minute, time.Minute, false},
+		{"after ttl", time.Minute, time.Hour, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock := &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+			f := testFetcher(t, nil, Options{TagTTL: tc.ttl, Clock: clock.Now})
+			if f.TagFresh("upstream.test", "team/app", "v1") {
+				t.Fatal("a tag never confirmed is fresh")
+			}
+			f.MarkTagFresh("upstream.test", "team/app", "v1")
+			clock.Advance(tc.advance)
+			if got := f.TagFresh("upstream.test", "team/app", "v1"); got != tc.want {
+				t.Errorf("fresh after %s with ttl %s = %v, want %v", tc.advance, tc.ttl, got, tc.want)
+			}
+			if f.TagFresh("upstream.test", "team/app", "v2") || f.TagFresh("other.test", "team/app", "v1") {
+				t.Error("another tag or upstream counts as fresh")
+			}
+			// Confirming again restarts the TTL.
+			f.MarkTagFresh("upstream.test", "team/app", "v1")
+			if got := f.TagFresh("upstream.test", "team/app", "v1"); got != (tc.ttl > 0) {
+				t.Errorf("fresh right after a new confirmation = %v, want %v", got, tc.ttl > 0)
+			}
+		})
+	}
+}
+
+func TestFreshTagsBounded(t *testing.T) {
+	t.Parallel()
+	f := testFetcher(t, nil, Options{TagTTL: time.Hour})
+	for i := range MaxFreshTags + 10 {
+		f.MarkTagFresh("upstream.test", "team/app", fmt.Sprint("t", i))
+	}
+	if n := f.fresh.Len(); n != MaxFreshTags {
+		t.Errorf("%d fresh tags remembered, want the bound %d", n, MaxFreshTags)
+	}
+	if f.TagFresh("upstream.test", "team/app", "t0") {
+		t.Error("the least recently confirmed tag is still remembered past the bound")
+	}
+	if !f.TagFresh("upstream.test", "team/app", fmt.Sprint("t", MaxFreshTags+9)) {
+		t.Error("the last confirmed tag is not fresh")
+	}
+}
+
+// pingCounter is an upstream that answers /v2/ and counts the pings (one per new transport).
+func pingCounter(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var pings atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/" {
+			pings.Add(1)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &pings
+}
+
+func TestTransportsAreLeastRecentlyUsed(t *testing.T) {
+	t.Parallel()
+	srv, pings := pingCounter(t)
+	clock := &fakeClock{now: time.Now()}
+	f := testFetcher(t, srv, Options{Clock: clock.Now})
+	c := f.Remote("upstream.test").client
+	get := func(repo string) {
+		t.Helper()
+		if _, err := c.transport(t.Context(), repo); err != nil {
+			t.Fatalf("transport %s: %v", repo, err)
+		}
+	}
+	for i := range maxRepoTransports {
+		get(fmt.Sprint("repo", i))
+	}
+	if n := pings.Load(); n != maxRepoTransports {
+		t.Fatalf("%d pings for %d repositories", n, maxRepoTransports)
+	}
+	get("repo0") // now the most recently used
+	get("new")   // evicts repo1, the least recently used
+	if n := pings.Load(); n != maxRepoTransports+1 {
+		t.Fatalf("%d pings, want %d (repo0 reused, new created)", n, maxRepoTransports+1)
+	}
+	get("repo0")
+	if n := pings.Load(); n != maxRepoTransports+1 {
+		t.Error("repo0 was evicted although it was used recently")
+	}
+	get("repo1")
+	if n := pings.Load(); n != maxRepoTransports+2 {
+		t.Error("repo1, the least recently used, was kept past the bound")
+	}
+	if n := c.repos.Len(); n != maxRepoTransports {
+		t.Errorf("%d transports kept, want %d", n, maxRepoTransports)
+	}
+	clock.Advance(repoTransportTTL)
+	before := pings.Load()
+	get("repo0")
+	if pings.Load() != before+1 {
+		t.Error("a transport older than repoTransportTTL was reused")
+	}
+}
+
+// blobServer serves body as repository team/app's blob dgst (Range honoured) under name "served".
+func blobServer(t *testing.T, dgst digest.Digest, body []byte) (*httptest.Server, *atomic.Int64) {
+	t.Helper()
+	var gets atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/v2/":
+		case r.URL.Path == "/v2/team/app/blobs/"+dgst.String():
+			if r.Method == http.MethodGet {
+				gets.Add(1)
+			}
+			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &gets
+}
+
+func TestFill(t *testing.T) {
+	t.Parallel()
+	blob := make([]byte, 3<<20)
+	_, _ = rand.Read(blob)
+	good := digest.FromBytes(blob)
+	for _, tc := range []struct {
+		name       string
+		serve      []byte
+		wantCommit bool
+	}{
+		{"verified blob is served and committed", blob, true},
+		{"wrong bytes are neither released whole nor committed", append([]byte{blob[0] ^ 1}, blob[1:]...), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv, gets := blobServer(t, good, tc.serve)
+			f := testFetcher(t, srv, Options{})
+			r := f.Remote("upstream.test")
+			desc, err := r.BlobStat(t.Context(), "team/app", good)
+			if err != nil || desc.Size != int64(len(blob)) {
+				t.Fatalf("BlobStat = %+v, %v; want size %d", desc, err, len(blob))
+			}
+			var (
+				mu        sync.Mutex
+				committed []byte
+			)
+			commit := func(_ context.Context, path string, d v1.Descriptor) error {
+				b, err := os.ReadFile(path)
+				mu.Lock()
+				committed = b
+				mu.Unlock()
+				return err
+			}
+			fl, joined, err := r.StartFill("team/app", desc, commit)
+			if err != nil || joined {
+				t.Fatalf("StartFill = %v, joined %v", err, joined)
+			}
+			if again, joined, _ := r.StartFill("team/app", desc, commit); again != fl && !joined {
+				// The first fill may already be over; a new one is then fine.
+				t.Log("fill was over before the second StartFill")
+			}
+			rec := httptest.NewRecorder()
+			rec.Header().Set("Content-Type", "application/octet-stream") // as the mirror sets it: no sniffing read
+			n, serr := fl.Serve(t.Context(), rec, httptest.NewRequest(http.MethodGet, "/", nil))
+			if err := f.WaitIdle(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if tc.wantCommit {
+				if serr != nil || n != int64(len(blob)) || !bytes.Equal(rec.Body.Bytes(), blob) {
+					t.Errorf("Serve = %d bytes, %v; body equal %v", n, serr, bytes.Equal(rec.Body.Bytes(), blob))
+				}
+				if !bytes.Equal(committed, blob) {
+					t.Errorf("committed %d bytes, not the blob", len(committed))
+				}
+			} else {
+				if !errors.Is(serr, ErrBroken) && !errors.Is(serr, ErrDigestMismatch) {
+					t.Errorf("Serve error = %v, want a broken response or a digest mismatch", serr)
+				}
+				if int64(rec.Body.Len()) >= int64(len(blob)) {
+					t.Error("the whole wrong blob reached the client")
+				}
+				if committed != nil {
+					t.Error("a blob that failed its digest was committed")
+				}
+			}
+			if g := gets.Load(); g != 1 {
+				t.Errorf("%d upstream GETs, want 1", g)
+			}
+			if strings.Contains(fmt.Sprint(os.ReadDir(f.StagingDir())), "fill-") {
+				t.Error("staging file left behind")
+			}
+		})
+	}
+}
