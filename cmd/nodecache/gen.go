@@ -37,7 +37,7 @@ nodecache never restarts or signals containerd.`,
 func genCommonFlags() []cli.Flag {
 	return []cli.Flag{
 		stringFlag("mirror", "", "nodecache `URL` the runtime pulls through, e.g. http://10.0.0.5:5000 (http://127.0.0.1:5000 for a hostNetwork agent); required"),
-		stringSliceFlag("upstream", nil, "registry `NAME[=URL]` to pull through the mirror, repeatable; only NAME is used, the fallback is always the real registry (default: serve's set: docker.io, ghcr.io, registry.k8s.io, quay.io, gcr.io)"),
+		stringSliceFlag("upstream", nil, "registry `NAME[=URL]` to pull through the mirror, repeatable (default: serve's set: docker.io, ghcr.io, registry.k8s.io, quay.io, gcr.io). The fallback after the mirror is the registry itself: https://NAME (docker.io: https://registry-1.docker.io), or URL when its host is NAME, e.g. registry.local:5000=http://registry.local:5000 for an http-only registry; a URL naming another host is refused"),
 		stringFlag("mirror-ca", "", "PEM CA `FILE` of an https mirror (refused for http); gen containerd and crio: a host path, read under --host-root; gen talos: a file on this machine"),
 		stringFlag("output", "text", "report format: text or json"),
 		boolFlag("dry-run", "print what would change as a unified diff; write nothing"),
@@ -53,6 +53,7 @@ func hostRootFlag() cli.Flag {
 type genBase struct {
 	mirror    bootstrap.Mirror
 	upstreams []string
+	fallbacks map[string]string
 	output    string
 	dryRun    bool
 	remove    bool
@@ -72,6 +73,9 @@ func readGenBase(c *cli.Context, needMirror bool) (genBase, error) {
 		}
 	}
 	if b.upstreams, err = bootstrap.UpstreamNames(c.StringSlice("upstream")); err != nil {
+		return b, withCode(exitUsage, err)
+	}
+	if b.fallbacks, err = bootstrap.Fallbacks(c.StringSlice("upstream")); err != nil {
 		return b, withCode(exitUsage, err)
 	}
 	if c.Args().Len() > 0 {
@@ -124,7 +128,7 @@ func runGenTalos(c *cli.Context) error {
 	if b.dryRun && c.String("out") == "" {
 		return usagef("--dry-run needs -o FILE: without it gen talos only prints")
 	}
-	opts := talos.Options{Mirror: b.mirror, Upstreams: b.upstreams, TalosVersion: c.String("talos-version"),
+	opts := talos.Options{Mirror: b.mirror, Upstreams: b.upstreams, Fallbacks: b.fallbacks, TalosVersion: c.String("talos-version"),
 		SkipFallback: c.Bool("skip-fallback"), PathPrefix: c.Bool("path-prefix"), Remove: b.remove}
 	if p := c.String("mirror-ca"); p != "" {
 		// A file on this machine (the patch carries it), so a relative path is fine.
@@ -248,7 +252,7 @@ func runGenContainerd(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	opts := containerd.Options{Mirror: b.mirror, Upstreams: b.upstreams, Config: c.String("containerd-config"),
+	opts := containerd.Options{Mirror: b.mirror, Upstreams: b.upstreams, Fallbacks: b.fallbacks, Config: c.String("containerd-config"),
 		CertsDir: c.String("certs-dir"), MirrorCA: c.String("mirror-ca"), Migrate: c.Bool("migrate")}
 	var versionNote string
 	if v := c.String("containerd-version"); v != "" {
@@ -399,7 +403,7 @@ func runGenCrio(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	opts := crio.Options{Mirror: b.mirror, Upstreams: b.upstreams, RegistriesDir: c.String("registries-dir"), CrioDir: c.String("crio-dir")}
+	opts := crio.Options{Mirror: b.mirror, Upstreams: b.upstreams, Fallbacks: b.fallbacks, RegistriesDir: c.String("registries-dir"), CrioDir: c.String("crio-dir")}
 	var versionNote string
 	if v := c.String("crio-version"); v != "" {
 		if opts.Version, err = bootstrap.ParseVersion(v); err != nil {

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/nodecache/nodecache/pkg/mirror"
@@ -83,8 +84,8 @@ func (m Mirror) Loopback() bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// UpstreamNames parses --upstream values (NAME or NAME=URL; only NAME is used by gen: the
-// fallback it writes is always the real registry) and returns the names, in order, without
+// UpstreamNames parses --upstream values (NAME or NAME=URL; gen takes the URL from Fallbacks)
+// and returns the names, in order, without
 // duplicates. An empty list gives serve's default set (mirror.DefaultUpstreams).
 func UpstreamNames(values []string) ([]string, error) {
 	if len(values) == 0 {
@@ -103,6 +104,64 @@ func UpstreamNames(values []string) ([]string, error) {
 		out = append(out, u.Name)
 	}
 	return out, nil
+}
+
+// Fallbacks reads the URLs of --upstream NAME=URL values for gen: the registry gen writes as
+// the fallback after the mirror. A URL whose host is NAME itself (case-insensitive; a port equal
+// to the scheme's default may be left out on either side) is kept as written, scheme included,
+// so an http-only private registry keeps its http fallback
+// ("registry.local:5000=http://registry.local:5000"). docker.io stays https://registry-1.docker.io:
+// only an https URL of docker.io, index.docker.io or registry-1.docker.io is accepted for it. A
+// URL naming another host is refused (ErrRefused): gen's fallback is the registry itself, never
+// another cache (serve and agent accept any URL). The result maps NAME to scheme://host[:port] for
+// names whose fallback is not RegistryURL(NAME); names given without URL are absent.
+func Fallbacks(values []string) (map[string]string, error) {
+	ups, err := mirror.ParseUpstreams(values)
+	if err != nil {
+		return nil, &RefusedError{Reason: "--upstream: " + err.Error()}
+	}
+	out := map[string]string{}
+	for i, u := range ups {
+		if !strings.Contains(values[i], "=") {
+			continue
+		}
+		if u.Name == mirror.DockerHub {
+			if u.URL.Scheme != "https" || !slices.Contains([]string{"docker.io", "index.docker.io", "registry-1.docker.io"}, hostOnly(u.URL)) {
+				return nil, Refusedf("--upstream %s: gen writes the registry itself as the fallback after the mirror, and docker.io's is %s: give docker.io alone (serve and agent take other URLs)", values[i], mirror.DockerHubURL)
+			}
+			continue
+		}
+		if !sameHost(u.Name, u.URL) {
+			return nil, Refusedf("--upstream %s: the URL names another host than %s: gen writes the registry itself as the fallback after the mirror (an http URL of %s itself keeps plain HTTP), never another cache; give %s alone or %s=http://%s", values[i], u.Name, u.Name, u.Name, u.Name, u.Name)
+		}
+		if fb := u.URL.Scheme + "://" + hostOnly(u.URL); fb != RegistryURL(u.Name) {
+			out[u.Name] = fb
+		}
+	}
+	return out, nil
+}
+
+// hostOnly is the URL's lower-case host name with a default port (80 for http, 443 for https)
+// left out.
+func hostOnly(u *url.URL) string {
+	h := strings.ToLower(u.Host)
+	if p := u.Port(); (p == "443" && u.Scheme == "https") || (p == "80" && u.Scheme == "http") {
+		h = strings.ToLower(u.Hostname())
+		if strings.Contains(h, ":") {
+			h = "[" + h + "]"
+		}
+	}
+	return h
+}
+
+// sameHost reports whether u addresses the registry called name: the same host and port, a port
+// equal to u's scheme default counting as none.
+func sameHost(name string, u *url.URL) bool {
+	n, err := url.Parse(u.Scheme + "://" + name)
+	if err != nil {
+		return false
+	}
+	return hostOnly(n) == hostOnly(u)
 }
 
 // RegistryURL is the real registry behind an upstream name: https://NAME, or

@@ -15,13 +15,14 @@ import (
 // hostsFile is one <config_path>/<host>/hosts.toml as containerd's core/remotes/docker/config
 // reads it (hostFileConfig there documents every field).
 type hostsFile struct {
-	// Server is the registry itself, tried after every [host] entry: "https://NAME", or
-	// "https://registry-1.docker.io" for docker.io. A path gets "/v2" appended unless
-	// override_path is set.
+	// Server is the registry itself, tried after every [host] entry: "https://NAME",
+	// "https://registry-1.docker.io" for docker.io, or the --upstream NAME=URL fallback
+	// (bootstrap.Fallbacks). A path gets "/v2" appended unless override_path is set.
 	Server string `toml:"server"`
 	// ServerCA, ServerClient and ServerSkipVerify are TLS settings for Server (a migrated legacy
-	// configs.<host>.tls); omitted when empty.
-	ServerCA         string     `toml:"ca,omitempty"`
+	// configs.<host>.tls, or a site directory's certificate files); omitted when empty.
+	// ServerCA is one path (string) or several ([]string), as containerd accepts both.
+	ServerCA         any        `toml:"ca,omitempty"`
 	ServerClient     [][]string `toml:"client,omitempty"`
 	ServerSkipVerify *bool      `toml:"skip_verify,omitempty"`
 }
@@ -73,20 +74,29 @@ func hostsTOML(f hostsFile, hosts []hostEntry, migrated bool) ([]byte, error) {
 	}
 	b.Write(top)
 	for _, h := range hosts {
-		chunk, err := toml.Marshal(map[string]map[string]hostEntry{"host": {h.URL: h}})
+		chunk, err := hostTable(h)
 		if err != nil {
-			return nil, fmt.Errorf("encode hosts.toml host %q: %w", h.URL, err)
-		}
-		// go-toml writes the empty super-table "[host]" before "[host.'<url>']"; a second one
-		// would redefine it, so every chunk drops it and only the per-host headers remain.
-		chunk, ok := bytes.CutPrefix(chunk, []byte("[host]\n"))
-		if !ok {
-			return nil, fmt.Errorf("encode hosts.toml host %q: unexpected encoding %q", h.URL, chunk)
+			return nil, err
 		}
 		b.WriteString("\n")
 		b.Write(chunk)
 	}
 	return b.Bytes(), nil
+}
+
+// hostTable encodes one [host."<url>"] table with its keys.
+func hostTable(h hostEntry) ([]byte, error) {
+	chunk, err := toml.Marshal(map[string]map[string]hostEntry{"host": {h.URL: h}})
+	if err != nil {
+		return nil, fmt.Errorf("encode hosts.toml host %q: %w", h.URL, err)
+	}
+	// go-toml writes the empty super-table "[host]" before "[host.'<url>']"; a second one would
+	// redefine it, so every chunk drops it and only the per-host headers remain.
+	chunk, ok := bytes.CutPrefix(chunk, []byte("[host]\n"))
+	if !ok {
+		return nil, fmt.Errorf("encode hosts.toml host %q: unexpected encoding %q", h.URL, chunk)
+	}
+	return chunk, nil
 }
 
 // mirrorEntry is the [host] table for the nodecache mirror: pull and resolve, a CA for an https
@@ -163,7 +173,8 @@ func hostFromDirName(dir string) string {
 }
 
 // upstreamOnly reports whether data (one of our hosts.toml files, in directory dir) is what gen
-// writes for an upstream and nothing more: the real registry as server without TLS settings and
+// writes for an upstream and nothing more: the real registry (https, or http from an
+// --upstream NAME=http://NAME fallback) as server without TLS settings and
 // exactly one [host] (the mirror), no migrated settings. Only such a file may go as stale.
 func upstreamOnly(dir string, data []byte) bool {
 	if bytes.Contains(data, []byte(migratedNote)) {
@@ -176,7 +187,9 @@ func upstreamOnly(dir string, data []byte) bool {
 	if err := toml.Unmarshal(data, &f); err != nil {
 		return false
 	}
-	return f.Server == bootstrap.RegistryURL(hostFromDirName(dir)) && f.ServerCA == "" && len(f.ServerClient) == 0 &&
+	host := hostFromDirName(dir)
+	server := f.Server == bootstrap.RegistryURL(host) || f.Server == "http://"+host
+	return server && f.ServerCA == nil && len(f.ServerClient) == 0 &&
 		f.ServerSkipVerify == nil && len(f.Host) == 1
 }
 

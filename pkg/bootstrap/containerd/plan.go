@@ -27,6 +27,10 @@ type Options struct {
 	Mirror bootstrap.Mirror
 	// Upstreams are the registry names pulled through the mirror (required for Plan).
 	Upstreams []string
+	// Fallbacks maps an upstream NAME to the registry URL written as hosts.toml's server when it
+	// is not bootstrap.RegistryURL(NAME), e.g. "http://registry.local:5000" for an http-only
+	// registry (bootstrap.Fallbacks reads them from --upstream NAME=URL).
+	Fallbacks map[string]string
 	// Config is the main config file (host path). Default DefaultConfig.
 	Config string
 	// CertsDir is the single directory gen writes into config_path when it has to set one.
@@ -113,6 +117,13 @@ type Report struct {
 	TransferService bool `json:"transfer_service"`
 	// Migrated lists hosts whose legacy mirrors/configs entries moved into hosts.toml.
 	Migrated []string `json:"migrated,omitempty"`
+	// Adopted lists the site's own hosts.toml files (a per-host directory nodecache did not
+	// write, "host:port" or "host_port_") that get the mirror as their first host; the rest of
+	// each stays byte for byte, the original in <file>.nodecache.bak.
+	Adopted []string `json:"adopted,omitempty"`
+	// ShadowedDefault is the site's _default/hosts.toml (or _default directory of certificates)
+	// that containerd no longer reads for the hosts nodecache writes a directory for.
+	ShadowedDefault string `json:"shadowed_default,omitempty"`
 	// Changes are the file operations, in the order Apply performs them.
 	Changes []bootstrap.Change `json:"changes"`
 	// RestartRequired is true when a config file changes: containerd reads config_path only at
@@ -193,6 +204,9 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	for _, n := range opts.Upstreams {
 		h := add(n)
 		h.file.Server = bootstrap.RegistryURL(n)
+		if fb, ok := opts.Fallbacks[n]; ok {
+			h.file.Server = fb
+		}
 		h.hosts = append(h.hosts, mirrorEntry(opts.Mirror, opts.MirrorCA))
 	}
 	if opts.Migrate {
@@ -209,27 +223,72 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 			for _, host := range slices.Sorted(maps.Keys(eff.Registry.ConfigsTLS)) {
 				h := add(host)
 				t := eff.Registry.ConfigsTLS[host]
-				applyTLS(&h.file.ServerCA, &h.file.ServerClient, &h.file.ServerSkipVerify, t)
+				var ca string
+				applyTLS(&ca, &h.file.ServerClient, &h.file.ServerSkipVerify, t)
+				if ca != "" {
+					h.file.ServerCA = ca
+				}
 				if !slices.Contains(rep.Migrated, host) {
 					rep.Migrated = append(rep.Migrated, host)
 				}
 			}
 		}
 	}
+	var keep, own []string
 	for _, host := range order {
 		h := hostsFor[host]
 		// A host that holds only migrated settings is marked so that later runs keep it.
-		data, err := hostsTOML(h.file, h.hosts, slices.Contains(rep.Migrated, host) && !slices.Contains(opts.Upstreams, host))
+		migratedOnly := slices.Contains(rep.Migrated, host) && !slices.Contains(opts.Upstreams, host)
+		render := func(cas []string, pairs [][]string) ([]byte, error) {
+			f := h.file
+			if len(cas) > 0 && f.ServerCA == nil {
+				f.ServerCA = cas
+			}
+			if len(pairs) > 0 && len(f.ServerClient) == 0 {
+				f.ServerClient = pairs
+			}
+			return hostsTOML(f, h.hosts, migratedOnly)
+		}
+		if migratedOnly {
+			data, err := render(nil, nil)
+			if err != nil {
+				return nil, err
+			}
+			c, err := bootstrap.PlanOwned(fsys, hostsPath(cp.hostsDir, host), hostsMode, data)
+			if err != nil {
+				return nil, err
+			}
+			rep.Changes = append(rep.Changes, c)
+			keep = append(keep, HostDirName(host))
+			continue
+		}
+		hp, err := planHostsFile(fsys, cp.hostsDir, host, render, h.hosts[0])
 		if err != nil {
 			return nil, err
 		}
-		c, err := bootstrap.PlanOwned(fsys, hostsPath(cp.hostsDir, host), hostsMode, data)
-		if err != nil {
-			return nil, err
+		if hp.adopted && len(h.hosts) > 1 {
+			return nil, bootstrap.Refusedf("--migrate: %s has the site's own hosts.toml for %s: move registry.mirrors.%q into it by hand; nothing was changed", path.Join(cp.hostsDir, hp.dir), host, host)
 		}
-		rep.Changes = append(rep.Changes, c)
+		rep.Changes = append(rep.Changes, hp.changes...)
+		keep = append(keep, hp.dir)
+		if hp.adopted {
+			rep.Adopted = append(rep.Adopted, path.Join(cp.hostsDir, hp.dir, "hosts.toml"))
+		}
+		if hp.own {
+			own = append(own, host)
+		}
 	}
-	stale, err := staleHosts(fsys, cp.hostsDir, order)
+	if len(own) > 0 {
+		def, err := defaultShadowed(fsys, cp.hostsDir)
+		if err != nil {
+			return nil, err
+		}
+		if def != "" {
+			rep.ShadowedDefault = def
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s is the site's default for registries without their own directory; containerd reads the directories nodecache writes for %s instead, so it no longer applies to them: copy what they need from it into those hosts.toml files", def, strings.Join(own, ", ")))
+		}
+	}
+	stale, err := staleHosts(fsys, cp.hostsDir, keep)
 	if err != nil {
 		return nil, err
 	}
@@ -248,8 +307,8 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	return rep, nil
 }
 
-// staleHosts plans the removal of our own hosts.toml files in dir for hosts not in keep (an
-// earlier run's upstreams): a file without bootstrap.Marker, or holding more than an upstream's
+// staleHosts plans the removal of our own hosts.toml files in dir for directories not in keep
+// (an earlier run's upstreams) and takes the mirror out of a site's hosts.toml adopted then: a file without bootstrap.Marker, or holding more than an upstream's
 // mirror entry (settings moved there by --migrate), is never touched, and a directory goes only
 // when it is then empty (Applier's PruneDir). Talos' applier does the same with the
 // files it owns (STYLE.md, config writers).
@@ -259,8 +318,8 @@ func staleHosts(fsys fs.FS, dir string, keep []string) ([]bootstrap.Change, erro
 		return nil, nil // no directory: nothing of ours in it
 	}
 	want := map[string]bool{}
-	for _, h := range keep {
-		want[HostDirName(h)] = true
+	for _, d := range keep {
+		want[d] = true
 	}
 	var out []bootstrap.Change
 	for _, ent := range entries {
@@ -270,7 +329,19 @@ func staleHosts(fsys fs.FS, dir string, keep []string) ([]bootstrap.Change, erro
 		if fi, err := fs.Stat(fsys, bootstrap.FSName(path.Join(dir, ent.Name()))); err != nil || !fi.IsDir() {
 			continue
 		}
-		c, ok, _, err := bootstrap.PlanRemoveOwned(fsys, path.Join(dir, ent.Name(), "hosts.toml"), true)
+		file := path.Join(dir, ent.Name(), "hosts.toml")
+		if data, ok, err := bootstrap.ReadFile(fsys, file); err == nil && ok && !bootstrap.Managed(data) {
+			c, ok, err := planUnadopt(fsys, file, data)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				c.Note = fmt.Sprintf("stale: %s is not an upstream of this run; %s", ent.Name(), c.Note)
+				out = append(out, c)
+			}
+			continue
+		}
+		c, ok, _, err := bootstrap.PlanRemoveOwned(fsys, file, true)
 		if err != nil {
 			return nil, err
 		}

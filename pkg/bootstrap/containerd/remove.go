@@ -13,7 +13,8 @@ import (
 
 // PlanRemove computes what `gen containerd --remove` undoes: every hosts.toml that starts with
 // bootstrap.Marker under the directories containerd reads (and CertsDir) is removed (its
-// directory too when then empty); a config file nodecache edited is restored from its
+// directory too when then empty); a site's hosts.toml gen added the mirror to gets its backup
+// back (byte for byte) or, when it changed since, loses only the mirror's table; a config file nodecache edited is restored from its
 // <file>.nodecache.bak when the file still holds exactly what gen would have written from that
 // backup; a config.toml nodecache created is removed. Anything else is left and reported.
 // restart_required is set when a config file changes.
@@ -56,7 +57,19 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 					continue
 				}
 			}
-			c, ok, note, err := bootstrap.PlanRemoveOwned(fsys, path.Join(dir, ent.Name(), "hosts.toml"), true)
+			file := path.Join(dir, ent.Name(), "hosts.toml")
+			if data, ok, err := bootstrap.ReadFile(fsys, file); err == nil && ok && !bootstrap.Managed(data) {
+				// The site's own hosts.toml: take out the mirror gen added, if any.
+				c, ok, err := planUnadopt(fsys, file, data)
+				if err != nil {
+					return nil, err
+				}
+				if ok {
+					rep.Changes = append(rep.Changes, c)
+				}
+				continue
+			}
+			c, ok, note, err := bootstrap.PlanRemoveOwned(fsys, file, true)
 			if err != nil {
 				return nil, err
 			}

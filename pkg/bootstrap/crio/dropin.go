@@ -55,6 +55,9 @@ type registry struct {
 	Prefix string `toml:"prefix"`
 	// Location is where the images really live: the upstream NAME itself.
 	Location string `toml:"location"`
+	// Insecure allows plain HTTP (and unverified TLS) for Location: set for an upstream given as
+	// --upstream NAME=http://NAME, or carried over from the site's entry for the prefix.
+	Insecure bool `toml:"insecure,omitempty"`
 	// Mirrors are tried in order before Location.
 	Mirrors []mirrorEndpoint `toml:"mirror"`
 }
@@ -86,6 +89,9 @@ type Options struct {
 	Mirror bootstrap.Mirror
 	// Upstreams are the registry names to mirror (required for Plan).
 	Upstreams []string
+	// Fallbacks maps an upstream NAME to its own registry URL when that is not https://NAME
+	// (bootstrap.Fallbacks): an http:// one sets insecure = true for the prefix.
+	Fallbacks map[string]string
 	// RegistriesDir is the system drop-in directory (default DefaultRegistriesDir).
 	RegistriesDir string
 	// CrioDir is CRI-O's drop-in directory (default DefaultCrioDir).
@@ -158,11 +164,11 @@ type Report struct {
 }
 
 // dropIn renders the registries.conf.d drop-in.
-func dropIn(m bootstrap.Mirror, upstreams []string) ([]byte, error) {
+func dropIn(m bootstrap.Mirror, upstreams []string, fallbacks map[string]string) ([]byte, error) {
 	conf := registriesConf{}
 	for _, n := range upstreams {
 		conf.Registries = append(conf.Registries, registry{
-			Prefix: n, Location: n,
+			Prefix: n, Location: n, Insecure: strings.HasPrefix(fallbacks[n], "http://"),
 			Mirrors: []mirrorEndpoint{{Location: m.Host() + "/" + n, Insecure: m.HTTP(), PullFromMirror: "all"}},
 		})
 	}
@@ -207,7 +213,7 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	if len(rep.Upstreams) == 0 {
 		return nil, bootstrap.Refusedf("no upstream can be mirrored for CRI-O: %s", strings.Join(rep.Warnings, "; "))
 	}
-	data, err := dropIn(opts.Mirror, rep.Upstreams)
+	data, err := dropIn(opts.Mirror, rep.Upstreams, opts.Fallbacks)
 	if err != nil {
 		return nil, err
 	}

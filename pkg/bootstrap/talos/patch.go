@@ -52,6 +52,10 @@ type Options struct {
 	Mirror bootstrap.Mirror
 	// Upstreams are the registry names to mirror (required).
 	Upstreams []string
+	// Fallbacks maps an upstream NAME to its own registry URL when that is not https://NAME
+	// (bootstrap.Fallbacks, from --upstream NAME=http://NAME): written as a second endpoint after
+	// the mirror, so an http-only registry stays reachable when the mirror is down.
+	Fallbacks map[string]string
 	// TalosVersion is the target release, "vX.Y.Z" (default DefaultVersion()).
 	TalosVersion string
 	// SkipFallback stops pulls from falling back to the real registry when the mirror fails.
@@ -171,6 +175,20 @@ func endpoint(opts Options, name string) (*url.URL, bool) {
 	return &u, false
 }
 
+// fallback is the endpoint written after the mirror for an upstream whose own registry is not
+// https://NAME (Options.Fallbacks), or nil.
+func fallback(opts Options, name string) (*url.URL, error) {
+	fb, ok := opts.Fallbacks[name]
+	if !ok {
+		return nil, nil
+	}
+	u, err := url.Parse(fb)
+	if err != nil || u.Host == "" {
+		return nil, bootstrap.Refusedf("--upstream %s=%s: not a registry URL", name, fb)
+	}
+	return u, nil
+}
+
 // documentsPatch: one RegistryMirrorConfig per upstream, then the mirror's RegistryTLSConfig.
 func documentsPatch(opts Options) ([]byte, error) {
 	var docs []any
@@ -182,6 +200,11 @@ func documentsPatch(opts Options) ([]byte, error) {
 			ep.EndpointOverridePath = new(true)
 		}
 		doc.RegistryEndpoints = []cri.RegistryEndpoint{ep}
+		if fb, err := fallback(opts, n); err != nil {
+			return nil, err
+		} else if fb != nil {
+			doc.RegistryEndpoints = append(doc.RegistryEndpoints, cri.RegistryEndpoint{EndpointURL: meta.URL{URL: fb}})
+		}
 		if opts.SkipFallback {
 			doc.RegistrySkipFallback = new(true)
 		}
@@ -201,6 +224,13 @@ func legacyPatch(opts Options) ([]byte, error) {
 	for _, n := range opts.Upstreams {
 		u, override := endpoint(opts, n)
 		m := &v1alpha1.RegistryMirrorConfig{MirrorEndpoints: []string{u.String()}} //nolint:staticcheck // legacy form
+		fb, err := fallback(opts, n)
+		if err != nil {
+			return nil, err
+		}
+		if fb != nil {
+			m.MirrorEndpoints = append(m.MirrorEndpoints, fb.String()) //nolint:staticcheck // legacy form
+		}
 		if override {
 			m.MirrorOverridePath = new(true)
 		}

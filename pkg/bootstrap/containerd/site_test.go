@@ -1,0 +1,314 @@
+package containerd_test
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/remotes/docker/config"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
+	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
+)
+
+const (
+	siteCerts = "/etc/containerd/certs.d"
+	// siteConfig is a containerd 2.x config.toml whose config_path gen adopts as it is.
+	siteConfig = "version = 3\n\n[plugins.'io.containerd.cri.v1.images'.registry]\n  config_path = '/etc/containerd/certs.d'\n"
+	// siteHostsTOML is a user's hosts.toml for an http-only registry, as containerd's
+	// documentation shows it, with a comment and a second endpoint of its own.
+	siteHostsTOML = "# our lab registry: plain http\nserver = \"http://registry.local:5000\"\n\n# the DR copy\n[host.\"http://registry-dr.local:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
+)
+
+// hostsFor asks containerd's ConfigureHosts which endpoints a pull of host tries, in order,
+// as scheme://host.
+func hostsFor(t *testing.T, root, host string) []string {
+	t.Helper()
+	hosts := config.ConfigureHosts(t.Context(), config.HostOptions{HostDir: config.HostDirFromRoot(filepath.Join(root, siteCerts))})
+	list, err := hosts(host)
+	if err != nil {
+		t.Fatalf("ConfigureHosts(%s): %v", host, err)
+	}
+	var out []string
+	for _, h := range list {
+		out = append(out, h.Scheme+"://"+h.Host)
+	}
+	return out
+}
+
+func planApply(t *testing.T, root string, opts containerd.Options, remove bool) *containerd.Report {
+	t.Helper()
+	var rep *containerd.Report
+	var err error
+	if remove {
+		rep, err = containerd.PlanRemove(os.DirFS(root), opts)
+	} else {
+		rep, err = containerd.Plan(os.DirFS(root), opts)
+	}
+	if err != nil {
+		t.Fatalf("plan (remove=%v): %v", remove, err)
+	}
+	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func dirNames(t *testing.T, root string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(root, siteCerts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// TestSiteHostsDirectoryAdopted: a user's registry.local:5000 directory, in the colon form
+// containerd's documentation shows and in the host_port_ form, gets the mirror as its first host;
+// no directory that containerd would read before it is created; the rest of the file stays byte
+// for byte; a second run changes nothing; --remove gives back the user's file byte for byte
+// (issue 11).
+func TestSiteHostsDirectoryAdopted(t *testing.T) {
+	t.Parallel()
+	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	for _, dir := range []string{"registry.local:5000", "registry.local_5000_"} {
+		t.Run(dir, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+			file := siteCerts + "/" + dir + "/hosts.toml"
+			bootstraptest.WriteHostFile(t, root, file, []byte(siteHostsTOML))
+			before := hostsFor(t, root, "registry.local:5000")
+			opts := containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"docker.io", "registry.local:5000"}}
+
+			rep := planApply(t, root, opts, false)
+			if !slices.Equal(rep.Adopted, []string{file}) {
+				t.Fatalf("adopted %v, want [%s]", rep.Adopted, file)
+			}
+			if got := dirNames(t, root); !slices.Equal(got, []string{"docker.io", dir}) {
+				t.Fatalf("directories %v: want only docker.io and the user's %s (nothing shadowing it)", got, dir)
+			}
+			after := hostsFor(t, root, "registry.local:5000")
+			if want := append([]string{m.String()}, before...); !slices.Equal(after, want) {
+				t.Fatalf("containerd tries %v, want the mirror, then the user's own %v", after, before)
+			}
+			got := bootstraptest.ReadHostFile(t, root, file)
+			if bak := bootstraptest.ReadHostFile(t, root, file+bootstrap.BackupSuffix); !bytes.Equal(bak, []byte(siteHostsTOML)) {
+				t.Fatalf("backup %q, want the user's file", bak)
+			}
+			// Everything but our lines is the user's, in order.
+			var kept []string
+			for _, l := range strings.SplitAfter(string(got), "\n") {
+				if !strings.Contains(l, "nodecache") && !strings.Contains(l, "10.0.0.5") && !strings.HasPrefix(l, "capabilities") && l != "\n" {
+					kept = append(kept, l)
+				}
+			}
+			var orig []string
+			for _, l := range strings.SplitAfter(siteHostsTOML, "\n") {
+				if l != "\n" && l != "" {
+					orig = append(orig, l)
+				}
+			}
+			if strings.Join(kept, "") != strings.Join(orig, "") {
+				t.Fatalf("the user's lines changed:\n%s", got)
+			}
+
+			rep = planApply(t, root, opts, false)
+			if bootstrap.AnyChanged(rep.Changes) {
+				t.Fatalf("second run changes %+v", rep.Changes)
+			}
+
+			planApply(t, root, containerd.Options{Daemon: v24}, true)
+			if got := bootstraptest.ReadHostFile(t, root, file); !bytes.Equal(got, []byte(siteHostsTOML)) {
+				t.Fatalf("after --remove:\n%s\nwant the user's file byte for byte", got)
+			}
+			if _, err := os.Stat(filepath.Join(root, file+bootstrap.BackupSuffix)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("backup left after restore: %v", err)
+			}
+			if got := dirNames(t, root); !slices.Equal(got, []string{dir}) {
+				t.Fatalf("after --remove: directories %v, want only the user's", got)
+			}
+		})
+	}
+}
+
+// TestSiteHostsAdoptedKeepsLaterEdits: a site edit after gen survives --remove; only our table
+// goes.
+func TestSiteHostsAdoptedKeepsLaterEdits(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+	file := siteCerts + "/registry.local:5000/hosts.toml"
+	bootstraptest.WriteHostFile(t, root, file, []byte(siteHostsTOML))
+	opts := containerd.Options{Mirror: mustParseMirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"registry.local:5000"}}
+	planApply(t, root, opts, false)
+	edited := append(bootstraptest.ReadHostFile(t, root, file), "\n[host.\"http://registry-3.local:5000\"]\n  capabilities = [\"pull\"]\n"...)
+	bootstraptest.WriteHostFile(t, root, file, edited)
+	planApply(t, root, containerd.Options{Daemon: v24}, true)
+	want := siteHostsTOML + "\n[host.\"http://registry-3.local:5000\"]\n  capabilities = [\"pull\"]\n"
+	if got := bootstraptest.ReadHostFile(t, root, file); string(got) != want {
+		t.Fatalf("after --remove:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestSiteHostsRefusedWhenContainerdCannotParse: exit 2 naming the file, nothing written.
+func TestSiteHostsRefusedWhenContainerdCannotParse(t *testing.T) {
+	t.Parallel()
+	for name, body := range map[string]string{
+		"not TOML":   "server = \"http://registry.local:5000\n",
+		"bad server": "server = \"http://[registry.local:5000\"\n",
+		"bad host":   "[host.\"http://%zz:5000\"]\n  capabilities = [\"pull\"]\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+			file := siteCerts + "/registry.local:5000/hosts.toml"
+			bootstraptest.WriteHostFile(t, root, file, []byte(body))
+			_, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: mustParseMirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"registry.local:5000"}})
+			if !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), file) {
+				t.Fatalf("err %v: want a refusal naming %s", err, file)
+			}
+		})
+	}
+}
+
+// TestSiteCertsDirectoryKept: a directory with only the site's CA keeps it: the hosts.toml gen
+// writes there carries it (containerd ignores certificate files once hosts.toml exists).
+func TestSiteCertsDirectoryKept(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+	ca := siteCerts + "/registry.local:5000/ca.crt"
+	bootstraptest.WriteHostFile(t, root, ca, selfSignedCA(t))
+	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	rep := planApply(t, root, containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"registry.local:5000"}}, false)
+	if got := dirNames(t, root); !slices.Equal(got, []string{"registry.local:5000"}) {
+		t.Fatalf("directories %v: want only the site's", got)
+	}
+	// containerd reads the file under the host root; the CA path in it is a host path.
+	data := bootstraptest.ReadHostFile(t, root, siteCerts+"/registry.local:5000/hosts.toml")
+	if !bootstrap.Managed(data) || !bytes.Contains(data, []byte(ca)) {
+		t.Fatalf("hosts.toml written:\n%s\nwant ours, naming %s", data, ca)
+	}
+	bootstraptest.WriteHostFile(t, root, siteCerts+"/registry.local:5000/hosts.toml", bytes.ReplaceAll(data, []byte(ca), []byte(filepath.Join(root, ca))))
+	hosts := config.ConfigureHosts(t.Context(), config.HostOptions{HostDir: config.HostDirFromRoot(filepath.Join(root, siteCerts))})
+	list, err := hosts("registry.local:5000")
+	if err != nil || len(list) != 2 || list[0].Host != m.Host() {
+		t.Fatalf("ConfigureHosts: %+v, %v", list, err)
+	}
+	tr, ok := list[1].Client.Transport.(*http.Transport)
+	if !ok || tr.TLSClientConfig == nil || tr.TLSClientConfig.RootCAs == nil {
+		t.Fatalf("the registry's client has no CA from %s: %+v", ca, list[1].Client.Transport)
+	}
+	if len(rep.Adopted) != 0 {
+		t.Fatalf("adopted %v: a certificates-only directory gets our own hosts.toml", rep.Adopted)
+	}
+}
+
+// TestSiteDefaultShadowedReported: a site _default/hosts.toml is no longer read for the hosts gen
+// writes a directory for: reported.
+func TestSiteDefaultShadowedReported(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+	bootstraptest.WriteHostFile(t, root, siteCerts+"/_default/hosts.toml", []byte("[host.\"https://corp-proxy.example\"]\n  capabilities = [\"pull\", \"resolve\"]\n"))
+	rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: mustParseMirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"docker.io", "ghcr.io"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.ShadowedDefault != siteCerts+"/_default/hosts.toml" || !slices.ContainsFunc(rep.Warnings, func(w string) bool {
+		return strings.Contains(w, "_default/hosts.toml") && strings.Contains(w, "docker.io, ghcr.io")
+	}) {
+		t.Fatalf("shadowed %q, warnings %q", rep.ShadowedDefault, rep.Warnings)
+	}
+}
+
+// TestOldShadowingDirectoryGivesWay: a host_port_ directory an earlier gen wrote over the user's
+// colon-form directory is removed, and the user's adopted.
+func TestOldShadowingDirectoryGivesWay(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	opts := containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"registry.local:5000"}}
+	planApply(t, root, opts, false) // no site directory yet: ours, host_port_
+	bootstraptest.WriteHostFile(t, root, siteCerts+"/registry.local:5000/hosts.toml", []byte(siteHostsTOML))
+	if got := hostsFor(t, root, "registry.local:5000"); !slices.Equal(got, []string{m.String(), "https://registry.local:5000"}) {
+		t.Fatalf("before: %v (ours shadows the user's)", got)
+	}
+	planApply(t, root, opts, false)
+	if got := dirNames(t, root); !slices.Equal(got, []string{"registry.local:5000"}) {
+		t.Fatalf("directories %v, want only the user's", got)
+	}
+	if got := hostsFor(t, root, "registry.local:5000"); !slices.Equal(got, []string{m.String(), "http://registry-dr.local:5000", "http://registry.local:5000"}) {
+		t.Fatalf("after: %v", got)
+	}
+}
+
+// TestUpstreamHTTPFallback: --upstream registry.lan:5000=http://registry.lan:5000 keeps the
+// registry's own http endpoint as the fallback (issue 11).
+func TestUpstreamHTTPFallback(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+	fb, err := bootstrap.Fallbacks([]string{"registry.lan:5000=http://registry.lan:5000", "docker.io"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	planApply(t, root, containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"registry.lan:5000", "docker.io"}, Fallbacks: fb}, false)
+	if got := hostsFor(t, root, "registry.lan:5000"); !slices.Equal(got, []string{m.String(), "http://registry.lan:5000"}) {
+		t.Fatalf("registry.lan:5000: %v", got)
+	}
+	if got := hostsFor(t, root, "docker.io"); !slices.Equal(got, []string{m.String(), "https://registry-1.docker.io"}) {
+		t.Fatalf("docker.io: %v", got)
+	}
+	data := bootstraptest.ReadHostFile(t, root, siteCerts+"/registry.lan_5000_/hosts.toml")
+	if !bytes.Contains(data, []byte(`server = 'http://registry.lan:5000'`)) && !bytes.Contains(data, []byte(`server = "http://registry.lan:5000"`)) {
+		t.Fatalf("hosts.toml:\n%s", data)
+	}
+}
+
+func mustParseMirror(t *testing.T, s string) bootstrap.Mirror {
+	t.Helper()
+	m, err := bootstrap.ParseMirror(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func selfSignedCA(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "site CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
