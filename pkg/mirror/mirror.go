@@ -14,8 +14,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -242,9 +244,14 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 	rt, apiErr := route{kind: kindOther}, (*apiError)(nil)
 	defer func() {
 		rec := recover()
+		if rec != nil && rec != http.ErrAbortHandler { //nolint:errorlint // net/http's sentinel is compared, not wrapped
+			m.recovered(rw, r, rec)
+		}
 		m.logRequest(r, rw, rt, st, start)
-		if rec != nil {
-			panic(rec)
+		if rec != nil && !rw.recovered {
+			// Headers (and maybe part of a body) were out, or it is the abort sentinel: cut the
+			// connection so the client sees a broken transfer.
+			panic(http.ErrAbortHandler)
 		}
 	}()
 
@@ -274,6 +281,10 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 		m.canary.serve(rw, r, rt, st)
 		return
 	}
+	if comps, _, _, _, ok := apiPath(r.URL.Path); ok {
+		st.clientName = strings.Join(comps, "/")
+	}
+	st.clientPath, st.ns = r.URL.Path, r.URL.Query().Get("ns")
 	r2 := r.Clone(upstream.WithRetryAfter(withState(r.Context(), st), st.setRetryAfter))
 	r2.URL.Path = "/v2/" + rt.up.storageKey + "/" + rt.repo + rt.rest
 	r2.URL.RawPath = ""
@@ -288,14 +299,23 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 // before the headers go out.
 type responseWriter struct {
 	http.ResponseWriter
-	st     *reqState
-	status int
-	bytes  int64
+	st        *reqState
+	status    int
+	bytes     int64
+	recovered bool // a panic was answered with a 500
 }
 
 func (w *responseWriter) WriteHeader(code int) {
 	if w.status != 0 {
 		return
+	}
+	w.st.mu.Lock()
+	if code == http.StatusInternalServerError && w.st.badGateway {
+		code = http.StatusBadGateway
+	}
+	w.st.mu.Unlock()
+	if l := w.Header().Get("Link"); l != "" && w.st.clientPath != "" {
+		w.Header().Set("Link", clientLink(l, w.st.clientPath, w.st.ns))
 	}
 	w.status = code
 	if code < 400 {
@@ -341,6 +361,39 @@ func (w *responseWriter) Flush() {
 }
 
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// clientLink rewrites distribution's tags/list Link header (`<URL>; rel="next"`, URL of the
+// internal storage path) to the client's own path, with the client's ?ns= kept. Values that do
+// not have that shape are returned as they are.
+func clientLink(link, clientPath, ns string) string {
+	target, rest, ok := strings.Cut(strings.TrimPrefix(link, "<"), ">")
+	if !ok || !strings.HasPrefix(link, "<") {
+		return link
+	}
+	u, err := url.Parse(target)
+	if err != nil {
+		return link
+	}
+	q := u.Query()
+	if ns != "" {
+		q.Set("ns", ns)
+	}
+	return "<" + (&url.URL{Path: clientPath, RawQuery: q.Encode()}).String() + ">" + rest
+}
+
+// recovered answers a panic of the handler: a 500 with an OCI error body when no header went out
+// yet, and one error log line with the panic and its stack either way.
+func (m *Mirror) recovered(w *responseWriter, r *http.Request, rec any) {
+	headersOut := w.status != 0
+	if !headersOut {
+		w.recovered = true
+		(&apiError{Status: http.StatusInternalServerError, Code: "UNKNOWN",
+			Message: "internal error while answering this request; see the nodecache log"}).write(w)
+	}
+	m.log.Error().Str("method", r.Method).Str("path", r.URL.Path).Str("query", r.URL.RawQuery).
+		Int("status", w.status).Bool("headers_already_sent", headersOut).
+		Str("panic", fmt.Sprint(rec)).Str("stack", string(debug.Stack())).Msg("handler panicked")
+}
 
 // logRequest writes the access-log line and updates metrics and client evidence.
 func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, st *reqState, start time.Time) {

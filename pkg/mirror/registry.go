@@ -92,7 +92,11 @@ func (n *namespace) Repository(ctx context.Context, named reference.Named) (dist
 	if up == nil {
 		return nil, distribution.ErrRepositoryUnknown{Name: named.Name()}
 	}
-	return &repository{Repository: local, store: n.Namespace, up: up, repo: repo, fetch: n.fetch, log: n.log}, nil
+	var client reference.Named = named
+	if c, err := reference.WithName(stateFrom(ctx).clientName); err == nil {
+		client = c
+	}
+	return &repository{Repository: local, store: n.Namespace, up: up, repo: repo, client: client, fetch: n.fetch, log: n.log}, nil
 }
 
 // Remove refuses: the cache is read-only. (Implementing it tells distribution not to warn that
@@ -107,9 +111,15 @@ type repository struct {
 	store distribution.Namespace // distribution's storage, to commit fills detached from requests
 	up    *configured
 	repo  string
-	fetch *upstream.Fetcher
-	log   zerolog.Logger
+	// client is the repository name as the client sent it: distribution's handlers answer with
+	// Named() (tags/list "name", NAME_UNKNOWN details); storage keeps its own internal name.
+	client reference.Named
+	fetch  *upstream.Fetcher
+	log    zerolog.Logger
 }
+
+// Named is the repository name the client asked for.
+func (r *repository) Named() reference.Named { return r.client }
 
 func (r *repository) Tags(ctx context.Context) distribution.TagService {
 	return &tagService{local: r.Repository.Tags(ctx), r: r}

@@ -29,6 +29,12 @@ type reqState struct {
 	localBlob  bool  // Stat found the blob in local storage
 	// pendingTag is a tag the upstream moved: stored locally once its manifest is.
 	pendingTag *pendingTag
+	// clientName is the repository name as the client sent it in the path (tags/list answers
+	// with it); clientPath and ns are the client's path and ?ns= (a Link header keeps them).
+	clientName, clientPath, ns string
+	// badGateway turns distribution's 500 UNKNOWN into a 502: the upstream's answer, not this
+	// cache, was at fault.
+	badGateway bool
 }
 
 type pendingTag struct {

@@ -3,7 +3,9 @@ package mirror
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
+	"slices"
 
 	"github.com/distribution/distribution/v3"
 	"github.com/distribution/distribution/v3/registry/api/errcode"
@@ -89,34 +91,59 @@ func (t *tagService) Tag(context.Context, string, v1.Descriptor) error {
 }
 func (t *tagService) Untag(context.Context, string) error { return distribution.ErrUnsupported }
 
+// All lists the upstream repository's tags (every page, merged, in lexical order); when the
+// upstream fails, times out or answers 429/5xx, the tags stored locally ("stale").
+//
+// Errors: distribution.ErrRepositoryUnknown for a repository the upstream does not know (404
+// NAME_UNKNOWN), a 502 UNKNOWN when the upstream sends more than upstream.MaxTagPages pages,
+// else the upstream's failure as upstreamAPIError answers it.
 func (t *tagService) All(ctx context.Context) ([]string, error) {
+	st := stateFrom(ctx)
 	tags, err := t.r.up.remote.Tags(ctx, t.r.repo)
 	if err == nil {
 		return tags, nil
 	}
+	var ue *upstream.Error
+	switch {
+	case errors.Is(err, upstream.ErrTooManyPages):
+		st.mu.Lock()
+		st.badGateway = true
+		st.mu.Unlock()
+		return nil, errcode.ErrorCodeUnknown.WithMessage(err.Error())
+	case errors.As(err, &ue) && ue.NotFound():
+		return nil, distribution.ErrRepositoryUnknown{Name: t.r.client.Name()}
+	case errors.As(err, &ue) && !ue.Unavailable():
+		return nil, upstreamAPIError(st, err)
+	}
 	if local, lerr := t.local.All(ctx); lerr == nil {
-		stateFrom(ctx).setCache(CacheStale)
+		st.setCache(CacheStale)
+		slices.Sort(local)
 		return local, nil
 	}
-	return nil, upstreamAPIError(stateFrom(ctx), err)
+	return nil, upstreamAPIError(st, err)
 }
 
+// List returns up to limit tags (all when limit < 0) that sort after last, in lexical order
+// (OCI distribution spec, "Listing Tags"). Its error is io.EOF when no tag follows the page, so
+// distribution's handler sends a Link header only when there are more; an empty page is a
+// valid answer.
 func (t *tagService) List(ctx context.Context, limit int, last string) ([]string, error) {
 	all, err := t.All(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, 0, len(all))
-	for _, tag := range all {
-		if last != "" && tag <= last {
-			continue
-		}
-		out = append(out, tag)
-		if limit > 0 && len(out) == limit {
-			break
+	start := 0
+	if last != "" {
+		start, _ = slices.BinarySearch(all, last)
+		if start < len(all) && all[start] == last {
+			start++
 		}
 	}
-	return out, nil
+	rest := all[start:]
+	if limit < 0 || limit >= len(rest) {
+		return slices.Clone(rest), io.EOF
+	}
+	return slices.Clone(rest[:limit]), nil
 }
 
 func (t *tagService) Lookup(ctx context.Context, desc v1.Descriptor) ([]string, error) {

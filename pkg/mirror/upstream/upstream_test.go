@@ -279,3 +279,27 @@ func TestFill(t *testing.T) {
 		})
 	}
 }
+
+func TestNextQuery(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		links []string
+		want  string
+	}{
+		{"none", nil, ""},
+		{"distribution's form", []string{`</v2/team/app/tags/list?last=b&n=100>; rel="next"`}, "?last=b&n=100"},
+		{"absolute, unquoted rel", []string{`<https://cdn.example/v2/x/tags/list?n=2&last=c>; rel=next`}, "?n=2&last=c"},
+		{"other rel first, in one value", []string{`</a?x=1>; rel="prev", </b?last=z>; rel="next"`}, "?last=z"},
+		{"second header value", []string{`</a?x=1>; rel="prev"`, `</b?last=y>;rel="next"`}, "?last=y"},
+		{"next without a query", []string{`</v2/x/tags/list>; rel="next"`}, ""},
+		{"not a link", []string{`garbage`}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := nextQuery(tc.links); got != tc.want {
+				t.Errorf("nextQuery(%q) = %q, want %q", tc.links, got, tc.want)
+			}
+		})
+	}
+}

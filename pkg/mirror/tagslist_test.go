@@ -1,0 +1,243 @@
+package mirror_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/crane"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+// pagedUpstream is a registry holding team/app with n tags whose tags/list answers at most 100
+// tags per page (n missing or larger counts as 100), as Docker Hub and GHCR page; it counts the
+// tags/list requests it answered.
+func pagedUpstream(t *testing.T, n int) (*mirrortest.Registry, []string, *atomic.Int64) {
+	t.Helper()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 256, 1, "linux/amd64")
+	up.PushImage(t, "team/app", "seed", img)
+	tags := []string{"seed"}
+	for i := range n - 1 {
+		tag := fmt.Sprintf("v%d.%d", i/10, i%10)
+		if err := remote.Tag(up.Ref(t, "team/app", "x").Context().Tag(tag), img, remote.WithContext(t.Context())); err != nil {
+			t.Fatalf("tag %s: %v", tag, err)
+		}
+		tags = append(tags, tag)
+	}
+	slices.Sort(tags)
+	var lists atomic.Int64
+	up.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/tags/list") {
+				lists.Add(1)
+				q := r.URL.Query()
+				if n := q.Get("n"); n == "" || len(n) > 2 {
+					q.Set("n", "100")
+					r.URL.RawQuery = q.Encode()
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	return up, tags, &lists
+}
+
+type tagList struct {
+	Name string   `json:"name"`
+	Tags []string `json:"tags"`
+}
+
+// listAll follows a tags/list through its Link headers and returns every page.
+func listAll(t *testing.T, h *harness, target string) (pages []tagList, links []string) {
+	t.Helper()
+	for target != "" {
+		resp, body := get(t, http.MethodGet, fmtURL(h, target), nil)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", target, resp.StatusCode, body)
+		}
+		var p tagList
+		if err := json.Unmarshal(body, &p); err != nil || p.Tags == nil {
+			t.Fatalf("GET %s: body %s is not a tag list with a tags array (%v)", target, body, err)
+		}
+		pages = append(pages, p)
+		target = ""
+		if l := resp.Header.Get("Link"); l != "" {
+			links = append(links, l)
+			u, ok := strings.CutSuffix(strings.TrimPrefix(l, "<"), `>; rel="next"`)
+			if !ok {
+				t.Fatalf("Link %q is not <URL>; rel=\"next\"", l)
+			}
+			target = u
+		}
+		if len(pages) > 10 {
+			t.Fatal("more than 10 pages")
+		}
+	}
+	return pages, links
+}
+
+// TestTagsList: tags/list per the distribution spec through each routing: every upstream page
+// is followed and merged, n and last page the answer with a Link only when more tags follow,
+// the Link keeps the client's path and ?ns=, name is the name the client asked for.
+func TestTagsList(t *testing.T) {
+	t.Parallel()
+	up, tags, lists := pagedUpstream(t, 251)
+	ported := upstreamFor(t, "ported.test:5005", up)
+	h := newHarness(t, mirror.Options{
+		Upstreams:       []mirror.Upstream{upstreamFor(t, "upstream.test", up), ported},
+		DefaultUpstream: "upstream.test",
+	})
+	for _, rt := range []struct{ name, path, query, wantName string }{
+		{"ns", "/v2/team/app/tags/list", "ns=upstream.test", "team/app"},
+		{"path prefix", "/v2/upstream.test/team/app/tags/list", "", "upstream.test/team/app"},
+		{"default upstream", "/v2/team/app/tags/list", "", "team/app"},
+		{"ported name", "/v2/ported.test:5005/team/app/tags/list", "", "ported.test:5005/team/app"},
+	} {
+		with := func(extra string) string {
+			q := strings.Trim(rt.query+"&"+extra, "&")
+			if q == "" {
+				return rt.path
+			}
+			return rt.path + "?" + q
+		}
+		// Whole list: three upstream pages merged, one answer without Link.
+		before := lists.Load()
+		pages, links := listAll(t, h, with(""))
+		if len(pages) != 1 || len(links) != 0 || !slices.Equal(pages[0].Tags, tags) || pages[0].Name != rt.wantName {
+			t.Errorf("%s: whole list: %d pages, links %q, %d tags (want %d), name %q (want %q)",
+				rt.name, len(pages), links, len(pages[0].Tags), len(tags), pages[0].Name, rt.wantName)
+		}
+		if n := lists.Load() - before; n != 3 {
+			t.Errorf("%s: %d upstream tags/list requests for 251 tags paged at 100, want 3", rt.name, n)
+		}
+		// Paged by the client.
+		pages, links = listAll(t, h, with("n=100"))
+		var got []string
+		for _, p := range pages {
+			got = append(got, p.Tags...)
+			if p.Name != rt.wantName {
+				t.Errorf("%s: page name %q, want %q", rt.name, p.Name, rt.wantName)
+			}
+		}
+		if len(pages) != 3 || !slices.Equal(got, tags) || len(links) != 2 {
+			t.Errorf("%s: n=100: %d pages, %d links, %d tags in order %v; want 3 pages, 2 links, %d tags", rt.name, len(pages), len(links), len(got), slices.Equal(got, tags), len(tags))
+		}
+		for _, l := range links {
+			u, _ := url.Parse(strings.TrimSuffix(strings.TrimPrefix(l, "<"), `>; rel="next"`))
+			if u.Path != rt.path || u.Query().Get("n") != "100" || u.Query().Get("last") == "" ||
+				(rt.query != "" && u.Query().Get("ns") != "upstream.test") {
+				t.Errorf("%s: Link %q does not keep the client's path and ?ns=", rt.name, l)
+			}
+		}
+		for _, tc := range []struct {
+			name, query string
+			status      int
+			wantTags    []string
+			code        string
+		}{
+			{"n=0", "n=0", http.StatusOK, []string{}, ""},
+			{"n<0", "n=-1", http.StatusBadRequest, nil, "PAGINATION_NUMBER_INVALID"},
+			{"empty page after the last tag", "last=zzz", http.StatusOK, []string{}, ""},
+			{"exactly the rest", "n=2&last=" + tags[248], http.StatusOK, tags[249:], ""},
+			{"n larger than the list", "n=1000", http.StatusOK, tags, ""},
+		} {
+			resp, body := get(t, http.MethodGet, fmtURL(h, with(tc.query)), nil)
+			if resp.StatusCode != tc.status || resp.Header.Get("Link") != "" {
+				t.Errorf("%s: %s: %d Link=%q %s; want %d without Link", rt.name, tc.name, resp.StatusCode, resp.Header.Get("Link"), body, tc.status)
+				continue
+			}
+			if tc.code != "" {
+				if !strings.Contains(string(body), `"code":"`+tc.code+`"`) {
+					t.Errorf("%s: %s: body %s lacks %s", rt.name, tc.name, body, tc.code)
+				}
+				continue
+			}
+			var p tagList
+			if err := json.Unmarshal(body, &p); err != nil || p.Tags == nil || !slices.Equal(p.Tags, tc.wantTags) || p.Name != rt.wantName {
+				t.Errorf("%s: %s: body %s, want name %q and tags %v", rt.name, tc.name, body, rt.wantName, tc.wantTags)
+			}
+		}
+	}
+	// An unknown repository is NAME_UNKNOWN naming what the client asked for.
+	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/nothing/tags/list"), nil)
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "NAME_UNKNOWN") || !strings.Contains(string(body), "upstream.test/team/nothing") {
+		t.Errorf("unknown repository: %d %s", resp.StatusCode, body)
+	}
+	// The access log has the statuses sent and no stack trace.
+	for _, l := range h.logs.requests(t) {
+		if l["kind"] == "tags" && l["status"] == float64(http.StatusOK) && strings.Contains(fmt.Sprint(l["query"]), "n=-1") {
+			t.Errorf("access log records 200 for a refused n=-1: %v", l)
+		}
+	}
+}
+
+// TestTagsListTooManyPages: an upstream whose Link never ends is followed 100 pages, then the
+// client gets 502 UNKNOWN saying so.
+func TestTagsListTooManyPages(t *testing.T) {
+	t.Parallel()
+	var lists atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/tags/list") {
+			return // /v2/ ping
+		}
+		i := lists.Add(1)
+		w.Header().Set("Link", fmt.Sprintf(`</v2/team/app/tags/list?n=1&last=t%05d>; rel="next"`, i))
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"name":"team/app","tags":["t%05d"]}`, i)
+	}))
+	t.Cleanup(srv.Close)
+	u, err := mirror.ParseUpstream("upstream.test=" + srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{u}})
+	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/tags/list"), nil)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), `"code":"UNKNOWN"`) || !strings.Contains(string(body), "more than 100 pages") {
+		t.Errorf("endless upstream pages: %d %s; want 502 UNKNOWN saying more than 100 pages", resp.StatusCode, body)
+	}
+	if n := lists.Load(); n != 100 {
+		t.Errorf("%d upstream pages fetched, want 100", n)
+	}
+	logs := h.logs.requests(t)
+	if len(logs) != 1 || logs[0]["status"] != float64(http.StatusBadGateway) {
+		t.Errorf("access log: %v; want one line with status 502", logs)
+	}
+}
+
+// TestTagsListClients: crane ls, skopeo list-tags and skopeo inspect through nodecache against
+// an upstream with 251 tags that pages at 100 see all 251.
+func TestTagsListClients(t *testing.T) {
+	t.Parallel()
+	up, tags, _ := pagedUpstream(t, 251)
+	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	repo := h.host + "/upstream.test/team/app"
+
+	got, err := crane.ListTags(repo, crane.Insecure, crane.WithContext(t.Context()))
+	if err != nil || !slices.Equal(got, tags) {
+		t.Errorf("crane ls: %d tags, %v; want %d", len(got), err, len(tags))
+	}
+
+	skopeo := runtimetest.LookPath(t, runtimetest.EnvSkopeo, "skopeo")
+	out, err := exec.CommandContext(t.Context(), skopeo, "list-tags", "--tls-verify=false", "docker://"+repo).Output()
+	var listed struct{ Tags []string }
+	if err != nil || json.Unmarshal(out, &listed) != nil || !slices.Equal(listed.Tags, tags) {
+		t.Errorf("skopeo list-tags: %d tags, %v: %.300s", len(listed.Tags), err, out)
+	}
+	out, err = exec.CommandContext(t.Context(), skopeo, "inspect", "--tls-verify=false", "docker://"+repo+":seed").Output()
+	var inspected struct{ RepoTags []string }
+	if err != nil || json.Unmarshal(out, &inspected) != nil || !slices.Equal(inspected.RepoTags, tags) {
+		t.Errorf("skopeo inspect: %d RepoTags, %v: %.300s", len(inspected.RepoTags), err, out)
+	}
+}
