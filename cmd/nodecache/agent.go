@@ -23,6 +23,7 @@ import (
 	bcrio "github.com/nodecache/nodecache/pkg/bootstrap/crio"
 	"github.com/nodecache/nodecache/pkg/bootstrap/talos"
 	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/warm"
 )
 
@@ -163,11 +164,11 @@ func agentFlags(c *cli.Context) error {
 // 127.0.0.1 for an unspecified host.
 func agentMirrorURL(explicit, listen string) (*url.URL, error) {
 	if explicit != "" {
-		u, err := activation.ParseMirrorURL(explicit)
+		m, err := name.ParseMirror(explicit)
 		if err != nil {
-			return nil, fmt.Errorf("--mirror: %w", err)
+			return nil, err
 		}
-		return u, nil
+		return m.URL, nil
 	}
 	host, port, err := net.SplitHostPort(listen)
 	if err != nil {
@@ -182,7 +183,7 @@ func agentMirrorURL(explicit, listen string) (*url.URL, error) {
 // genPass configures the runtime found under the host root, once. Failures are logged, not
 // fatal: the mirror still serves, and the reconcile loop reports NOT active with the reason.
 func genPass(ctx context.Context, log zerolog.Logger, o activation.Options, mirrorURL *url.URL, upstreams []string, certsDir string) {
-	bm, err := bootstrap.ParseMirror(mirrorURL.String())
+	bm, err := name.ParseMirror(mirrorURL.String())
 	if err != nil {
 		log.Error().Err(err).Msg("gen: mirror refused")
 		return
@@ -216,7 +217,7 @@ func genPass(ctx context.Context, log zerolog.Logger, o activation.Options, mirr
 	}
 }
 
-func genContainerd(ctx context.Context, log zerolog.Logger, o activation.Options, bm bootstrap.Mirror, upstreams []string, cfg, certsDir string) {
+func genContainerd(ctx context.Context, log zerolog.Logger, o activation.Options, bm name.Mirror, upstreams []string, cfg, certsDir string) {
 	var daemon bootstrap.Version
 	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	raw, err := activation.ContainerdVersion(vctx, filepath.Join(o.HostRoot, o.ContainerdSocket))
@@ -250,7 +251,7 @@ func genContainerd(ctx context.Context, log zerolog.Logger, o activation.Options
 
 // genCRIO writes the registries.conf.d drop-in and, when something changed, sends CRI-O its one
 // best-effort SIGHUP (never evidence: the monitor judges activation on its own).
-func genCRIO(ctx context.Context, log zerolog.Logger, o activation.Options, bm bootstrap.Mirror, upstreams []string) {
+func genCRIO(ctx context.Context, log zerolog.Logger, o activation.Options, bm name.Mirror, upstreams []string) {
 	plan, err := bcrio.Plan(os.DirFS(o.HostRoot), bcrio.Options{Mirror: bm, Upstreams: upstreams})
 	if err != nil {
 		log.Error().Err(err).Str("runtime", "crio").Msg("gen crio refused; nothing was changed")

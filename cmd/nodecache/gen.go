@@ -20,6 +20,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
 	"github.com/nodecache/nodecache/pkg/bootstrap/talos"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 func genCommand() *cli.Command {
@@ -51,7 +52,7 @@ func hostRootFlag() cli.Flag {
 
 // genBase holds the flags every subcommand reads.
 type genBase struct {
-	mirror    bootstrap.Mirror
+	mirror    name.Mirror
 	upstreams []string
 	fallbacks map[string]string
 	output    string
@@ -68,7 +69,7 @@ func readGenBase(c *cli.Context, needMirror bool) (genBase, error) {
 	}
 	b.dryRun, b.remove = c.Bool("dry-run"), c.Bool("remove")
 	if needMirror || c.String("mirror") != "" {
-		if b.mirror, err = bootstrap.ParseMirror(c.String("mirror")); err != nil {
+		if b.mirror, err = name.ParseMirror(c.String("mirror")); err != nil {
 			return b, withCode(exitUsage, err)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // TestGenContainerdCLI drives `gen containerd` end to end over a host root: a refused config
@@ -259,9 +260,9 @@ func TestGenUsageErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no-mirror", []string{"gen", "containerd", "--host-root", root}, "--mirror is required"},
+		{"no-mirror", []string{"gen", "containerd", "--host-root", root}, "--mirror: required"},
 		{"bad-mirror", []string{"gen", "crio", "--host-root", root, "--mirror", "ftp://x"}, "scheme"},
-		{"mirror-with-path", []string{"gen", "talos", "--mirror", "http://10.0.0.5:5000/v2"}, "without path"},
+		{"mirror-with-path", []string{"gen", "talos", "--mirror", "http://10.0.0.5:5000/v2"}, `path "/v2" is not accepted`},
 		{"bad-upstream", []string{"gen", "talos", "--mirror", "http://10.0.0.5:5000", "--upstream", "bad/name"}, "upstream"},
 		{"bad-output", []string{"gen", "talos", "--mirror", "http://10.0.0.5:5000", "--output", "yaml"}, "--output"},
 		{"skip-fallback-loopback", []string{"gen", "talos", "--mirror", "http://127.0.0.1:5000", "--skip-fallback"}, "loopback"},
@@ -290,7 +291,7 @@ func TestGenUsageErrors(t *testing.T) {
 func TestGenTalosCLI(t *testing.T) {
 	t.Parallel()
 	code, stdout, _ := runApp(t, "gen", "talos", "--mirror", "http://10.0.0.5:5000", "--upstream", "docker.io", "--talos-version", "v1.11.2")
-	if code != 0 || !strings.HasPrefix(stdout, bootstrap.Marker+"\n") || !strings.Contains(stdout, "registries:") {
+	if code != 0 || !strings.HasPrefix(stdout, mirrorapi.ManagedMarker+"\n") || !strings.Contains(stdout, "registries:") {
 		t.Fatalf("exit %d\n%s", code, stdout)
 	}
 	out := filepath.Join(t.TempDir(), "patch.yaml")

@@ -11,11 +11,12 @@ import (
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
 	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 func defaultUpstreamSpecs() []string {
 	var out []string
-	for _, u := range mirror.DefaultUpstreams() {
+	for _, u := range name.DefaultUpstreams() {
 		out = append(out, u.String())
 	}
 	return out
@@ -80,7 +81,7 @@ Examples:
 
 // mirrorOptions binds the registry flags; refusals exit 2.
 func mirrorOptions(c *cli.Context) (mirror.Options, error) {
-	ups, err := mirror.ParseUpstreams(splitList(c.StringSlice("upstream")))
+	ups, err := name.ParseUpstreams(splitList(c.StringSlice("upstream")))
 	if err != nil {
 		return mirror.Options{}, usagef("--upstream: %v", err)
 	}
@@ -117,7 +118,7 @@ func mirrorOptions(c *cli.Context) (mirror.Options, error) {
 		return o, usagef("--tag-ttl %s: want 0 or a positive duration", o.TagTTL)
 	}
 	if o.DefaultUpstream != "" {
-		n, err := mirror.NormalizeName(o.DefaultUpstream)
+		n, err := name.ParseRegistry(o.DefaultUpstream)
 		if err != nil {
 			return o, usagef("--default-upstream: %v", err)
 		}
@@ -159,7 +160,7 @@ func splitList(in []string) []string {
 	return out
 }
 
-func upstreamNames(ups []mirror.Upstream) []string {
+func upstreamNames(ups []name.Upstream) []string {
 	out := make([]string, len(ups))
 	for i, u := range ups {
 		out[i] = u.Name

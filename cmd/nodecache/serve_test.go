@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // binary is the nodecache binary built once for the process-level tests.
@@ -140,17 +141,17 @@ func TestServeProcess(t *testing.T) {
 
 	smallURL := base + "/v2/team/small/blobs/" + sdgst.String() + "?ns=upstream.test"
 	resp, _ := httpGet(t, smallURL)
-	if c := resp.Header.Get("X-Nodecache-Cache"); resp.StatusCode != http.StatusOK || c != "miss" {
+	if c := resp.Header.Get(mirrorapi.HeaderCache); resp.StatusCode != http.StatusOK || c != mirrorapi.CacheMiss {
 		t.Fatalf("first GET: %d cache=%q, want 200 miss", resp.StatusCode, c)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		resp, _ = httpGet(t, smallURL)
-		if resp.Header.Get("X-Nodecache-Cache") == "hit" {
+		if resp.Header.Get(mirrorapi.HeaderCache) == mirrorapi.CacheHit {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("blob never served as a hit: %q", resp.Header.Get("X-Nodecache-Cache"))
+			t.Fatalf("blob never served as a hit: %q", resp.Header.Get(mirrorapi.HeaderCache))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // statusFlags are the evidence flags shared by status and agent.
@@ -60,11 +61,11 @@ Examples:
 				return err
 			}
 			if m := c.String("mirror"); m != "" {
-				u, err := activation.ParseMirrorURL(m)
+				mm, err := name.ParseMirror(m)
 				if err != nil {
-					return usagef("--mirror: %v", err)
+					return withCode(exitUsage, err)
 				}
-				opts.Mirror = u
+				opts.Mirror = mm.URL
 			}
 			opts.Canary = c.Bool("canary")
 			opts.Logger = log

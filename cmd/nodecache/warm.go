@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
 
+	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/warm"
 )
 
@@ -141,9 +142,9 @@ func warmOptions(c *cli.Context) (warm.Options, error) {
 		opts warm.Options
 		errs []error
 	)
-	mirror, err := warm.ParseMirrorURL(c.String("mirror"))
+	mirror, err := name.ParseMirror(c.String("mirror"))
 	errs = append(errs, err)
-	opts.Mirror = mirror
+	opts.Mirror = mirror.URL
 	opts.Routing, err = warm.ParseRouting(c.String("routing"))
 	errs = append(errs, err)
 	opts.Platform, err = warm.ParsePlatform(c.String("platform"))

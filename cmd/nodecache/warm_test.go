@@ -56,7 +56,7 @@ func TestWarmRefusedSendsNothing(t *testing.T) {
 		{"flag after image", []string{"--mirror", url, "nginx", "--talos"}, "flags go before IMAGE"},
 		{"no image", []string{"--mirror", url}, "no IMAGE"},
 		{"no mirror", []string{"nginx"}, "--mirror"},
-		{"mirror with path", []string{"--mirror", url + "/v2/ghcr.io", "nginx"}, "without path"},
+		{"mirror with path", []string{"--mirror", url + "/v2/ghcr.io", "nginx"}, `path "/v2/ghcr.io" is not accepted`},
 		{"mirror scheme", []string{"--mirror", "ftp://" + mirror.Addr, "nginx"}, "scheme"},
 		{"platform", []string{"--mirror", url, "--platform", "linux/amd64;id", "nginx"}, "--platform"},
 		{"platform without arch", []string{"--mirror", url, "--platform", "amd64", "nginx"}, "--platform"},

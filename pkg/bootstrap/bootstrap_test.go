@@ -2,13 +2,13 @@ package bootstrap_test
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 func TestApplyWritesBacksUpOnceAndRefusesStale(t *testing.T) {
@@ -67,7 +67,7 @@ func TestApplyWritesBacksUpOnceAndRefusesStale(t *testing.T) {
 
 	// A file changed after planning: nothing at all is applied.
 	stale := bootstrap.PlanEdit("/etc/app/config.toml", []byte("a = 1\n"), []byte("a = 9\n"))
-	other, err := bootstrap.PlanOwned(fsys, "/etc/app/new.conf", 0o644, []byte(bootstrap.Marker+"\nx\n"))
+	other, err := bootstrap.PlanOwned(fsys, "/etc/app/new.conf", 0o644, []byte(mirrorapi.ManagedMarker+"\nx\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestOwnedFiles(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	fsys := os.DirFS(root)
-	mine := []byte(bootstrap.Marker + "\nv = 1\n")
+	mine := []byte(mirrorapi.ManagedMarker + "\nv = 1\n")
 	if _, err := bootstrap.PlanOwned(fsys, "/x.conf", 0o644, []byte("no marker\n")); err == nil {
 		t.Fatal("content without the marker accepted")
 	}
@@ -127,40 +127,6 @@ func TestOwnedFiles(t *testing.T) {
 	d, err := bootstrap.Diff([]bootstrap.Change{c})
 	if err != nil || !strings.Contains(d, "+++ /dev/null") || !strings.Contains(d, "-v = 1") {
 		t.Fatalf("diff %q %v", d, err)
-	}
-}
-
-func TestParseMirror(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		in       string
-		ok       bool
-		loopback bool
-	}{
-		{"http://10.0.0.5:5000", true, false},
-		{"https://cache.example", true, false},
-		{"http://127.0.0.1:5000", true, true},
-		{"http://localhost:5000/", true, true},
-		{"http://[::1]:5000", true, true},
-		{"", false, false},
-		{"10.0.0.5:5000", false, false},
-		{"ftp://x", false, false},
-		{"http://u:p@x", false, false},
-		{"http://x/v2", false, false},
-		{"http://x?a=b", false, false},
-		{"http://x:99999", false, false},
-	} {
-		m, err := bootstrap.ParseMirror(tc.in)
-		if (err == nil) != tc.ok {
-			t.Errorf("ParseMirror(%q) err %v, want ok=%v", tc.in, err, tc.ok)
-			continue
-		}
-		if err != nil && !errors.Is(err, bootstrap.ErrRefused) {
-			t.Errorf("ParseMirror(%q): error is not a refusal: %v", tc.in, err)
-		}
-		if err == nil && m.Loopback() != tc.loopback {
-			t.Errorf("ParseMirror(%q).Loopback() = %v", tc.in, m.Loopback())
-		}
 	}
 }
 
@@ -199,22 +165,5 @@ func TestUpstreamNames(t *testing.T) {
 	}
 	if _, err := bootstrap.UpstreamNames([]string{"ghcr.io", "ghcr.io"}); !errors.Is(err, bootstrap.ErrRefused) {
 		t.Fatalf("duplicate accepted: %v", err)
-	}
-}
-
-// TestZeroMirror: gen --remove runs without --mirror, so every method of the zero Mirror must
-// answer (String "" rather than a nil-pointer panic inside fmt's %s).
-func TestZeroMirror(t *testing.T) {
-	t.Parallel()
-	var m bootstrap.Mirror
-	if !m.IsZero() || m.String() != "" || m.Host() != "" || m.HTTP() || m.Loopback() {
-		t.Fatalf("zero mirror: IsZero %v String %q Host %q HTTP %v Loopback %v", m.IsZero(), m.String(), m.Host(), m.HTTP(), m.Loopback())
-	}
-	if s := fmt.Sprintf("%s", m); s != "" {
-		t.Fatalf("%%s of the zero mirror = %q", s)
-	}
-	p, err := bootstrap.ParseMirror("http://10.0.0.5:5000")
-	if err != nil || p.IsZero() || p.String() != "http://10.0.0.5:5000" || p.Host() != "10.0.0.5:5000" || !p.HTTP() {
-		t.Fatalf("parsed mirror %v %v", p, err)
 	}
 }

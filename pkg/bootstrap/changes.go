@@ -8,11 +8,9 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-)
 
-// Marker is the first line of every file nodecache writes and owns. Only files that start with
-// it are replaced or removed (DESIGN.md, Contracts: Safety).
-const Marker = "# managed by nodecache"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+)
 
 // BackupSuffix names the copy of a user's file taken before nodecache first edits it:
 // <file>.nodecache.bak, written once and never overwritten.
@@ -59,11 +57,6 @@ type Change struct {
 // Changed reports whether applying c writes or removes anything.
 func (c Change) Changed() bool { return c.Action != ActionUnchanged }
 
-// Managed reports whether data starts with Marker.
-func Managed(data []byte) bool {
-	return bytes.HasPrefix(data, []byte(Marker+"\n")) || bytes.Equal(data, []byte(Marker))
-}
-
 // FSName turns an absolute host path into a name for an fs.FS rooted at the host root:
 // "/etc/containerd/config.toml" -> "etc/containerd/config.toml". Relative paths are taken as
 // relative to "/".
@@ -87,11 +80,11 @@ func ReadFile(fsys fs.FS, p string) (data []byte, exists bool, err error) {
 	return data, true, nil
 }
 
-// PlanOwned plans a file nodecache owns: data must start with Marker. An existing file at p
-// that does not start with Marker is refused (ErrRefused): it belongs to someone else.
+// PlanOwned plans a file nodecache owns: data must start with mirrorapi.ManagedMarker. An existing file at p
+// that does not start with mirrorapi.ManagedMarker is refused (ErrRefused): it belongs to someone else.
 func PlanOwned(fsys fs.FS, p string, mode fs.FileMode, data []byte) (Change, error) {
-	if !Managed(data) {
-		return Change{}, fmt.Errorf("plan %s: generated content lacks the %q first line", p, Marker)
+	if !mirrorapi.Managed(data) {
+		return Change{}, fmt.Errorf("plan %s: generated content lacks the %q first line", p, mirrorapi.ManagedMarker)
 	}
 	old, exists, err := ReadFile(fsys, p)
 	if err != nil {
@@ -103,8 +96,8 @@ func PlanOwned(fsys fs.FS, p string, mode fs.FileMode, data []byte) (Change, err
 		c.Action = ActionCreate
 	case bytes.Equal(old, data):
 		c.Action = ActionUnchanged
-	case !Managed(old):
-		return Change{}, Refusedf("%s exists and is not managed by nodecache (its first line is not %q): move it away or merge it by hand", p, Marker)
+	case !mirrorapi.Managed(old):
+		return Change{}, Refusedf("%s exists and is not managed by nodecache (its first line is not %q): move it away or merge it by hand", p, mirrorapi.ManagedMarker)
 	default:
 		c.Action = ActionUpdate
 	}
@@ -134,7 +127,7 @@ func PlanRemoveOwned(fsys fs.FS, p string, pruneDir bool) (c Change, ok bool, no
 	if err != nil || !exists {
 		return Change{}, false, "", err
 	}
-	if !Managed(old) {
+	if !mirrorapi.Managed(old) {
 		return Change{}, false, fmt.Sprintf("%s is not managed by nodecache: left as it is", p), nil
 	}
 	return Change{Path: p, Action: ActionRemove, Old: old, PruneDir: pruneDir}, true, "", nil

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // hostTree builds a host root: files (host path -> content) and links (host path -> target,
@@ -150,7 +151,7 @@ func TestApplyEditsLinkTargets(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(root, "etc/new"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	c, err := bootstrap.PlanOwned(fsys, "/etc/new/f.conf", 0o644, []byte(bootstrap.Marker+"\n"))
+	c, err := bootstrap.PlanOwned(fsys, "/etc/new/f.conf", 0o644, []byte(mirrorapi.ManagedMarker+"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +173,7 @@ func TestApplyEditsLinkTargets(t *testing.T) {
 // the link leads to; under a linked parent the file's own directory still goes when empty.
 func TestPruneOnlyOwnDirectories(t *testing.T) {
 	t.Parallel()
-	mine := bootstrap.Marker + "\n"
+	mine := mirrorapi.ManagedMarker + "\n"
 	root := hostTree(t, map[string]string{"/data/dio/hosts.toml": mine, "/data/certs/ghcr.io/hosts.toml": mine},
 		map[string]string{"/etc/certs.d/docker.io": "/data/dio", "/etc/linked.d": "/data/certs"})
 	fsys := bootstrap.HostFS(root)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // hubLike is a Docker-Hub-shaped upstream: the registry (registry.hub.test) demands anonymous
@@ -102,11 +103,11 @@ func TestBearerTokenAndRedirects(t *testing.T) {
 	idx := mirrortest.MultiPlatformIndex(t, 1*mirrortest.MiB, 1)
 	pushTo.PushIndex(t, "library/alpine", "3.20", idx)
 
-	up, err := mirror.ParseUpstream("docker.io=http://registry.hub.test:" + port(hub.registry))
+	up, err := name.ParseUpstream("docker.io=http://registry.hub.test:" + port(hub.registry))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{up}})
+	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{up}})
 
 	// docker.io is the default upstream and single-component names get library/.
 	got := pullIndexGGCR(t, ref(t, h.host+"/alpine:3.20"))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // stockProxy is distribution's own pull-through cache (registry:2 in proxy mode) in front of up.
@@ -39,11 +40,11 @@ func stockProxy(b *testing.B, up *mirrortest.Registry) string {
 
 func nodecacheProxy(b *testing.B, up *mirrortest.Registry) (string, *mirror.Mirror) {
 	b.Helper()
-	u, err := mirror.ParseUpstream("upstream.test=" + up.URL.String())
+	u, err := name.ParseUpstream("upstream.test=" + up.URL.String())
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := mirror.New(b.Context(), mirror.Options{Root: b.TempDir(), Upstreams: []mirror.Upstream{u}, DefaultUpstream: "upstream.test"})
+	m, err := mirror.New(b.Context(), mirror.Options{Root: b.TempDir(), Upstreams: []name.Upstream{u}, DefaultUpstream: "upstream.test"})
 	if err != nil {
 		b.Fatal(err)
 	}

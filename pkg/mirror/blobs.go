@@ -16,6 +16,7 @@ import (
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // blobStore serves a repository's blobs: from local storage when this repository holds a link to
@@ -67,7 +68,7 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 	local := st.localBlob
 	st.mu.Unlock()
 	if local {
-		st.setCache(CacheHit)
+		st.setCache(mirrorapi.CacheHit)
 		return b.BlobStore.ServeBlob(ctx, w, r, dgst)
 	}
 	desc, err := b.Stat(ctx, dgst)
@@ -75,13 +76,13 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 		return err
 	}
 	if st.localBlob { // stored meanwhile
-		st.setCache(CacheHit)
+		st.setCache(mirrorapi.CacheHit)
 		return b.BlobStore.ServeBlob(ctx, w, r, dgst)
 	}
 	setBlobHeaders(w, desc)
 	if r.Method == http.MethodHead {
 		// A HEAD is answered from the upstream's HEAD: nothing is downloaded for it.
-		st.setCache(CacheMiss)
+		st.setCache(mirrorapi.CacheMiss)
 		w.Header().Set("Content-Length", strconv.FormatInt(desc.Size, 10))
 		w.WriteHeader(http.StatusOK)
 		return nil
@@ -91,9 +92,9 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 		return errcode.ErrorCodeUnknown.WithMessage(err.Error())
 	}
 	if joined {
-		st.setCache(CacheCoalesced)
+		st.setCache(mirrorapi.CacheCoalesced)
 	} else {
-		st.setCache(CacheMiss)
+		st.setCache(mirrorapi.CacheMiss)
 	}
 	n, err := f.Serve(ctx, w, r)
 	st.mu.Lock()

@@ -13,13 +13,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-)
 
-// CanaryRepository is a repository the mirror answers itself, under every configured upstream
-// and for any tag, with a one-layer image for common platforms. `nodecache status --canary`
-// pulls a fresh tag of it through the node's runtime: if the mirror sees that pull, the
-// runtime's mirror configuration is active. Nothing is fetched from the upstream for it.
-const CanaryRepository = "nodecache-canary/probe"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+)
 
 // canaryPlatforms are the platforms the canary index covers.
 var canaryPlatforms = []string{"linux/amd64", "linux/arm64", "linux/arm/v7", "linux/arm/v6", "linux/386", "linux/ppc64le", "linux/s390x", "linux/riscv64"}
@@ -120,13 +116,13 @@ func (c *canary) serve(w http.ResponseWriter, r *http.Request, rt route, st *req
 			body, mediaType, dig = b, "application/octet-stream", rt.ref
 		}
 	case kindTags:
-		body, mediaType = []byte(`{"name":"`+CanaryRepository+`","tags":["latest"]}`+"\n"), "application/json"
+		body, mediaType = []byte(`{"name":"`+mirrorapi.CanaryRepository+`","tags":["latest"]}`+"\n"), "application/json"
 	}
 	if body == nil {
-		errNotFound("MANIFEST_UNKNOWN", fmt.Sprintf("%s has no %s %s", CanaryRepository, rt.kind, rt.ref)).write(w)
+		errNotFound("MANIFEST_UNKNOWN", fmt.Sprintf("%s has no %s %s", mirrorapi.CanaryRepository, rt.kind, rt.ref)).write(w)
 		return
 	}
-	st.setCache(CacheHit)
+	st.setCache(mirrorapi.CacheHit)
 	w.Header().Set("Content-Type", mediaType)
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")

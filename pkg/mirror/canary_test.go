@@ -10,6 +10,8 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // TestCanary: the reserved canary repository is answered by the mirror itself, for any tag and
@@ -17,9 +19,9 @@ import (
 func TestCanary(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
-	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	for _, platform := range []string{"linux/amd64", "linux/arm64", "linux/arm/v7"} {
-		r := ref(t, h.host+"/upstream.test/"+mirror.CanaryRepository+":run-"+strings.ReplaceAll(platform[6:], "/", "-"))
+		r := ref(t, h.host+"/upstream.test/"+mirrorapi.CanaryRepository+":run-"+strings.ReplaceAll(platform[6:], "/", "-"))
 		img, err := remote.Image(r, remote.WithContext(t.Context()), remote.WithPlatform(mustPlatform(t, platform)))
 		if err != nil {
 			t.Fatalf("canary %s: %v", platform, err)
@@ -32,7 +34,7 @@ func TestCanary(t *testing.T) {
 			t.Fatalf("canary for %s has platform %s/%s/%s", platform, cf.OS, cf.Architecture, cf.Variant)
 		}
 	}
-	resp, _ := get(t, http.MethodHead, fmtURL(h, "/v2/"+mirror.CanaryRepository+"/manifests/fresh-tag?ns=upstream.test"), manifestAccept)
+	resp, _ := get(t, http.MethodHead, fmtURL(h, "/v2/"+mirrorapi.CanaryRepository+"/manifests/fresh-tag?ns=upstream.test"), manifestAccept)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Docker-Content-Digest") == "" {
 		t.Fatalf("canary HEAD via ns: %d", resp.StatusCode)
 	}

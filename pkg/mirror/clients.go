@@ -9,43 +9,21 @@ import (
 	"strings"
 	"sync"
 	"time"
-)
 
-// ClientsPath serves client evidence: which user agents pulled from which client addresses.
-// It answers only loopback clients and Options.ClientEvidenceAllow networks.
-const ClientsPath = "/nodecache/v1/clients"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+)
 
 // maxClients bounds the addresses remembered; the least recently seen is dropped first.
 const maxClients = 4096
 
-// ClientEvidence is the JSON document served at ClientsPath.
-type ClientEvidence struct {
-	Clients []ClientRecord `json:"clients"`
-}
-
-// ClientRecord is what the mirror saw from one client address.
-type ClientRecord struct {
-	Address  string    `json:"address"`
-	LastSeen time.Time `json:"last_seen"`
-	// UserAgents maps a user-agent family (containerd, cri-o, nodecache-warm, skopeo,
-	// go-containerregistry, other, ...) to what was seen of it.
-	UserAgents map[string]*AgentRecord `json:"user_agents"`
-}
-
-// AgentRecord counts registry requests of one user-agent family from one address.
-type AgentRecord struct {
-	Count    int64     `json:"count"`
-	LastSeen time.Time `json:"last_seen"`
-}
-
 type clientLog struct {
 	allow []netip.Prefix
 	mu    sync.Mutex
-	m     map[string]*ClientRecord
+	m     map[string]*mirrorapi.ClientRecord
 }
 
 func newClientLog(allow []netip.Prefix) *clientLog {
-	return &clientLog{allow: allow, m: map[string]*ClientRecord{}}
+	return &clientLog{allow: allow, m: map[string]*mirrorapi.ClientRecord{}}
 }
 
 // UserAgentFamily names the client program from its User-Agent: the first product token,
@@ -78,13 +56,13 @@ func (c *clientLog) record(remoteAddr, ua string, now time.Time) {
 		if len(c.m) >= maxClients {
 			c.evictOldest()
 		}
-		rec = &ClientRecord{Address: host, UserAgents: map[string]*AgentRecord{}}
+		rec = &mirrorapi.ClientRecord{Address: host, UserAgents: map[string]*mirrorapi.AgentRecord{}}
 		c.m[host] = rec
 	}
 	rec.LastSeen = now
 	a := rec.UserAgents[fam]
 	if a == nil {
-		a = &AgentRecord{}
+		a = &mirrorapi.AgentRecord{}
 		rec.UserAgents[fam] = a
 	}
 	a.Count++
@@ -128,9 +106,9 @@ func (c *clientLog) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.mu.Lock()
-	doc := ClientEvidence{Clients: make([]ClientRecord, 0, len(c.m))}
+	doc := mirrorapi.ClientEvidence{Clients: make([]mirrorapi.ClientRecord, 0, len(c.m))}
 	for _, rec := range c.m {
-		cp := ClientRecord{Address: rec.Address, LastSeen: rec.LastSeen, UserAgents: map[string]*AgentRecord{}}
+		cp := mirrorapi.ClientRecord{Address: rec.Address, LastSeen: rec.LastSeen, UserAgents: map[string]*mirrorapi.AgentRecord{}}
 		for k, v := range rec.UserAgents {
 			a := *v
 			cp.UserAgents[k] = &a

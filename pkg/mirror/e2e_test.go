@@ -13,6 +13,8 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // TestPullThrough pulls a multi-platform image (OCI index, linux/amd64 and linux/arm64, two
@@ -25,7 +27,7 @@ func TestPullThrough(t *testing.T) {
 	up.PushIndex(t, "team/app", "v1", idx)
 	wantDigest := digestOf(t, idx)
 
-	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	up.ResetRequests()
 
 	t.Run("a: go-containerregistry through the path prefix", func(t *testing.T) {
@@ -95,12 +97,12 @@ func TestPullThrough(t *testing.T) {
 		}
 		pullIndexGGCR(t, ref(t, h.host+"/upstream.test/team/app@"+wantDigest))
 		resp, _ := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
-		if c := resp.Header.Get(mirror.HeaderCache); c != mirror.CacheStale {
-			t.Fatalf("tag with upstream down: %s = %q, want %q", mirror.HeaderCache, c, mirror.CacheStale)
+		if c := resp.Header.Get(mirrorapi.HeaderCache); c != mirrorapi.CacheStale {
+			t.Fatalf("tag with upstream down: %s = %q, want %q", mirrorapi.HeaderCache, c, mirrorapi.CacheStale)
 		}
 		resp, _ = get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/"+wantDigest), manifestAccept)
-		if c := resp.Header.Get(mirror.HeaderCache); c != mirror.CacheHit {
-			t.Fatalf("digest with upstream down: %s = %q, want %q", mirror.HeaderCache, c, mirror.CacheHit)
+		if c := resp.Header.Get(mirrorapi.HeaderCache); c != mirrorapi.CacheHit {
+			t.Fatalf("digest with upstream down: %s = %q, want %q", mirrorapi.HeaderCache, c, mirrorapi.CacheHit)
 		}
 		dir := hostsDir(t, "testdata/hosts", h.host)
 		pullContainerd(t, dir, "upstream.test/team/app:v1")
@@ -132,7 +134,7 @@ func assertNSRequests(t *testing.T, h *harness, pathPrefix string) {
 func TestRefusals(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
-	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 
 	err := remote.Write(ref(t, h.host+"/upstream.test/pushed:v1"), mirrortest.Image(t, 1024, 1, "linux/amd64"), remote.WithContext(t.Context()))
 	var te *transport.Error
@@ -168,7 +170,7 @@ func TestRefusals(t *testing.T) {
 func TestUpstreamDownAtStart(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewStoppedRegistry(t, "")
-	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 
 	resp, _ := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
 	if resp.StatusCode != http.StatusServiceUnavailable {
@@ -196,7 +198,7 @@ func TestBlackholedUpstream(t *testing.T) {
 	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
 	const timeout = 2 * time.Second
 	h := newHarness(t, mirror.Options{
-		Upstreams:       []mirror.Upstream{upstreamFor(t, "upstream.test", up)},
+		Upstreams:       []name.Upstream{upstreamFor(t, "upstream.test", up)},
 		UpstreamTimeout: timeout,
 	})
 	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/v1")
@@ -210,8 +212,8 @@ func TestBlackholedUpstream(t *testing.T) {
 	start := time.Now()
 	resp, _ := get(t, http.MethodGet, url, manifestAccept)
 	took := time.Since(start)
-	if resp.StatusCode != http.StatusOK || resp.Header.Get(mirror.HeaderCache) != mirror.CacheStale {
-		t.Fatalf("cached tag with a black-holed upstream: %d %s=%q, want 200 stale", resp.StatusCode, mirror.HeaderCache, resp.Header.Get(mirror.HeaderCache))
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheStale {
+		t.Fatalf("cached tag with a black-holed upstream: %d %s=%q, want 200 stale", resp.StatusCode, mirrorapi.HeaderCache, resp.Header.Get(mirrorapi.HeaderCache))
 	}
 	if took > timeout+2*time.Second {
 		t.Fatalf("cached tag took %s with --upstream-timeout %s", took, timeout)
@@ -220,7 +222,7 @@ func TestBlackholedUpstream(t *testing.T) {
 	// A TCP-level black hole (connection accepted, not even HTTP answered), uncached.
 	hole := mirrortest.Blackhole(t)
 	h2 := newHarness(t, mirror.Options{
-		Upstreams:       []mirror.Upstream{{Name: "hole.test", URL: mustURL(t, "http://"+hole)}},
+		Upstreams:       []name.Upstream{{Name: "hole.test", URL: mustURL(t, "http://"+hole)}},
 		UpstreamTimeout: timeout,
 	})
 	start = time.Now()
@@ -241,7 +243,7 @@ func TestSameRepositoryTwoUpstreams(t *testing.T) {
 	ia, ib := mirrortest.Image(t, 4096, 1, "linux/amd64"), mirrortest.Image(t, 4096, 1, "linux/amd64")
 	a.PushImage(t, "team/app", "v1", ia)
 	b.PushImage(t, "team/app", "v1", ib)
-	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "a.test", a), upstreamFor(t, "b.test", b)}})
+	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "a.test", a), upstreamFor(t, "b.test", b)}})
 
 	for _, tc := range []struct {
 		name, path string

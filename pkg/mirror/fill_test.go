@@ -17,6 +17,8 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // blobFixture is an upstream holding one image, and that image's first layer.
@@ -37,7 +39,7 @@ func newBlobFixture(t *testing.T, layerBytes int64, opts mirror.Options) *blobFi
 		t.Fatal(err)
 	}
 	d, data := layerBytesOf(t, ls[0])
-	opts.Upstreams = []mirror.Upstream{upstreamFor(t, "upstream.test", up)}
+	opts.Upstreams = []name.Upstream{upstreamFor(t, "upstream.test", up)}
 	up.ResetRequests()
 	return &blobFixture{up: up, h: newHarness(t, opts), digest: d, data: data}
 }
@@ -102,13 +104,13 @@ func TestCacheHeaderMissThenHit(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, f.data) {
 		t.Fatalf("cold GET: %d, %d bytes", resp.StatusCode, len(body))
 	}
-	if c := resp.Header.Get(mirror.HeaderCache); c != mirror.CacheMiss {
-		t.Fatalf("cold GET: %s=%q, want miss", mirror.HeaderCache, c)
+	if c := resp.Header.Get(mirrorapi.HeaderCache); c != mirrorapi.CacheMiss {
+		t.Fatalf("cold GET: %s=%q, want miss", mirrorapi.HeaderCache, c)
 	}
 	f.waitIdle(t)
 	resp, body = get(t, http.MethodGet, f.url(), nil)
-	if c := resp.Header.Get(mirror.HeaderCache); c != mirror.CacheHit || !bytes.Equal(body, f.data) {
-		t.Fatalf("warm GET: %s=%q, %d bytes", mirror.HeaderCache, c, len(body))
+	if c := resp.Header.Get(mirrorapi.HeaderCache); c != mirrorapi.CacheHit || !bytes.Equal(body, f.data) {
+		t.Fatalf("warm GET: %s=%q, %d bytes", mirrorapi.HeaderCache, c, len(body))
 	}
 	if n := f.up.Count(http.MethodGet, "/blobs/"); n != 1 {
 		t.Fatalf("upstream blob GETs: %d, want 1", n)
@@ -118,8 +120,8 @@ func TestCacheHeaderMissThenHit(t *testing.T) {
 		t.Fatalf("Range on a cached blob: %d %q", resp.StatusCode, body)
 	}
 	resp, _ = get(t, http.MethodGet, fmtURL(f.h, "/v2/upstream.test/team/app/blobs/sha256:"+strings.Repeat("0", 64)), nil)
-	if resp.StatusCode != http.StatusNotFound || resp.Header.Get(mirror.HeaderCache) != "" {
-		t.Fatalf("unknown blob: %d %s=%q, want 404 without the header", resp.StatusCode, mirror.HeaderCache, resp.Header.Get(mirror.HeaderCache))
+	if resp.StatusCode != http.StatusNotFound || resp.Header.Get(mirrorapi.HeaderCache) != "" {
+		t.Fatalf("unknown blob: %d %s=%q, want 404 without the header", resp.StatusCode, mirrorapi.HeaderCache, resp.Header.Get(mirrorapi.HeaderCache))
 	}
 }
 
@@ -173,7 +175,7 @@ func TestCoalescing(t *testing.T) {
 			if err != nil || !bytes.Equal(body, f.data) {
 				t.Errorf("client got %d bytes (err %v), want the blob", len(body), err)
 			}
-			v, _ := caches.LoadOrStore(resp.Header.Get(mirror.HeaderCache), new(atomic.Int32))
+			v, _ := caches.LoadOrStore(resp.Header.Get(mirrorapi.HeaderCache), new(atomic.Int32))
 			v.(*atomic.Int32).Add(1)
 		}()
 	}
@@ -181,12 +183,12 @@ func TestCoalescing(t *testing.T) {
 	if n := f.up.Count(http.MethodGet, "/blobs/"); n != 1 {
 		t.Fatalf("%d clients caused %d upstream blob GETs, want 1", clients, n)
 	}
-	miss, _ := caches.Load(mirror.CacheMiss)
+	miss, _ := caches.Load(mirrorapi.CacheMiss)
 	if miss == nil || miss.(*atomic.Int32).Load() != 1 {
-		t.Fatalf("want exactly one %q answer", mirror.CacheMiss)
+		t.Fatalf("want exactly one %q answer", mirrorapi.CacheMiss)
 	}
-	if co, _ := caches.Load(mirror.CacheCoalesced); co == nil {
-		t.Fatalf("no %q answer among %d concurrent clients", mirror.CacheCoalesced, clients)
+	if co, _ := caches.Load(mirrorapi.CacheCoalesced); co == nil {
+		t.Fatalf("no %q answer among %d concurrent clients", mirrorapi.CacheCoalesced, clients)
 	}
 }
 
@@ -223,7 +225,7 @@ func TestResume(t *testing.T) {
 	}
 	f.waitIdle(t)
 	f.up.Stop()
-	if resp, body := get(t, http.MethodGet, f.url(), nil); resp.Header.Get(mirror.HeaderCache) != mirror.CacheHit || !bytes.Equal(body, f.data) {
+	if resp, body := get(t, http.MethodGet, f.url(), nil); resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheHit || !bytes.Equal(body, f.data) {
 		t.Fatal("resumed blob was not stored")
 	}
 }
@@ -252,8 +254,8 @@ func TestDigestMismatch(t *testing.T) {
 	f.waitIdle(t)
 	f.up.Wrap(nil)
 	resp2, body2 := get(t, http.MethodGet, f.url(), nil)
-	if resp2.Header.Get(mirror.HeaderCache) != mirror.CacheMiss || !bytes.Equal(body2, f.data) {
-		t.Fatalf("after a corrupt fill: %s=%q; the corrupt blob must not have been stored", mirror.HeaderCache, resp2.Header.Get(mirror.HeaderCache))
+	if resp2.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheMiss || !bytes.Equal(body2, f.data) {
+		t.Fatalf("after a corrupt fill: %s=%q; the corrupt blob must not have been stored", mirrorapi.HeaderCache, resp2.Header.Get(mirrorapi.HeaderCache))
 	}
 }
 
@@ -276,8 +278,8 @@ func TestLeaderDisconnect(t *testing.T) {
 	f.waitIdle(t)
 	f.up.Stop()
 	resp, body := get(t, http.MethodGet, f.url(), nil)
-	if resp.Header.Get(mirror.HeaderCache) != mirror.CacheHit || !bytes.Equal(body, f.data) {
-		t.Fatalf("after the first client left: %d %s=%q, %d bytes", resp.StatusCode, mirror.HeaderCache, resp.Header.Get(mirror.HeaderCache), len(body))
+	if resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheHit || !bytes.Equal(body, f.data) {
+		t.Fatalf("after the first client left: %d %s=%q, %d bytes", resp.StatusCode, mirrorapi.HeaderCache, resp.Header.Get(mirrorapi.HeaderCache), len(body))
 	}
 }
 
@@ -346,7 +348,7 @@ func TestServeAbandonsOrphanFillsOnShutdown(t *testing.T) {
 	onBlobGET(up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(slowWriter{w, 50 * time.Millisecond}, r) // ~3 s for the blob
 	})
-	m, err := mirror.New(t.Context(), mirror.Options{Root: t.TempDir(), Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	m, err := mirror.New(t.Context(), mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	if err != nil {
 		t.Fatal(err)
 	}

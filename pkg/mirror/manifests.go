@@ -12,6 +12,7 @@ import (
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // manifestService serves manifests by digest from local storage, filling from the upstream on a
@@ -32,7 +33,7 @@ func (s *manifestService) Get(ctx context.Context, dgst digest.Digest, options .
 	man, err := s.local.Get(ctx, dgst)
 	switch {
 	case err == nil:
-		st.setCache(CacheHit)
+		st.setCache(mirrorapi.CacheHit)
 	default:
 		var unknown distribution.ErrManifestUnknownRevision
 		if !errors.As(err, &unknown) {
@@ -43,9 +44,9 @@ func (s *manifestService) Get(ctx context.Context, dgst digest.Digest, options .
 			return nil, upstreamAPIError(st, ferr)
 		}
 		if joined {
-			st.setCache(CacheCoalesced)
+			st.setCache(mirrorapi.CacheCoalesced)
 		} else {
-			st.setCache(CacheMiss)
+			st.setCache(mirrorapi.CacheMiss)
 		}
 		man = fetched.Kept.(distribution.Manifest)
 	}

@@ -29,6 +29,8 @@ import (
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // Mirror is the pull-through registry. It is an http.Handler serving the registry API under
@@ -52,7 +54,7 @@ type Mirror struct {
 
 // configured is a configured upstream with its storage key and its upstream side.
 type configured struct {
-	Upstream
+	name.Upstream
 	storageKey string
 	remote     *upstream.Remote
 }
@@ -145,7 +147,7 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 	return m, nil
 }
 
-func names(ups []Upstream) []string {
+func names(ups []name.Upstream) []string {
 	out := make([]string, len(ups))
 	for i, u := range ups {
 		out[i] = u.Name
@@ -214,7 +216,7 @@ func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.log.Debug().Str("path", r.URL.Path).Str("client", r.RemoteAddr).Msg("probe")
 		m.MetricsHandler().ServeHTTP(w, r)
 		return
-	case ClientsPath:
+	case mirrorapi.ClientsPath:
 		m.clients.serveHTTP(w, r)
 		return
 	}
@@ -277,7 +279,7 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 		_, _ = rw.Write([]byte("{}\n"))
 		return
 	}
-	if rt.repo == CanaryRepository {
+	if rt.repo == mirrorapi.CanaryRepository {
 		m.canary.serve(rw, r, rt, st)
 		return
 	}
@@ -320,10 +322,10 @@ func (w *responseWriter) WriteHeader(code int) {
 	w.status = code
 	if code < 400 {
 		if c := w.st.cacheValue(); c != "" {
-			w.Header().Set(HeaderCache, c)
+			w.Header().Set(mirrorapi.HeaderCache, c)
 		}
 	} else {
-		w.Header().Del(HeaderCache)
+		w.Header().Del(mirrorapi.HeaderCache)
 	}
 	w.st.mu.Lock()
 	ra := w.st.retryAfter

@@ -32,6 +32,7 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	regname "github.com/nodecache/nodecache/pkg/name"
 )
 
 // syncBuffer collects log output from many goroutines.
@@ -131,9 +132,9 @@ func (h *harness) registryRequests() int64 {
 	return *h.served
 }
 
-func upstreamFor(t *testing.T, name string, r *mirrortest.Registry) mirror.Upstream {
+func upstreamFor(t *testing.T, upstreamName string, r *mirrortest.Registry) regname.Upstream {
 	t.Helper()
-	u, err := mirror.ParseUpstream(name + "=" + r.URL.String())
+	u, err := regname.ParseUpstream(upstreamName + "=" + r.URL.String())
 	if err != nil {
 		t.Fatal(err)
 	}

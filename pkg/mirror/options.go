@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // Defaults for Options.
@@ -28,7 +29,7 @@ type Options struct {
 	// Root is the filesystem storage directory. Empty keeps everything in memory (tests).
 	Root string
 	// Upstreams are the registries pulled through; required, names unique.
-	Upstreams []Upstream
+	Upstreams []name.Upstream
 	// DefaultUpstream is the upstream NAME used when a request carries neither ?ns= nor a
 	// configured path prefix. Empty means docker.io when docker.io is configured, else none.
 	DefaultUpstream string
@@ -78,11 +79,11 @@ func (o *Options) setDefaults() error {
 		seen[u.Name] = true
 	}
 	if o.DefaultUpstream == "" {
-		if seen[DockerHub] {
-			o.DefaultUpstream = DockerHub
+		if seen[name.DockerHub] {
+			o.DefaultUpstream = name.DockerHub
 		}
 	} else {
-		n, err := NormalizeName(o.DefaultUpstream)
+		n, err := name.ParseRegistry(o.DefaultUpstream)
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("default-upstream: %w", err))

@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 type lockedBuffer struct {
@@ -69,7 +71,7 @@ func TestPanicIsAnOCIError(t *testing.T) {
 			t.Parallel()
 			logs := &lockedBuffer{}
 			u, _ := url.Parse("http://127.0.0.1:1")
-			m, err := New(t.Context(), Options{Upstreams: []Upstream{{Name: "upstream.test", URL: u}}, Logger: zerolog.New(logs)})
+			m, err := New(t.Context(), Options{Upstreams: []name.Upstream{{Name: "upstream.test", URL: u}}, Logger: zerolog.New(logs)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/distribution/reference"
+
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // Request kinds, as named in the access log and metrics.
@@ -72,7 +74,7 @@ func (m *Mirror) resolve(r *http.Request) (route, *apiError) {
 	rt := route{kind: kind, ref: ref, rest: rest}
 	ns := r.URL.Query().Get("ns")
 	if ns != "" {
-		n, err := NormalizeName(ns)
+		n, err := name.ParseRegistry(ns)
 		up := m.upstreams[n]
 		if err != nil || up == nil {
 			return rt, errNotFound("NAME_UNKNOWN", "upstream "+quote(ns)+" (from ?ns=) is not configured here; configured: "+m.upstreamList())
@@ -106,7 +108,7 @@ func (m *Mirror) resolve(r *http.Request) (route, *apiError) {
 		}
 		rt.up = m.defaultUpstream
 	}
-	if rt.up.Name == DockerHub && len(comps) == 1 {
+	if rt.up.Name == name.DockerHub && len(comps) == 1 {
 		comps = []string{"library", comps[0]}
 	}
 	rt.repo = strings.Join(comps, "/")

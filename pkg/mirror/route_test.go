@@ -4,13 +4,15 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 func TestResolve(t *testing.T) {
 	t.Parallel()
-	var ups []Upstream
+	var ups []name.Upstream
 	for _, s := range []string{"docker.io=https://registry-1.docker.io", "ghcr.io=https://ghcr.io", "registry.local:5000=http://10.0.0.9:5000"} {
-		u, err := ParseUpstream(s)
+		u, err := name.ParseUpstream(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -20,7 +22,7 @@ func TestResolve(t *testing.T) {
 	for _, u := range ups {
 		m.upstreams[u.Name] = &configured{Upstream: u, storageKey: storageKey(u.Name)}
 	}
-	m.defaultUpstream = m.upstreams[DockerHub]
+	m.defaultUpstream = m.upstreams[name.DockerHub]
 
 	for _, tc := range []struct {
 		name, target           string

@@ -5,19 +5,9 @@ import (
 	"sync"
 
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
-)
 
-// Values of the X-Nodecache-Cache response header (DESIGN.md, Contracts: cache semantics).
-const (
-	CacheHit         = "hit"         // served locally without contacting the upstream
-	CacheRevalidated = "revalidated" // tag confirmed with the upstream, content served locally
-	CacheMiss        = "miss"        // fetched from the upstream for this request
-	CacheCoalesced   = "coalesced"   // joined a fill another request had started
-	CacheStale       = "stale"       // upstream failed; the cached copy was served
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
-
-// HeaderCache is the response header that says how a request was answered.
-const HeaderCache = "X-Nodecache-Cache"
 
 // reqState is what the pull-through services learn about one request; the access-log
 // middleware turns it into headers, the log line and metrics.
@@ -64,8 +54,8 @@ func (s *reqState) setCache(v string) {
 	switch s.cache {
 	case "":
 		s.cache = v
-	case CacheHit, CacheRevalidated:
-		if v != CacheHit {
+	case mirrorapi.CacheHit, mirrorapi.CacheRevalidated:
+		if v != mirrorapi.CacheHit {
 			s.cache = v
 		}
 	}

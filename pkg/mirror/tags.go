@@ -12,6 +12,7 @@ import (
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // tagService resolves tags: revalidated with the upstream (HEAD) on each request unless
@@ -28,16 +29,16 @@ func (t *tagService) Get(ctx context.Context, tag string) (v1.Descriptor, error)
 	st := stateFrom(ctx)
 	if t.r.fetch.TagFresh(t.r.up.Name, t.r.repo, tag) {
 		if desc, err := t.local.Get(ctx, tag); err == nil {
-			st.setCache(CacheHit)
+			st.setCache(mirrorapi.CacheHit)
 			return desc, nil
 		}
 	}
 	ans, err := t.r.up.remote.Tag(ctx, t.r.repo, tag, t.r.keepManifest)
 	desc := ans.Desc
 	if err == nil {
-		st.setCache(CacheRevalidated)
+		st.setCache(mirrorapi.CacheRevalidated)
 		if ans.Fetched {
-			st.setCache(CacheMiss)
+			st.setCache(mirrorapi.CacheMiss)
 		}
 		if cur, lerr := t.local.Get(ctx, tag); lerr != nil || cur.Digest != desc.Digest {
 			st.mu.Lock()
@@ -53,7 +54,7 @@ func (t *tagService) Get(ctx context.Context, tag string) (v1.Descriptor, error)
 		return v1.Descriptor{}, distribution.ErrTagUnknown{Tag: tag}
 	}
 	if cached, lerr := t.local.Get(ctx, tag); lerr == nil {
-		st.setCache(CacheStale)
+		st.setCache(mirrorapi.CacheStale)
 		t.r.log.Warn().Str("upstream", t.r.up.Name).Str("repository", t.r.repo).Str("tag", tag).
 			Err(err).Msg("upstream failed; serving the cached tag")
 		return cached, nil
@@ -116,7 +117,7 @@ func (t *tagService) All(ctx context.Context) ([]string, error) {
 		return nil, upstreamAPIError(st, err)
 	}
 	if local, lerr := t.local.All(ctx); lerr == nil {
-		st.setCache(CacheStale)
+		st.setCache(mirrorapi.CacheStale)
 		slices.Sort(local)
 		return local, nil
 	}

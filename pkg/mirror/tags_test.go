@@ -9,6 +9,8 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // tooMany answers manifest requests with 429 and a Retry-After.
@@ -28,32 +30,32 @@ func TestTagSemantics(t *testing.T) {
 	up := mirrortest.NewRegistry(t)
 	img := mirrortest.Image(t, 1024, 1, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", img)
-	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/v1")
 
 	expect := func(step string, status int, cache string) *http.Response {
 		t.Helper()
 		resp, _ := get(t, http.MethodGet, url, manifestAccept)
-		if resp.StatusCode != status || resp.Header.Get(mirror.HeaderCache) != cache {
-			t.Fatalf("%s: %d %s=%q, want %d %q", step, resp.StatusCode, mirror.HeaderCache, resp.Header.Get(mirror.HeaderCache), status, cache)
+		if resp.StatusCode != status || resp.Header.Get(mirrorapi.HeaderCache) != cache {
+			t.Fatalf("%s: %d %s=%q, want %d %q", step, resp.StatusCode, mirrorapi.HeaderCache, resp.Header.Get(mirrorapi.HeaderCache), status, cache)
 		}
 		return resp
 	}
-	expect("first", http.StatusOK, mirror.CacheMiss)
-	expect("second", http.StatusOK, mirror.CacheRevalidated)
+	expect("first", http.StatusOK, mirrorapi.CacheMiss)
+	expect("second", http.StatusOK, mirrorapi.CacheRevalidated)
 
 	// The tag moves upstream: the next request follows it.
 	img2 := mirrortest.Image(t, 1024, 1, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", img2)
-	if resp := expect("moved", http.StatusOK, mirror.CacheMiss); resp.Header.Get("Docker-Content-Digest") != digestOf(t, img2) {
+	if resp := expect("moved", http.StatusOK, mirrorapi.CacheMiss); resp.Header.Get("Docker-Content-Digest") != digestOf(t, img2) {
 		t.Fatalf("moved tag served %s", resp.Header.Get("Docker-Content-Digest"))
 	}
 
 	// 429 with a cached tag: stale; uncached: the 429 and its Retry-After reach the client.
 	up.Wrap(tooMany)
-	expect("429 cached", http.StatusOK, mirror.CacheStale)
+	expect("429 cached", http.StatusOK, mirrorapi.CacheStale)
 	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/other/manifests/v1"), manifestAccept)
-	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "42" || resp.Header.Get(mirror.HeaderCache) != "" {
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "42" || resp.Header.Get(mirrorapi.HeaderCache) != "" {
 		t.Fatalf("429 uncached: %d Retry-After=%q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 
@@ -61,7 +63,7 @@ func TestTagSemantics(t *testing.T) {
 	up.Wrap(func(http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", http.StatusBadGateway) })
 	})
-	expect("502 cached", http.StatusOK, mirror.CacheStale)
+	expect("502 cached", http.StatusOK, mirrorapi.CacheStale)
 
 	// A tag the upstream does not have is a 404, not a stale answer.
 	up.Wrap(nil)
@@ -78,7 +80,7 @@ func TestTagTTL(t *testing.T) {
 	var now atomic.Int64 // Unix nanoseconds of the mirror's clock
 	now.Store(time.Now().UnixNano())
 	h := newHarness(t, mirror.Options{
-		Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)},
+		Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)},
 		TagTTL:    time.Hour,
 		Clock:     func() time.Time { return time.Unix(0, now.Load()) },
 	})
@@ -92,10 +94,10 @@ func TestTagTTL(t *testing.T) {
 		})
 	})
 	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/v1")
-	for i, want := range []string{mirror.CacheMiss, mirror.CacheHit, mirror.CacheHit} {
+	for i, want := range []string{mirrorapi.CacheMiss, mirrorapi.CacheHit, mirrorapi.CacheHit} {
 		resp, _ := get(t, http.MethodGet, url, manifestAccept)
-		if c := resp.Header.Get(mirror.HeaderCache); c != want {
-			t.Fatalf("request %d: %s=%q, want %q", i, mirror.HeaderCache, c, want)
+		if c := resp.Header.Get(mirrorapi.HeaderCache); c != want {
+			t.Fatalf("request %d: %s=%q, want %q", i, mirrorapi.HeaderCache, c, want)
 		}
 	}
 	if n := heads.Load(); n != 1 {
@@ -103,10 +105,10 @@ func TestTagTTL(t *testing.T) {
 	}
 	// An hour later the tag is no longer fresh: revalidated upstream, then fresh again.
 	now.Add(int64(time.Hour))
-	for i, want := range []string{mirror.CacheRevalidated, mirror.CacheHit} {
+	for i, want := range []string{mirrorapi.CacheRevalidated, mirrorapi.CacheHit} {
 		resp, _ := get(t, http.MethodGet, url, manifestAccept)
-		if c := resp.Header.Get(mirror.HeaderCache); c != want {
-			t.Fatalf("after the TTL, request %d: %s=%q, want %q", i, mirror.HeaderCache, c, want)
+		if c := resp.Header.Get(mirrorapi.HeaderCache); c != want {
+			t.Fatalf("after the TTL, request %d: %s=%q, want %q", i, mirrorapi.HeaderCache, c, want)
 		}
 	}
 	if n := heads.Load(); n != 2 {
@@ -131,10 +133,10 @@ func TestTagHeadWithoutDigest(t *testing.T) {
 			next.ServeHTTP(w, r)
 		})
 	})
-	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	resp, _ := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Docker-Content-Digest") != digestOf(t, img) || resp.Header.Get(mirror.HeaderCache) != mirror.CacheMiss {
-		t.Fatalf("HEAD without digest: %d %s %s=%q", resp.StatusCode, resp.Header.Get("Docker-Content-Digest"), mirror.HeaderCache, resp.Header.Get(mirror.HeaderCache))
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Docker-Content-Digest") != digestOf(t, img) || resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheMiss {
+		t.Fatalf("HEAD without digest: %d %s %s=%q", resp.StatusCode, resp.Header.Get("Docker-Content-Digest"), mirrorapi.HeaderCache, resp.Header.Get(mirrorapi.HeaderCache))
 	}
 }
 
@@ -155,7 +157,7 @@ func TestManifestCoalesced(t *testing.T) {
 			next.ServeHTTP(w, r)
 		})
 	})
-	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/"+digestOf(t, img))
 	caches := make(chan string, 6)
 	for i := 0; i < cap(caches); i++ {
@@ -168,14 +170,14 @@ func TestManifestCoalesced(t *testing.T) {
 				return
 			}
 			resp.Body.Close()
-			caches <- resp.Header.Get(mirror.HeaderCache)
+			caches <- resp.Header.Get(mirrorapi.HeaderCache)
 		}()
 	}
 	count := map[string]int{}
 	for i := 0; i < cap(caches); i++ {
 		count[<-caches]++
 	}
-	if gets.Load() != 1 || count[mirror.CacheMiss] != 1 || count[mirror.CacheCoalesced] != cap(caches)-1 {
+	if gets.Load() != 1 || count[mirrorapi.CacheMiss] != 1 || count[mirrorapi.CacheCoalesced] != cap(caches)-1 {
 		t.Fatalf("%d upstream GETs, answers %v; want 1 GET, one miss, the rest coalesced", gets.Load(), count)
 	}
 }
@@ -191,7 +193,7 @@ func TestRetryAfterFromPing(t *testing.T) {
 			http.Error(w, "slow down", http.StatusTooManyRequests)
 		})
 	})
-	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "17" {
 		t.Fatalf("429 at ping: %d Retry-After=%q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)

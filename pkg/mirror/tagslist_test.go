@@ -18,6 +18,7 @@ import (
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // pagedUpstream is a registry holding team/app with n tags whose tags/list answers at most 100
@@ -96,7 +97,7 @@ func TestTagsList(t *testing.T) {
 	up, tags, lists := pagedUpstream(t, 251)
 	ported := upstreamFor(t, "ported.test:5005", up)
 	h := newHarness(t, mirror.Options{
-		Upstreams:       []mirror.Upstream{upstreamFor(t, "upstream.test", up), ported},
+		Upstreams:       []name.Upstream{upstreamFor(t, "upstream.test", up), ported},
 		DefaultUpstream: "upstream.test",
 	})
 	for _, rt := range []struct{ name, path, query, wantName string }{
@@ -198,11 +199,11 @@ func TestTagsListTooManyPages(t *testing.T) {
 		fmt.Fprintf(w, `{"name":"team/app","tags":["t%05d"]}`, i)
 	}))
 	t.Cleanup(srv.Close)
-	u, err := mirror.ParseUpstream("upstream.test=" + srv.URL)
+	u, err := name.ParseUpstream("upstream.test=" + srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{u}})
+	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{u}})
 	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/tags/list"), nil)
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), `"code":"UNKNOWN"`) || !strings.Contains(string(body), "more than 100 pages") {
 		t.Errorf("endless upstream pages: %d %s; want 502 UNKNOWN saying more than 100 pages", resp.StatusCode, body)
@@ -221,7 +222,7 @@ func TestTagsListTooManyPages(t *testing.T) {
 func TestTagsListClients(t *testing.T) {
 	t.Parallel()
 	up, tags, _ := pagedUpstream(t, 251)
-	h := newHarness(t, mirror.Options{Upstreams: []mirror.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	repo := h.host + "/upstream.test/team/app"
 
 	got, err := crane.ListTags(repo, crane.Insecure, crane.WithContext(t.Context()))

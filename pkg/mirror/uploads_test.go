@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // writeUpload creates an upload as distribution lays it out, started at startedAt, and returns
@@ -37,7 +39,7 @@ func TestFillLeftoversAreRemoved(t *testing.T) {
 	old := writeUpload(t, root, "upstream.test/team/app", now.Add(-48*time.Hour))
 	u, _ := url.Parse("http://127.0.0.1:1")
 	m, err := New(t.Context(), Options{
-		Root: root, Upstreams: []Upstream{{Name: "upstream.test", URL: u}},
+		Root: root, Upstreams: []name.Upstream{{Name: "upstream.test", URL: u}},
 		FillTimeout: 2 * time.Hour, Clock: func() time.Time { return now },
 	})
 	if err != nil {

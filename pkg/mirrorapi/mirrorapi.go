@@ -4,7 +4,10 @@
 // line of the files nodecache owns. Standard library only: a client links this, never the server.
 package mirrorapi
 
-import "time"
+import (
+	"bytes"
+	"time"
+)
 
 // HeaderCache is the response header by which serve says how it answered a registry request
 // (README, Cache semantics). Other registries and mirrors do not send it.
@@ -82,3 +85,9 @@ const ManifestAccept = MediaTypeOCIIndex + ", " + MediaTypeDockerList + ", " + M
 // drop-ins). gen replaces or removes only files that start with it; status reports whether the
 // file that decided carries it.
 const ManagedMarker = "# managed by nodecache"
+
+// Managed reports whether data is a file nodecache owns: its first line is exactly
+// ManagedMarker ("\n"-terminated, or the whole content).
+func Managed(data []byte) bool {
+	return bytes.HasPrefix(data, []byte(ManagedMarker+"\n")) || bytes.Equal(data, []byte(ManagedMarker))
+}

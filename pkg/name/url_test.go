@@ -2,6 +2,7 @@ package name_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -25,6 +26,8 @@ func TestParseMirror(t *testing.T) {
 		{in: "http://[::1]", want: "http://[::1]", loopback: true},
 		{in: "http://127.0.0.1:5000", want: "http://127.0.0.1:5000", loopback: true},
 		{in: "http://localhost:5000", want: "http://localhost:5000", loopback: true},
+		{in: "http://localhost:5000/", want: "http://localhost:5000", loopback: true},
+		{in: "http://app.localhost:5000", want: "http://app.localhost:5000", loopback: true},
 		{in: "http://10.0.0.5:5000", want: "http://10.0.0.5:5000"},
 		{in: "http://h:65535", want: "http://h:65535"},
 		{in: "http://h:1", want: "http://h:1"},
@@ -80,8 +83,10 @@ func TestParseMirror(t *testing.T) {
 			}
 		})
 	}
+	// gen --remove runs without --mirror: every method of the zero Mirror answers (String ""
+	// rather than a nil-pointer panic inside fmt's %s).
 	var zero name.Mirror
-	if !zero.IsZero() || zero.String() != "" || zero.HTTP() || zero.Loopback() || zero.Host() != "" {
+	if !zero.IsZero() || zero.String() != "" || zero.HTTP() || zero.Loopback() || zero.Host() != "" || fmt.Sprintf("%s", zero) != "" {
 		t.Error("the zero Mirror is not empty")
 	}
 }

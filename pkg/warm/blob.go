@@ -16,11 +16,9 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/opencontainers/go-digest"
-)
 
-// cacheHeader is nodecache's answer to where a response came from: hit, revalidated, miss,
-// coalesced or stale (DESIGN.md, Cache semantics). Other mirrors do not send it.
-const cacheHeader = "X-Nodecache-Cache"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+)
 
 // blobResult is what fetching one blob through the mirror gave.
 type blobResult struct {
@@ -89,7 +87,7 @@ func (c *client) getBlob(ctx context.Context, ref Reference, desc v1.Descriptor,
 		default:
 			return newStatusError(resp)
 		}
-		if v := resp.Header.Get(cacheHeader); v != "" {
+		if v := resp.Header.Get(mirrorapi.HeaderCache); v != "" {
 			res.Cache = v
 		}
 		n64, err := io.Copy(&hashCounter{h: h, prog: prog, keep: keep}, io.LimitReader(resp.Body, desc.Size-have+1))

@@ -38,36 +38,6 @@ func ParseRouting(s string) (Routing, error) {
 	return "", &RefusedError{What: "--routing", Value: s, Reason: "want ns or path"}
 }
 
-// ParseMirrorURL parses the mirror's base URL: http or https, a host, no credentials, path, query
-// or fragment (the registry API lives at /v2/ of the host). Errors are *RefusedError.
-func ParseMirrorURL(s string) (*url.URL, error) {
-	refuse := func(reason string) (*url.URL, error) {
-		return nil, &RefusedError{What: "--mirror", Value: s, Reason: reason}
-	}
-	if s == "" {
-		return refuse("required; want http(s)://host[:port], e.g. http://127.0.0.1:5000")
-	}
-	for i, c := range s {
-		if c <= ' ' || c >= 0x7f {
-			return refuse(fmt.Sprintf("%s %s at byte %d; want http(s)://host[:port]", charClass(c), strconv.QuoteRune(c), i))
-		}
-	}
-	u, err := url.Parse(s)
-	switch {
-	case err != nil:
-		return refuse(fmt.Sprintf("want http(s)://host[:port]: %v", err))
-	case u.Scheme != "http" && u.Scheme != "https":
-		return refuse(fmt.Sprintf("scheme %q: want http or https", u.Scheme))
-	case u.Host == "":
-		return refuse("no host; want http(s)://host[:port]")
-	case u.User != nil:
-		return refuse("must not carry credentials")
-	case strings.Trim(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "":
-		return refuse("want http(s)://host[:port] without path or query; choose the upstream with --routing")
-	}
-	return &url.URL{Scheme: u.Scheme, Host: u.Host}, nil
-}
-
 // client talks to the mirror, and only to it.
 type client struct {
 	base      *url.URL

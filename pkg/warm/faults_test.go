@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/warm"
 )
 
@@ -407,11 +408,11 @@ func TestMirrorNotReady(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			u, err := warm.ParseMirrorURL("http://" + tc.addr(t))
+			u, err := name.ParseMirror("http://" + tc.addr(t))
 			if err != nil {
 				t.Fatal(err)
 			}
-			m := &testMirror{Name: tc.name, URL: u, Routing: warm.RoutingNS}
+			m := &testMirror{Name: tc.name, URL: u.URL, Routing: warm.RoutingNS}
 			start := time.Now()
 			rep, _, err := run(t, m, "linux/amd64", func(o *warm.Options) { o.Wait = 3 * time.Second }, upstreamName+"/warm/app:v1")
 			took := time.Since(start)

@@ -15,6 +15,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // maxManifestBytes is the largest manifest accepted: distribution's own limit for a manifest
@@ -23,15 +25,6 @@ const maxManifestBytes = 4 << 20
 
 // maxIndexDepth bounds nested indexes (an index that lists indexes).
 const maxIndexDepth = 4
-
-// manifestAccept lists the manifest media types warm asks for: OCI index, Docker manifest list,
-// OCI manifest, Docker v2 manifest (schema 2). Schema 1 is not asked for and is refused.
-var manifestAccept = strings.Join([]string{
-	string(types.OCIImageIndex),
-	string(types.DockerManifestList),
-	string(types.OCIManifestSchema1),
-	string(types.DockerManifestSchema2),
-}, ", ")
 
 // attestationAnnotation marks BuildKit's attestation manifests in an index (platform
 // unknown/unknown); they are never fetched.
@@ -65,7 +58,7 @@ func (c *client) getManifest(ctx context.Context, ref Reference, id string, time
 		if err != nil {
 			return permanent(err)
 		}
-		req.Header.Set("Accept", manifestAccept)
+		req.Header.Set("Accept", mirrorapi.ManifestAccept) // schema 1 is not asked for, and refused
 		resp, err := c.hc.Do(req)
 		if err != nil {
 			return fmt.Errorf("GET %s: %w", target, err)
@@ -81,7 +74,7 @@ func (c *client) getManifest(ctx context.Context, ref Reference, id string, time
 		if len(body) > maxManifestBytes {
 			return permanent(fmt.Errorf("manifest %s is larger than %d bytes", target, maxManifestBytes))
 		}
-		doc = manifestDoc{Body: body, Cache: resp.Header.Get(cacheHeader)}
+		doc = manifestDoc{Body: body, Cache: resp.Header.Get(mirrorapi.HeaderCache)}
 		doc.MediaType = manifestMediaType(body, resp.Header.Get("Content-Type"))
 		if want != "" {
 			if got := want.Algorithm().FromBytes(body); got != want {

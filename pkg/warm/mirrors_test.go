@@ -24,6 +24,7 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/warm"
 )
 
@@ -127,7 +128,7 @@ func newNodecache(t *testing.T, up *mirrortest.Registry, routing warm.Routing) *
 	t.Helper()
 	mirrortest.QuietLogrus()
 	mm, err := mirror.New(t.Context(), mirror.Options{
-		Upstreams:       []mirror.Upstream{{Name: upstreamName, URL: up.URL}},
+		Upstreams:       []name.Upstream{{Name: upstreamName, URL: up.URL}},
 		UpstreamTimeout: 5 * time.Second,
 	})
 	if err != nil {

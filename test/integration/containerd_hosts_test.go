@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // TestContainerdPullsThroughHandWrittenHostsToml proves the harness on every containerd version
@@ -48,7 +49,7 @@ func TestContainerdPullsThroughHandWrittenHostsToml(t *testing.T) {
 			mirror.PushImage(t, "team/app", "v2", mirrortest.Image(t, 4096, 1, "linux/amd64"))
 
 			certs := t.TempDir()
-			hostsToml := filepath.Join(certs, hostDirName(host), "hosts.toml")
+			hostsToml := filepath.Join(certs, name.HostDir(host), "hosts.toml")
 			writeFile(t, hostsToml, fmt.Appendf(nil, `server = "http://%s"
 
 [host."http://%s"]
@@ -120,7 +121,7 @@ func TestContainerdPullsThroughNodecache(t *testing.T) {
 			nc := startNodecache(t, upstream)
 
 			certs := t.TempDir()
-			writeFile(t, filepath.Join(certs, hostDirName(host), "hosts.toml"), fmt.Appendf(nil, `server = "http://%s"
+			writeFile(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), fmt.Appendf(nil, `server = "http://%s"
 
 [host."%s"]
   capabilities = ["pull", "resolve"]
@@ -164,7 +165,7 @@ func TestContainerdReadsConfigPathOnlyAtStart(t *testing.T) {
 			mirror := mirrortest.NewRegistry(t)
 			mirror.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
 			certs := t.TempDir()
-			writeFile(t, filepath.Join(certs, hostDirName(host), "hosts.toml"), fmt.Appendf(nil, `server = "http://%s"
+			writeFile(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), fmt.Appendf(nil, `server = "http://%s"
 
 [host."http://%s"]
   capabilities = ["pull", "resolve"]
@@ -217,7 +218,7 @@ func TestContainerdListConfigPath(t *testing.T) {
 			mirror.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
 			scratch := t.TempDir()
 			a, b := filepath.Join(scratch, "a"), filepath.Join(scratch, "b")
-			writeFile(t, filepath.Join(a, hostDirName(host), "hosts.toml"), fmt.Appendf(nil, `server = "http://%s"
+			writeFile(t, filepath.Join(a, name.HostDir(host), "hosts.toml"), fmt.Appendf(nil, `server = "http://%s"
 
 [host."http://%s"]
   capabilities = ["pull", "resolve"]

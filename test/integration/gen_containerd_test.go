@@ -14,6 +14,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // TestGenContainerdRealDaemons is issue 3's integration test: real containerd daemons — 2.4.x and
@@ -93,7 +94,7 @@ func TestGenContainerdRealDaemons(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := bootstrap.ParseMirror(nc.URL)
+			m, err := name.ParseMirror(nc.URL)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -118,7 +119,7 @@ func TestGenContainerdRealDaemons(t *testing.T) {
 			if err := (bootstrap.Applier{Root: "/"}).Apply(ctx, rep.Changes); err != nil {
 				t.Fatalf("apply gen's changes: %v", err)
 			}
-			if _, err := os.Stat(filepath.Join(rep.HostsDir, bcontainerd.HostDirName(host), "hosts.toml")); err != nil {
+			if _, err := os.Stat(filepath.Join(rep.HostsDir, name.HostDir(host), "hosts.toml")); err != nil {
 				t.Fatalf("gen wrote no hosts.toml for %s: %v", host, err)
 			}
 			if rep.RestartRequired {
@@ -216,7 +217,7 @@ func TestGenContainerdCommandAndRemove(t *testing.T) {
 			if got := readFile(t, c.ConfigFile()); got != original {
 				t.Errorf("after --remove config.toml =\n%s\nwant the original\n%s", got, original)
 			}
-			if _, err := os.Stat(filepath.Join(certs, bcontainerd.HostDirName(host), "hosts.toml")); !os.IsNotExist(err) {
+			if _, err := os.Stat(filepath.Join(certs, name.HostDir(host), "hosts.toml")); !os.IsNotExist(err) {
 				t.Errorf("after --remove hosts.toml still there (stat err %v)", err)
 			}
 			c.Restart(t)

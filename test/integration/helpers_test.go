@@ -32,15 +32,6 @@ func upstreamHost(t *testing.T, r *mirrortest.Registry) string {
 	return net.JoinHostPort(upstreamName, port)
 }
 
-// hostDirName is containerd's directory name for a registry host under config_path: "host_port_"
-// when the host has a port (core/remotes/docker/config hostDirectory), else the host.
-func hostDirName(host string) string {
-	if h, p, err := net.SplitHostPort(host); err == nil {
-		return h + "_" + p + "_"
-	}
-	return host
-}
-
 // writeFile writes b to path, creating parent directories.
 func writeFile(t *testing.T, path string, b []byte) {
 	t.Helper()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // syncBuffer is a bytes.Buffer safe for the mirror's concurrent log writes.
@@ -61,13 +62,13 @@ type accessLine struct {
 func startNodecache(t *testing.T, upstream *mirrortest.Registry) *nodecache {
 	t.Helper()
 	host := upstreamHost(t, upstream)
-	up, err := mirror.ParseUpstream(host + "=http://" + host)
+	up, err := name.ParseUpstream(host + "=http://" + host)
 	if err != nil {
 		t.Fatalf("upstream %s: %v", host, err)
 	}
 	buf := &syncBuffer{}
 	m, err := mirror.New(t.Context(), mirror.Options{
-		Upstreams: []mirror.Upstream{up},
+		Upstreams: []name.Upstream{up},
 		Logger:    zerolog.New(buf).With().Timestamp().Logger(),
 	})
 	if err != nil {

@@ -21,8 +21,9 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
-	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 var (
@@ -129,7 +130,7 @@ func expectState(t *testing.T, step string, r statusResult, state activation.Sta
 // genContainerd runs the gen engineer's containerd plan and applier on the test daemon's files.
 func genContainerd(t *testing.T, c *runtimetest.Containerd, mirrorURL, upstream, certs string) {
 	t.Helper()
-	bm, err := bootstrap.ParseMirror(mirrorURL)
+	bm, err := name.ParseMirror(mirrorURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,12 +257,12 @@ func TestStatusRealContainerdList(t *testing.T) {
 	host := upstreamHost(t, upstream)
 	nc := startNodecache(t, upstream)
 	certs := t.TempDir()
-	writeFile(t, filepath.Join(certs, hostDirName(host), "hosts.toml"), fmt.Appendf(nil, `%s
+	writeFile(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), fmt.Appendf(nil, `%s
 server = "http://%s"
 
 [host."%s"]
   capabilities = ["pull", "resolve"]
-`, activation.ManagedMarker, host, nc.URL))
+`, mirrorapi.ManagedMarker, host, nc.URL))
 	c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs + ":/etc/docker/certs.d"})
 	r := runStatus(t, c, "--mirror", nc.URL)
 	expectState(t, "list config_path", r, activation.NotActive, pendingAny)
@@ -286,7 +287,7 @@ func checkCanary(t *testing.T, c *runtimetest.Containerd, nc *nodecache) {
 	}
 	var canaryReqs int
 	for _, l := range nc.requests(t) {
-		if l.Repository == mirror.CanaryRepository {
+		if l.Repository == mirrorapi.CanaryRepository {
 			canaryReqs++
 			if l.UserAgent != c.UserAgent() || l.Status >= 400 {
 				t.Errorf("canary request %s %s from %q answered %d, want %s and < 400", l.Method, l.Path, l.UserAgent, l.Status, c.UserAgent())
@@ -294,7 +295,7 @@ func checkCanary(t *testing.T, c *runtimetest.Containerd, nc *nodecache) {
 		}
 	}
 	if canaryReqs == 0 {
-		t.Fatalf("the mirror logged no request for %s", mirror.CanaryRepository)
+		t.Fatalf("the mirror logged no request for %s", mirrorapi.CanaryRepository)
 	}
 	is, err := c.ImageService()
 	if err != nil {
@@ -306,7 +307,7 @@ func checkCanary(t *testing.T, c *runtimetest.Containerd, nc *nodecache) {
 	}
 	for _, img := range list.GetImages() {
 		for _, name := range append(img.GetRepoTags(), img.GetRepoDigests()...) {
-			if strings.Contains(name, mirror.CanaryRepository) {
+			if strings.Contains(name, mirrorapi.CanaryRepository) {
 				t.Fatalf("canary image %s (%s) still in the daemon's image store", name, img.GetId())
 			}
 		}

@@ -12,26 +12,22 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
-	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // The canary: the runtime pulls, through its CRI socket exactly as the kubelet does, an image
-// that only the mirror serves — the reserved repository CanaryRepository under a configured
+// that only the mirror serves — the reserved repository mirrorapi.CanaryRepository under a configured
 // upstream, with a fresh tag per run (no upstream has it, no cache holds it) — and the image is
 // removed afterwards. A pull that succeeds, and that the mirror saw from this node's runtime,
 // proves the path end to end; a pull that fails proves the runtime does not use the mirror for
 // that upstream (or the mirror is down).
-
-// CanaryRepository is the repository the mirror answers itself, for any tag, with a one-layer
-// image for common platforms (mirror.CanaryRepository, the single definition).
-const CanaryRepository = mirror.CanaryRepository
 
 // DefaultCanaryTimeout bounds the canary pull.
 const DefaultCanaryTimeout = 2 * time.Minute
 
 // CanaryRef returns the reference pulled for upstream with tag.
 func CanaryRef(upstream, tag string) string {
-	return upstream + "/" + CanaryRepository + ":" + tag
+	return upstream + "/" + mirrorapi.CanaryRepository + ":" + tag
 }
 
 func newCanaryTag(now time.Time) (string, error) {

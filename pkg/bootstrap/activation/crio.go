@@ -1,7 +1,6 @@
 package activation
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,8 @@ import (
 	"github.com/pelletier/go-toml/v2"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
 	"go.podman.io/image/v5/types"
+
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // CRI-O evidence (DESIGN.md, CRI-O facts): our drop-in in registries.conf.d must be present,
@@ -57,7 +58,7 @@ func (e *evaluator) readDropIns() ([]dropIn, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", p, err)
 		}
-		d := dropIn{path: p, modTime: st.ModTime(), managed: bytes.HasPrefix(b, []byte(ManagedMarker)), prefixes: map[string]string{}}
+		d := dropIn{path: p, modTime: st.ModTime(), managed: mirrorapi.Managed(b), prefixes: map[string]string{}}
 		var doc struct {
 			Registry []struct {
 				Prefix   string `toml:"prefix"`
@@ -173,7 +174,7 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 				continue
 			}
 			checked = append(checked, prefix)
-			reg, err := sysregistriesv2.FindRegistry(sys, prefix+"/"+CanaryRepository)
+			reg, err := sysregistriesv2.FindRegistry(sys, prefix+"/"+mirrorapi.CanaryRepository)
 			if err != nil || reg == nil {
 				e.add(rt, "registry "+prefix, Fail, "containers/image finds no [[registry]] for %s", prefix)
 				bad = append(bad, prefix)

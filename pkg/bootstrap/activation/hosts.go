@@ -1,7 +1,6 @@
 package activation
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,10 +14,10 @@ import (
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/containerd/v2/core/remotes/docker/config"
 	"github.com/containerd/errdefs"
-)
 
-// ManagedMarker starts every file nodecache writes (DESIGN.md, Contracts: safety).
-const ManagedMarker = "# managed by nodecache"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
+)
 
 // hostsVerdict is what containerd's own hosts.toml parser says about one upstream.
 type hostsVerdict struct {
@@ -27,7 +26,7 @@ type hostsVerdict struct {
 	Reason   string
 	// First is the first host containerd would try, as scheme://host[path].
 	First string
-	// Managed is true when the hosts.toml that decided starts with ManagedMarker.
+	// Managed is true when the hosts.toml that decided starts with mirrorapi.ManagedMarker.
 	Managed bool
 }
 
@@ -64,7 +63,7 @@ func checkHosts(ctx context.Context, hostRoot string, roots []string, upstreams 
 		if derr == nil {
 			file = filepath.Join(dir, "hosts.toml")
 			if b, err := os.ReadFile(file); err == nil {
-				v.Managed = bytes.HasPrefix(b, []byte(ManagedMarker))
+				v.Managed = mirrorapi.Managed(b)
 			}
 		}
 		list, err := hosts(up)
@@ -109,10 +108,7 @@ func isMirror(h docker.RegistryHost, upstream string, mirror *url.URL, managed b
 	if mirror != nil {
 		return strings.EqualFold(h.Scheme, mirror.Scheme) && strings.EqualFold(h.Host, mirror.Host)
 	}
-	own := upstream
-	if upstream == "docker.io" {
-		own = "registry-1.docker.io"
-	}
+	own := strings.TrimPrefix(name.RegistryURL(upstream), "https://")
 	return managed && !strings.EqualFold(h.Host, own)
 }
 
@@ -133,7 +129,7 @@ func displayPath(hostRoot, p string) string {
 
 // registryDirs lists the registry hosts that have a hosts.toml under the roots (directory
 // names converted back from containerd's host_port_ form; _default skipped). With onlyManaged,
-// only hosts whose hosts.toml starts with ManagedMarker.
+// only hosts whose hosts.toml starts with mirrorapi.ManagedMarker.
 func registryDirs(hostRoot string, roots []string, onlyManaged bool) ([]string, error) {
 	seen := map[string]bool{}
 	var out []string
@@ -154,10 +150,10 @@ func registryDirs(hostRoot string, roots []string, onlyManaged bool) ([]string, 
 			if err != nil {
 				continue
 			}
-			if onlyManaged && !bytes.HasPrefix(b, []byte(ManagedMarker)) {
+			if onlyManaged && !mirrorapi.Managed(b) {
 				continue
 			}
-			h := dirToHost(e.Name())
+			h := name.HostFromDir(e.Name())
 			if !seen[h] {
 				seen[h] = true
 				out = append(out, h)
@@ -166,20 +162,4 @@ func registryDirs(hostRoot string, roots []string, onlyManaged bool) ([]string, 
 	}
 	sort.Strings(out)
 	return out, nil
-}
-
-// dirToHost undoes containerd's hostDirectory: "host_port_" -> "host:port".
-func dirToHost(name string) string {
-	if !strings.HasSuffix(name, "_") {
-		return name
-	}
-	body := strings.TrimSuffix(name, "_")
-	i := strings.LastIndex(body, "_")
-	if i <= 0 {
-		return name
-	}
-	if _, err := parseDecimal(body[i+1:]); err != nil {
-		return name
-	}
-	return body[:i] + ":" + body[i+1:]
 }

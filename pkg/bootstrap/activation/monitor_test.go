@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 type syncBuffer struct {
@@ -165,7 +166,7 @@ func TestMonitor(t *testing.T) {
 func TestMonitorSameSecondSettledByTraffic(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
-	ups, err := mirror.ParseUpstreams([]string{"registry.test=" + up.URL.String()})
+	ups, err := name.ParseUpstreams([]string{"registry.test=" + up.URL.String()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func TestMonitorSameSecondSettledByTraffic(t *testing.T) {
 	n.file(cfgFile, v3Config(certsDir, ""), started)
 	n.withHosts(certsDir, started)
 	o := n.opts()
-	o.Mirror, _ = ParseMirrorURL(msrv.URL)
+	o.Mirror = parseMirror(t, msrv.URL)
 
 	var logs syncBuffer
 	m, err := NewMonitor(MonitorOptions{

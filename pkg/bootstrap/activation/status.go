@@ -24,7 +24,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // Runtime names accepted by Options.Runtime.
@@ -141,7 +141,7 @@ func (o *Options) setDefaults() error {
 		errs = append(errs, errors.New("canary: needs the mirror URL (--mirror)"))
 	}
 	for i, u := range o.Upstreams {
-		n, err := mirror.NormalizeName(u)
+		n, err := name.ParseRegistry(u)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("upstreams[%d]: %w", i, err))
 		}
@@ -157,20 +157,6 @@ func (o *Options) setDefaults() error {
 		o.Now = time.Now
 	}
 	return errors.Join(errs...)
-}
-
-// ParseMirrorURL parses --mirror: http or https, a host, no path, query or credentials.
-func ParseMirrorURL(s string) (*url.URL, error) {
-	u, err := url.Parse(strings.TrimSpace(s))
-	if err != nil {
-		return nil, fmt.Errorf("mirror %q: %w", s, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
-		strings.Trim(u.Path, "/") != "" || u.RawQuery != "" {
-		return nil, fmt.Errorf("mirror %q: want http://HOST:PORT or https://HOST:PORT", s)
-	}
-	u.Path = ""
-	return u, nil
 }
 
 // evaluator holds one evaluation's inputs and collects its rows.

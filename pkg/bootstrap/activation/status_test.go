@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 const (
@@ -144,7 +146,7 @@ func TestContainerdStartEqualsMtime(t *testing.T) {
 			o := n.opts()
 			hint := mirrorURL
 			if tc.mirror != "" {
-				o.Mirror, _ = ParseMirrorURL(tc.mirror)
+				o.Mirror = parseMirror(t, tc.mirror)
 				o.NodeAddrs = func() ([]netip.Addr, error) { return nil, nil }
 				o.HTTPClient = &http.Client{Transport: refuse{}}
 				hint = tc.mirror
@@ -505,11 +507,7 @@ func TestContainerdHosts(t *testing.T) {
 			o := n.opts()
 			o.Upstreams = tt.upstreams
 			if tt.mirror != "" {
-				u, err := ParseMirrorURL(tt.mirror)
-				if err != nil {
-					t.Fatal(err)
-				}
-				o.Mirror = u
+				o.Mirror = parseMirror(t, tt.mirror)
 				o.NodeAddrs = func() ([]netip.Addr, error) { return nil, nil }
 				o.HTTPClient = &http.Client{Transport: refuse{}}
 			}
@@ -535,7 +533,7 @@ func TestTalos(t *testing.T) {
 	want(t, r, NotActive, 1, "no registry mirror configured")
 	n.file(DefaultTalosHostsDir+"/docker.io/hosts.toml", "server = \"https://registry-1.docker.io\"\n\n[host.\"http://127.0.0.1:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n", t0+50)
 	o := n.opts()
-	o.Mirror, _ = ParseMirrorURL(mirrorURL)
+	o.Mirror = parseMirror(t, mirrorURL)
 	o.HTTPClient = &http.Client{Transport: refuse{}}
 	r = n.evaluate(o)
 	want(t, r, Active, 0, "")
@@ -660,7 +658,7 @@ func TestBothRuntimes(t *testing.T) {
 func TestTrafficEvidence(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
-	ups, err := mirror.ParseUpstreams([]string{"registry.test=" + up.URL.String()})
+	ups, err := name.ParseUpstreams([]string{"registry.test=" + up.URL.String()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -680,7 +678,7 @@ func TestTrafficEvidence(t *testing.T) {
 	n.file(cfgFile, v3Config(certsDir, ""), now-30)
 	n.withHosts(certsDir, now-30)
 	o := n.opts()
-	o.Mirror, _ = ParseMirrorURL(srv.URL)
+	o.Mirror = parseMirror(t, srv.URL)
 	o.Runtime = RuntimeContainerd
 
 	r := n.evaluate(o)
@@ -705,4 +703,14 @@ func TestTrafficEvidence(t *testing.T) {
 	n.crio(300, now-60)
 	n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, now-30)
 	want(t, n.evaluate(o), NotActive, 1, "")
+}
+
+// parseMirror parses a --mirror value the way every command does (name.ParseMirror).
+func parseMirror(t *testing.T, s string) *url.URL {
+	t.Helper()
+	m, err := name.ParseMirror(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.URL
 }

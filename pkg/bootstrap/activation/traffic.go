@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // Traffic evidence: the mirror records, per client address, the last time each user-agent
@@ -30,9 +30,9 @@ func runtimeFamily(runtime string) string {
 }
 
 // FetchClientEvidence reads the mirror's client evidence.
-func FetchClientEvidence(ctx context.Context, client *http.Client, mirrorURL *url.URL) (*mirror.ClientEvidence, error) {
+func FetchClientEvidence(ctx context.Context, client *http.Client, mirrorURL *url.URL) (*mirrorapi.ClientEvidence, error) {
 	u := *mirrorURL
-	u.Path = mirror.ClientsPath
+	u.Path = mirrorapi.ClientsPath
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("client evidence %s: %w", u.String(), err)
@@ -46,7 +46,7 @@ func FetchClientEvidence(ctx context.Context, client *http.Client, mirrorURL *ur
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return nil, fmt.Errorf("client evidence %s: HTTP %d: %s", u.String(), resp.StatusCode, strings.TrimSpace(string(msg)))
 	}
-	var doc mirror.ClientEvidence
+	var doc mirrorapi.ClientEvidence
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&doc); err != nil {
 		return nil, fmt.Errorf("client evidence %s: not the expected JSON: %w", u.String(), err)
 	}
@@ -77,7 +77,7 @@ type sighting struct {
 }
 
 // findSighting returns the latest sighting of family from any of addrs, if any.
-func findSighting(doc *mirror.ClientEvidence, addrs []netip.Addr, family string) (sighting, bool) {
+func findSighting(doc *mirrorapi.ClientEvidence, addrs []netip.Addr, family string) (sighting, bool) {
 	var best sighting
 	found := false
 	for _, c := range doc.Clients {

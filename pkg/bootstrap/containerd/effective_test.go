@@ -11,6 +11,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // TestMergeMatchesContainerd2 compares the effective registry of LoadEffective (2.x rules) with
@@ -77,7 +78,7 @@ func TestMergeMatchesContainerd2(t *testing.T) {
 // TestImportRules: which file wins and which one gen edits, under 1.x and 2.x rules.
 func TestImportRules(t *testing.T) {
 	t.Parallel()
-	m, _ := bootstrap.ParseMirror("http://10.0.0.5:5000")
+	m, _ := name.ParseMirror("http://10.0.0.5:5000")
 
 	t.Run("1.x replaces the whole plugin table: the import is edited", func(t *testing.T) {
 		t.Parallel()

@@ -18,6 +18,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 var (
@@ -109,7 +110,7 @@ func TestPlanFixtures(t *testing.T) {
 	t.Parallel()
 	reg := mirrortest.NewRegistry(t)
 	reg.PushImage(t, "library/alpine", "latest", mirrortest.Image(t, 512, 1, "linux/amd64"))
-	m, err := bootstrap.ParseMirror(reg.URL.String())
+	m, err := name.ParseMirror(reg.URL.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestPlanFixtures(t *testing.T) {
 				t.Fatal("backup left after restore")
 			}
 			for _, n := range upstreams {
-				if p := path.Join(rep.HostsDir, containerd.HostDirName(n), "hosts.toml"); bootstraptest.ReadHostFile(t, root, p) != nil {
+				if p := path.Join(rep.HostsDir, name.HostDir(n), "hosts.toml"); bootstraptest.ReadHostFile(t, root, p) != nil {
 					t.Fatalf("%s left after remove", p)
 				}
 			}
@@ -292,7 +293,7 @@ func checkWithContainerdLoader(t *testing.T, root string, tc fixtureCase, rep *c
 
 // checkHosts runs containerd's ConfigureHosts over the hosts directory: each upstream resolves
 // to the mirror first, then the real registry; a real resolve through the mirror carries ?ns=.
-func checkHosts(t *testing.T, reg *mirrortest.Registry, root, hostsDir string, upstreams []string, m bootstrap.Mirror) {
+func checkHosts(t *testing.T, reg *mirrortest.Registry, root, hostsDir string, upstreams []string, m name.Mirror) {
 	t.Helper()
 	hostOpts := config.HostOptions{HostDir: config.HostDirFromRoot(filepath.Join(root, hostsDir))}
 	hosts := config.ConfigureHosts(t.Context(), hostOpts)
@@ -310,7 +311,7 @@ func checkHosts(t *testing.T, reg *mirrortest.Registry, root, hostsDir string, u
 		if !rh[0].Capabilities.Has(docker.HostCapabilityPull) || !rh[0].Capabilities.Has(docker.HostCapabilityResolve) || rh[0].Capabilities.Has(docker.HostCapabilityPush) {
 			t.Fatalf("%s: mirror capabilities %v, want pull+resolve", n, rh[0].Capabilities)
 		}
-		wantUp := strings.TrimPrefix(bootstrap.RegistryURL(n), "https://")
+		wantUp := strings.TrimPrefix(name.RegistryURL(n), "https://")
 		if rh[1].Host != wantUp || rh[1].Scheme != "https" {
 			t.Fatalf("%s: fallback %s://%s, want https://%s", n, rh[1].Scheme, rh[1].Host, wantUp)
 		}

@@ -19,16 +19,18 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // Options configure Plan and PlanRemove.
 type Options struct {
 	// Mirror is the nodecache endpoint (required for Plan).
-	Mirror bootstrap.Mirror
+	Mirror name.Mirror
 	// Upstreams are the registry names pulled through the mirror (required for Plan).
 	Upstreams []string
 	// Fallbacks maps an upstream NAME to the registry URL written as hosts.toml's server when it
-	// is not bootstrap.RegistryURL(NAME), e.g. "http://registry.local:5000" for an http-only
+	// is not name.RegistryURL(NAME), e.g. "http://registry.local:5000" for an http-only
 	// registry (bootstrap.Fallbacks reads them from --upstream NAME=URL).
 	Fallbacks map[string]string
 	// Config is the main config file (host path). Default DefaultConfig.
@@ -203,7 +205,7 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	}
 	for _, n := range opts.Upstreams {
 		h := add(n)
-		h.file.Server = bootstrap.RegistryURL(n)
+		h.file.Server = name.RegistryURL(n)
 		if fb, ok := opts.Fallbacks[n]; ok {
 			h.file.Server = fb
 		}
@@ -259,7 +261,7 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 				return nil, err
 			}
 			rep.Changes = append(rep.Changes, c)
-			keep = append(keep, HostDirName(host))
+			keep = append(keep, name.HostDir(host))
 			continue
 		}
 		hp, err := planHostsFile(fsys, cp.hostsDir, host, render, h.hosts[0])
@@ -308,7 +310,7 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 }
 
 // staleHosts plans the removal of our own hosts.toml files in dir for directories not in keep
-// (an earlier run's upstreams) and takes the mirror out of a site's hosts.toml adopted then: a file without bootstrap.Marker, or holding more than an upstream's
+// (an earlier run's upstreams) and takes the mirror out of a site's hosts.toml adopted then: a file without mirrorapi.ManagedMarker, or holding more than an upstream's
 // mirror entry (settings moved there by --migrate), is never touched, and a directory goes only
 // when it is then empty (Applier's PruneDir). Talos' applier does the same with the
 // files it owns (STYLE.md, config writers).
@@ -330,7 +332,7 @@ func staleHosts(fsys fs.FS, dir string, keep []string) ([]bootstrap.Change, erro
 			continue
 		}
 		file := path.Join(dir, ent.Name(), "hosts.toml")
-		if data, ok, err := bootstrap.ReadFile(fsys, file); err == nil && ok && !bootstrap.Managed(data) {
+		if data, ok, err := bootstrap.ReadFile(fsys, file); err == nil && ok && !mirrorapi.Managed(data) {
 			c, ok, err := planUnadopt(fsys, file, data)
 			if err != nil {
 				return nil, err
@@ -576,7 +578,7 @@ func minimalConfig(d daemon, certsDir string) ([]byte, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode minimal config.toml: %w", err)
 	}
-	out := []byte(bootstrap.Marker + "\n# Created by `nodecache gen containerd` because there was no config.toml; `gen --remove` deletes it.\n")
+	out := []byte(mirrorapi.ManagedMarker + "\n# Created by `nodecache gen containerd` because there was no config.toml; `gen --remove` deletes it.\n")
 	return append(out, b...), []string{"plugins", d.pluginID(), "registry"}, nil
 }
 

@@ -9,10 +9,11 @@ import (
 	"strings"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // PlanRemove computes what `gen containerd --remove` undoes: every hosts.toml that starts with
-// bootstrap.Marker under the directories containerd reads (and CertsDir) is removed (its
+// mirrorapi.ManagedMarker under the directories containerd reads (and CertsDir) is removed (its
 // directory too when then empty); a site's hosts.toml gen added the mirror to gets its backup
 // back (byte for byte) or, when it changed since, loses only the mirror's table; a config file nodecache edited is restored from its
 // <file>.nodecache.bak when the file still holds exactly what gen would have written from that
@@ -58,7 +59,7 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 				}
 			}
 			file := path.Join(dir, ent.Name(), "hosts.toml")
-			if data, ok, err := bootstrap.ReadFile(fsys, file); err == nil && ok && !bootstrap.Managed(data) {
+			if data, ok, err := bootstrap.ReadFile(fsys, file); err == nil && ok && !mirrorapi.Managed(data) {
 				// The site's own hosts.toml: take out the mirror gen added, if any.
 				c, ok, err := planUnadopt(fsys, file, data)
 				if err != nil {
@@ -85,7 +86,7 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 		return resolved(fsys, rep)
 	}
 	for _, f := range eff.Files {
-		if bootstrap.Managed(f.data) && f.Path == opts.Config {
+		if mirrorapi.Managed(f.data) && f.Path == opts.Config {
 			rep.Changes = append(rep.Changes, bootstrap.Change{Path: f.Path, Action: bootstrap.ActionRemove, Old: f.data,
 				Note: "config.toml created by nodecache"})
 			rep.RestartRequired = true

@@ -23,6 +23,8 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 const (
@@ -206,7 +208,7 @@ func TestSiteCertsDirectoryKept(t *testing.T) {
 	}
 	// containerd reads the file under the host root; the CA path in it is a host path.
 	data := bootstraptest.ReadHostFile(t, root, siteCerts+"/registry.local:5000/hosts.toml")
-	if !bootstrap.Managed(data) || !bytes.Contains(data, []byte(ca)) {
+	if !mirrorapi.Managed(data) || !bytes.Contains(data, []byte(ca)) {
 		t.Fatalf("hosts.toml written:\n%s\nwant ours, naming %s", data, ca)
 	}
 	bootstraptest.WriteHostFile(t, root, siteCerts+"/registry.local:5000/hosts.toml", bytes.ReplaceAll(data, []byte(ca), []byte(filepath.Join(root, ca))))
@@ -288,9 +290,9 @@ func TestUpstreamHTTPFallback(t *testing.T) {
 	}
 }
 
-func mustParseMirror(t *testing.T, s string) bootstrap.Mirror {
+func mustParseMirror(t *testing.T, s string) name.Mirror {
 	t.Helper()
-	m, err := bootstrap.ParseMirror(s)
+	m, err := name.ParseMirror(s)
 	if err != nil {
 		t.Fatal(err)
 	}

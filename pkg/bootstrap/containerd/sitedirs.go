@@ -15,6 +15,8 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // A site's own per-host directories (DESIGN.md, containerd facts: hostPaths). containerd looks up
@@ -29,7 +31,7 @@ type dirKind int
 const (
 	dirAbsent    dirKind = iota // no such directory
 	dirEmpty                    // a directory holding nothing containerd reads
-	dirOurs                     // hosts.toml starting with bootstrap.Marker
+	dirOurs                     // hosts.toml starting with mirrorapi.ManagedMarker
 	dirSiteHosts                // the site's hosts.toml (not empty, not ours)
 	dirSiteCerts                // no hosts.toml, but *.crt, *.cert or *.key files
 )
@@ -47,7 +49,7 @@ type hostDir struct {
 // hostDirCandidates are the directory names containerd tries for host before _default:
 // "host_port_" then "host:port" for a ported name, the name alone otherwise.
 func hostDirCandidates(host string) []string {
-	if d := HostDirName(host); d != host {
+	if d := name.HostDir(host); d != host {
 		return []string{d, host}
 	}
 	return []string{host}
@@ -68,7 +70,7 @@ func readHostDir(fsys fs.FS, dir, name string) (hostDir, error) {
 	if ok && len(data) > 0 {
 		d.hosts = data
 		d.kind = dirSiteHosts
-		if bootstrap.Managed(data) {
+		if mirrorapi.Managed(data) {
 			d.kind = dirOurs
 		}
 		return d, nil
@@ -134,7 +136,7 @@ func planHostsFile(fsys fs.FS, hostsDir, host string, render func(cas []string, 
 		cands = append(cands, d)
 	}
 	var hp hostsPlan
-	chosen := hostDir{name: HostDirName(host), path: path.Join(hostsDir, HostDirName(host))}
+	chosen := hostDir{name: name.HostDir(host), path: path.Join(hostsDir, name.HostDir(host))}
 	for i, d := range cands {
 		if d.kind == dirAbsent {
 			continue

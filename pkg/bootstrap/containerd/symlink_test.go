@@ -13,6 +13,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 func symlink(t *testing.T, root, link, target string) {
@@ -39,7 +40,7 @@ func assertLink(t *testing.T, root, link, target string) {
 // stay, the backup lies beside the target, and --remove restores the target byte for byte.
 func TestPlanFollowsSymlinks(t *testing.T) {
 	t.Parallel()
-	m, _ := bootstrap.ParseMirror("http://10.0.0.5:5000")
+	m, _ := name.ParseMirror("http://10.0.0.5:5000")
 	original := bootstraptest.Fixture(t, "containerd/config/containerd-1.7-config-default-v2.toml")
 	for _, tc := range []struct {
 		name, target string // the link's text

@@ -17,6 +17,8 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // Defaults and names.
@@ -86,7 +88,7 @@ type crioConf struct {
 // Options configure Plan and PlanRemove.
 type Options struct {
 	// Mirror is the nodecache endpoint (required for Plan).
-	Mirror bootstrap.Mirror
+	Mirror name.Mirror
 	// Upstreams are the registry names to mirror (required for Plan).
 	Upstreams []string
 	// Fallbacks maps an upstream NAME to its own registry URL when that is not https://NAME
@@ -164,7 +166,7 @@ type Report struct {
 }
 
 // dropIn renders the registries.conf.d drop-in.
-func dropIn(m bootstrap.Mirror, upstreams []string, fallbacks map[string]string) ([]byte, error) {
+func dropIn(m name.Mirror, upstreams []string, fallbacks map[string]string) ([]byte, error) {
 	conf := registriesConf{}
 	for _, n := range upstreams {
 		conf.Registries = append(conf.Registries, registry{
@@ -176,7 +178,7 @@ func dropIn(m bootstrap.Mirror, upstreams []string, fallbacks map[string]string)
 	if err != nil {
 		return nil, fmt.Errorf("encode registries drop-in: %w", err)
 	}
-	head := bootstrap.Marker + "\n# Pulls of each prefix try the nodecache mirror first (path prefix: no ?ns= from containers/image).\n"
+	head := mirrorapi.ManagedMarker + "\n# Pulls of each prefix try the nodecache mirror first (path prefix: no ?ns= from containers/image).\n"
 	return append([]byte(head), body...), nil
 }
 
@@ -187,7 +189,7 @@ func autoReloadDropIn() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode crio drop-in: %w", err)
 	}
-	return append([]byte(bootstrap.Marker+"\n# Reload registries.conf.d on change (CRI-O >= 1.30, read at start).\n"), body...), nil
+	return append([]byte(mirrorapi.ManagedMarker+"\n# Reload registries.conf.d on change (CRI-O >= 1.30, read at start).\n"), body...), nil
 }
 
 // Plan computes the drop-ins for the host seen through fsys. It writes nothing.
@@ -262,7 +264,7 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 		if opts.Mirror.HTTP() {
 			return nil, bootstrap.Refusedf("--mirror-ca is for an https mirror; %s is http", opts.Mirror)
 		}
-		ca := append([]byte(bootstrap.Marker+"\n"), opts.MirrorCA...)
+		ca := append([]byte(mirrorapi.ManagedMarker+"\n"), opts.MirrorCA...)
 		c, err := bootstrap.PlanOwned(fsys, path.Join(opts.CertsDir, opts.Mirror.Host(), caFileName), 0o644, ca)
 		if err != nil {
 			return nil, err
@@ -286,7 +288,7 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 
 // PlanRemove removes our drop-ins and every CA copy we wrote
 // (<CertsDir>/<host:port>/nodecache-mirror-ca.crt, its directory too when then empty); only
-// files starting with bootstrap.Marker. It needs no Mirror: what is ours is found on disk.
+// files starting with mirrorapi.ManagedMarker. It needs no Mirror: what is ours is found on disk.
 func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 	if err := opts.checkPaths(); err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 var upstreams = []string{"docker.io", "ghcr.io", "registry.k8s.io", "localhost:5001"}
@@ -59,7 +60,7 @@ func TestDropInWithEveryFixture(t *testing.T) {
 				root := t.TempDir()
 				main := bootstraptest.Fixture(t, "crio/"+e.Name())
 				bootstraptest.WriteHostFile(t, root, crio.MainRegistriesConf, main)
-				m, err := bootstrap.ParseMirror(mirrorURL)
+				m, err := name.ParseMirror(mirrorURL)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -139,7 +140,7 @@ func TestLaterDropInOverrideIsReported(t *testing.T) {
 	root := t.TempDir()
 	bootstraptest.WriteHostFile(t, root, crio.MainRegistriesConf, bootstraptest.Fixture(t, "crio/containers-image-default-registries.conf"))
 	bootstraptest.WriteHostFile(t, root, crio.DefaultRegistriesDir+"/99-site.conf", []byte("[[registry]]\nprefix = \"ghcr.io\"\nlocation = \"ghcr.io\"\n"))
-	m, _ := bootstrap.ParseMirror("http://10.0.0.5:5000")
+	m, _ := name.ParseMirror("http://10.0.0.5:5000")
 	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: upstreams})
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +166,7 @@ func TestLaterDropInOverrideIsReported(t *testing.T) {
 
 func TestVersionsAndSpecialFiles(t *testing.T) {
 	t.Parallel()
-	m, _ := bootstrap.ParseMirror("https://cache.example:5443")
+	m, _ := name.ParseMirror("https://cache.example:5443")
 	cases := []struct {
 		name       string
 		files      map[string]string
@@ -221,7 +222,7 @@ func TestVersionsAndSpecialFiles(t *testing.T) {
 // finds it there.
 func TestLinkedDropInDirectory(t *testing.T) {
 	t.Parallel()
-	m, _ := bootstrap.ParseMirror("http://10.0.0.5:5000")
+	m, _ := name.ParseMirror("http://10.0.0.5:5000")
 	for _, target := range []string{"/srv/containers/registries.d", "../../srv/containers/registries.d"} {
 		root := t.TempDir()
 		if err := os.MkdirAll(filepath.Join(root, "srv/containers/registries.d"), 0o755); err != nil {
@@ -263,7 +264,7 @@ func TestLinkedDropInDirectory(t *testing.T) {
 // refuses, stops gen (nothing written) and is reported by --remove.
 func TestSiteFilesCheckedTogether(t *testing.T) {
 	t.Parallel()
-	m, _ := bootstrap.ParseMirror("http://10.0.0.5:5000")
+	m, _ := name.ParseMirror("http://10.0.0.5:5000")
 	opts := crio.Options{Mirror: m, Upstreams: []string{"docker.io", "quay.io", "ghcr.io"}, Version: bootstrap.Version{Major: 1, Minor: 29}}
 	dir := crio.DefaultRegistriesDir
 

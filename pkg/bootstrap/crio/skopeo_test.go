@@ -19,6 +19,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 type lockedBuffer struct {
@@ -67,12 +68,12 @@ func TestSkopeoPullsThroughNodecache(t *testing.T) {
 	// no port: a path prefix cannot carry one.
 	upstream := mirrortest.NewRegistry(t)
 	upstream.PushImage(t, "library/alpine", "3", mirrortest.Image(t, 4096, 2, "linux/amd64"))
-	up, err := mirror.ParseUpstream("upstream.test=" + upstream.URL.String())
+	up, err := name.ParseUpstream("upstream.test=" + upstream.URL.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := &lockedBuffer{}
-	m, err := mirror.New(t.Context(), mirror.Options{Upstreams: []mirror.Upstream{up}, Logger: zerolog.New(log)})
+	m, err := mirror.New(t.Context(), mirror.Options{Upstreams: []name.Upstream{up}, Logger: zerolog.New(log)})
 	if err != nil {
 		t.Fatalf("mirror.New: %v", err)
 	}
@@ -88,7 +89,7 @@ func TestSkopeoPullsThroughNodecache(t *testing.T) {
 
 	// gen crio over an empty host root.
 	root := t.TempDir()
-	mm, err := bootstrap.ParseMirror(mirrorURL.String())
+	mm, err := name.ParseMirror(mirrorURL.String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,8 @@ import (
 	yaml "go.yaml.in/yaml/v4"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // Form is the shape of the patch.
@@ -49,7 +51,7 @@ func DefaultVersion() string { return strings.TrimSpace(talosversion.Tag) }
 // Options configure Generate.
 type Options struct {
 	// Mirror is the nodecache endpoint (required).
-	Mirror bootstrap.Mirror
+	Mirror name.Mirror
 	// Upstreams are the registry names to mirror (required).
 	Upstreams []string
 	// Fallbacks maps an upstream NAME to its own registry URL when that is not https://NAME
@@ -81,7 +83,7 @@ type Result struct {
 	Mirror       string   `json:"mirror"`
 	Upstreams    []string `json:"upstreams"`
 	Remove       bool     `json:"remove,omitempty"`
-	// Patch is the YAML patch (documents joined with "---"), starting with bootstrap.Marker.
+	// Patch is the YAML patch (documents joined with "---"), starting with mirrorapi.ManagedMarker.
 	Patch string `json:"patch"`
 }
 
@@ -136,7 +138,7 @@ func Generate(opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res.Patch = bootstrap.Marker + "\n" + string(body)
+	res.Patch = mirrorapi.ManagedMarker + "\n" + string(body)
 	return res, nil
 }
 

@@ -24,6 +24,8 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/talos"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // metal is the runtime mode of an installed bare-metal node (Talos' internal runtime.ModeMetal).
@@ -102,9 +104,9 @@ func testCA(t *testing.T) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
-func mustMirror(t *testing.T, s string) bootstrap.Mirror {
+func mustMirror(t *testing.T, s string) name.Mirror {
 	t.Helper()
-	m, err := bootstrap.ParseMirror(s)
+	m, err := name.ParseMirror(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +149,7 @@ func TestPatchValidatesLikeANode(t *testing.T) {
 			if res.Form != tc.wantForm {
 				t.Fatalf("form %s, want %s", res.Form, tc.wantForm)
 			}
-			if !strings.HasPrefix(res.Patch, bootstrap.Marker+"\n") {
+			if !strings.HasPrefix(res.Patch, mirrorapi.ManagedMarker+"\n") {
 				t.Fatalf("patch does not start with the marker:\n%s", res.Patch)
 			}
 			if tc.wantForm == talos.FormLegacy && strings.Contains(res.Patch, "RegistryMirrorConfig") {

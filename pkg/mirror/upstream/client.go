@@ -16,15 +16,6 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 )
 
-// ManifestAccept is sent on every manifest request: every manifest and index media type the
-// cache stores (OCI image-spec v1.1, Docker image manifest v2 schema 2).
-var ManifestAccept = strings.Join([]string{
-	"application/vnd.oci.image.index.v1+json",
-	"application/vnd.docker.distribution.manifest.list.v2+json",
-	"application/vnd.oci.image.manifest.v1+json",
-	"application/vnd.docker.distribution.manifest.v2+json",
-}, ", ")
-
 // MaxManifestBytes bounds a manifest body read from an upstream (distribution's own limit).
 const MaxManifestBytes = 4 << 20
 

@@ -15,6 +15,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // BlobStat HEADs repo's blob dgst at the upstream (never downloading it); concurrent requests
@@ -72,7 +74,7 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 		defer cancel()
 		start := time.Now()
 		resp, err := r.client.do(ctx, http.MethodGet, repo, "manifests", ref,
-			http.Header{"Accept": {ManifestAccept}}, http.StatusOK)
+			http.Header{"Accept": {mirrorapi.ManifestAccept}}, http.StatusOK)
 		r.f.metrics.observe(r.Name, KindManifest, start, err)
 		if err != nil {
 			return Manifest{}, err
@@ -135,7 +137,7 @@ func (r *Remote) Tag(ctx context.Context, repo, tag string, keep KeepFunc) (TagA
 		defer cancel()
 		start := time.Now()
 		resp, err := r.client.do(ctx, http.MethodHead, repo, "manifests", tag,
-			http.Header{"Accept": {ManifestAccept}}, http.StatusOK)
+			http.Header{"Accept": {mirrorapi.ManifestAccept}}, http.StatusOK)
 		r.f.metrics.observe(r.Name, KindManifest, start, err)
 		if err != nil {
 			return nil, err
