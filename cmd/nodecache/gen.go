@@ -107,6 +107,7 @@ func genTalosCommand() *cli.Command {
 		stringFlag("talos-version", talos.DefaultVersion(), "target Talos `vX.Y.Z`: >= v1.12 gets RegistryMirrorConfig documents, <= v1.11 the machine.registries patch"),
 		boolFlag("skip-fallback", "never fall back to the real registry (Talos >= v1.9; refused with a loopback mirror)"),
 		boolFlag("path-prefix", "endpoint <mirror>/v2/<NAME> with overridePath instead of ?ns= routing"),
+		stringFlag("machine-config", "", "with --remove: the node's current machine config `FILE` (`talosctl read /system/state/config.yaml` or `talosctl get machineconfig -o yaml` output); the removal then deletes exactly the mirrors whose endpoints include --mirror"),
 		altsrc.NewStringFlag(&cli.StringFlag{Name: "out", Aliases: []string{"o"}, EnvVars: envVars("out"),
 			Usage: "write the patch to `FILE` (replaced only when it is nodecache's) instead of printing it"}),
 	)
@@ -115,7 +116,10 @@ func genTalosCommand() *cli.Command {
 		Usage: "print (or -o write) the Talos machine-config patch",
 		Description: `Use the patch with 'talosctl gen config --config-patch @patch.yaml' or
 'talosctl patch machineconfig --patch @patch.yaml'; --remove prints the $patch: delete patch that
-takes it out again. Talos applies mirror changes without a reboot.`,
+takes it out again: with --machine-config FILE (and --mirror) exactly the mirrors of that config
+whose endpoints include the mirror; without it the --upstream list, which must be the list the
+patch was made with (a name the node does not have makes the patch fail). Talos applies mirror
+changes without a reboot.`,
 		Flags:  append(flags, logFlags()...),
 		Action: runGenTalos,
 	})
@@ -131,6 +135,18 @@ func runGenTalos(c *cli.Context) error {
 	}
 	opts := talos.Options{Mirror: b.mirror, Upstreams: b.upstreams, Fallbacks: b.fallbacks, TalosVersion: c.String("talos-version"),
 		SkipFallback: c.Bool("skip-fallback"), PathPrefix: c.Bool("path-prefix"), Remove: b.remove}
+	if p := c.String("machine-config"); p != "" {
+		if !b.remove {
+			return usagef("--machine-config is for --remove: the node's config tells which mirrors to delete")
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return usagef("--machine-config: %v", err)
+		}
+		if opts.MachineConfig, err = talos.ParseMachineConfig(p, data); err != nil {
+			return genError(err)
+		}
+	}
 	if p := c.String("mirror-ca"); p != "" {
 		// A file on this machine (the patch carries it), so a relative path is fine.
 		abs, err := filepath.Abs(p)
@@ -147,6 +163,7 @@ func runGenTalos(c *cli.Context) error {
 	if err != nil {
 		return genError(err)
 	}
+	printWarnings(c.App.ErrWriter, res.Warnings)
 	out := c.String("out")
 	var changes []bootstrap.Change
 	if out != "" {

@@ -48,3 +48,25 @@ func TestGenUpstreamURL(t *testing.T) {
 		}
 	}
 }
+
+// TestGenTalosRemoveMachineConfig: --machine-config is for --remove and needs --mirror; with it
+// the removal names the node's nodecache mirrors, not the --upstream list.
+func TestGenTalosRemoveMachineConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	node := filepath.Join(dir, "node.yaml")
+	cfg := "version: v1alpha1\nmachine:\n  type: worker\n  registries:\n    mirrors:\n      ghcr.io:\n        endpoints: [http://10.0.0.5:5000]\n      registry.site.lan:\n        endpoints: [https://mirror.site.lan]\ncluster:\n  controlPlane:\n    endpoint: https://10.5.0.2:6443\n"
+	bootstraptest.WriteHostFile(t, dir, "/node.yaml", []byte(cfg))
+	code, _, stderr := runApp(t, "gen", "talos", "--mirror", "http://10.0.0.5:5000", "--machine-config", node)
+	if code != exitUsage || !strings.Contains(stderr, "--machine-config is for --remove") {
+		t.Fatalf("without --remove: exit %d %q", code, stderr)
+	}
+	code, _, stderr = runApp(t, "gen", "talos", "--remove", "--machine-config", node)
+	if code != exitUsage || !strings.Contains(stderr, "needs --mirror") {
+		t.Fatalf("without --mirror: exit %d %q", code, stderr)
+	}
+	code, stdout, stderr := runApp(t, "gen", "talos", "--remove", "--mirror", "http://10.0.0.5:5000", "--machine-config", node, "--upstream", "docker.io")
+	if code != 0 || !strings.Contains(stdout, "ghcr.io:\n") || strings.Contains(stdout, "docker.io") || strings.Contains(stdout, "registry.site.lan") {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/config"
@@ -73,6 +74,12 @@ type Options struct {
 	MirrorCAName string
 	// Remove produces the patch that deletes what Generate adds ($patch: delete).
 	Remove bool
+	// MachineConfig is the node's current configuration (ParseMachineConfig; --machine-config)
+	// for Remove: the patch then deletes exactly the mirrors whose endpoints include Mirror (in
+	// the form each has there, whatever upstream list added them) and Mirror's TLS entry, and
+	// nothing that does not exist. Without it, Remove deletes the Upstreams list, which must
+	// then be the list used to add.
+	MachineConfig config.Provider
 }
 
 // Result is the generated patch and what it is for.
@@ -83,6 +90,9 @@ type Result struct {
 	Mirror       string   `json:"mirror"`
 	Upstreams    []string `json:"upstreams"`
 	Remove       bool     `json:"remove,omitempty"`
+	// Warnings say what a removal from a machine config also takes away (other endpoints of a
+	// deleted mirror).
+	Warnings []string `json:"warnings,omitempty"`
 	// Patch is the YAML patch (documents joined with "---"), starting with mirrorapi.ManagedMarker.
 	Patch string `json:"patch"`
 }
@@ -102,7 +112,7 @@ func Generate(opts Options) (*Result, error) {
 	if opts.Mirror.URL == nil && !opts.Remove {
 		return nil, bootstrap.Refusedf("--mirror is required")
 	}
-	if len(opts.Upstreams) == 0 {
+	if len(opts.Upstreams) == 0 && opts.MachineConfig == nil {
 		return nil, bootstrap.Refusedf("at least one --upstream is required")
 	}
 	for _, n := range opts.Upstreams {
@@ -126,6 +136,27 @@ func Generate(opts Options) (*Result, error) {
 	}
 	var body []byte
 	switch {
+	case opts.Remove && opts.MachineConfig != nil:
+		if opts.Mirror.URL == nil {
+			return nil, bootstrap.Refusedf("--machine-config needs --mirror: the removal deletes the mirrors whose endpoints include it")
+		}
+		found := findMirrors(opts.MachineConfig, opts.Mirror)
+		res.Upstreams = append(slices.Clone(found.legacy), found.documents...)
+		slices.Sort(res.Upstreams)
+		res.Upstreams = slices.Compact(res.Upstreams)
+		switch {
+		case len(found.documents) > 0 && len(found.legacy) == 0:
+			res.Form = FormDocuments
+		case len(found.legacy) > 0 && len(found.documents) == 0:
+			res.Form = FormLegacy
+		}
+		if len(res.Upstreams) == 0 && !found.legacyTLS && !found.docTLS {
+			return nil, bootstrap.Refusedf("the machine config lists no mirror with an endpoint at %s: nothing to remove", opts.Mirror)
+		}
+		for _, o := range found.others {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("the mirror of %s also lists it; the removal deletes the whole mirror: add it again if the node still needs it", o))
+		}
+		body, err = removalFrom(found, opts.Mirror)
 	case opts.Remove && legacy:
 		body, err = legacyRemoval(opts)
 	case opts.Remove:
@@ -292,6 +323,48 @@ type deleteDoc struct {
 	Kind       string `yaml:"kind"`
 	Name       string `yaml:"name"`
 	Patch      string `yaml:"$patch"`
+}
+
+// removalFrom deletes what findMirrors found in a node's config: the legacy entries in one
+// v1alpha1 patch, then one deletion per document. Nothing that is not in the config is named
+// (configpatcher would append a deletion of a missing document to the config, and machinery's
+// encoder then fails on it).
+func removalFrom(found mirrorsUsing, m name.Mirror) ([]byte, error) {
+	var parts [][]byte
+	if len(found.legacy) > 0 || found.legacyTLS {
+		del := map[string]string{"$patch": "delete"}
+		regs := map[string]any{}
+		if len(found.legacy) > 0 {
+			mirrors := map[string]any{}
+			for _, n := range found.legacy {
+				mirrors[n] = del
+			}
+			regs["mirrors"] = mirrors
+		}
+		if found.legacyTLS {
+			regs["config"] = map[string]any{m.Host(): del}
+		}
+		b, err := yaml.Marshal(map[string]any{"version": "v1alpha1", "machine": map[string]any{"registries": regs}})
+		if err != nil {
+			return nil, fmt.Errorf("encode legacy removal patch: %w", err)
+		}
+		parts = append(parts, b)
+	}
+	var docs []deleteDoc
+	for _, n := range found.documents {
+		docs = append(docs, deleteDoc{APIVersion: "v1alpha1", Kind: cri.RegistryMirrorConfig, Name: n, Patch: "delete"})
+	}
+	if found.docTLS {
+		docs = append(docs, deleteDoc{APIVersion: "v1alpha1", Kind: cri.RegistryTLSConfig, Name: m.Host(), Patch: "delete"})
+	}
+	for _, d := range docs {
+		b, err := yaml.Marshal(d)
+		if err != nil {
+			return nil, fmt.Errorf("encode removal of %s %s: %w", d.Kind, d.Name, err)
+		}
+		parts = append(parts, b)
+	}
+	return bytes.Join(parts, []byte("---\n")), nil
 }
 
 // documentsRemoval deletes the RegistryMirrorConfig of every upstream (and the mirror's
