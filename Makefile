@@ -14,6 +14,11 @@ LISTEN    ?= 127.0.0.1:5000
 
 export NODECACHE_FIXTURES ?= $(abspath $(CURDIR)/../shared/fixtures)
 
+# golangci-lint, pinned, built once into the tools cache (.ci/build-tools.sh does the same).
+GOLANGCI_LINT_VERSION := v2.15.0
+TOOLS         ?= $(or $(NODECACHE_TOOLS),$(HOME)/.cache/nodecache-ci)
+GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+
 .PHONY: all build run test ci lint vet fmt tidy bench clean
 
 all: build
@@ -40,8 +45,12 @@ vet:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-lint: vet
+lint: vet $(GOLANGCI_LINT)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GOLANGCI_LINT) run ./...
+
+$(GOLANGCI_LINT):
+	GOBIN=$(dir $@) GOWORK=off $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 tidy:
 	$(GO) mod tidy

@@ -11,6 +11,7 @@
 #   NODECACHE_CONTAINERD_2_3  containerd 2.3.x daemon (config schema 3)
 #   NODECACHE_CONTAINERD_1_7  containerd 1.7.x daemon (config schema 2)
 #   NODECACHE_SKOPEO          skopeo (Debian package)
+#   NODECACHE_GOLANGCI_LINT   golangci-lint (what `make lint` runs; the Makefile builds the same path)
 #
 # Binaries live outside the clone and are reused across runs:
 #   ${NODECACHE_TOOLS:-$HOME/.cache/nodecache-ci}/containerd-<version>/containerd
@@ -20,7 +21,8 @@
 #
 # Versions (override by env): NODECACHE_CONTAINERD_2_4_VERSION (v2.4.2),
 # NODECACHE_CONTAINERD_2_3_VERSION (v2.3.7: the newest 2.3 on the Go module proxy when this was
-# written), NODECACHE_CONTAINERD_1_7_VERSION (v1.7.35: likewise for 1.7).
+# written), NODECACHE_CONTAINERD_1_7_VERSION (v1.7.35: likewise for 1.7). golangci-lint is
+# v2.15.0 (GOLANGCI_LINT_VERSION in the Makefile), in ${NODECACHE_TOOLS}/golangci-lint-v2.15.0/.
 #
 # It also maps the test host names (upstream.test, registry.hub.test, auth.hub.test, cdn.test) to
 # 127.0.0.1 in /etc/hosts, once, so nothing a test dials leaves the machine, DNS included.
@@ -35,6 +37,8 @@ nodecache_build_tools() (
 	local v24="${NODECACHE_CONTAINERD_2_4_VERSION:-v2.4.2}"
 	local v23="${NODECACHE_CONTAINERD_2_3_VERSION:-v2.3.7}"
 	local v17="${NODECACHE_CONTAINERD_1_7_VERSION:-v1.7.35}"
+	local lintv="v2.15.0"
+	local lint="$tools/golangci-lint-$lintv/golangci-lint"
 	local tags="no_btrfs no_devmapper no_zfs"
 	# The builds are standalone modules: never let a caller's go.work pull them into a workspace.
 	export GOWORK=off
@@ -79,6 +83,19 @@ nodecache_build_tools() (
 			return 1
 		fi
 		mv -f "$dir/containerd.tmp" "$dir/containerd"
+	}
+
+	# build_lint: go install of golangci-lint into golangci-lint-VERSION/.
+	build_lint() {
+		local tmp
+		tmp="$(dirname "$lint")/.gobin"
+		rm -rf "$tmp" && mkdir -p "$tmp" || return 1
+		if ! GOBIN="$tmp" go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$lintv"; then
+			rm -rf "$tmp"
+			return 1
+		fi
+		mv -f "$tmp/golangci-lint" "$lint" || return 1
+		rm -rf "$tmp"
 	}
 
 	# start KIND VERSION: run one build in the background unless its binary exists.
@@ -139,11 +156,27 @@ nodecache_build_tools() (
 	local skopeo_status=0
 	ensure_skopeo || skopeo_status=$?
 	start v1 "$v17"
+	local lint_pid=""
+	if [[ -x "$lint" ]]; then
+		log "golangci-lint $lintv: reusing $lint"
+	else
+		while (($(jobs -rp | wc -l) >= 2)); do wait -n || true; done
+		mkdir -p "$(dirname "$lint")" || return 1
+		log "golangci-lint $lintv: building (log: $(dirname "$lint")/build.log)"
+		build_lint >"$(dirname "$lint")/build.log" 2>&1 &
+		lint_pid=$!
+	fi
 
 	local failed=0 i
 	for i in "${!pids[@]}"; do
 		wait "${pids[$i]}" || true
 	done
+	if [[ -n "$lint_pid" ]]; then wait "$lint_pid" || true; fi
+	if [[ ! -x "$lint" ]]; then
+		log "golangci-lint $lintv: BUILD FAILED; last lines of $(dirname "$lint")/build.log:"
+		tail -n 30 "$(dirname "$lint")/build.log" >&2 || true
+		failed=1
+	fi
 	# Judge by the binaries themselves, whatever the exit codes said.
 	for version in "$v24" "$v23" "$v17"; do
 		if [[ ! -x "$tools/containerd-$version/containerd" ]]; then
@@ -168,6 +201,9 @@ nodecache_build_tools() (
 		done
 		if bin="$(command -v skopeo)"; then
 			printf 'export NODECACHE_SKOPEO=%q\n' "$bin"
+		fi
+		if [[ -x "$lint" ]]; then
+			printf 'export NODECACHE_GOLANGCI_LINT=%q\n' "$lint"
 		fi
 	} >"$env.tmp"
 	mv -f "$env.tmp" "$env"

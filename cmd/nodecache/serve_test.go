@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -95,6 +96,7 @@ func httpGet(t *testing.T, url string) (*http.Response, []byte) {
 // cache header going miss then hit, /metrics, and SIGTERM during a large blob GET: the response
 // completes and the process exits 0.
 func TestServeProcess(t *testing.T) {
+	t.Parallel()
 	up := mirrortest.NewRegistry(t)
 	img := mirrortest.Image(t, 12*mirrortest.MiB, 1, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", img)
@@ -230,11 +232,12 @@ func TestServeRefusesBadInput(t *testing.T) {
 		{"missing config file", []string{"serve", "--config", "/nonexistent/nodecache.yaml"}, nil, "--config"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			cmd := exec.Command(binary, tc.args...)
 			cmd.Env = append(os.Environ(), tc.env...)
 			out, err := cmd.CombinedOutput()
-			ee, ok := err.(*exec.ExitError)
-			if !ok || ee.ExitCode() != 2 {
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
 				t.Fatalf("%v: err %v, want exit 2\n%s", tc.args, err, out)
 			}
 			if !strings.Contains(string(out), tc.want) {

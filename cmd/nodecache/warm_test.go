@@ -37,6 +37,12 @@ func TestWarmRefusedSendsNothing(t *testing.T) {
 	t.Parallel()
 	mirror := mirrortest.NewRegistry(t)
 	url := mirror.URL.String()
+	// Checked after every (parallel) refusal has finished.
+	t.Cleanup(func() {
+		if reqs := mirror.Requests(); len(reqs) != 0 {
+			t.Errorf("refused input sent %d requests to the mirror: %+v", len(reqs), reqs)
+		}
+	})
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -74,6 +80,7 @@ func TestWarmRefusedSendsNothing(t *testing.T) {
 		{"talos not a boolean", []string{"--mirror", url, "--talos=maybe"}, `--talos "maybe": want true or false`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			code, stdout, stderr := runApp(t, append([]string{"warm"}, tc.args...)...)
 			if code != exitUsage {
 				t.Fatalf("exit %d, want 2; stdout %q stderr %q", code, stdout, stderr)
@@ -82,9 +89,6 @@ func TestWarmRefusedSendsNothing(t *testing.T) {
 				t.Errorf("stderr %q does not name %q", stderr, tc.says)
 			}
 		})
-	}
-	if reqs := mirror.Requests(); len(reqs) != 0 {
-		t.Fatalf("refused input sent %d requests to the mirror: %+v", len(reqs), reqs)
 	}
 }
 

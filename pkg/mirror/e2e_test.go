@@ -21,7 +21,10 @@ import (
 // attestation manifests, layers of several MiB) from a real upstream registry through nodecache
 // with go-containerregistry (path prefix) and containerd's resolver (?ns=, and ?ns= with an
 // override_path prefix), then again with the upstream stopped.
+//
+//nolint:paralleltest // the subtests are steps in order: each pulls what the previous one cached
 func TestPullThrough(t *testing.T) {
+	t.Parallel()
 	up := mirrortest.NewRegistry(t)
 	idx := mirrortest.MultiPlatformIndex(t, 3*mirrortest.MiB, 2)
 	up.PushIndex(t, "team/app", "v1", idx)

@@ -70,7 +70,7 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 	if opts.UserAgent == "" {
 		opts.UserAgent = buildinfo.UserAgent("")
 	}
-	var gatherer prometheus.Gatherer = opts.Gatherer
+	gatherer := opts.Gatherer
 	if opts.Registerer == nil {
 		reg := prometheus.NewRegistry()
 		opts.Registerer, gatherer = reg, reg

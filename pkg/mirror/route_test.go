@@ -52,6 +52,7 @@ func TestResolve(t *testing.T) {
 		{"blob not a digest", "/v2/ghcr.io/x/blobs/latest", "", "", kindBlob, "", 1, 400},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			r := httptest.NewRequest("GET", tc.target, nil)
 			rt, err := m.resolve(r)
 			if (err != nil) != (tc.wantErr == 1) {

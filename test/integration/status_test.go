@@ -47,7 +47,7 @@ func nodecacheBinary(t *testing.T) string {
 		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/nodecache")
 		cmd.Dir = repo
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/nodecache: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build ./cmd/nodecache: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {

@@ -118,6 +118,7 @@ func TestPlanFixtures(t *testing.T) {
 
 	for _, tc := range fixtureCases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			root := t.TempDir()
 			original := bootstraptest.Fixture(t, "containerd/config/"+tc.fixture)
 			bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, original)

@@ -58,7 +58,7 @@ func readSite(fsys fs.FS, main, dir string, upstreams []string) (siteView, error
 			var de *toml.DecodeError
 			if errors.As(err, &de) {
 				row, col := de.Position()
-				err = fmt.Errorf("row %d column %d: %v", row, col, de)
+				err = fmt.Errorf("row %d column %d: %w", row, col, de)
 			}
 			v.Broken = append(v.Broken, fmt.Sprintf("%s: %v", p, err))
 			continue

@@ -41,9 +41,8 @@ const (
 
 // Feature floors of the legacy form (Talos release notes; DESIGN.md "Talos facts").
 var (
-	documentsSince    = config.TalosVersion1_12 // RegistryMirrorConfig documents
-	overridePathSince = config.TalosVersion1_3  // mirrors.<host>.overridePath
-	skipFallbackSince = config.TalosVersion1_9  // mirrors.<host>.skipFallback
+	overridePathSince = config.TalosVersion1_3 // mirrors.<host>.overridePath
+	skipFallbackSince = config.TalosVersion1_9 // mirrors.<host>.skipFallback
 )
 
 // DefaultVersion is the Talos release machinery was built for (the default --talos-version).
