@@ -112,8 +112,7 @@ type hostsPlan struct {
 	adopted bool
 	// own: the directory is nodecache's (created or written by an earlier gen), so a site
 	// _default/hosts.toml no longer applies to this host.
-	own  bool
-	note string
+	own bool
 }
 
 // planHostsFile plans host's hosts.toml in hostsDir: render builds our file (given the TLS files
