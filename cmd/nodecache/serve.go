@@ -124,7 +124,7 @@ func mirrorOptions(c *cli.Context) (mirror.Options, error) {
 		}
 		found := false
 		for _, u := range ups {
-			found = found || u.Name == n
+			found = found || name.Canonical(u.Name) == name.Canonical(n)
 		}
 		if !found {
 			return o, usagef("--default-upstream %q is not among --upstream names %s", n, strings.Join(upstreamNames(ups), ", "))

@@ -68,27 +68,30 @@ func (o *Options) setDefaults() error {
 	if len(o.Upstreams) == 0 {
 		errs = append(errs, errors.New("upstreams: at least one upstream is required"))
 	}
-	seen := map[string]bool{}
+	seen := map[string]string{} // canonical name (name.Canonical) -> configured name
 	for i, u := range o.Upstreams {
 		if u.URL == nil {
 			errs = append(errs, fmt.Errorf("upstreams[%d].url: missing", i))
 		}
-		if seen[u.Name] {
-			errs = append(errs, fmt.Errorf("upstreams[%d].name: %q is configured twice", i, u.Name))
+		c := name.Canonical(u.Name)
+		if prev, dup := seen[c]; dup {
+			errs = append(errs, fmt.Errorf("upstreams[%d].name: %q is configured twice (as %q)", i, u.Name, prev))
 		}
-		seen[u.Name] = true
+		seen[c] = u.Name
 	}
 	if o.DefaultUpstream == "" {
-		if seen[name.DockerHub] {
-			o.DefaultUpstream = name.DockerHub
+		if n, ok := seen[name.DockerHub]; ok {
+			o.DefaultUpstream = n
 		}
 	} else {
 		n, err := name.ParseRegistry(o.DefaultUpstream)
-		switch {
+		switch configured, ok := seen[name.Canonical(n)]; {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("default-upstream: %w", err))
-		case !seen[n]:
+		case !ok:
 			errs = append(errs, fmt.Errorf("default-upstream: %q is not a configured upstream", n))
+		default:
+			n = configured // an alias selects the upstream configured under another name
 		}
 		o.DefaultUpstream = n
 	}

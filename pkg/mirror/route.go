@@ -58,12 +58,19 @@ func apiPath(p string) (name []string, kind, ref, rest string, ok bool) {
 	return nil, kindOther, "", "", false
 }
 
-// resolve applies the routing contract (DESIGN.md, Contracts: routing) to a request:
-//  1. ?ns=NAME must name a configured upstream; a leading path component equal to NAME is
-//     stripped (containerd with override_path sends both).
-//  2. else a leading path component equal to a configured NAME selects it and is stripped.
-//  3. else the default upstream, if any.
-//  4. docker.io: a single-component repository becomes library/<name>.
+// resolve applies the routing contract (README, serve: Routing) to a request:
+//  1. ?ns=NAME must name a configured upstream or one of its aliases; a leading path component
+//     naming the same upstream is stripped (containerd with override_path sends both). Otherwise
+//     the path is a repository as given ("my.team/app" is a valid repository name).
+//  2. else a leading path component naming a configured upstream — its NAME, an alias of it
+//     (name.Aliases: docker.io, index.docker.io, registry-1.docker.io) or, for a NAME with a
+//     port, its port-free path alias (name.PathAlias: "reg.local_5005") — selects it and is
+//     stripped;
+//  3. else a leading path component that is a registry host (a dot, a colon or "localhost", as
+//     in image references) but names no configured upstream is refused: 404 NAME_UNKNOWN naming
+//     it (closed world: it is never taken as a repository of the default upstream);
+//  4. else the default upstream, if any;
+//  5. Docker Hub: a single-component repository becomes library/<name>.
 //
 // It never dials anything: an unknown name is an error for the client.
 func (m *Mirror) resolve(r *http.Request) (route, *apiError) {
@@ -75,12 +82,15 @@ func (m *Mirror) resolve(r *http.Request) (route, *apiError) {
 	ns := r.URL.Query().Get("ns")
 	if ns != "" {
 		n, err := name.ParseRegistry(ns)
-		up := m.upstreams[n]
-		if err != nil || up == nil {
+		var up *configured
+		if err == nil {
+			up = m.configuredAs(n)
+		}
+		if up == nil {
 			return rt, errNotFound("NAME_UNKNOWN", "upstream "+quote(ns)+" (from ?ns=) is not configured here; configured: "+m.upstreamList())
 		}
 		rt.up = up
-		if len(comps) > 1 && strings.EqualFold(comps[0], n) {
+		if len(comps) > 1 && m.configuredAs(comps[0]) == up {
 			comps = comps[1:]
 		}
 	}
@@ -97,9 +107,13 @@ func (m *Mirror) resolve(r *http.Request) (route, *apiError) {
 		return rt, &apiError{Status: http.StatusBadRequest, Code: "DIGEST_INVALID", Message: "invalid digest " + quote(ref)}
 	}
 	if rt.up == nil && len(comps) > 1 {
-		if up := m.upstreams[strings.ToLower(comps[0])]; up != nil {
+		switch up := m.configuredAs(comps[0]); {
+		case up != nil:
 			rt.up = up
 			comps = comps[1:]
+		case registryHost(comps[0]):
+			return rt, errNotFound("NAME_UNKNOWN", "registry "+quote(comps[0])+" is not configured here, so nothing is fetched for it; configured: "+
+				m.upstreamList()+" (for a repository of the default upstream whose first component looks like a host, send ?ns=<registry>)")
 		}
 	}
 	if rt.up == nil {
@@ -108,7 +122,7 @@ func (m *Mirror) resolve(r *http.Request) (route, *apiError) {
 		}
 		rt.up = m.defaultUpstream
 	}
-	if rt.up.Name == name.DockerHub && len(comps) == 1 {
+	if name.Canonical(rt.up.Name) == name.DockerHub && len(comps) == 1 {
 		comps = []string{"library", comps[0]}
 	}
 	rt.repo = strings.Join(comps, "/")
@@ -116,6 +130,33 @@ func (m *Mirror) resolve(r *http.Request) (route, *apiError) {
 		return rt, &apiError{Status: http.StatusBadRequest, Code: "NAME_INVALID", Message: "invalid repository name " + quote(rt.repo) + ": " + err.Error()}
 	}
 	return rt, nil
+}
+
+// configuredAs returns the configured upstream that s names, or nil: its NAME, any name of its
+// alias table entry (name.Canonical), or the port-free path alias of a NAME with a port
+// (name.ParsePathAlias). Case-insensitive.
+func (m *Mirror) configuredAs(s string) *configured {
+	n := strings.ToLower(s)
+	if up := m.upstreams[n]; up != nil {
+		return up
+	}
+	if ported, ok := name.ParsePathAlias(n); ok {
+		n = ported
+	}
+	c := name.Canonical(n)
+	for _, up := range m.upstreams {
+		if name.Canonical(up.Name) == c {
+			return up
+		}
+	}
+	return nil
+}
+
+// registryHost reports whether the first component of a repository path is a registry host
+// rather than a repository component, by the rule of image references (distribution/reference
+// splitDockerDomain): it holds a '.' or a ':', or is "localhost".
+func registryHost(component string) bool {
+	return strings.ContainsAny(component, ".:") || strings.EqualFold(component, "localhost")
 }
 
 func (m *Mirror) upstreamList() string {

@@ -4,7 +4,9 @@
 //
 // containers/image sends no ?ns= to a mirror, so each upstream NAME gets the mirror location
 // <mirror host:port>/<NAME>: requests arrive as /v2/<NAME>/<repository>/..., the mirror's path
-// prefix routing (DESIGN.md, Contracts: routing).
+// prefix routing (README, serve: Routing). A NAME with a port cannot be a path component, so it
+// gets its port-free path alias instead (name.PathAlias: "reg.local:5005" → <mirror>/reg.local_5005),
+// which serve accepts as the same prefix.
 package crio
 
 import (
@@ -66,7 +68,8 @@ type registry struct {
 
 // mirrorEndpoint is one [[registry.mirror]] table.
 type mirrorEndpoint struct {
-	// Location is host[:port]/path of the mirror: "<mirror host:port>/<NAME>".
+	// Location is host[:port]/path of the mirror: "<mirror host:port>/<NAME>", or
+	// "<mirror host:port>/<host>_<port>" for a NAME with a port (mirrorPrefix).
 	Location string `toml:"location"`
 	// Insecure allows plain HTTP (and unverified TLS): true exactly for an http:// mirror.
 	Insecure bool `toml:"insecure,omitempty"`
@@ -165,13 +168,27 @@ type Report struct {
 	Warnings []string      `json:"warnings,omitempty"`
 }
 
+// mirrorPrefix is the path under the mirror that serves upstream n for containers/image: n
+// itself, or for a name with a port its port-free path alias ("reg.local:5005" →
+// "reg.local_5005"), since a path component cannot hold ':'. "" for an IPv6 address, which has
+// neither form: such an upstream cannot be mirrored for CRI-O.
+func mirrorPrefix(n string) string {
+	if a, ok := name.PathAlias(n); ok {
+		return a
+	}
+	if strings.ContainsAny(n, ":[") {
+		return ""
+	}
+	return n
+}
+
 // dropIn renders the registries.conf.d drop-in.
 func dropIn(m name.Mirror, upstreams []string, fallbacks map[string]string) ([]byte, error) {
 	conf := registriesConf{}
 	for _, n := range upstreams {
 		conf.Registries = append(conf.Registries, registry{
 			Prefix: n, Location: n, Insecure: strings.HasPrefix(fallbacks[n], "http://"),
-			Mirrors: []mirrorEndpoint{{Location: m.Host() + "/" + n, Insecure: m.HTTP(), PullFromMirror: "all"}},
+			Mirrors: []mirrorEndpoint{{Location: m.Host() + "/" + mirrorPrefix(n), Insecure: m.HTTP(), PullFromMirror: "all"}},
 		})
 	}
 	body, err := toml.Marshal(conf)
@@ -205,9 +222,10 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	rep := &Report{Runtime: "crio", Mirror: opts.Mirror.String(), Version: opts.Version.String()}
 	for _, n := range opts.Upstreams {
 		// A mirror location is <host:port>/<path>, and a path component cannot hold ':' (the
-		// reference grammar), so a NAME with a port cannot be a path prefix.
-		if strings.Contains(n, ":") {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("upstream %q has a port: containers/image cannot address it as a mirror path prefix, so CRI-O pulls of it are not mirrored", n))
+		// reference grammar): a NAME with a port is addressed by its path alias, and one without
+		// an alias (an IPv6 address) cannot be addressed at all.
+		if mirrorPrefix(n) == "" {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("upstream %q is an IPv6 address: it has no port-free path alias, so containers/image cannot address it as a mirror path prefix, so CRI-O pulls of it are not mirrored", n))
 			continue
 		}
 		rep.Upstreams = append(rep.Upstreams, n)

@@ -58,22 +58,38 @@ func skopeoBinary(t *testing.T) string {
 }
 
 // TestSkopeoPullsThroughNodecache: skopeo, a real containers/image client, given the generated
-// drop-in as its registries.conf, copies an image through a running nodecache; the mirror's
-// access log shows the path-prefix requests with skopeo's user agent.
+// drop-in as its registries.conf, copies an image through a running nodecache from two
+// upstreams: one without a port (mirror location <mirror>/upstream.test) and one with a port,
+// reached through its port-free path alias (<mirror>/upstream.test_5005, issue 9 item 7). The
+// mirror's access log shows the path-prefix requests with skopeo's user agent, and each image
+// came from its own upstream registry.
 func TestSkopeoPullsThroughNodecache(t *testing.T) {
 	t.Parallel()
 	skopeo := skopeoBinary(t)
 
-	// The real registry, reached by nodecache as the upstream named upstream.test. The name has
-	// no port: a path prefix cannot carry one.
-	upstream := mirrortest.NewRegistry(t)
-	upstream.PushImage(t, "library/alpine", "3", mirrortest.Image(t, 4096, 2, "linux/amd64"))
-	up, err := name.ParseUpstream("upstream.test=" + upstream.URL.String())
-	if err != nil {
-		t.Fatal(err)
+	// The real registries, reached by nodecache as the upstreams named upstream.test and
+	// upstream.test:5005 (*.test is loopback: a fallback to the name itself dials nothing else).
+	type source struct {
+		name, prefix string
+		reg          *mirrortest.Registry
+	}
+	sources := []source{
+		{name: "upstream.test", prefix: "upstream.test", reg: mirrortest.NewRegistry(t)},
+		{name: "upstream.test:5005", prefix: "upstream.test_5005", reg: mirrortest.NewRegistry(t)},
+	}
+	var ups []name.Upstream
+	var names []string
+	for _, src := range sources {
+		src.reg.PushImage(t, "library/alpine", "3", mirrortest.Image(t, 4096, 2, "linux/amd64"))
+		up, err := name.ParseUpstream(src.name + "=" + src.reg.URL.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ups = append(ups, up)
+		names = append(names, src.name)
 	}
 	log := &lockedBuffer{}
-	m, err := mirror.New(t.Context(), mirror.Options{Upstreams: []name.Upstream{up}, Logger: zerolog.New(log)})
+	m, err := mirror.New(t.Context(), mirror.Options{Upstreams: ups, Logger: zerolog.New(log)})
 	if err != nil {
 		t.Fatalf("mirror.New: %v", err)
 	}
@@ -93,28 +109,33 @@ func TestSkopeoPullsThroughNodecache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: mm, Upstreams: []string{"upstream.test"}})
+	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: mm, Upstreams: names})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(rep.Upstreams) != len(names) {
+		t.Fatalf("gen crio mirrored %v (warnings %v); want every upstream", rep.Upstreams, rep.Warnings)
 	}
 	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
 		t.Fatal(err)
 	}
 	dropIn := filepath.Join(root, crio.DefaultRegistriesDir, crio.DropInName)
 
-	dest := t.TempDir()
-	cmd := exec.CommandContext(t.Context(), skopeo, "--insecure-policy", "--registries-conf", dropIn,
-		"copy", "--override-os", "linux", "--override-arch", "amd64",
-		"docker://upstream.test/library/alpine:3", "dir:"+dest)
-	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("skopeo copy through the mirror: %v\n%s", err, out)
-	}
-	if _, err := os.Stat(filepath.Join(dest, "manifest.json")); err != nil {
-		t.Fatalf("skopeo wrote no manifest: %v", err)
+	for _, src := range sources {
+		dest := t.TempDir()
+		cmd := exec.CommandContext(t.Context(), skopeo, "--insecure-policy", "--registries-conf", dropIn,
+			"copy", "--override-os", "linux", "--override-arch", "amd64",
+			"docker://"+src.name+"/library/alpine:3", "dir:"+dest)
+		cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("skopeo copy of %s through the mirror: %v\n%s", src.name, err, out)
+		}
+		if _, err := os.Stat(filepath.Join(dest, "manifest.json")); err != nil {
+			t.Fatalf("skopeo wrote no manifest for %s: %v", src.name, err)
+		}
 	}
 
-	var manifests, blobs int
+	manifests, blobs := map[string]int{}, map[string]int{}
 	sc := bufio.NewScanner(strings.NewReader(log.String()))
 	for sc.Scan() {
 		var l struct {
@@ -131,18 +152,23 @@ func TestSkopeoPullsThroughNodecache(t *testing.T) {
 		if !strings.Contains(strings.ToLower(l.UserAgent), "skopeo") || strings.Contains(l.Query, "ns=") {
 			continue
 		}
-		switch {
-		case strings.HasPrefix(l.Path, "/v2/upstream.test/library/alpine/manifests/"):
-			manifests++
-		case strings.HasPrefix(l.Path, "/v2/upstream.test/library/alpine/blobs/"):
-			blobs++
+		for _, src := range sources {
+			switch {
+			case strings.HasPrefix(l.Path, "/v2/"+src.prefix+"/library/alpine/manifests/"):
+				manifests[src.name]++
+			case strings.HasPrefix(l.Path, "/v2/"+src.prefix+"/library/alpine/blobs/"):
+				blobs[src.name]++
+			}
 		}
 	}
-	if manifests == 0 || blobs < 3 { // config + 2 layers
-		t.Fatalf("access log shows %d manifest and %d blob path-prefix requests from skopeo; want >= 1 and >= 3:\n%s", manifests, blobs, log.String())
-	}
-	// The upstream was reached through nodecache only.
-	if upstream.Count("GET", "/v2/library/alpine/blobs/") == 0 {
-		t.Fatal("the upstream served no blob: the image did not come through nodecache")
+	for _, src := range sources {
+		if manifests[src.name] == 0 || blobs[src.name] < 3 { // config + 2 layers
+			t.Errorf("%s: access log shows %d manifest and %d blob requests under /v2/%s/ from skopeo; want >= 1 and >= 3",
+				src.name, manifests[src.name], blobs[src.name], src.prefix)
+		}
+		// The upstream was reached through nodecache only.
+		if src.reg.Count("GET", "/v2/library/alpine/blobs/") == 0 {
+			t.Errorf("%s: the upstream served no blob: the image did not come through nodecache", src.name)
+		}
 	}
 }
