@@ -62,6 +62,11 @@ type registry struct {
 	// Insecure allows plain HTTP (and unverified TLS) for Location: set for an upstream given as
 	// --upstream NAME=http://NAME, or carried over from the site's entry for the prefix.
 	Insecure bool `toml:"insecure,omitempty"`
+	// Blocked refuses every pull of the prefix: carried over from the site's entry.
+	Blocked bool `toml:"blocked,omitempty"`
+	// MirrorByDigestOnly is read from a site's entry; it is carried as each of the site's
+	// mirrors' pull-from-mirror = "digest-only" (containers/image refuses both in one table).
+	MirrorByDigestOnly bool `toml:"mirror-by-digest-only,omitempty"`
 	// Mirrors are tried in order before Location.
 	Mirrors []mirrorEndpoint `toml:"mirror"`
 }
@@ -73,8 +78,9 @@ type mirrorEndpoint struct {
 	Location string `toml:"location"`
 	// Insecure allows plain HTTP (and unverified TLS): true exactly for an http:// mirror.
 	Insecure bool `toml:"insecure,omitempty"`
-	// PullFromMirror: "all" uses the mirror for tag and digest pulls alike.
-	PullFromMirror string `toml:"pull-from-mirror"`
+	// PullFromMirror: "all" uses the mirror for tag and digest pulls alike (ours); a site's
+	// mirror keeps its own ("digest-only", "tag-only" or none).
+	PullFromMirror string `toml:"pull-from-mirror,omitempty"`
 }
 
 // crioConf is the crio.conf.d drop-in.
@@ -134,10 +140,12 @@ func (o *Options) setDefaults() {
 	o.CertsDir = path.Clean("/" + o.CertsDir)
 }
 
-// Override is a later drop-in that replaces our [[registry]] for a prefix.
+// Override names a site [[registry]] table that bears on one of our prefixes: its prefix and
+// file, and for a longer prefix the prefix of ours it lies inside (Of).
 type Override struct {
 	Prefix string `json:"prefix"`
 	File   string `json:"file"`
+	Of     string `json:"of,omitempty"`
 }
 
 // Report is the outcome of Plan and PlanRemove.
@@ -155,9 +163,13 @@ type Report struct {
 	// Overrides are later drop-ins that replace our table for a prefix: pulls of that prefix
 	// do not use the mirror.
 	Overrides []Override `json:"overrides,omitempty"`
-	// Replaced are the site's own [[registry]] tables for one of our prefixes (in the main
-	// registries.conf or an earlier drop-in) that our drop-in replaces as a whole.
-	Replaced []Override `json:"replaced,omitempty"`
+	// Merged are the site's own [[registry]] tables for one of our prefixes (in the main
+	// registries.conf or an earlier drop-in, the one containers/image would use) whose settings
+	// and mirrors our drop-in carries, since it replaces them.
+	Merged []Override `json:"merged,omitempty"`
+	// Longer are the site's [[registry]] tables with a longer prefix inside one of ours (Of):
+	// containers/image picks the longest matching prefix, so pulls under them skip the mirror.
+	Longer []Override `json:"longer,omitempty"`
 	// V1Main lists main registries.conf files in the deprecated v1 format (CRI-O >= 1.36
 	// refuses them).
 	V1Main []string `json:"v1_main,omitempty"`
@@ -182,16 +194,9 @@ func mirrorPrefix(n string) string {
 	return n
 }
 
-// dropIn renders the registries.conf.d drop-in.
-func dropIn(m name.Mirror, upstreams []string, fallbacks map[string]string) ([]byte, error) {
-	conf := registriesConf{}
-	for _, n := range upstreams {
-		conf.Registries = append(conf.Registries, registry{
-			Prefix: n, Location: n, Insecure: strings.HasPrefix(fallbacks[n], "http://"),
-			Mirrors: []mirrorEndpoint{{Location: m.Host() + "/" + mirrorPrefix(n), Insecure: m.HTTP(), PullFromMirror: "all"}},
-		})
-	}
-	body, err := toml.Marshal(conf)
+// dropIn renders the registries.conf.d drop-in from its [[registry]] tables (planEntries).
+func dropIn(regs []registry) ([]byte, error) {
+	body, err := toml.Marshal(registriesConf{Registries: regs})
 	if err != nil {
 		return nil, fmt.Errorf("encode registries drop-in: %w", err)
 	}
@@ -233,16 +238,7 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	if len(rep.Upstreams) == 0 {
 		return nil, bootstrap.Refusedf("no upstream can be mirrored for CRI-O: %s", strings.Join(rep.Warnings, "; "))
 	}
-	data, err := dropIn(opts.Mirror, rep.Upstreams, opts.Fallbacks)
-	if err != nil {
-		return nil, err
-	}
 	for _, dir := range registriesDirs(fsys, opts) {
-		c, err := bootstrap.PlanOwned(fsys, path.Join(dir, DropInName), 0o644, data)
-		if err != nil {
-			return nil, err
-		}
-		rep.Changes = append(rep.Changes, c)
 		main := mainFor(dir)
 		site, err := readSite(fsys, main, dir, rep.Upstreams)
 		if err != nil {
@@ -251,14 +247,31 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 		if len(site.Broken) > 0 {
 			return nil, bootstrap.Refusedf("%s: not TOML, so containers/image refuses the whole registries configuration (every CRI-O pull fails) and %s cannot be validated together with it: fix or remove it, then run gen again; nothing was changed", strings.Join(site.Broken, "; "), DropInName)
 		}
+		regs, merged, err := planEntries(opts, rep.Upstreams, site)
+		if err != nil {
+			return nil, err
+		}
+		data, err := dropIn(regs)
+		if err != nil {
+			return nil, err
+		}
+		c, err := bootstrap.PlanOwned(fsys, path.Join(dir, DropInName), 0o644, data)
+		if err != nil {
+			return nil, err
+		}
+		rep.Changes = append(rep.Changes, c)
 		if err := validateTogether(fsys, main, dir, data); err != nil {
 			return nil, err
 		}
 		rep.Overrides = append(rep.Overrides, site.Overrides...)
-		rep.Replaced = append(rep.Replaced, site.Replaced...)
+		rep.Merged = append(rep.Merged, merged...)
+		rep.Longer = append(rep.Longer, site.Longer...)
 	}
-	for _, o := range rep.Replaced {
-		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s defines [[registry]] prefix %q, which %s (read after it) replaces as a whole: its mirrors and settings for %s no longer apply; merge them by hand or leave %s out of --upstream", o.File, o.Prefix, DropInName, o.Prefix, o.Prefix))
+	for _, o := range rep.Merged {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s defines [[registry]] prefix %q, which %s (read after it) replaces: its settings (blocked, insecure, mirror-by-digest-only) and its mirrors (after nodecache's) are carried into %s", o.File, o.Prefix, DropInName, DropInName))
+	}
+	for _, o := range rep.Longer {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s defines [[registry]] prefix %q, longer than nodecache's %q: containers/image uses the longest matching prefix whatever the file order, so pulls under %s do not use the mirror", o.File, o.Prefix, o.Of, o.Prefix))
 	}
 	for _, o := range rep.Overrides {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s defines [[registry]] prefix %q after %s: it replaces ours, so %s pulls skip the mirror", o.File, o.Prefix, DropInName, o.Prefix))

@@ -268,7 +268,7 @@ func TestLinkedDropInDirectory(t *testing.T) {
 }
 
 // TestSiteFilesCheckedTogether: the site's own [[registry]] for one of our prefixes (main file,
-// earlier drop-in) is reported as replaced; a drop-in that is not TOML, or that containers/image
+// earlier drop-in) is merged into ours (it was replaced whole before issue 11); a drop-in that is not TOML, or that containers/image
 // refuses, stops gen (nothing written) and is reported by --remove.
 func TestSiteFilesCheckedTogether(t *testing.T) {
 	t.Parallel()
@@ -276,7 +276,7 @@ func TestSiteFilesCheckedTogether(t *testing.T) {
 	opts := crio.Options{Mirror: m, Upstreams: []string{"docker.io", "quay.io", "ghcr.io"}, Version: bootstrap.Version{Major: 1, Minor: 29}}
 	dir := crio.DefaultRegistriesDir
 
-	t.Run("replaced", func(t *testing.T) {
+	t.Run("merged", func(t *testing.T) {
 		t.Parallel()
 		root := t.TempDir()
 		bootstraptest.WriteHostFile(t, root, crio.MainRegistriesConf, []byte("unqualified-search-registries = ['docker.io']\n\n[[registry]]\nprefix = 'docker.io'\nlocation = 'docker.io'\n[[registry.mirror]]\nlocation = 'mirror.corp.example/dockerhub'\n"))
@@ -286,23 +286,18 @@ func TestSiteFilesCheckedTogether(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := []crio.Override{{Prefix: "docker.io", File: crio.MainRegistriesConf}, {Prefix: "quay.io", File: dir + "/50-corp.conf"}}
-		if !slices.Equal(rep.Replaced, want) {
-			t.Fatalf("replaced %+v, want %+v", rep.Replaced, want)
-		}
-		for _, w := range []string{crio.MainRegistriesConf + ` defines [[registry]] prefix "docker.io"`, dir + `/50-corp.conf defines [[registry]] prefix "quay.io"`} {
-			if !slices.ContainsFunc(rep.Warnings, func(s string) bool { return strings.Contains(s, w) && strings.Contains(s, "replaces") }) {
-				t.Errorf("no warning %q in %q", w, rep.Warnings)
-			}
+		if !slices.Equal(rep.Merged, want) {
+			t.Fatalf("merged %+v, want %+v", rep.Merged, want)
 		}
 		if len(rep.Overrides) != 0 {
 			t.Fatalf("overrides %+v", rep.Overrides)
 		}
-		// containers/image agrees: after ours, docker.io no longer tries the corporate mirror.
+		// containers/image agrees: docker.io tries the mirror, then the corporate mirror.
 		if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
 			t.Fatal(err)
 		}
 		srcs := pullSources(t, root, crio.MainRegistriesConf, dir, "docker.io/library/alpine:3")
-		if len(srcs) != 2 || srcs[0].Endpoint.Location != "10.0.0.5:5000/docker.io" {
+		if len(srcs) != 3 || srcs[0].Endpoint.Location != "10.0.0.5:5000/docker.io" || srcs[1].Endpoint.Location != "mirror.corp.example/dockerhub" {
 			t.Fatalf("pull sources %+v", srcs)
 		}
 	})

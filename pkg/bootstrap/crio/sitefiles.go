@@ -22,20 +22,28 @@ import (
 type siteView struct {
 	// Overrides: later drop-ins replace our [[registry]] for a prefix.
 	Overrides []Override
-	// Replaced: the main file or an earlier drop-in has a [[registry]] for one of our prefixes,
-	// which our drop-in replaces as a whole.
-	Replaced []Override
+	// Before maps each of our prefixes to the site's table containers/image would use for it
+	// without our drop-in (the last one in the main file and the drop-ins read before ours).
+	Before map[string]siteEntry
+	// Longer: tables in any of the files whose prefix lies inside one of ours
+	// ("docker.io/library" inside "docker.io").
+	Longer []Override
 	// Broken are files that do not parse as TOML, each as "<file>: <error>". containers/image
 	// refuses the whole configuration then, so every CRI-O pull fails.
 	Broken []string
 }
 
+// siteEntry is a site [[registry]] table and its file.
+type siteEntry struct {
+	file string
+	reg  registry
+}
+
 // readSite reads main (the registries.conf paired with dir) and every *.conf in dir except
-// ours, in name order as containers/image reads them, and reports which of them define a
-// [[registry]] with one of our prefixes (the prefix, or the location when no prefix is set), and
-// which do not parse.
+// ours, in name order as containers/image reads them, and reports the tables that bear on our
+// prefixes (the prefix, or the location when no prefix is set), and the files that do not parse.
 func readSite(fsys fs.FS, main, dir string, upstreams []string) (siteView, error) {
-	var v siteView
+	v := siteView{Before: map[string]siteEntry{}}
 	files := []string{main}
 	if ents, err := fs.ReadDir(fsys, bootstrap.FSName(dir)); err == nil {
 		for _, e := range ents {
@@ -69,18 +77,60 @@ func readSite(fsys fs.FS, main, dir string, upstreams []string) (siteView, error
 			if prefix == "" {
 				prefix = r.Location
 			}
-			if !slices.Contains(upstreams, strings.TrimSuffix(prefix, "/")) {
+			prefix = strings.TrimSuffix(prefix, "/")
+			for _, up := range upstreams {
+				if len(prefix) > len(up) && strings.HasPrefix(prefix, up) && strings.ContainsRune("/:@", rune(prefix[len(up)])) {
+					v.Longer = append(v.Longer, Override{Prefix: prefix, File: p, Of: up})
+				}
+			}
+			if !slices.Contains(upstreams, prefix) {
 				continue
 			}
-			o := Override{Prefix: strings.TrimSuffix(prefix, "/"), File: p}
 			if later {
-				v.Overrides = append(v.Overrides, o)
+				v.Overrides = append(v.Overrides, Override{Prefix: prefix, File: p})
 			} else {
-				v.Replaced = append(v.Replaced, o)
+				v.Before[prefix] = siteEntry{file: p, reg: r}
 			}
 		}
 	}
 	return v, nil
+}
+
+// planEntries builds our [[registry]] table for each upstream: the mirror first, then the
+// registry itself (insecure for an --upstream NAME=http://NAME fallback). Where the site already
+// has a table for the prefix (site.Before), our drop-in replaces it, so it is merged: when its
+// location is empty or the prefix itself, its blocked and insecure are kept, its
+// mirror-by-digest-only becomes pull-from-mirror = "digest-only" on each of its mirrors, and its
+// mirrors follow ours; a table whose location is another registry is refused (ErrRefused),
+// naming its file: its images come from elsewhere, the mirror would serve other content.
+func planEntries(opts Options, upstreams []string, site siteView) ([]registry, []Override, error) {
+	var (
+		out    []registry
+		merged []Override
+	)
+	for _, n := range upstreams {
+		ours := mirrorEndpoint{Location: opts.Mirror.Host() + "/" + mirrorPrefix(n), Insecure: opts.Mirror.HTTP(), PullFromMirror: "all"}
+		r := registry{Prefix: n, Location: n, Insecure: strings.HasPrefix(opts.Fallbacks[n], "http://"), Mirrors: []mirrorEndpoint{ours}}
+		if s, ok := site.Before[n]; ok {
+			if loc := strings.TrimSuffix(s.reg.Location, "/"); loc != "" && loc != n {
+				return nil, nil, bootstrap.Refusedf("%s: [[registry]] prefix %q has location %q: images of %s come from another registry there, so the mirror (which fetches them from %s itself) cannot be merged into it; leave %s out of --upstream or change that entry; nothing was changed", s.file, n, s.reg.Location, n, n, n)
+			}
+			r.Insecure = r.Insecure || s.reg.Insecure
+			r.Blocked = s.reg.Blocked
+			for _, sm := range s.reg.Mirrors {
+				if sm.Location == ours.Location {
+					continue
+				}
+				if s.reg.MirrorByDigestOnly && sm.PullFromMirror == "" {
+					sm.PullFromMirror = "digest-only"
+				}
+				r.Mirrors = append(r.Mirrors, sm)
+			}
+			merged = append(merged, Override{Prefix: n, File: s.file})
+		}
+		out = append(out, r)
+	}
+	return out, merged, nil
 }
 
 // validateTogether loads main, the drop-ins of dir and ours (data) with containers/image's own
