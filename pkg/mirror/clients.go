@@ -34,7 +34,7 @@ func UserAgentFamily(ua string) string {
 		tok = tok[:i]
 	}
 	switch {
-	case tok == "containerd", tok == "cri-o", tok == "skopeo", tok == "go-containerregistry",
+	case tok == mirrorapi.FamilyContainerd, tok == mirrorapi.FamilyCRIO, tok == "skopeo", tok == "go-containerregistry",
 		tok == "docker", tok == "podman", tok == "crane", tok == "buildkit":
 		return tok
 	case strings.HasPrefix(tok, "nodecache"):

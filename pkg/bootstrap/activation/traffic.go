@@ -24,9 +24,9 @@ import (
 // runtimeFamily is the user-agent family each runtime pulls with.
 func runtimeFamily(runtime string) string {
 	if runtime == RuntimeCRIO {
-		return "cri-o"
+		return mirrorapi.FamilyCRIO
 	}
-	return "containerd"
+	return mirrorapi.FamilyContainerd
 }
 
 // FetchClientEvidence reads the mirror's client evidence.
