@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -188,8 +187,8 @@ func genPass(ctx context.Context, log zerolog.Logger, o activation.Options, mirr
 		log.Error().Err(err).Msg("gen: mirror refused")
 		return
 	}
-	hostRoot := o.HostRoot
-	if activation.IsTalos(hostRoot) && (o.Runtime == activation.RuntimeAuto || o.Runtime == activation.RuntimeTalos) {
+	h := o.Host
+	if activation.IsTalos(h) && (o.Runtime == activation.RuntimeAuto || o.Runtime == activation.RuntimeTalos) {
 		res, err := talos.Generate(talos.Options{Mirror: bm, Upstreams: upstreams})
 		if err != nil {
 			log.Error().Err(err).Msg("gen talos")
@@ -206,12 +205,12 @@ func genPass(ctx context.Context, log zerolog.Logger, o activation.Options, mirr
 		if cfg == "" {
 			cfg = bcontainerd.DefaultConfig
 		}
-		if exists(filepath.Join(hostRoot, cfg)) || exists(filepath.Join(hostRoot, o.ContainerdSocket)) {
+		if h.Exists(cfg) || h.Exists(o.ContainerdSocket) {
 			genContainerd(ctx, log, o, bm, upstreams, cfg, certsDir)
 		}
 	}
 	if o.Runtime == activation.RuntimeAuto || o.Runtime == activation.RuntimeCRIO {
-		if exists(filepath.Join(hostRoot, activation.DefaultCRIOConfig)) || exists(filepath.Join(hostRoot, activation.DefaultCRIODropInDir)) {
+		if h.Exists(activation.DefaultCRIOConfig) || h.Exists(activation.DefaultCRIODropInDir) {
 			genCRIO(ctx, log, o, bm, upstreams)
 		}
 	}
@@ -220,23 +219,34 @@ func genPass(ctx context.Context, log zerolog.Logger, o activation.Options, mirr
 func genContainerd(ctx context.Context, log zerolog.Logger, o activation.Options, bm name.Mirror, upstreams []string, cfg, certsDir string) {
 	var daemon bootstrap.Version
 	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	raw, err := activation.ContainerdVersion(vctx, filepath.Join(o.HostRoot, o.ContainerdSocket))
+	dv, err := activation.RuntimeVersion(vctx, o.Host, activation.RuntimeContainerd, o.ContainerdSocket)
 	cancel()
 	if err == nil {
-		daemon, _ = bootstrap.ParseVersion(raw)
+		daemon = dv.Version
+		log.Debug().Str("version", dv.Raw).Str("from", dv.Source).Msg("gen containerd: daemon version")
 	} else {
 		log.Debug().Err(err).Msg("gen containerd: daemon version unknown")
 	}
-	plan, err := bcontainerd.Plan(os.DirFS(o.HostRoot), bcontainerd.Options{
+	plan, err := bcontainerd.Plan(o.Host.FS(), bcontainerd.Options{
 		Mirror: bm, Upstreams: upstreams, Config: cfg, CertsDir: certsDir, Daemon: daemon,
 	})
 	if err != nil {
 		log.Error().Err(err).Str("runtime", "containerd").Msg("gen containerd refused; nothing was changed")
 		return
 	}
-	if err := (bootstrap.Applier{Root: o.HostRoot, Logger: log}).Apply(ctx, plan.Changes); err != nil {
+	if err := o.Host.Applier(log).Apply(ctx, plan.Changes); err != nil {
 		log.Error().Err(err).Str("runtime", "containerd").Msg("gen containerd")
 		return
+	}
+	if !plan.RestartRequired {
+		reason, warn := containerdStartedBefore(o.Host, plan.Config, daemon)
+		if warn != "" {
+			plan.Warnings = append(plan.Warnings, warn)
+		}
+		if reason != "" {
+			plan.RestartRequired = true
+			plan.Warnings = append(plan.Warnings, "restart required: "+reason)
+		}
 	}
 	ev := log.Info().Str("runtime", "containerd").Str("config_path", plan.ConfigPath).Str("hosts_dir", plan.HostsDir).
 		Bool("restart_required", plan.RestartRequired)
@@ -252,12 +262,12 @@ func genContainerd(ctx context.Context, log zerolog.Logger, o activation.Options
 // genCRIO writes the registries.conf.d drop-in and, when something changed, sends CRI-O its one
 // best-effort SIGHUP (never evidence: the monitor judges activation on its own).
 func genCRIO(ctx context.Context, log zerolog.Logger, o activation.Options, bm name.Mirror, upstreams []string) {
-	plan, err := bcrio.Plan(os.DirFS(o.HostRoot), bcrio.Options{Mirror: bm, Upstreams: upstreams})
+	plan, err := bcrio.Plan(o.Host.FS(), bcrio.Options{Mirror: bm, Upstreams: upstreams})
 	if err != nil {
 		log.Error().Err(err).Str("runtime", "crio").Msg("gen crio refused; nothing was changed")
 		return
 	}
-	if err := (bootstrap.Applier{Root: o.HostRoot, Logger: log}).Apply(ctx, plan.Changes); err != nil {
+	if err := o.Host.Applier(log).Apply(ctx, plan.Changes); err != nil {
 		log.Error().Err(err).Str("runtime", "crio").Msg("gen crio")
 		return
 	}
@@ -268,11 +278,7 @@ func genCRIO(ctx context.Context, log zerolog.Logger, o activation.Options, bm n
 		log.Info().Str("runtime", "crio").Msg("gen crio: drop-in already in place")
 		return
 	}
-	procRoot := o.ProcRoot
-	if procRoot == "" {
-		procRoot = activation.DefaultProcRoot
-	}
-	res := bcrio.Reload(procRoot, log)
+	res := bcrio.Reload(o.Host, log)
 	log.Info().Str("runtime", "crio").Ints("sighup_pids", res.PIDs).Str("skipped", res.Skipped).Str("error", res.Error).
 		Msg("gen crio: drop-in written, one SIGHUP sent (not evidence: /activez reports activation)")
 }
@@ -290,9 +296,4 @@ func warmOnce(ctx context.Context, log zerolog.Logger, mirrorURL *url.URL, refs 
 	case rep != nil:
 		log.Info().Bool("warm", rep.Warm).Msg("warm finished")
 	}
-}
-
-func exists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }

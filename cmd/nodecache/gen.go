@@ -58,7 +58,8 @@ type genBase struct {
 	output    string
 	dryRun    bool
 	remove    bool
-	hostRoot  string
+	// host is the one view of the node every read, write, link and process lookup goes through.
+	host *bootstrap.Host
 }
 
 func readGenBase(c *cli.Context, needMirror bool) (genBase, error) {
@@ -82,12 +83,12 @@ func readGenBase(c *cli.Context, needMirror bool) (genBase, error) {
 	if c.Args().Len() > 0 {
 		return b, usagef("unexpected argument %q: gen takes flags only", c.Args().First())
 	}
-	b.hostRoot = "/"
+	root := "/"
 	if c.IsSet("host-root") || c.String("host-root") != "" {
-		b.hostRoot = c.String("host-root")
+		root = c.String("host-root")
 	}
-	if fi, err := os.Stat(b.hostRoot); err != nil || !fi.IsDir() {
-		return b, usagef("--host-root %q: not a directory", b.hostRoot)
+	if b.host, err = bootstrap.NewHost(bootstrap.HostOptions{Root: root}); err != nil {
+		return b, usagef("%v", err)
 	}
 	return b, nil
 }
@@ -245,7 +246,7 @@ func genContainerdCommand() *cli.Command {
 	flags := append(genCommonFlags(), hostRootFlag(),
 		stringFlag("containerd-config", containerd.DefaultConfig, "containerd's main config `PATH` (host path)"),
 		stringFlag("certs-dir", containerd.DefaultCertsDir, "the single `DIR` written into config_path when it has to be set"),
-		stringFlag("containerd-version", "", "containerd `VERSION` whose rules apply (default: `containerd --version` on the host)"),
+		stringFlag("containerd-version", "", "containerd `VERSION` whose rules apply (default: asked of the running containerd, else read from its binary's build information; never run)"),
 		boolFlag("migrate", "move legacy registry.mirrors (and 1.x configs.<host>.tls) into hosts.toml and remove them, instead of refusing"),
 	)
 	return withConfig(&cli.Command{
@@ -277,14 +278,17 @@ func runGenContainerd(c *cli.Context) error {
 		if opts.Daemon, err = bootstrap.ParseVersion(v); err != nil {
 			return usagef("--containerd-version: %v", err)
 		}
-	} else if opts.Daemon, err = bootstrap.ProbeVersion(c.Context, b.hostRoot, "containerd"); err != nil {
+	} else if dv, err := activation.RuntimeVersion(c.Context, b.host, activation.RuntimeContainerd, activation.ContainerdSocket(b.host, opts.Config)); err != nil {
 		versionNote = fmt.Sprintf("containerd version unknown (%v); pass --containerd-version", err)
 		log.Warn().Err(err).Msg("containerd version unknown")
+	} else {
+		opts.Daemon = dv.Version
+		log.Debug().Str("version", dv.Raw).Str("from", dv.Source).Msg("containerd version")
 	}
-	fsys := bootstrap.HostFS(b.hostRoot)
+	fsys := b.host.FS()
 	if opts.MirrorCA != "" && !b.remove && !b.mirror.HTTP() {
 		// Read here for a message that names the file under --host-root; Plan checks it again.
-		if _, err := bootstrap.ReadMirrorCA(fsys, b.hostRoot, opts.MirrorCA); err != nil {
+		if _, err := bootstrap.ReadMirrorCA(fsys, b.host.Root(), opts.MirrorCA); err != nil {
 			return genError(err)
 		}
 	}
@@ -307,7 +311,7 @@ func runGenContainerd(c *cli.Context) error {
 	var restartReason string
 	if !b.remove && !rep.RestartRequired {
 		var warn string
-		restartReason, warn = containerdStartedBefore(b.hostRoot, rep.Config, opts.Daemon)
+		restartReason, warn = containerdStartedBefore(b.host, rep.Config, opts.Daemon)
 		if warn != "" {
 			rep.Warnings = append(rep.Warnings, warn)
 		}
@@ -350,36 +354,22 @@ func runGenContainerd(c *cli.Context) error {
 }
 
 // containerdStartedBefore checks a config nodecache did not change this run: containerd reads
-// config_path only at start, so when the file that sets it (an import or config.toml) last
-// changed after the running containerd started, that daemon does not use it yet. The start
-// time comes from <host-root>/proc (btime + starttime, whole-second precision), so a tie counts
-// as not loaded (DESIGN.md, containerd facts). reason is "" when every containerd started
-// strictly later, or when none is visible; warn says why the check could not be made.
-func containerdStartedBefore(hostRoot, config string, daemon bootstrap.Version) (reason, warn string) {
-	eff, err := containerd.LoadEffective(hostRoot, config, containerd.LoadOptions{Daemon: daemon})
+// its configuration only at start, so when it changed after the running containerd started (the
+// restart-evidence rule status uses too: activation.ContainerdRestart, the daemon serving the
+// config's grpc address, the newest of config.toml and its imports, ±10 ms), that daemon does not
+// use it yet. reason is "" when the daemon loaded it, or when no containerd is visible; warn says
+// why the check could not be made.
+func containerdStartedBefore(h *bootstrap.Host, config string, daemon bootstrap.Version) (reason, warn string) {
+	eff, err := containerd.Load(h.FS(), config, containerd.LoadOptions{Daemon: daemon})
 	if err != nil || !eff.Exists {
 		return "", ""
 	}
-	file := eff.ConfigPathFrom
-	if file == "" {
-		file = eff.Path
-	}
-	f, ok := eff.FileByPath(file)
-	if !ok || f.ModTime.IsZero() {
-		return "", ""
-	}
-	procRoot := filepath.Join(hostRoot, "proc")
-	if _, err := os.Stat(procRoot); err != nil {
-		return "", "" // no process table under the host root (a pod without hostPID mounts)
-	}
-	procs, err := activation.Proc{Root: procRoot}.FindByComm("containerd")
-	if err != nil {
-		return "", fmt.Sprintf("cannot tell whether the running containerd read %s: %v", file, err)
-	}
-	for _, p := range procs {
-		if !p.Start.After(f.ModTime) {
-			return fmt.Sprintf("containerd started before %s last changed", file), ""
-		}
+	ev, err := activation.ContainerdRestart(h, eff, eff.GRPCAddress)
+	switch {
+	case err != nil:
+		return "", fmt.Sprintf("cannot tell whether the running containerd read %s: %v", eff.Path, err)
+	case ev.RestartRequired():
+		return ev.Reason("containerd"), ""
 	}
 	return "", ""
 }
@@ -397,7 +387,7 @@ func genCrioCommand() *cli.Command {
 	flags := append(genCommonFlags(), hostRootFlag(),
 		stringFlag("registries-dir", crio.DefaultRegistriesDir, "containers/image drop-in `DIR` (host path)"),
 		stringFlag("crio-dir", crio.DefaultCrioDir, "CRI-O drop-in `DIR` (host path)"),
-		stringFlag("crio-version", "", "CRI-O `VERSION` (default: `crio --version` on the host); >= 1.30 also gets auto_reload_registries"),
+		stringFlag("crio-version", "", "CRI-O `VERSION` (default: asked of the running CRI-O, else read from its binary's build information; never run); >= 1.30 also gets auto_reload_registries"),
 		boolFlag("no-reload", "do not send CRI-O the best-effort SIGHUP after writing"),
 	)
 	return withConfig(&cli.Command{
@@ -427,15 +417,17 @@ func runGenCrio(c *cli.Context) error {
 		if opts.Version, err = bootstrap.ParseVersion(v); err != nil {
 			return usagef("--crio-version: %v", err)
 		}
-	} else if opts.Version, err = bootstrap.ProbeVersion(c.Context, b.hostRoot, "crio"); err != nil {
+	} else if dv, err := activation.RuntimeVersion(c.Context, b.host, activation.RuntimeCRIO, activation.DefaultCRIOSocket); err != nil {
 		versionNote = fmt.Sprintf("CRI-O version unknown (%v)", err)
+	} else {
+		opts.Version = dv.Version
 	}
-	fsys := bootstrap.HostFS(b.hostRoot)
+	fsys := b.host.FS()
 	if p := c.String("mirror-ca"); p != "" && !b.remove {
 		if b.mirror.HTTP() {
 			return usagef("--mirror-ca is for an https mirror; %s is http", b.mirror)
 		}
-		if opts.MirrorCA, err = bootstrap.ReadMirrorCA(fsys, b.hostRoot, p); err != nil {
+		if opts.MirrorCA, err = bootstrap.ReadMirrorCA(fsys, b.host.Root(), p); err != nil {
 			return genError(err)
 		}
 	}
@@ -464,7 +456,7 @@ func runGenCrio(c *cli.Context) error {
 	case !rep.Changed():
 		reload.Skipped = "nothing changed"
 	default:
-		reload = crio.Reload("/proc", log)
+		reload = crio.Reload(b.host, log)
 	}
 	rep.Reload = &reload
 	if b.output == "json" {
@@ -509,7 +501,7 @@ func applyOrDiff(c *cli.Context, b genBase, log zerolog.Logger, changes []bootst
 		}
 		return d, err
 	}
-	if err := (bootstrap.Applier{Root: b.hostRoot, Logger: log}).Apply(c.Context, changes); err != nil {
+	if err := b.host.Applier(log).Apply(c.Context, changes); err != nil {
 		return "", withCode(exitNegative, err)
 	}
 	return "", nil

@@ -9,17 +9,14 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
-	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
-	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
@@ -181,74 +178,6 @@ func TestGenMirrorCAMessages(t *testing.T) {
 	_, stdout, _ := runApp(t, "gen", "containerd", "--help")
 	if !strings.Contains(stdout, "read under --host-root") {
 		t.Errorf("--help does not say --mirror-ca is read under --host-root:\n%s", stdout)
-	}
-}
-
-// TestGenContainerdRestartAfterConfigChange: config_path already set (adopted, nothing to
-// write), but the file setting it changed after the running containerd started: that daemon has
-// not read it, so restart_required is true with the reason. A containerd started later, or none
-// in the host's process table, says nothing extra.
-func TestGenContainerdRestartAfterConfigChange(t *testing.T) {
-	t.Parallel()
-	root := t.TempDir()
-	cfg := "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"/etc/containerd/certs.d\"\n"
-	bootstraptest.WriteHostFile(t, root, "/etc/containerd/config.toml", []byte(cfg))
-	changed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	if err := os.Chtimes(filepath.Join(root, "etc/containerd/config.toml"), changed, changed); err != nil {
-		t.Fatal(err)
-	}
-	btime := changed.Add(-time.Hour).Unix()
-	const hz = 100
-	proc := func(startOffset time.Duration) {
-		t.Helper()
-		bootstraptest.WriteHostFile(t, root, "/proc/stat", []byte(fmt.Sprintf("cpu  1 2 3 4\nbtime %d\nprocesses 9\n", btime)))
-		bootstraptest.WriteHostFile(t, root, "/proc/self/auxv", activation.EncodeAuxv([2]uint64{6, 4096}, [2]uint64{17, hz}))
-		ticks := uint64((time.Hour + startOffset) / time.Second * hz)
-		fields := []string{"4242", "(containerd)", "S"}
-		for n := 4; n < 22; n++ {
-			fields = append(fields, "0")
-		}
-		fields = append(fields, strconv.FormatUint(ticks, 10))
-		for len(fields) < 52 {
-			fields = append(fields, "0")
-		}
-		bootstraptest.WriteHostFile(t, root, "/proc/4242/comm", []byte("containerd\n"))
-		bootstraptest.WriteHostFile(t, root, "/proc/4242/stat", []byte(strings.Join(fields, " ")+"\n"))
-	}
-	args := []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--upstream", "docker.io", "--containerd-version", "1.7.27", "--log-level", "error"}
-
-	proc(-time.Minute) // started a minute before config.toml changed
-	code, stdout, stderr := runApp(t, args...)
-	if code != 0 || !strings.Contains(stdout, "restart_required: true (containerd started before /etc/containerd/config.toml last changed)") {
-		t.Fatalf("containerd older than config.toml: exit %d\n%s\n%s", code, stdout, stderr)
-	}
-	code, stdout, _ = runApp(t, append(args, "--output", "json")...)
-	var rep struct {
-		RestartRequired  bool   `json:"restart_required"`
-		RestartReason    string `json:"restart_reason"`
-		ConfigPathAction string `json:"config_path_action"`
-	}
-	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || code != 0 {
-		t.Fatalf("json: exit %d, %v\n%s", code, err, stdout)
-	}
-	if !rep.RestartRequired || rep.RestartReason != "containerd started before /etc/containerd/config.toml last changed" || rep.ConfigPathAction != "adopted" {
-		t.Fatalf("json report %+v", rep)
-	}
-
-	proc(time.Minute) // restarted after the change
-	code, stdout, _ = runApp(t, args...)
-	if code != 0 || !strings.Contains(stdout, "restart_required: false\n") {
-		t.Fatalf("containerd newer than config.toml: exit %d\n%s", code, stdout)
-	}
-	proc(0) // same second: the start time cannot tell, so not loaded
-	if _, stdout, _ = runApp(t, args...); !strings.Contains(stdout, "restart_required: true (") {
-		t.Fatalf("tie: %s", stdout)
-	}
-	if err := os.RemoveAll(filepath.Join(root, "proc/4242")); err != nil {
-		t.Fatal(err)
-	}
-	if _, stdout, _ = runApp(t, args...); !strings.Contains(stdout, "restart_required: false\n") || strings.Contains(stdout, "warning:") {
-		t.Fatalf("no containerd process: %s", stdout)
 	}
 }
 

@@ -3,12 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -90,7 +89,6 @@ Examples:
 func statusOptions(c *cli.Context) (activation.Options, error) {
 	o := activation.Options{
 		Runtime:          c.String("runtime"),
-		HostRoot:         c.String("host-root"),
 		ContainerdConfig: c.String("containerd-config"),
 		ContainerdSocket: c.String("containerd-socket"),
 	}
@@ -100,15 +98,12 @@ func statusOptions(c *cli.Context) (activation.Options, error) {
 	default:
 		errs = append(errs, fmt.Errorf("--runtime %q: want auto, containerd, crio or talos", o.Runtime))
 	}
-	const wantRoot = "want the directory the host's / is mounted at, such as / or /host"
-	if o.HostRoot == "" {
-		errs = append(errs, errors.New("--host-root is empty: "+wantRoot))
-	} else if st, err := os.Stat(o.HostRoot); errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("--host-root %q does not exist: %s", o.HostRoot, wantRoot))
-	} else if err != nil {
-		errs = append(errs, fmt.Errorf("--host-root %q: %w", o.HostRoot, err))
-	} else if !st.IsDir() {
-		errs = append(errs, fmt.Errorf("--host-root %q is not a directory: %s", o.HostRoot, wantRoot))
+	if root := c.String("host-root"); root == "" {
+		errs = append(errs, errors.New("--host-root is empty: want the directory the host's / is mounted at, such as / or /host"))
+	} else if h, err := bootstrap.NewHost(bootstrap.HostOptions{Root: root}); err != nil {
+		errs = append(errs, err)
+	} else {
+		o.Host = h
 	}
 	for _, f := range []struct{ flag, value string }{{"--containerd-config", o.ContainerdConfig}, {"--containerd-socket", o.ContainerdSocket}} {
 		if f.value != "" && !filepath.IsAbs(f.value) {

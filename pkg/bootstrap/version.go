@@ -2,15 +2,15 @@ package bootstrap
 
 import (
 	"context"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // Version is a runtime release version (containerd, CRI-O, Talos): major.minor.patch.
@@ -66,40 +66,73 @@ func ParseVersion(s string) (Version, error) {
 // binDirs are where runtime binaries live on the distributions nodecache supports.
 var binDirs = []string{"/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin"}
 
-// ProbeVersion runs `<root>/<bindir>/<name> --version` for the first bindir holding name (with
-// root "/" or "", $PATH is searched first) and parses its output with ParseVersion. It gives up
-// after 10 s. The error says what was tried.
-func ProbeVersion(ctx context.Context, root, name string) (Version, error) {
-	var candidates []string
-	if root == "" || root == "/" {
-		if p, err := exec.LookPath(name); err == nil {
-			candidates = append(candidates, p)
+// runtimeModules are the Go modules whose version is the runtime's release, per binary name.
+var runtimeModules = map[string][]string{
+	"containerd": {"github.com/containerd/containerd/v2", "github.com/containerd/containerd"},
+	"crio":       {"github.com/cri-o/cri-o"},
+}
+
+// BinaryVersion reads the release of the runtime binary at file (a local path: a host binary
+// under --host-root, or /proc/<pid>/exe of the running daemon) from the Go build information
+// the linker embedded (debug/buildinfo): a -X <module>/version.Version=… link flag (release
+// builds), else the version of the runtime's module (main module or dependency; "(devel)" does
+// not count). The binary is read, never run. name is "containerd" or "crio".
+func BinaryVersion(file, name string) (Version, error) {
+	bi, err := buildinfo.ReadFile(file)
+	if err != nil {
+		return Version{}, fmt.Errorf("read build information of %s: %w", file, err)
+	}
+	mods := runtimeModules[name]
+	for _, st := range bi.Settings {
+		if st.Key != "-ldflags" {
+			continue
+		}
+		for _, f := range strings.Fields(st.Value) {
+			for _, m := range mods {
+				if v, ok := strings.CutPrefix(strings.Trim(f, `'"`), m+"/version.Version="); ok {
+					if ver, err := ParseVersion(v); err == nil {
+						return ver, nil
+					}
+				}
+			}
 		}
 	}
-	for _, d := range binDirs {
-		candidates = append(candidates, filepath.Join(root, d, name))
+	candidates := append([]*debug.Module{&bi.Main}, bi.Deps...)
+	for _, m := range candidates {
+		for _, want := range mods {
+			if m == nil || m.Path != want || m.Version == "" || m.Version == "(devel)" {
+				continue
+			}
+			if v, err := ParseVersion(m.Version); err == nil {
+				return v, nil
+			}
+		}
+	}
+	return Version{}, fmt.Errorf("%s: no %s version in its build information (a development build?)", file, name)
+}
+
+// ProbeVersion reads the version of the runtime binary name from the first of the usual
+// binary directories under root that holds it (BinaryVersion: its build information, never by
+// running it). The error says what was tried.
+func ProbeVersion(_ context.Context, root, name string) (Version, error) {
+	if root == "" {
+		root = "/"
 	}
 	var tried []string
-	for _, p := range candidates {
-		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+	for _, d := range binDirs {
+		p := filepath.Join(root, d, name)
+		if fi, err := os.Stat(p); err != nil || fi.IsDir() {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		out, err := exec.CommandContext(ctx, p, "--version").CombinedOutput()
-		cancel()
+		v, err := BinaryVersion(p, name)
 		if err != nil {
-			tried = append(tried, fmt.Sprintf("%s: %v", p, err))
-			continue
-		}
-		v, err := ParseVersion(string(out))
-		if err != nil {
-			tried = append(tried, fmt.Sprintf("%s: %v", p, err))
+			tried = append(tried, err.Error())
 			continue
 		}
 		return v, nil
 	}
 	if len(tried) == 0 {
-		return Version{}, fmt.Errorf("%s --version: no %s binary found under %s", name, name, strings.Join(binDirs, ", "))
+		return Version{}, fmt.Errorf("no %s binary found under %s", name, strings.Join(binDirs, ", "))
 	}
 	return Version{}, errors.New(strings.Join(tried, "; "))
 }

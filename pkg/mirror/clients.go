@@ -16,6 +16,15 @@ import (
 // maxClients bounds the addresses remembered; the least recently seen is dropped first.
 const maxClients = 4096
 
+// IsContent reports whether a request counts as successful content in
+// mirrorapi.AgentRecord: GET or HEAD of a manifest or blob (kind "manifest" or "blob") answered
+// 200 or 206.
+func IsContent(method, kind string, status int) bool {
+	return (method == http.MethodGet || method == http.MethodHead) &&
+		(kind == kindManifest || kind == kindBlob) &&
+		(status == http.StatusOK || status == http.StatusPartialContent)
+}
+
 type clientLog struct {
 	allow []netip.Prefix
 	mu    sync.Mutex
@@ -43,7 +52,7 @@ func UserAgentFamily(ua string) string {
 	return "other"
 }
 
-func (c *clientLog) record(remoteAddr, ua string, now time.Time) {
+func (c *clientLog) record(remoteAddr, ua string, content bool, now time.Time) {
 	host, _, err := net.SplitHostPort(remoteAddr)
 	if err != nil {
 		host = remoteAddr
@@ -67,6 +76,10 @@ func (c *clientLog) record(remoteAddr, ua string, now time.Time) {
 	}
 	a.Count++
 	a.LastSeen = now
+	if content {
+		a.ContentCount++
+		a.LastContent = now
+	}
 }
 
 func (c *clientLog) evictOldest() {
@@ -106,7 +119,7 @@ func (c *clientLog) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.mu.Lock()
-	doc := mirrorapi.ClientEvidence{Clients: make([]mirrorapi.ClientRecord, 0, len(c.m))}
+	doc := mirrorapi.ClientEvidence{Now: time.Now(), Clients: make([]mirrorapi.ClientRecord, 0, len(c.m))}
 	for _, rec := range c.m {
 		cp := mirrorapi.ClientRecord{Address: rec.Address, LastSeen: rec.LastSeen, UserAgents: map[string]*mirrorapi.AgentRecord{}}
 		for k, v := range rec.UserAgents {

@@ -421,7 +421,7 @@ func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, st *re
 	if fromUp > 0 {
 		m.metrics.servedBytes.WithLabelValues(upName, "upstream").Add(float64(fromUp))
 	}
-	m.clients.record(r.RemoteAddr, r.UserAgent(), time.Now())
+	m.clients.record(r.RemoteAddr, r.UserAgent(), IsContent(r.Method, rt.kind, status), time.Now())
 	m.log.Info().
 		Str("method", r.Method).
 		Str("upstream", upName).

@@ -36,6 +36,9 @@ const (
 
 // ClientEvidence is the JSON document served at ClientsPath.
 type ClientEvidence struct {
+	// Now is serve's clock when the document was written (RFC 3339, nanoseconds): readers move
+	// the times below onto their own clock by the offset from it.
+	Now time.Time `json:"now"`
 	// Clients holds one record per client address, sorted by address.
 	Clients []ClientRecord `json:"clients"`
 }
@@ -53,8 +56,14 @@ type ClientRecord struct {
 
 // AgentRecord counts registry requests of one user-agent family from one address.
 type AgentRecord struct {
+	// Count and LastSeen cover every registry request (pings and errors included).
 	Count    int64     `json:"count"`
 	LastSeen time.Time `json:"last_seen"`
+	// ContentCount and LastContent cover only successful content: a GET or HEAD of a manifest
+	// or blob answered 200 or 206, what a pull through the mirror cannot do without. Status and
+	// the agent count only these as traffic evidence.
+	ContentCount int64     `json:"content_count"`
+	LastContent  time.Time `json:"last_content,omitzero"`
 }
 
 // CanaryRepository is a repository serve answers itself, under every configured upstream and

@@ -70,7 +70,12 @@ func (e *evaluator) canary(ctx context.Context, rep *RuntimeReport) {
 	}
 	ref := CanaryRef(up, tag)
 	socket := e.criSocket(rt)
-	conn, err := grpc.NewClient("unix://"+e.host(socket), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	local, err := e.h.Local(socket)
+	if err != nil {
+		e.add(rt, "canary", Unread, "CRI socket %s: %v", socket, err)
+		return
+	}
+	conn, err := grpc.NewClient("unix://"+local, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		e.add(rt, "canary", Unread, "CRI socket %s: %v", socket, err)
 		return
@@ -114,13 +119,13 @@ func (e *evaluator) canary(ctx context.Context, rep *RuntimeReport) {
 		return
 	}
 	s, ok := findSighting(doc, addrs, fam)
-	if !ok || s.LastSeen.Before(begin.Truncate(time.Second)) {
+	if !ok || s.Local.Before(begin.Add(-doc.Skew.Max+doc.Skew.Min)) {
 		e.add(rt, "canary", Fail, "pulled %s, but the mirror saw no %s request from this node during the pull", ref, fam)
 		rep.State = NotActive
 		rep.Reason = "the canary pull did not reach the mirror"
 		return
 	}
-	e.add(rt, "canary", Pass, "pulled %s through the CRI socket; the mirror saw %s from %s at %s", ref, fam, s.Address, fmtTime(s.LastSeen))
+	e.add(rt, "canary", Pass, "pulled %s through the CRI socket; the mirror served %s content to %s at %s (mirror clock)", ref, fam, s.Address, fmtPrecise(s.Last))
 	if rep.State == Unknown || (rep.State == NotActive && rep.startTimeOnly) {
 		rep.State, rep.Remedy = Active, ""
 		rep.Reason = "a canary pull through the CRI socket went through the mirror"

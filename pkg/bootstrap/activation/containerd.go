@@ -15,36 +15,48 @@ import (
 // restarts or signals it (DESIGN.md, Contracts: safety).
 const remedyRestartContainerd = "restart containerd or cycle the node (nodecache never restarts containerd)"
 
-// containerdTarget is the daemon examined and how it was picked.
-type containerdTarget struct {
-	proc   Process
-	socket string
-	how    string
+// ContainerdDaemon is the containerd process serving a socket and how it was recognised.
+type ContainerdDaemon struct {
+	bootstrap.Process
+	// Socket is the socket it serves (host path).
+	Socket string
+	// How says how it was picked ("holds the listening socket … (inode N)", or the command-line
+	// fallback when its descriptors cannot be read).
+	How string
 }
 
-// pickContainerd finds the containerd process serving socket among procs.
-func (e *evaluator) pickContainerd(procs []Process, socket string) (containerdTarget, error) {
+// FindContainerd finds the containerd process serving socket (a host path, as the daemon sees
+// it) among the processes named containerd: the one holding the listening socket bound there
+// (found by inode in its network namespace's socket table, so Talos' two daemons are told
+// apart); for a process whose descriptors may not be read, the address it was told (--address,
+// else its config's grpc address, else containerd's default). nil, nil when no process is named
+// containerd; an error when some are but none (or several) serve socket.
+func FindContainerd(h *bootstrap.Host, socket string) (*ContainerdDaemon, error) {
+	procs, err := h.Processes("containerd")
+	if err != nil || len(procs) == 0 {
+		return nil, err
+	}
 	var (
-		matches []containerdTarget
-		noFD    []Process
+		matches []ContainerdDaemon
+		noFD    []bootstrap.Process
 	)
 	for _, p := range procs {
-		ok, inode, err := e.proc.ListensOn(p.PID, socket)
+		ok, inode, err := h.ListensOn(p.PID, socket)
 		switch {
-		case errors.Is(err, ErrNoFDAccess):
+		case errors.Is(err, bootstrap.ErrNoFDAccess):
 			noFD = append(noFD, p)
 		case err != nil:
-			return containerdTarget{}, err
+			return nil, err
 		case ok:
-			matches = append(matches, containerdTarget{proc: p, socket: socket,
-				how: fmt.Sprintf("holds the listening socket %s (inode %d)", socket, inode)})
+			matches = append(matches, ContainerdDaemon{Process: p, Socket: socket,
+				How: fmt.Sprintf("holds the listening socket %s (inode %d)", socket, inode)})
 		}
 	}
 	// Fallback for processes whose descriptors may not be read: the address they were told.
 	for _, p := range noFD {
-		args, err := e.proc.Cmdline(p.PID)
+		args, err := h.Cmdline(p.PID)
 		if err != nil {
-			return containerdTarget{}, err
+			return nil, err
 		}
 		addr, how := "", ""
 		if a, ok := flagValue(args, "address", "a"); ok {
@@ -55,26 +67,26 @@ func (e *evaluator) pickContainerd(procs []Process, socket string) (containerdTa
 				cfgPath = c
 			}
 			addr, how = bcontainerd.DefaultSocket, "containerd's default address"
-			if eff, err := bcontainerd.LoadEffective(e.opts.HostRoot, cfgPath); err == nil && eff.GRPCAddress != bcontainerd.DefaultSocket {
+			if eff, err := bcontainerd.Load(h.FS(), cfgPath, bcontainerd.LoadOptions{}); err == nil && eff.GRPCAddress != bcontainerd.DefaultSocket {
 				addr, how = eff.GRPCAddress, "the grpc address in "+cfgPath
 			}
 		}
 		if addr == socket {
-			matches = append(matches, containerdTarget{proc: p, socket: socket,
-				how: how + " (descriptors not readable, so the socket owner could not be checked)"})
+			matches = append(matches, ContainerdDaemon{Process: p, Socket: socket,
+				How: how + " (descriptors not readable, so the socket owner could not be checked)"})
 		}
 	}
 	switch len(matches) {
 	case 1:
-		return matches[0], nil
+		return &matches[0], nil
 	case 0:
 		var pids []string
 		for _, p := range procs {
 			pids = append(pids, itoa(p.PID))
 		}
-		return containerdTarget{}, fmt.Errorf("none of the containerd processes (pid %s) serves %s; pass --containerd-socket", strings.Join(pids, ", "), socket)
+		return nil, fmt.Errorf("none of the containerd processes (pid %s) serves %s; pass --containerd-socket", strings.Join(pids, ", "), socket)
 	default:
-		return containerdTarget{}, fmt.Errorf("%d containerd processes claim %s", len(matches), socket)
+		return nil, fmt.Errorf("%d containerd processes claim %s", len(matches), socket)
 	}
 }
 
@@ -98,25 +110,16 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		socket = bcontainerd.DefaultSocket
 	}
 
-	procs, err := e.proc.FindByComm("containerd")
+	target, err := FindContainerd(e.h, socket)
 	if err != nil {
 		e.add(rt, "process", Unread, "%v", err)
-		return unknown("cannot read the containerd process: " + err.Error())
-	}
-	var target *containerdTarget
-	if len(procs) > 0 {
-		t, err := e.pickContainerd(procs, socket)
-		if err != nil {
-			e.add(rt, "process", Unread, "%v", err)
-			return unknown(err.Error())
-		}
-		target = &t
+		return unknown("cannot tell which containerd serves " + socket + ": " + err.Error())
 	}
 
 	cfgPath := e.opts.ContainerdConfig
 	cfgFrom := "--containerd-config"
 	if cfgPath == "" && target != nil {
-		if args, err := e.proc.Cmdline(target.proc.PID); err == nil {
+		if args, err := e.h.Cmdline(target.PID); err == nil {
 			if c, ok := flagValue(args, "config", "c"); ok {
 				cfgPath, cfgFrom = c, "the daemon's --config"
 			}
@@ -127,95 +130,97 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 	}
 	// The files first with the newest 2.x rules (which files, their mtimes); read again below
 	// with the rules of the release that answers on the socket.
-	eff, cfgErr := bcontainerd.LoadEffective(e.opts.HostRoot, cfgPath)
+	eff, cfgErr := bcontainerd.Load(e.h.FS(), cfgPath, bcontainerd.LoadOptions{})
 	cfgMissing := cfgErr == nil && !eff.Exists
 
 	if target == nil {
 		if cfgMissing {
 			rep.State, rep.Reason = NotApplicable, fmt.Sprintf("no containerd process and no %s", cfgPath)
-			if r := e.explicitNone(rt, "containerd", fmt.Sprintf("no process named containerd under %s and no %s", e.opts.ProcRoot, cfgPath)); r != "" {
+			if r := e.explicitNone(rt, "containerd", fmt.Sprintf("no process named containerd under %s and no %s", e.h.ProcRoot(), cfgPath)); r != "" {
 				rep.Reason = r
 			}
 			e.add(rt, "process", Skipped, "no process named containerd; no config at %s", cfgPath)
 			return rep
 		}
-		e.add(rt, "process", Unread, "no process named containerd under %s (a pod needs hostPID), but %s exists", e.opts.ProcRoot, cfgPath)
+		e.add(rt, "process", Unread, "no process named containerd under %s (a pod needs hostPID), but %s exists", e.h.ProcRoot(), cfgPath)
 		return unknown("containerd configuration present but no containerd process is visible")
 	}
-	rep.PID = target.proc.PID
-	start := target.proc.Start
+	rep.PID = target.PID
+	start := target.Start
 	rep.ProcessStart = &start
-	e.add(rt, "process", Pass, "pid %d %s; started %s", target.proc.PID, target.how, fmtTime(start))
+	e.add(rt, "process", Pass, "pid %d %s; started %s", target.PID, target.How, fmtPrecise(start))
 
 	if cfgErr != nil {
-		e.add(rt, "config", Unread, "%v", cfgErr)
-		return unknown("cannot read the containerd configuration: " + cfgErr.Error())
+		return e.configError(rep, cfgErr)
 	}
-	newest := eff.Newest()
 	if eff.Exists {
 		var names []string
 		for _, f := range eff.Files {
-			names = append(names, f.Path)
+			names = append(names, e.h.Display(f.Path))
 		}
-		e.add(rt, "config", Info, "%s (%s), schema version %d, newest change %s at %s", strings.Join(names, " + "), cfgFrom, eff.Schema, newest.Path, fmtTime(newest.ModTime))
+		newest := eff.Newest()
+		e.add(rt, "config", Info, "%s (%s), schema version %d, newest change %s at %s", strings.Join(names, " + "), cfgFrom, eff.Schema, newest.Path, fmtPrecise(newest.ModTime))
 	} else {
-		e.add(rt, "config", Info, "%s (%s) does not exist: containerd runs on built-in defaults", cfgPath, cfgFrom)
+		e.add(rt, "config", Info, "%s (%s) does not exist: containerd runs on built-in defaults", e.h.Display(cfgPath), cfgFrom)
 	}
-	changedSinceStart := len(eff.Files) > 0 && !startedAfter(start, newest.ModTime)
 
-	// What the daemon says.
-	var (
-		ver    daemonVersion
-		verErr error
-		view   loadedView
-	)
-	client, err := dialContainerd(e.host(socket))
-	if err == nil {
-		defer client.Close()
-		cctx, cancel := context.WithTimeout(ctx, e.opts.APITimeout)
-		ver, verErr = client.Version(cctx)
-		cancel()
-	} else {
-		verErr = err
+	// What the daemon says. No answer on its socket: no runtime evidence, so UNKNOWN.
+	local, err := e.h.Local(socket)
+	if err != nil {
+		e.add(rt, "version", Unread, "%s: %v", socket, err)
+		return unknown(fmt.Sprintf("cannot reach containerd's API at %s: %v", socket, err))
 	}
-	if verErr != nil {
-		e.add(rt, "version", Unread, "%s: %v", socket, verErr)
-	} else {
-		rep.Version = ver.Raw
-		e.add(rt, "version", Info, "containerd %s on %s", ver.Raw, socket)
+	client, err := dialContainerd(local)
+	if err != nil {
+		e.add(rt, "version", Unread, "%s: %v", socket, err)
+		return unknown(fmt.Sprintf("cannot reach containerd's API at %s: %v", socket, err))
 	}
-	// The effective configuration as this release reads it: its own rules when it answered; else
-	// 1.x rules for a schema <= 2 main file and the newest 2.x rules otherwise.
-	rules := bootstrap.Version{}
+	defer client.Close()
+	cctx, cancel := context.WithTimeout(ctx, e.opts.APITimeout)
+	ver, err := client.Version(cctx)
+	cancel()
+	if err != nil {
+		e.add(rt, "version", Unread, "%s: %v", socket, err)
+		return unknown(fmt.Sprintf("containerd's API at %s does not answer (unreachable or permission denied: a pod needs the host's socket and root): %v", socket, err))
+	}
+	rep.Version = ver.Raw
+	e.add(rt, "version", Info, "containerd %s on %s (version service)", ver.Raw, socket)
+
+	// The CRI plugin must have loaded: otherwise the kubelet pulls nothing through this daemon.
+	cctx, cancel = context.WithTimeout(ctx, e.opts.APITimeout)
+	failed, err := client.CRIPluginFailures(cctx)
+	cancel()
 	switch {
-	case verErr == nil:
-		rules = bootstrap.Version{Major: ver.Major, Minor: ver.Minor}
-	case eff.Exists && eff.Schema <= 2:
-		rules = bootstrap.Version{Major: 1, Minor: 7}
-	}
-	if !rules.IsZero() {
-		if eff, err = bcontainerd.LoadEffective(e.opts.HostRoot, cfgPath, bcontainerd.LoadOptions{Daemon: rules}); err != nil {
-			e.add(rt, "config", Unread, "%v", err)
-			return unknown("cannot read the containerd configuration: " + err.Error())
+	case err != nil:
+		e.add(rt, "cri-plugin", Unread, "%v", err)
+		return unknown("cannot list containerd's plugins: " + err.Error())
+	case len(failed) > 0:
+		e.add(rt, "cri-plugin", Fail, "%s", strings.Join(failed, "; "))
+		rep.State, rep.Reason = NotActive, "containerd's CRI plugin failed to load: "+strings.Join(failed, "; ")
+		problems := "see the containerd log"
+		if len(eff.Problems) > 0 {
+			problems = strings.Join(eff.Problems, "; ")
 		}
+		rep.Remedy = "fix the CRI configuration (" + problems + ") and " + remedyRestartContainerd
+		return rep
 	}
+	e.add(rt, "cri-plugin", Pass, "introspection lists the CRI plugins loaded")
+
+	// The effective configuration as this release reads it.
+	if eff, err = bcontainerd.Load(e.h.FS(), cfgPath, bcontainerd.LoadOptions{Daemon: bootstrap.Version{Major: ver.Major, Minor: ver.Minor}}); err != nil {
+		return e.configError(rep, err)
+	}
+	restart := Judge(target.Process, configTimes(eff))
+	changedSinceStart := restart.RestartRequired()
+
+	var view loadedView
 	switch {
-	case verErr != nil:
 	case ver.atLeast(2, 4):
 		cctx, cancel := context.WithTimeout(ctx, e.opts.APITimeout)
 		p, err := client.RegistryConfigPath(cctx)
 		cancel()
 		if err != nil {
-			e.add(rt, "loaded-config", Unread, "%v", err)
-			if strings.Contains(err.Error(), "failed to load") {
-				rep.State, rep.Reason = NotActive, err.Error()
-				problems := "see the containerd log"
-				if len(eff.Problems) > 0 {
-					problems = strings.Join(eff.Problems, "; ")
-				}
-				rep.Remedy = "fix the CRI image configuration (" + problems + ") and " + remedyRestartContainerd
-				return rep
-			}
+			e.add(rt, "loaded-config", Unread, "%v: judging by start time", err)
 			break
 		}
 		view = loadedView{configPath: p, known: true, source: "introspection"}
@@ -225,11 +230,11 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		p, ok, err := client.CRIConfigPath(cctx)
 		cancel()
 		if err != nil {
-			e.add(rt, "loaded-config", Unread, "%v", err)
+			e.add(rt, "loaded-config", Unread, "%v: judging by start time", err)
 			break
 		}
 		if !ok {
-			e.add(rt, "loaded-config", Unread, "CRI status (verbose) carries no registry section")
+			e.add(rt, "loaded-config", Unread, "CRI status (verbose) carries no registry section: judging by start time")
 			break
 		}
 		view = loadedView{configPath: p, known: true, source: "cri-status"}
@@ -248,21 +253,18 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 	if !view.known {
 		// Start time against the newest change of the configuration (2.0–2.3, or no answer).
 		switch {
-		case len(eff.Files) == 0:
+		case restart == nil:
 			view = loadedView{configPath: onDisk, known: true, source: "start-time"}
 			e.add(rt, "start-time", Pass, "no config file: the daemon runs with the built-in default")
-		case !changedSinceStart:
+		case restart.Order == Loaded:
 			view = loadedView{configPath: onDisk, known: true, source: "start-time"}
-			e.add(rt, "start-time", Pass, "containerd started %s, after the last change of %s (%s): it loaded the files on disk", fmtTime(start), newest.Path, fmtTime(newest.ModTime))
+			e.add(rt, "start-time", Pass, "%s: it loaded the files on disk", restart.Reason("containerd"))
 		default:
-			why := fmt.Sprintf("containerd started %s, not after the last change of %s (%s; equal seconds count as before)", fmtTime(start), newest.Path, fmtTime(newest.ModTime))
+			why := restart.Reason("containerd")
 			e.add(rt, "start-time", Fail, "%s: it has not loaded the files on disk", why)
-			if verErr != nil {
-				return unknown("the daemon did not answer on " + socket + " and " + why)
-			}
 			rep.State, rep.Reason, rep.Remedy = NotActive, why+": the running daemon has not loaded the current configuration", remedyRestartContainerd
-			if start.Unix() == newest.ModTime.Unix() {
-				rep.Reason, rep.Remedy = sameSecond("containerd", "restart containerd", remedyRestartContainerd, start, newest.Path, "",
+			if restart.Order == Ambiguous {
+				rep.Reason, rep.Remedy = ambiguousStart(restart, "containerd", "restart containerd", remedyRestartContainerd, "",
 					e.mirrorHint(ctx, splitConfigPath(onDisk), rep.upstreams))
 			}
 			rep.Pending, rep.startTimeOnly = true, true
@@ -281,8 +283,8 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 			e.warn("containerd: config_path on disk (%q) differs from the loaded one (%q): pending until containerd restarts", onDisk, loaded)
 		case changedSinceStart:
 			rep.Pending = true
-			e.add(rt, "pending", Warn, "%s changed at %s, after containerd started (%s): any change is pending until containerd restarts", newest.Path, fmtTime(newest.ModTime), fmtTime(start))
-			e.warn("containerd: %s changed after containerd started: pending until containerd restarts", newest.Path)
+			e.add(rt, "pending", Warn, "%s: any change is pending until containerd restarts", restart.Reason("containerd"))
+			e.warn("containerd: %s changed after containerd started: pending until containerd restarts", restart.File)
 		}
 	}
 
@@ -330,7 +332,7 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 func (e *evaluator) judgeHosts(ctx context.Context, rep RuntimeReport, rt string, roots []string, onlyManaged bool) RuntimeReport {
 	ups := e.opts.Upstreams
 	if len(ups) == 0 {
-		found, err := registryDirs(e.opts.HostRoot, roots, onlyManaged)
+		found, err := registryDirs(e.h, roots, onlyManaged)
 		if err != nil {
 			e.add(rt, "hosts", Unread, "%v", err)
 			rep.State, rep.Reason = Unknown, err.Error()
@@ -353,7 +355,7 @@ func (e *evaluator) judgeHosts(ctx context.Context, rep RuntimeReport, rt string
 		return rep
 	}
 	rep.upstreams = ups
-	verdicts := checkHosts(ctx, e.opts.HostRoot, roots, ups, e.opts.Mirror)
+	verdicts := checkHosts(ctx, e.h, roots, ups, e.opts.Mirror)
 	var bad []string
 	for _, v := range verdicts {
 		if v.OK {
@@ -399,7 +401,7 @@ func (e *evaluator) onDiskRegistries(configPath string) []string {
 	if configPath == "" {
 		return nil
 	}
-	found, err := registryDirs(e.opts.HostRoot, splitConfigPath(configPath), true)
+	found, err := registryDirs(e.h, splitConfigPath(configPath), true)
 	if err != nil {
 		return nil
 	}
@@ -440,4 +442,19 @@ func splitConfigPath(p string) []string {
 		}
 	}
 	return out
+}
+
+// configError is the verdict for a configuration that cannot be read: one containerd refuses
+// (does not parse, a missing import) is NOT ACTIVE — containerd would not start with it — and
+// one that cannot be read at all (permission) is UNKNOWN.
+func (e *evaluator) configError(rep RuntimeReport, err error) RuntimeReport {
+	if errors.Is(err, bootstrap.ErrRefused) {
+		e.add(rep.Runtime, "config", Fail, "%v", err)
+		rep.State, rep.Reason = NotActive, "containerd refuses its configuration: "+err.Error()
+		rep.Remedy = "fix the file named, then " + remedyRestartContainerd
+		return rep
+	}
+	e.add(rep.Runtime, "config", Unread, "%v", err)
+	rep.State, rep.Reason = Unknown, "cannot read the containerd configuration: "+err.Error()
+	return rep
 }

@@ -116,6 +116,33 @@ func (c *containerdClient) RegistryConfigPath(ctx context.Context) (string, erro
 	return v, nil
 }
 
+// CRIPluginFailures lists, from introspection's plugin list, the CRI plugins that failed to
+// initialise, each as "<type>.<id>: <init error>": on 2.x every io.containerd.cri.v1 plugin
+// (images, runtime) and io.containerd.grpc.v1 cri, on 1.x io.containerd.grpc.v1 cri (where
+// inline registry.mirrors next to config_path stops it). A daemon that lists no CRI plugin at
+// all (disabled_plugins) is reported as one failure too: the kubelet cannot use it.
+func (c *containerdClient) CRIPluginFailures(ctx context.Context) ([]string, error) {
+	resp, err := introspection.NewIntrospectionClient(c.conn).Plugins(ctx, &introspection.PluginsRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("introspection plugins: %w", err)
+	}
+	var failed []string
+	found := false
+	for _, p := range resp.GetPlugins() {
+		if p.GetType() != criImagesPluginType && (p.GetType() != "io.containerd.grpc.v1" || p.GetID() != "cri") {
+			continue
+		}
+		found = true
+		if ie := p.GetInitErr(); ie != nil && ie.GetCode() != int32(codes.OK) {
+			failed = append(failed, fmt.Sprintf("%s.%s: %s", p.GetType(), p.GetID(), ie.GetMessage()))
+		}
+	}
+	if !found {
+		failed = append(failed, "no CRI plugin is registered (disabled_plugins?)")
+	}
+	return failed, nil
+}
+
 // CRIConfigPath asks CRI Status (verbose) for the loaded registry.configPath (containerd 1.x).
 // The second result is false when the CRI config carries no registry section.
 func (c *containerdClient) CRIConfigPath(ctx context.Context) (string, bool, error) {
@@ -151,18 +178,3 @@ func unreachable(err error) bool {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
-
-// ContainerdVersion asks the containerd serving the unix socket at path (a path in this
-// process's view, host root included) for its version, e.g. "v2.4.2".
-func ContainerdVersion(ctx context.Context, path string) (string, error) {
-	c, err := dialContainerd(path)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	v, err := c.Version(ctx)
-	if err != nil {
-		return "", err
-	}
-	return v.Raw, nil
-}

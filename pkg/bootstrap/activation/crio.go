@@ -36,8 +36,7 @@ type dropIn struct {
 }
 
 func (e *evaluator) readDropIns() ([]dropIn, error) {
-	dir := e.host(e.opts.RegistriesDir)
-	entries, err := os.ReadDir(dir)
+	entries, err := e.h.ReadDir(e.opts.RegistriesDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -50,11 +49,11 @@ func (e *evaluator) readDropIns() ([]dropIn, error) {
 			continue
 		}
 		p := filepath.Join(e.opts.RegistriesDir, en.Name())
-		st, err := os.Stat(e.host(p))
+		st, err := e.h.Stat(p)
 		if err != nil {
 			return nil, fmt.Errorf("stat %s: %w", p, err)
 		}
-		b, err := os.ReadFile(e.host(p))
+		b, err := e.h.ReadFile(p)
 		if err != nil {
 			return nil, fmt.Errorf("read %s: %w", p, err)
 		}
@@ -91,7 +90,7 @@ func (e *evaluator) readDropIns() ([]dropIn, error) {
 func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 	const rt = RuntimeCRIO
 	rep := RuntimeReport{Runtime: rt}
-	procs, err := e.proc.FindByComm("crio")
+	procs, err := e.h.Processes("crio")
 	if err != nil {
 		e.add(rt, "process", Unread, "%v", err)
 		rep.State, rep.Reason = Unknown, "cannot read the crio process: "+err.Error()
@@ -109,19 +108,17 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 			ours = append(ours, d)
 		}
 	}
-	_, confErr := os.Stat(e.host(e.opts.CRIOConfig))
-	_, dirErr := os.Stat(e.host(e.opts.CRIODropInDir))
-	crioInstalled := confErr == nil || dirErr == nil
+	crioInstalled := e.h.Exists(e.opts.CRIOConfig) || e.h.Exists(e.opts.CRIODropInDir)
 	if len(procs) == 0 {
 		if len(ours) == 0 && !crioInstalled {
 			rep.State, rep.Reason = NotApplicable, "no crio process and no CRI-O configuration"
-			if r := e.explicitNone(rt, "CRI-O", fmt.Sprintf("no process named crio under %s, no %s, no %s and no nodecache drop-in", e.opts.ProcRoot, e.opts.CRIOConfig, e.opts.CRIODropInDir)); r != "" {
+			if r := e.explicitNone(rt, "CRI-O", fmt.Sprintf("no process named crio under %s, no %s, no %s and no nodecache drop-in", e.h.ProcRoot(), e.opts.CRIOConfig, e.opts.CRIODropInDir)); r != "" {
 				rep.Reason = r
 			}
 			e.add(rt, "process", Skipped, "no process named crio; no %s, no %s and no nodecache drop-in", e.opts.CRIOConfig, e.opts.CRIODropInDir)
 			return rep
 		}
-		e.add(rt, "process", Unread, "no process named crio under %s (a pod needs hostPID), but CRI-O configuration exists", e.opts.ProcRoot)
+		e.add(rt, "process", Unread, "no process named crio under %s (a pod needs hostPID), but CRI-O configuration exists", e.h.ProcRoot())
 		rep.State, rep.Reason = Unknown, "CRI-O configuration present but no crio process is visible"
 		return rep
 	}
@@ -133,7 +130,7 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 	p := procs[0]
 	start := p.Start
 	rep.PID, rep.ProcessStart = p.PID, &start
-	e.add(rt, "process", Pass, "pid %d; started %s", p.PID, fmtTime(start))
+	e.add(rt, "process", Pass, "pid %d; started %s", p.PID, fmtPrecise(start))
 
 	if len(ours) == 0 {
 		e.add(rt, "drop-in", Fail, "no drop-in written by nodecache in %s", e.opts.RegistriesDir)
@@ -141,10 +138,15 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 		return rep
 	}
 	// Valid, merged: containers/image's own reading of registries.conf + registries.conf.d.
-	sys := &types.SystemContext{
-		SystemRegistriesConfPath:    e.host(e.opts.RegistriesConf),
-		SystemRegistriesConfDirPath: e.host(e.opts.RegistriesDir),
+	confLocal, err1 := e.h.Local(e.opts.RegistriesConf)
+	dirLocal, err2 := e.h.Local(e.opts.RegistriesDir)
+	if err := errors.Join(err1, err2); err != nil {
+		e.add(rt, "drop-in", Fail, "%v", err)
+		rep.State, rep.Reason = NotActive, "the registries configuration does not load: "+err.Error()
+		rep.Remedy = "fix or remove the symbolic link named"
+		return rep
 	}
+	sys := &types.SystemContext{SystemRegistriesConfPath: confLocal, SystemRegistriesConfDirPath: dirLocal}
 	if _, err := os.Stat(sys.SystemRegistriesConfPath); errors.Is(err, fs.ErrNotExist) {
 		// containers/image reads a missing default registries.conf as empty, but refuses a
 		// missing custom path; an empty file says the same.
@@ -226,13 +228,19 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 		return rep
 	}
 
-	// Has the running crio read it?
-	if startedAfter(start, newest.modTime) {
+	// Has the running crio read it? The restart-evidence rule over our drop-ins.
+	files := map[string]time.Time{}
+	for _, d := range ours {
+		files[d.path] = d.modTime
+	}
+	restart := Judge(p, files)
+	if restart.Order == Loaded {
 		rep.State, rep.Evidence = Active, "start-time"
-		e.add(rt, "loaded", Pass, "crio started %s, after %s last changed (%s)", fmtTime(start), newest.path, fmtTime(newest.modTime))
+		e.add(rt, "loaded", Pass, "%s", restart.Reason("crio"))
 		rep.Reason = "crio started after the nodecache drop-in was written, and containers/image's merged view puts the mirror first"
 		return rep
 	}
+	newest = dropIn{path: restart.File, modTime: restart.ModTime}
 	on, from, err := e.autoReloadAtStart(start)
 	if err != nil {
 		e.add(rt, "loaded", Unread, "%v", err)
@@ -245,17 +253,17 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 		rep.Reason = "auto_reload_registries was on when crio started, and containers/image's merged view puts the mirror first"
 		return rep
 	}
-	why := fmt.Sprintf("crio started %s, not after %s last changed (%s; equal seconds count as before), and auto_reload_registries was off at its start", fmtTime(start), newest.path, fmtTime(newest.modTime))
+	why := restart.Reason("crio") + ", and auto_reload_registries was off at its start"
 	e.add(rt, "loaded", Fail, "%s (a SIGHUP is not evidence: the reload may have rejected the file)", why)
 	rep.State, rep.Reason, rep.Remedy = NotActive, why, remedyCRIO
-	if start.Unix() == newest.modTime.Unix() {
+	if restart.Order == Ambiguous {
 		mirror := "http://HOST:PORT"
 		if e.opts.Mirror != nil {
 			mirror = e.opts.Mirror.String()
 		} else if host, _, _ := strings.Cut(rep.Mirror, "/"); host != "" {
 			mirror = "http://" + host // the location of the first mirror, as nodecache writes it (insecure: http)
 		}
-		rep.Reason, rep.Remedy = sameSecond("crio", "restart CRI-O", remedyCRIO, start, newest.path, "auto_reload_registries was off at its start", mirror)
+		rep.Reason, rep.Remedy = ambiguousStart(restart, "crio", "restart CRI-O", remedyCRIO, "auto_reload_registries was off at its start", mirror)
 	}
 	rep.Pending, rep.startTimeOnly = true, true
 	return rep
@@ -275,11 +283,11 @@ func (e *evaluator) overrider(drops []dropIn, ours dropIn, prefix string) string
 }
 
 // autoReloadAtStart reads crio.conf and crio.conf.d/*.conf as present when crio started (files
-// changed at or after its start second do not count) and returns the effective
+// changed after its start, or within StartTolerance of it, do not count) and returns the effective
 // [crio.image] auto_reload_registries and the file that set it.
 func (e *evaluator) autoReloadAtStart(start time.Time) (bool, string, error) {
 	files := []string{e.opts.CRIOConfig}
-	entries, err := os.ReadDir(e.host(e.opts.CRIODropInDir))
+	entries, err := e.h.ReadDir(e.opts.CRIODropInDir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, "", fmt.Errorf("list %s: %w", e.opts.CRIODropInDir, err)
 	}
@@ -295,17 +303,17 @@ func (e *evaluator) autoReloadAtStart(start time.Time) (bool, string, error) {
 	}
 	on, from := false, ""
 	for _, f := range files {
-		st, err := os.Stat(e.host(f))
+		st, err := e.h.Stat(f)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return false, "", fmt.Errorf("stat %s: %w", f, err)
 		}
-		if !startedAfter(start, st.ModTime()) {
+		if StartOrder(start, st.ModTime()) != Loaded {
 			continue // not (certainly) there when crio started
 		}
-		b, err := os.ReadFile(e.host(f))
+		b, err := e.h.ReadFile(f)
 		if err != nil {
 			return false, "", fmt.Errorf("read %s: %w", f, err)
 		}

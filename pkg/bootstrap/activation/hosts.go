@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/containerd/containerd/v2/core/remotes/docker/config"
 	"github.com/containerd/errdefs"
 
+	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -31,17 +33,25 @@ type hostsVerdict struct {
 }
 
 // hostDirFunc resolves a registry host to its directory the way containerd does for a list of
-// roots: the first root holding <host_port_>, <host> or _default wins. roots are host paths;
-// files are read under hostRoot.
-func hostDirFunc(hostRoot string, roots []string) func(string) (string, error) {
+// roots: the first root holding <host_port_>, <host> or _default wins. roots are host paths,
+// resolved through the host view (an absolute link leads under the host root, as on the host);
+// the directory returned is its local path, for containerd's parser to read.
+func hostDirFunc(h *bootstrap.Host, roots []string) func(string) (string, error) {
 	return func(host string) (string, error) {
 		for _, r := range roots {
-			d, err := config.HostDirFromRoot(filepath.Join(hostRoot, r))(host)
-			if err == nil {
-				return d, nil
-			}
-			if !errdefs.IsNotFound(err) {
-				return "", err
+			for _, name := range []string{name.HostDir(host), "_default"} {
+				p := path.Join(r, name)
+				st, err := h.Stat(p)
+				if errors.Is(err, fs.ErrNotExist) {
+					continue
+				}
+				if err != nil {
+					return "", fmt.Errorf("registry directory %s: %w", p, err)
+				}
+				if !st.IsDir() {
+					continue
+				}
+				return h.Local(p)
 			}
 		}
 		return "", errdefs.ErrNotFound
@@ -52,8 +62,9 @@ func hostDirFunc(hostRoot string, roots []string) func(string) (string, error) {
 // tries first for each upstream, under the given roots. The mirror is the expected first host
 // (scheme and host:port; nil accepts any first host other than the upstream's own endpoint when
 // the deciding file is ours).
-func checkHosts(ctx context.Context, hostRoot string, roots []string, upstreams []string, mirror *url.URL) []hostsVerdict {
-	dirOf := hostDirFunc(hostRoot, roots)
+func checkHosts(ctx context.Context, h *bootstrap.Host, roots []string, upstreams []string, mirror *url.URL) []hostsVerdict {
+	dirOf := hostDirFunc(h, roots)
+	hostRoot := h.Root()
 	hosts := config.ConfigureHosts(ctx, config.HostOptions{HostDir: dirOf})
 	var out []hostsVerdict
 	for _, up := range upstreams {
@@ -130,12 +141,11 @@ func displayPath(hostRoot, p string) string {
 // registryDirs lists the registry hosts that have a hosts.toml under the roots (directory
 // names converted back from containerd's host_port_ form; _default skipped). With onlyManaged,
 // only hosts whose hosts.toml starts with mirrorapi.ManagedMarker.
-func registryDirs(hostRoot string, roots []string, onlyManaged bool) ([]string, error) {
+func registryDirs(h *bootstrap.Host, roots []string, onlyManaged bool) ([]string, error) {
 	seen := map[string]bool{}
 	var out []string
 	for _, r := range roots {
-		dir := filepath.Join(hostRoot, r)
-		entries, err := os.ReadDir(dir)
+		entries, err := h.ReadDir(r)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -143,20 +153,20 @@ func registryDirs(hostRoot string, roots []string, onlyManaged bool) ([]string, 
 			return nil, fmt.Errorf("list registry directories %s: %w", r, err)
 		}
 		for _, e := range entries {
-			if !e.IsDir() || e.Name() == "_default" {
+			if e.Name() == "_default" || !h.IsDir(path.Join(r, e.Name())) {
 				continue
 			}
-			b, err := os.ReadFile(filepath.Join(dir, e.Name(), "hosts.toml"))
+			b, err := h.ReadFile(path.Join(r, e.Name(), "hosts.toml"))
 			if err != nil {
 				continue
 			}
 			if onlyManaged && !mirrorapi.Managed(b) {
 				continue
 			}
-			h := name.HostFromDir(e.Name())
-			if !seen[h] {
-				seen[h] = true
-				out = append(out, h)
+			host := name.HostFromDir(e.Name())
+			if !seen[host] {
+				seen[host] = true
+				out = append(out, host)
 			}
 		}
 	}

@@ -159,10 +159,10 @@ func TestMonitor(t *testing.T) {
 	}
 }
 
-// The agent on containerd 2.0–2.3 whose config was written in the second the daemon started:
-// the strict start-time rule says NOT active (with a reason that says what settles it), and a
-// pull from this node that the mirror sees turns it ACTIVE at the next interval, without a
-// containerd or agent restart.
+// The agent on containerd 2.0–2.3 whose config was written within one tick of the daemon's
+// start: the rule says NOT active (with a reason that says what settles it); a /v2/ ping does
+// not change that, and a manifest the mirror serves to this node turns it ACTIVE at the next
+// interval, without a containerd or agent restart.
 func TestMonitorSameSecondSettledByTraffic(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
@@ -170,7 +170,8 @@ func TestMonitorSameSecondSettledByTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mm, err := mirror.New(t.Context(), mirror.Options{Upstreams: ups})
+	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 512, 1, "linux/amd64"))
+	mm, err := mirror.New(t.Context(), mirror.Options{Root: t.TempDir(), Upstreams: ups})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +227,7 @@ func TestMonitorSameSecondSettledByTraffic(t *testing.T) {
 		}
 	}
 	rep := waitState(NotActive)
-	for _, s := range []string{"same second containerd started", "restart containerd again", "nodecache status --mirror " + msrv.URL} {
+	for _, s := range []string{"within 10ms of the last change", "restart containerd again", "nodecache status --mirror " + msrv.URL} {
 		if !strings.Contains(rep.Reason, s) {
 			t.Fatalf("reason does not say %q\n%s", s, dump(rep))
 		}
@@ -235,17 +236,27 @@ func TestMonitorSameSecondSettledByTraffic(t *testing.T) {
 		t.Fatal("ready (activation) while NOT active")
 	}
 
-	// containerd pulls through the mirror (its user agent, from this node's loopback).
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, msrv.URL+"/v2/", nil)
-	req.Header.Set("User-Agent", "containerd/v2.3.1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	// containerd pings the mirror: no proof; then pulls a manifest through it (its user agent,
+	// from this node's loopback).
+	for _, p := range []string{"/v2/", "/v2/team/app/manifests/v1?ns=registry.test"} {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, msrv.URL+p, nil)
+		req.Header.Set("User-Agent", "containerd/v2.3.1")
+		req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json,application/vnd.docker.distribution.manifest.v2+json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if p == "/v2/" {
+			time.Sleep(300 * time.Millisecond) // three intervals
+			if rep := m.Last(); rep == nil || rep.State != NotActive {
+				t.Fatalf("after a /v2/ ping: %v, want still NOT active", rep)
+			}
+		}
 	}
-	_ = resp.Body.Close()
 
 	rep = waitState(Active)
-	if !strings.Contains(rep.Reason, "the mirror saw containerd pulls") {
+	if !strings.Contains(rep.Reason, "the mirror served containerd manifests or blobs to this node") {
 		t.Fatalf("active for another reason\n%s", dump(rep))
 	}
 	if c, _ := check(rep, RuntimeContainerd, "traffic"); c.Result != Pass {

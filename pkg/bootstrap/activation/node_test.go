@@ -6,12 +6,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	introspection "github.com/containerd/containerd/api/services/introspection/v1"
 	versionapi "github.com/containerd/containerd/api/services/version/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -49,6 +52,15 @@ func (n *testNode) file(path, content string, sec int64) {
 	n.touch(path, sec)
 }
 
+// fileAt writes a host file with mtime at.
+func (n *testNode) fileAt(path, content string, at time.Time) {
+	n.t.Helper()
+	n.file(path, content, at.Unix())
+	if err := os.Chtimes(filepath.Join(n.Root, path), at, at); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
 func (n *testNode) touch(path string, sec int64) {
 	n.t.Helper()
 	ts := time.Unix(sec, 0)
@@ -64,6 +76,8 @@ type fakeContainerd struct {
 	exports map[string]string
 	// criConfig is the verbose CRI status "config" JSON (1.x).
 	criConfig string
+	// criInitErr, when set, is the init error introspection lists for the CRI plugin.
+	criInitErr string
 }
 
 type fakeVersion struct {
@@ -90,6 +104,18 @@ func (f fakeIntrospection) PluginInfo(_ context.Context, r *introspection.Plugin
 		return &introspection.PluginInfoResponse{}, nil
 	}
 	return &introspection.PluginInfoResponse{Plugin: &introspection.Plugin{Type: r.GetType(), ID: r.GetID(), Exports: f.exports}}, nil
+}
+
+func (f fakeIntrospection) Plugins(context.Context, *introspection.PluginsRequest) (*introspection.PluginsResponse, error) {
+	p := &introspection.Plugin{Type: "io.containerd.grpc.v1", ID: "cri"}
+	if !strings.HasPrefix(strings.TrimPrefix(f.version, "v"), "1.") {
+		p = &introspection.Plugin{Type: criImagesPluginType, ID: criImagesPluginID}
+	}
+	if f.criInitErr != "" {
+		p.InitErr = status.New(codes.Unknown, f.criInitErr).Proto()
+	}
+	return &introspection.PluginsResponse{Plugins: []*introspection.Plugin{
+		{Type: "io.containerd.content.v1", ID: "content"}, p}}, nil
 }
 
 func (f fakeCRI) Status(_ context.Context, r *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
@@ -133,7 +159,7 @@ func (n *testNode) containerdProc(pid int, sec int64, socket string, args ...str
 }
 
 func (n *testNode) opts() Options {
-	return Options{HostRoot: n.Root, ProcRoot: n.Proc.Root, APITimeout: 2 * time.Second}
+	return Options{Host: n.Proc.Host(n.Root), APITimeout: 2 * time.Second}
 }
 
 func (n *testNode) evaluate(o Options) *Report {

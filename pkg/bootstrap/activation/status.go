@@ -17,13 +17,13 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
@@ -37,8 +37,8 @@ const (
 
 // Defaults for Options.
 const (
-	DefaultHostRoot       = "/"
-	DefaultProcRoot       = "/proc"
+	DefaultHostRoot       = bootstrap.DefaultHostRoot
+	DefaultProcRoot       = bootstrap.DefaultProcRoot
 	DefaultCRIOSocket     = "/var/run/crio/crio.sock"
 	DefaultRegistriesDir  = "/etc/containers/registries.conf.d"
 	DefaultRegistriesConf = "/etc/containers/registries.conf"
@@ -54,12 +54,10 @@ type Options struct {
 	// Runtime is auto (default), containerd, crio or talos. auto detects Talos first (its
 	// /etc/os-release), else examines containerd and CRI-O and counts those present.
 	Runtime string
-	// HostRoot prefixes every host path (a pod with the host's / mounted at /host passes
-	// "/host"). Default "/".
-	HostRoot string
-	// ProcRoot is the procfs of the host's pid namespace. Default "/proc" (a pod needs
-	// hostPID).
-	ProcRoot string
+	// Host is the view of the node every file, link, socket and process is read through
+	// (--host-root and the proc root). Default: bootstrap.NewHost with its defaults (/ and
+	// /proc).
+	Host *bootstrap.Host
 	// ContainerdConfig is containerd's main config file. Default: the --config/-c of the
 	// daemon serving ContainerdSocket, else /etc/containerd/config.toml.
 	ContainerdConfig string
@@ -114,13 +112,13 @@ func (o *Options) setDefaults() error {
 			*p = v
 		}
 	}
-	def(&o.HostRoot, DefaultHostRoot)
-	if st, err := os.Stat(o.HostRoot); err != nil {
-		errs = append(errs, fmt.Errorf("host root %q: %w; want the directory the host's / is mounted at, such as / or /host", o.HostRoot, err))
-	} else if !st.IsDir() {
-		errs = append(errs, fmt.Errorf("host root %q: not a directory; want the directory the host's / is mounted at, such as / or /host", o.HostRoot))
+	if o.Host == nil {
+		h, err := bootstrap.NewHost(bootstrap.HostOptions{})
+		if err != nil {
+			errs = append(errs, err)
+		}
+		o.Host = h
 	}
-	def(&o.ProcRoot, DefaultProcRoot)
 	def(&o.CRIOSocket, DefaultCRIOSocket)
 	def(&o.RegistriesConf, DefaultRegistriesConf)
 	def(&o.RegistriesDir, DefaultRegistriesDir)
@@ -162,7 +160,7 @@ func (o *Options) setDefaults() error {
 // evaluator holds one evaluation's inputs and collects its rows.
 type evaluator struct {
 	opts   Options
-	proc   Proc
+	h      *bootstrap.Host
 	report *Report
 }
 
@@ -174,8 +172,6 @@ func (e *evaluator) warn(format string, args ...any) {
 	e.report.Warnings = append(e.report.Warnings, fmt.Sprintf(format, args...))
 }
 
-func (e *evaluator) host(p string) string { return filepath.Join(e.opts.HostRoot, p) }
-
 // Evaluate reads the evidence and returns the report. The error is only for options that are
 // refused; evidence that cannot be read becomes an "unknown" row and, if decisive, the UNKNOWN
 // state.
@@ -183,7 +179,7 @@ func Evaluate(ctx context.Context, opts Options) (*Report, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
 	}
-	e := &evaluator{opts: opts, proc: Proc{Root: opts.ProcRoot}, report: &Report{CheckedAt: opts.Now().UTC()}}
+	e := &evaluator{opts: opts, h: opts.Host, report: &Report{CheckedAt: opts.Now().UTC()}}
 	talos, talosWhy, talosErr := e.detectTalos()
 	var rts []RuntimeReport
 	switch {
@@ -201,9 +197,7 @@ func Evaluate(ctx context.Context, opts Options) (*Report, error) {
 	default:
 		rts = append(rts, e.containerd(ctx), e.crio(ctx))
 	}
-	for i := range rts {
-		e.traffic(ctx, &rts[i])
-	}
+	e.traffic(ctx, rts)
 	if opts.Canary {
 		for i := range rts {
 			if rts[i].State != NotApplicable {
@@ -216,18 +210,18 @@ func Evaluate(ctx context.Context, opts Options) (*Report, error) {
 	return e.report, nil
 }
 
-// IsTalos reports whether the host under hostRoot is a Talos node (/etc/os-release ID=talos).
-func IsTalos(hostRoot string) bool {
-	ok, _, _ := detectTalos(hostRoot)
+// IsTalos reports whether the host is a Talos node (/etc/os-release ID=talos).
+func IsTalos(h *bootstrap.Host) bool {
+	ok, _, _ := detectTalos(h)
 	return ok
 }
 
-func (e *evaluator) detectTalos() (bool, string, error) { return detectTalos(e.opts.HostRoot) }
+func (e *evaluator) detectTalos() (bool, string, error) { return detectTalos(e.h) }
 
-// detectTalos reads /etc/os-release under hostRoot; why says what it found either way. err is
-// set only when the file exists but cannot be read.
-func detectTalos(hostRoot string) (talos bool, why string, err error) {
-	b, err := os.ReadFile(filepath.Join(hostRoot, "etc", "os-release"))
+// detectTalos reads the host's /etc/os-release; why says what it found either way. err is set
+// only when the file exists but cannot be read.
+func detectTalos(h *bootstrap.Host) (talos bool, why string, err error) {
+	b, err := h.ReadFile("/etc/os-release")
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return false, "there is no /etc/os-release", nil
@@ -257,12 +251,12 @@ func (e *evaluator) noTalos(why string, err error) RuntimeReport {
 	rep := RuntimeReport{Runtime: RuntimeTalos}
 	if err != nil {
 		e.add(RuntimeTalos, "detect", Unread, "%v", err)
-		rep.State, rep.Reason = Unknown, fmt.Sprintf("cannot tell whether the host under --host-root %s is Talos: %v", e.opts.HostRoot, err)
+		rep.State, rep.Reason = Unknown, fmt.Sprintf("cannot tell whether the host under --host-root %s is Talos: %v", e.h.Root(), err)
 		return rep
 	}
 	e.add(RuntimeTalos, "detect", Skipped, "--runtime talos, but %s", why)
 	rep.State = NotApplicable
-	rep.Reason = fmt.Sprintf("no Talos found under --host-root %s: %s", e.opts.HostRoot, why)
+	rep.Reason = fmt.Sprintf("no Talos found under --host-root %s: %s", e.h.Root(), why)
 	return rep
 }
 
@@ -272,21 +266,20 @@ func (e *evaluator) explicitNone(runtime, name, found string) string {
 	if e.opts.Runtime != runtime {
 		return ""
 	}
-	return fmt.Sprintf("no %s found under --host-root %s: %s", name, e.opts.HostRoot, found)
+	return fmt.Sprintf("no %s found under --host-root %s: %s", name, e.h.Root(), found)
 }
 
-// sameSecond is the reason and remedy when a runtime daemon started in the same whole second
-// as its configuration last changed: the strict start-time rule counts that as not loaded, but
-// either order is possible. Traffic evidence (a pull of this daemon seen by the mirror) decides
-// it; mirror is the URL to name for that (see mirrorHint).
-// detail, when set, is added to the parenthesis that names the second and the file; fix is the
-// runtime's usual restart remedy, which the remedy keeps word for word.
-func sameSecond(daemon, restart, fix string, start time.Time, file, detail, mirror string) (reason, remedy string) {
+// ambiguousStart is the reason and remedy when a runtime daemon started within StartTolerance
+// of its configuration's last change (ev.Order == Ambiguous): the rule counts that as not
+// loaded, but either order is possible. Traffic evidence (a pull of this daemon seen by the
+// mirror) decides it; mirror is the URL to name for that (see mirrorHint). detail, when set, is
+// added to the reason; fix is the runtime's usual restart remedy, kept word for word.
+func ambiguousStart(ev *RestartEvidence, daemon, restart, fix, detail, mirror string) (reason, remedy string) {
 	if detail != "" {
 		detail = "; " + detail
 	}
-	reason = fmt.Sprintf("the config changed in the same second %s started (%s, %s%s); cannot tell which came first — %s again, or let a pull prove it: nodecache status --mirror %s",
-		daemon, fmtTime(start), file, detail, restart, mirror)
+	reason = fmt.Sprintf("%s%s — %s again, or let a pull prove it: nodecache status --mirror %s",
+		ev.Reason(daemon), detail, restart, mirror)
 	remedy = fmt.Sprintf("%s; or pull any image on this node and run nodecache status --mirror %s: a pull the mirror saw since %s started proves it active (the agent checks this every --interval)",
 		fix, mirror, daemon)
 	return reason, remedy
@@ -298,7 +291,7 @@ func (e *evaluator) mirrorHint(ctx context.Context, roots, upstreams []string) s
 	if e.opts.Mirror != nil {
 		return e.opts.Mirror.String()
 	}
-	for _, v := range checkHosts(ctx, e.opts.HostRoot, roots, upstreams, nil) {
+	for _, v := range checkHosts(ctx, e.h, roots, upstreams, nil) {
 		if u, err := url.Parse(v.First); v.OK && err == nil && u.Host != "" {
 			return u.Scheme + "://" + u.Host
 		}
@@ -312,13 +305,6 @@ func (e *evaluator) upstreamsOr(found []string) []string {
 		return e.opts.Upstreams
 	}
 	return found
-}
-
-// mtimeSecondsBefore reports whether a process that started at start (true start within
-// [start, start+1s)) certainly started after a file modified at mtime: whole seconds, strictly
-// (equal seconds count as not after).
-func startedAfter(start, mtime time.Time) bool {
-	return start.Unix() > mtime.Unix()
 }
 
 func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }

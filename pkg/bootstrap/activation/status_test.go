@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -14,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodecache/nodecache/pkg/bootstrap"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
@@ -122,47 +125,64 @@ func TestContainerdStartTimeRule(t *testing.T) {
 	}
 }
 
-// A config written in the second containerd 2.0–2.3 started stays NOT active (the strict rule),
-// and the reason says why and what settles it: a restart, or a pull the mirror saw.
-func TestContainerdStartEqualsMtime(t *testing.T) {
+// containerd 2.0–2.3 is judged by the restart-evidence rule: a config changed at least 10 ms
+// before the start was loaded; within ±10 ms the order cannot be told and it stays NOT active
+// with the reason and what settles it (a restart, or a pull the mirror saw); 10 ms or more
+// after the start it was certainly not loaded. Start times are exact to the 10 ms tick.
+func TestContainerdStartAgainstMtime(t *testing.T) {
 	t.Parallel()
+	start := time.Unix(t0+100, 0).Add(370 * time.Millisecond) // a whole tick
 	for _, tc := range []struct {
 		name   string
-		ticks  uint64
-		mirror string // --mirror; "" names the mirror from the hosts.toml files
+		mtime  time.Duration // config.toml's change, relative to the start
+		mirror string        // --mirror; "" names the mirror from the hosts.toml files
+		state  State
+		has    string
 	}{
-		{"start at the whole second", ticksAt(t0 + 100), ""},
-		{"start half a second later", ticksAt(t0+100) + testHz/2, ""},
-		{"with --mirror", ticksAt(t0 + 100), "http://127.0.0.1:5999"},
+		{"changed 10ms before: loaded", -StartTolerance, "", Active, "started after its configuration last changed"},
+		{"changed half a second before: loaded", -500 * time.Millisecond, "", Active, "started after its configuration last changed"},
+		{"changed 9ms before: cannot tell", -9 * time.Millisecond, "", NotActive, "within 10ms of the last change"},
+		{"changed at the start tick: cannot tell", 0, "", NotActive, "within 10ms of the last change"},
+		{"changed 9ms after: cannot tell", 9 * time.Millisecond, "http://127.0.0.1:5999", NotActive, "within 10ms of the last change"},
+		{"changed 10ms after: not loaded", StartTolerance, "", NotActive, "before /etc/containerd/config.toml last changed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			n := newTestNode(t)
 			n.serveContainerd(sock, &fakeContainerd{version: "2.2.0"})
-			n.Proc.addProcess(1000, "containerd", tc.ticks, "/usr/bin/containerd")
+			n.Proc.AddProcess(1000, "containerd", start, "/usr/bin/containerd")
 			n.Proc.listen(1000, sock, 8000)
-			n.file(cfgFile, v3Config(certsDir, ""), t0+100)
+			n.fileAt(cfgFile, v3Config(certsDir, ""), start.Add(tc.mtime))
 			n.withHosts(certsDir, t0)
 			o := n.opts()
 			hint := mirrorURL
 			if tc.mirror != "" {
 				o.Mirror = parseMirror(t, tc.mirror)
 				o.NodeAddrs = func() ([]netip.Addr, error) { return nil, nil }
-				o.HTTPClient = &http.Client{Transport: refuse{}}
+				o.HTTPClient = &http.Client{Transport: answer{}}
 				hint = tc.mirror
 			}
 			r := n.evaluate(o)
-			want(t, r, NotActive, 1, "the config changed in the same second containerd started")
+			want(t, r, tc.state, tc.state.ExitCode(), tc.has)
+			if tc.state == Active {
+				return
+			}
+			rt, _ := r.Runtime(RuntimeContainerd)
+			if !strings.Contains(rt.Remedy, "restart containerd or cycle the node") || !rt.Pending {
+				t.Errorf("remedy %q pending %v", rt.Remedy, rt.Pending)
+			}
+			if tc.mtime >= StartTolerance {
+				return
+			}
 			for _, s := range []string{"cannot tell which came first", "restart containerd again", "let a pull prove it: nodecache status --mirror " + hint} {
 				if !strings.Contains(r.Reason, s) {
 					t.Errorf("reason does not say %q\n%s", s, dump(r))
 				}
 			}
-			rt, _ := r.Runtime(RuntimeContainerd)
-			if !strings.Contains(rt.Remedy, "restart containerd or cycle the node") || !strings.Contains(rt.Remedy, "--mirror "+hint) || !rt.Pending {
-				t.Errorf("remedy %q pending %v", rt.Remedy, rt.Pending)
+			if !strings.Contains(rt.Remedy, "--mirror "+hint) {
+				t.Errorf("remedy %q does not name the mirror", rt.Remedy)
 			}
-			if c, _ := check(r, RuntimeContainerd, "start-time"); c.Result != Fail || !strings.Contains(c.Reason, "equal seconds count as before") {
+			if c, _ := check(r, RuntimeContainerd, "start-time"); c.Result != Fail || !strings.Contains(c.Reason, "within 10ms") {
 				t.Errorf("start-time row %+v", c)
 			}
 		})
@@ -342,20 +362,21 @@ func TestContainerdUnreadableEvidence(t *testing.T) {
 			f := filepath.Join(n.Proc.Root, "1000", "stat")
 			_ = os.Remove(f)
 			_ = os.Mkdir(f, 0o755)
-		}, "read process start"},
+		}, "read process 1000 start"},
 		{"non-digit start time", func(n *testNode) {
 			n.Proc.write("1000/stat", strings.Replace(statLine(1000, "containerd", ticksAt(t0)), fmt.Sprint(ticksAt(t0)), "12abc", 1))
-		}, "starttime"},
+		}, "read process 1000 start"},
 		{"comm with spaces and parenthesis elsewhere", func(n *testNode) {
 			n.Proc.addProcess(1001, "a) b (c", 5)
 			n.Proc.write("1000/stat", strings.Replace(statLine(1000, "containerd", ticksAt(t0)), "(containerd)", "(containerd) x)", 1))
 		}, "stat says"},
-		{"missing CLK_TCK", func(n *testNode) { n.Proc.writeBytes("self/auxv", EncodeAuxv([2]uint64{6, 4096})) }, "AT_CLKTCK"},
-		{"zero CLK_TCK", func(n *testNode) { n.Proc.writeBytes("self/auxv", EncodeAuxv([2]uint64{atClkTck, 0})) }, "AT_CLKTCK"},
-		{"config does not parse", func(n *testNode) { n.file(cfgFile, "version = = 3", t0-10) }, "does not parse as TOML"},
-		{"missing import", func(n *testNode) {
-			n.file(cfgFile, v3Config(certsDir, `imports = ["/etc/containerd/missing.toml"]`), t0-10)
-		}, "missing.toml"},
+		{"missing CLK_TCK", func(n *testNode) { n.Proc.WriteBytes("self/auxv", bootstrap.EncodeAuxv([2]uint64{6, 4096})) }, "AT_CLKTCK"},
+		{"zero CLK_TCK", func(n *testNode) { n.Proc.WriteBytes("self/auxv", bootstrap.EncodeAuxv([2]uint64{17, 0})) }, "AT_CLKTCK"},
+		{"config unreadable", func(n *testNode) {
+			p := filepath.Join(n.Root, cfgFile)
+			_ = os.Remove(p)
+			_ = os.Mkdir(p, 0o755)
+		}, "config.toml"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -453,24 +474,72 @@ func TestHostRootRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, root := range []string{filepath.Join(t.TempDir(), "nonexistent"), file} {
-		_, err := Evaluate(t.Context(), Options{HostRoot: root})
+		_, err := bootstrap.NewHost(bootstrap.HostOptions{Root: root})
 		if err == nil || !strings.Contains(err.Error(), root) {
 			t.Errorf("host root %s: error %v, want a refusal naming it", root, err)
 		}
 	}
 }
 
-// Without an API answer, the start time still proves what was loaded when it is after every
-// change; when it is not, nothing can be told.
+// Without an answer on the runtime's API there is no runtime evidence: UNKNOWN (exit 3), even
+// when the start time is after every change and the files point at the mirror.
 func TestContainerdSocketSilent(t *testing.T) {
 	t.Parallel()
 	n := newTestNode(t)
 	n.containerdProc(1000, t0, sock)
 	n.file(cfgFile, v3Config(certsDir, ""), t0-10)
 	n.withHosts(certsDir, t0-10)
-	want(t, n.evaluate(n.opts()), Active, 0, "")
-	n.touch(cfgFile, t0+10)
-	want(t, n.evaluate(n.opts()), Unknown, 3, "did not answer")
+	want(t, n.evaluate(n.opts()), Unknown, 3, "does not answer (unreachable or permission denied")
+}
+
+// A socket the caller may not open (permission denied) is UNKNOWN too, never ACTIVE.
+func TestContainerdSocketPermissionDenied(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() == 0 {
+		// root opens any socket; run the check as nobody instead of skipping it.
+		t.Skip("permission bits do not bind root; covered by TestContainerdSocketSilent's path and the integration test")
+	}
+	n := newTestNode(t)
+	n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}})
+	if err := os.Chmod(filepath.Join(n.Root, sock), 0); err != nil {
+		t.Fatal(err)
+	}
+	n.containerdProc(1000, t0, sock)
+	n.file(cfgFile, v3Config(certsDir, ""), t0-10)
+	n.withHosts(certsDir, t0-10)
+	want(t, n.evaluate(n.opts()), Unknown, 3, "permission denied")
+}
+
+// A CRI plugin that failed to load (introspection's plugin list, 1.x and 2.x) is NOT ACTIVE
+// (exit 1), whatever the files and the start time say; so is a config containerd refuses.
+func TestContainerdCRIPluginFailed(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, version, cfg, has string
+		initErr                 string
+	}{
+		{name: "1.7 with inline mirrors next to config_path", version: "v1.7.35",
+			cfg:     "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\n  config_path = \"/etc/containerd/certs.d\"\n[plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"docker.io\"]\n  endpoint = [\"http://127.0.0.1:5000\"]\n",
+			initErr: "invalid plugin config: `mirrors` cannot be set when `config_path` is provided", has: "io.containerd.grpc.v1.cri: invalid plugin config"},
+		{name: "2.3 images plugin failed", version: "v2.3.7", cfg: v3Config(certsDir, ""),
+			initErr: "failed to create images plugin", has: "io.containerd.cri.v1.images: failed to create images plugin"},
+		{name: "config does not parse", version: "v2.3.7", cfg: "version = = 3", has: "does not parse as TOML"},
+		{name: "missing import", version: "v2.3.7", cfg: v3Config(certsDir, `imports = ["/etc/containerd/missing.toml"]`), has: "missing.toml"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			n := newTestNode(t)
+			n.serveContainerd(sock, &fakeContainerd{version: tc.version, criInitErr: tc.initErr, criConfig: criStatusConfig(certsDir)})
+			n.containerdProc(1000, t0, sock)
+			n.file(cfgFile, tc.cfg, t0-10)
+			n.withHosts(certsDir, t0-10)
+			r := n.evaluate(n.opts())
+			want(t, r, NotActive, 1, tc.has)
+			if rt, _ := r.Runtime(RuntimeContainerd); !strings.Contains(rt.Remedy, "restart containerd or cycle the node") {
+				t.Errorf("remedy %q", rt.Remedy)
+			}
+		})
+	}
 }
 
 func TestContainerdHosts(t *testing.T) {
@@ -509,18 +578,22 @@ func TestContainerdHosts(t *testing.T) {
 			if tt.mirror != "" {
 				o.Mirror = parseMirror(t, tt.mirror)
 				o.NodeAddrs = func() ([]netip.Addr, error) { return nil, nil }
-				o.HTTPClient = &http.Client{Transport: refuse{}}
+				o.HTTPClient = &http.Client{Transport: answer{}}
 			}
 			want(t, n.evaluate(o), tt.state, tt.state.ExitCode(), tt.has)
 		})
 	}
 }
 
-// refuse is a transport for tests whose mirror is not running.
-type refuse struct{}
+// answer is a transport for tests whose mirror answers but has seen no client.
+type answer struct{}
 
-func (refuse) RoundTrip(*http.Request) (*http.Response, error) {
-	return nil, fmt.Errorf("connection refused (test)")
+func (answer) RoundTrip(r *http.Request) (*http.Response, error) {
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("Date", time.Now().UTC().Format(http.TimeFormat))
+	return &http.Response{StatusCode: http.StatusOK, Header: h, Request: r,
+		Body: io.NopCloser(strings.NewReader(`{"clients":[]}`))}, nil
 }
 
 func TestTalos(t *testing.T) {
@@ -534,7 +607,7 @@ func TestTalos(t *testing.T) {
 	n.file(DefaultTalosHostsDir+"/docker.io/hosts.toml", "server = \"https://registry-1.docker.io\"\n\n[host.\"http://127.0.0.1:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n", t0+50)
 	o := n.opts()
 	o.Mirror = parseMirror(t, mirrorURL)
-	o.HTTPClient = &http.Client{Transport: refuse{}}
+	o.HTTPClient = &http.Client{Transport: answer{}}
 	r = n.evaluate(o)
 	want(t, r, Active, 0, "")
 	if _, ok := r.Runtime(RuntimeContainerd); ok {
@@ -583,10 +656,10 @@ func TestCRIO(t *testing.T) {
 			n.crio(300, t0)
 			n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, t0+100)
 		}, NotActive, "auto_reload_registries was off"},
-		{"start equals drop-in mtime", func(n *testNode) {
+		{"start within 10ms of the drop-in change", func(n *testNode) {
 			n.crio(300, t0+100)
 			n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, t0+100)
-		}, NotActive, "the config changed in the same second crio started"},
+		}, NotActive, "within 10ms of the last change of /etc/containers/registries.conf.d/90-nodecache.conf"},
 		{"auto reload on at start", func(n *testNode) {
 			n.crio(300, t0)
 			n.file(DefaultCRIODropInDir+"/10-reload.conf", "[crio.image]\nauto_reload_registries = true\n", t0-100)
@@ -658,11 +731,12 @@ func TestBothRuntimes(t *testing.T) {
 func TestTrafficEvidence(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
+	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 512, 1, "linux/amd64"))
 	ups, err := name.ParseUpstreams([]string{"registry.test=" + up.URL.String()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := mirror.New(t.Context(), mirror.Options{Upstreams: ups})
+	m, err := mirror.New(t.Context(), mirror.Options{Root: t.TempDir(), Upstreams: ups})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -683,18 +757,32 @@ func TestTrafficEvidence(t *testing.T) {
 
 	r := n.evaluate(o)
 	want(t, r, NotActive, 1, "")
-	if c, _ := check(r, RuntimeContainerd, "traffic"); c.Result != Info {
+	if c, _ := check(r, RuntimeContainerd, "traffic"); c.Result != Info || !strings.Contains(c.Reason, "read from the mirror replica at 127.0.0.1:") {
 		t.Fatalf("traffic row %+v", c)
 	}
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/v2/", nil)
-	req.Header.Set("User-Agent", "containerd/v2.3.0")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
+	get := func(method, path, ua string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), method, srv.URL+path, nil)
+		req.Header.Set("User-Agent", ua)
+		req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json,application/vnd.docker.distribution.manifest.v2+json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
 	}
-	_ = resp.Body.Close()
+	// Pings, errors and refused methods from the runtime's user agent prove nothing.
+	get(http.MethodGet, "/v2/", "containerd/v2.3.0")
+	get(http.MethodGet, "/v2/team/app/manifests/nope?ns=registry.test", "containerd/v2.3.0")
+	get(http.MethodDelete, "/v2/team/app/manifests/v1?ns=registry.test", "containerd/v2.3.0")
+	get(http.MethodGet, "/nodecache/v1/clients", "containerd/v2.3.0")
+	// Content to another family proves nothing about containerd.
+	get(http.MethodGet, "/v2/team/app/manifests/v1?ns=registry.test", "nodecache-warm/1.0")
+	want(t, n.evaluate(o), NotActive, 1, "")
+
+	get(http.MethodHead, "/v2/team/app/manifests/v1?ns=registry.test", "containerd/v2.3.0")
 	r = n.evaluate(o)
-	want(t, r, Active, 0, "the mirror saw containerd pulls")
+	want(t, r, Active, 0, "the mirror served containerd manifests or blobs to this node")
 	if len(r.Warnings) == 0 {
 		t.Fatalf("no warning about the overturned evidence\n%s", dump(r))
 	}
@@ -713,4 +801,81 @@ func parseMirror(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return m.URL
+}
+
+// The mirror's times are read on this node's clock through the offset of the same exchange:
+// its "now" (nanoseconds), else its Date header (whole seconds, so up to a second of doubt is
+// held against the pull). A pull from before the daemon started never counts.
+func TestTrafficClockOffset(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		offset   time.Duration // mirror clock minus this node's
+		pullAgo  time.Duration // when the pull happened, on this node's clock
+		startAgo time.Duration // when the daemon started, on this node's clock
+		dateOnly bool
+		state    State
+	}{
+		{"mirror an hour ahead, pull after start", time.Hour, 5 * time.Second, 10 * time.Second, false, Active},
+		{"mirror an hour ahead, pull before start", time.Hour, 10 * time.Second, 5 * time.Second, false, NotActive},
+		{"mirror an hour behind, pull after start", -time.Hour, 5 * time.Second, 10 * time.Second, false, Active},
+		{"mirror an hour behind, pull before start", -time.Hour, 10 * time.Second, 5 * time.Second, false, NotActive},
+		{"Date only, pull 3s after start", 90 * time.Minute, 2 * time.Second, 5 * time.Second, true, Active},
+		{"Date only, pull 100ms after start: within the Date's second", 90 * time.Minute, 4900 * time.Millisecond, 5 * time.Second, true, NotActive},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mnow := time.Now().Add(tc.offset)
+				if tc.dateOnly {
+					mnow = mnow.Truncate(time.Second) // the mirror's clock at a whole second: Date tells it exactly, the bound still doubts a second
+				}
+				doc := mirrorapi.ClientEvidence{Clients: []mirrorapi.ClientRecord{{Address: "127.0.0.1", LastSeen: mnow,
+					UserAgents: map[string]*mirrorapi.AgentRecord{"containerd": {Count: 3, LastSeen: mnow, ContentCount: 1, LastContent: mnow.Add(-tc.pullAgo)}}}}}
+				if !tc.dateOnly {
+					doc.Now = mnow
+				}
+				w.Header().Set("Date", mnow.UTC().Format(http.TimeFormat))
+				_ = json.NewEncoder(w).Encode(doc)
+			}))
+			t.Cleanup(srv.Close)
+			n := newTestNode(t)
+			n.serveContainerd(sock, &fakeContainerd{version: "v2.3.0"})
+			start := time.Now().Add(-tc.startAgo)
+			n.Proc.AddProcess(1000, "containerd", start, "/usr/bin/containerd")
+			n.Proc.listen(1000, sock, 8000)
+			n.fileAt(cfgFile, v3Config(certsDir, ""), start.Add(time.Second)) // changed after the start
+			n.withHosts(certsDir, t0)
+			o := n.opts()
+			o.Mirror = parseMirror(t, srv.URL)
+			o.Runtime = RuntimeContainerd
+			r := n.evaluate(o)
+			want(t, r, tc.state, tc.state.ExitCode(), "")
+		})
+	}
+}
+
+// With --mirror, a mirror that does not answer makes the runtime NOT ACTIVE (exit 1) whatever
+// the configuration evidence says; without --mirror the verdict says reachability was not
+// checked.
+func TestMirrorUnreachable(t *testing.T) {
+	t.Parallel()
+	n := newTestNode(t)
+	n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}})
+	n.containerdProc(1000, t0, sock)
+	n.file(cfgFile, v3Config(certsDir, ""), t0-10)
+	n.withHosts(certsDir, t0-10)
+	o := n.opts()
+	o.Runtime = RuntimeContainerd
+	want(t, n.evaluate(o), Active, 0, "mirror reachability not checked")
+
+	stopped := httptest.NewServer(http.NotFoundHandler())
+	stopped.Close()
+	o.Mirror = parseMirror(t, stopped.URL)
+	o.Upstreams = []string{"docker.io"}
+	r := n.evaluate(o)
+	want(t, r, NotActive, 1, "does not answer, so no pull goes through it")
+	if c, _ := check(r, RuntimeContainerd, "mirror"); c.Result != Fail || !strings.Contains(c.Reason, "connection refused") {
+		t.Fatalf("mirror row %+v\n%s", c, dump(r))
+	}
 }

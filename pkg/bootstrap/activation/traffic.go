@@ -3,10 +3,12 @@ package activation
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -16,10 +18,17 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
-// Traffic evidence: the mirror records, per client address, the last time each user-agent
-// family pulled (GET /nodecache/v1/clients, answered to loopback and --allow networks). A
-// runtime family (containerd, cri-o) seen from one of this node's addresses since the daemon
-// started is positive proof that the running daemon pulls through the mirror.
+// Traffic evidence: the mirror records, per client address and user-agent family, when it last
+// answered successful content — a GET or HEAD of a manifest or blob with 200 or 206
+// (GET /nodecache/v1/clients, answered to loopback and --allow networks). Pings, errors and
+// other paths are not counted: a runtime that only asks /v2/ or is refused pulls nothing through
+// the mirror. The runtime's family (containerd, cri-o) seen from one of this node's addresses
+// since the daemon started is positive proof that the running daemon pulls through the mirror.
+//
+// The mirror's times are on the mirror's clock. They are moved onto this node's clock by the
+// offset read in the same exchange — the document's "now" (nanoseconds), else the response's
+// Date header (whole seconds) — taking the bound that counts a pull as late as it can have been
+// seen, so a pull from before the daemon started is never counted.
 
 // runtimeFamily is the user-agent family each runtime pulls with.
 func runtimeFamily(runtime string) string {
@@ -29,17 +38,42 @@ func runtimeFamily(runtime string) string {
 	return mirrorapi.FamilyContainerd
 }
 
-// FetchClientEvidence reads the mirror's client evidence.
-func FetchClientEvidence(ctx context.Context, client *http.Client, mirrorURL *url.URL) (*mirrorapi.ClientEvidence, error) {
+// ErrMirrorUnreachable marks a mirror that did not answer at all (no HTTP response).
+var ErrMirrorUnreachable = errors.New("mirror unreachable")
+
+// ClientEvidence is the mirror's client evidence with what is needed to read its times on this
+// node's clock.
+type ClientEvidence struct {
+	*mirrorapi.ClientEvidence
+	// Skew bounds this node's clock minus the mirror's: a mirror time t happened, on this
+	// node's clock, within [t+Skew.Min, t+Skew.Max].
+	Skew struct{ Min, Max time.Duration }
+	// From is the address that answered (with several mirror replicas behind one name, the
+	// evidence is that one replica's).
+	From string
+}
+
+// Local returns the earliest time on this node's clock that the mirror time t can have been.
+func (c *ClientEvidence) Local(t time.Time) time.Time { return t.Add(c.Skew.Min) }
+
+// FetchClientEvidence reads the mirror's client evidence. An error wrapping ErrMirrorUnreachable
+// means no HTTP answer came at all.
+func FetchClientEvidence(ctx context.Context, client *http.Client, mirrorURL *url.URL) (*ClientEvidence, error) {
 	u := *mirrorURL
 	u.Path = mirrorapi.ClientsPath
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, fmt.Errorf("client evidence %s: %w", u.String(), err)
 	}
+	var from string
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) { from = i.Conn.RemoteAddr().String() },
+	}))
+	sent := time.Now()
 	resp, err := client.Do(req)
+	received := time.Now()
 	if err != nil {
-		return nil, fmt.Errorf("client evidence: %w", err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrMirrorUnreachable, u.Redacted(), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -50,7 +84,18 @@ func FetchClientEvidence(ctx context.Context, client *http.Client, mirrorURL *ur
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&doc); err != nil {
 		return nil, fmt.Errorf("client evidence %s: not the expected JSON: %w", u.String(), err)
 	}
-	return &doc, nil
+	ev := &ClientEvidence{ClientEvidence: &doc, From: from}
+	// The mirror wrote its clock (now, or Date truncated to the second: true time in
+	// [date, date+1s)) at a local time between sent and received.
+	switch date, derr := http.ParseTime(resp.Header.Get("Date")); {
+	case !doc.Now.IsZero():
+		ev.Skew.Min, ev.Skew.Max = sent.Sub(doc.Now), received.Sub(doc.Now)
+	case derr == nil:
+		ev.Skew.Min, ev.Skew.Max = sent.Sub(date.Add(time.Second)), received.Sub(date)
+	default:
+		return nil, fmt.Errorf("client evidence %s: neither \"now\" nor a Date header: the mirror's clock is unknown", u.String())
+	}
+	return ev, nil
 }
 
 // nodeAddrs returns this node's addresses (every interface, loopback included). With
@@ -69,18 +114,20 @@ func nodeAddrs() ([]netip.Addr, error) {
 	return out, nil
 }
 
-// sighting is one runtime family seen from a node address.
+// sighting is one runtime family's successful content seen from a node address.
 type sighting struct {
-	Address  string
-	Count    int64
-	LastSeen time.Time
+	Address string
+	Count   int64
+	// Last is the last successful content on the mirror's clock; Local the earliest it can
+	// have been on this node's clock.
+	Last, Local time.Time
 }
 
-// findSighting returns the latest sighting of family from any of addrs, if any.
-func findSighting(doc *mirrorapi.ClientEvidence, addrs []netip.Addr, family string) (sighting, bool) {
+// findSighting returns the latest successful content of family from any of addrs, if any.
+func findSighting(ev *ClientEvidence, addrs []netip.Addr, family string) (sighting, bool) {
 	var best sighting
 	found := false
-	for _, c := range doc.Clients {
+	for _, c := range ev.Clients {
 		a, err := netip.ParseAddr(c.Address)
 		if err != nil {
 			continue
@@ -90,52 +137,87 @@ func findSighting(doc *mirrorapi.ClientEvidence, addrs []netip.Addr, family stri
 			continue
 		}
 		rec := c.UserAgents[family]
-		if rec == nil || rec.Count == 0 {
+		if rec == nil || rec.ContentCount == 0 || rec.LastContent.IsZero() {
 			continue
 		}
-		if !found || rec.LastSeen.After(best.LastSeen) {
-			best = sighting{Address: c.Address, Count: rec.Count, LastSeen: rec.LastSeen}
+		if !found || rec.LastContent.After(best.Last) {
+			best = sighting{Address: c.Address, Count: rec.ContentCount, Last: rec.LastContent, Local: ev.Local(rec.LastContent)}
 			found = true
 		}
 	}
 	return best, found
 }
 
-// traffic adds the client-evidence row for one runtime and upgrades a verdict that the
-// configuration evidence could not decide.
-func (e *evaluator) traffic(ctx context.Context, rep *RuntimeReport) {
-	if e.opts.Mirror == nil || rep.State == NotApplicable {
+// traffic reads the mirror once for every runtime: an unreachable mirror makes every examined
+// runtime NOT ACTIVE (its pulls cannot go through it); successful content of a runtime's family
+// since its daemon started upgrades a verdict that only the start-time rule held back.
+func (e *evaluator) traffic(ctx context.Context, rts []RuntimeReport) {
+	if e.opts.Mirror == nil {
+		for i := range rts {
+			if rts[i].State == Active {
+				rts[i].Reason += " (mirror reachability not checked: pass --mirror to check it and what it served)"
+			}
+		}
 		return
 	}
+	var (
+		ev  *ClientEvidence
+		err error
+	)
+	for i := range rts {
+		rep := &rts[i]
+		if rep.State == NotApplicable {
+			continue
+		}
+		if ev == nil && err == nil {
+			ev, err = FetchClientEvidence(ctx, e.opts.HTTPClient, e.opts.Mirror)
+		}
+		switch {
+		case errors.Is(err, ErrMirrorUnreachable):
+			e.add(rep.Runtime, "mirror", Fail, "%v", err)
+			rep.State = NotActive
+			rep.Reason = fmt.Sprintf("the mirror %s does not answer, so no pull goes through it (%v)", e.opts.Mirror.Redacted(), err)
+			rep.Remedy = "start the mirror, or check --mirror and the network between this node and it"
+			continue
+		case err != nil:
+			e.add(rep.Runtime, "traffic", Unread, "%v", err)
+			continue
+		}
+		e.judgeTraffic(rep, ev)
+	}
+}
+
+func (e *evaluator) judgeTraffic(rep *RuntimeReport, ev *ClientEvidence) {
 	fam := runtimeFamily(rep.Runtime)
-	doc, err := FetchClientEvidence(ctx, e.opts.HTTPClient, e.opts.Mirror)
-	if err != nil {
-		e.add(rep.Runtime, "traffic", Unread, "%v", err)
-		return
-	}
 	addrs, err := e.addrs()
 	if err != nil {
 		e.add(rep.Runtime, "traffic", Unread, "%v", err)
 		return
 	}
-	s, ok := findSighting(doc, addrs, fam)
+	replica := ""
+	if ev.From != "" {
+		replica = " (read from the mirror replica at " + ev.From + ": with several replicas, pulls served by another are not seen)"
+	}
+	s, ok := findSighting(ev, addrs, fam)
 	var since time.Time
 	if rep.ProcessStart != nil {
 		since = *rep.ProcessStart
 	}
 	switch {
 	case !ok:
-		e.add(rep.Runtime, "traffic", Info, "the mirror has seen no %s pull from this node's addresses (no pull yet is not proof of a bypass)", fam)
+		e.add(rep.Runtime, "traffic", Info, "the mirror has served no %s manifest or blob to this node's addresses (no pull yet is not proof of a bypass)%s", fam, replica)
 		return
-	case !since.IsZero() && s.LastSeen.Before(since.Truncate(time.Second)):
-		e.add(rep.Runtime, "traffic", Info, "the mirror last saw %s from %s at %s, before this daemon started (%s)", fam, s.Address, fmtTime(s.LastSeen), fmtTime(since))
+	case !since.IsZero() && s.Local.Before(since):
+		e.add(rep.Runtime, "traffic", Info, "the mirror last served %s content to %s at %s (mirror clock; here not before %s), not after this daemon started (%s)%s",
+			fam, s.Address, fmtPrecise(s.Last), fmtPrecise(s.Local), fmtPrecise(since), replica)
 		return
 	}
-	e.add(rep.Runtime, "traffic", Pass, "the mirror saw %d %s requests from %s, last at %s%s", s.Count, fam, s.Address, fmtTime(s.LastSeen), sinceText(since))
-	if rep.State == Unknown || (rep.State == NotActive && rep.startTimeOnly) {
-		e.warn("%s: configuration evidence said %s (%s), but the mirror saw this node's %s pull through it since it started", rep.Runtime, rep.State.Text(), rep.Reason, fam)
+	e.add(rep.Runtime, "traffic", Pass, "the mirror served %d %s manifest/blob requests to %s, the last at %s (mirror clock; here not before %s)%s%s",
+		s.Count, fam, s.Address, fmtPrecise(s.Last), fmtPrecise(s.Local), sinceText(since), replica)
+	if rep.State == NotActive && rep.startTimeOnly {
+		e.warn("%s: configuration evidence said %s (%s), but the mirror served this node's %s since it started", rep.Runtime, rep.State.Text(), rep.Reason, fam)
 		rep.State = Active
-		rep.Reason = fmt.Sprintf("the mirror saw %s pulls from this node (%s) since the daemon started", fam, s.Address)
+		rep.Reason = fmt.Sprintf("the mirror served %s manifests or blobs to this node (%s) since the daemon started", fam, s.Address)
 		rep.Remedy = ""
 	}
 }
@@ -144,7 +226,7 @@ func sinceText(t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	return ", after the daemon started (" + fmtTime(t) + ")"
+	return ", after the daemon started (" + fmtPrecise(t) + ")"
 }
 
 func (e *evaluator) addrs() ([]netip.Addr, error) {

@@ -1,14 +1,12 @@
 package crio
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"syscall"
 
 	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
 )
 
 // ReloadResult records the best-effort SIGHUP. A delivered signal proves nothing: CRI-O reloads
@@ -22,35 +20,24 @@ type ReloadResult struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Reload sends one SIGHUP to each process whose /proc/<pid>/comm is exactly "crio" under
-// procRoot (default "/proc"; the host's process table, so it needs the host PID namespace in a
-// pod). Failures are recorded, not returned: the drop-in is in place either way and
-// auto_reload_registries or the next start picks it up.
-func Reload(procRoot string, log zerolog.Logger) ReloadResult {
-	if procRoot == "" {
-		procRoot = "/proc"
-	}
-	ents, err := os.ReadDir(procRoot)
+// Reload sends one SIGHUP to each process named exactly "crio" in the host's process table
+// (h's proc root: this process's pid namespace, so a pod needs hostPID). Failures are recorded,
+// not returned: the drop-in is in place either way and auto_reload_registries or the next start
+// picks it up.
+func Reload(h *bootstrap.Host, log zerolog.Logger) ReloadResult {
+	procs, err := h.Processes("crio")
 	if err != nil {
-		return ReloadResult{Skipped: fmt.Sprintf("read %s: %v", procRoot, err)}
+		return ReloadResult{Skipped: fmt.Sprintf("list processes: %v", err)}
 	}
 	var res ReloadResult
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 0 {
+	for _, p := range procs {
+		if err := syscall.Kill(p.PID, syscall.SIGHUP); err != nil {
+			res.Error = fmt.Sprintf("SIGHUP to crio pid %d: %v", p.PID, err)
+			log.Warn().Int("pid", p.PID).Err(err).Msg("SIGHUP to crio failed")
 			continue
 		}
-		comm, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "comm"))
-		if err != nil || !bytes.Equal(bytes.TrimSuffix(comm, []byte("\n")), []byte("crio")) {
-			continue
-		}
-		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
-			res.Error = fmt.Sprintf("SIGHUP to crio pid %d: %v", pid, err)
-			log.Warn().Int("pid", pid).Err(err).Msg("SIGHUP to crio failed")
-			continue
-		}
-		res.PIDs = append(res.PIDs, pid)
-		log.Info().Int("pid", pid).Msg("sent SIGHUP to crio to reload registries (best effort; not activation evidence)")
+		res.PIDs = append(res.PIDs, p.PID)
+		log.Info().Int("pid", p.PID).Msg("sent SIGHUP to crio to reload registries (best effort; not activation evidence)")
 	}
 	if len(res.PIDs) == 0 && res.Error == "" {
 		res.Skipped = "no process named crio"
