@@ -307,4 +307,3 @@ func (e *evaluator) upstreamsOr(found []string) []string {
 	return found
 }
 
-func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
