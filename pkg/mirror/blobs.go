@@ -7,7 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strconv"
+	"time"
 
 	"github.com/distribution/distribution/v3"
 	"github.com/distribution/distribution/v3/registry/api/errcode"
@@ -42,7 +42,18 @@ func (b *blobStore) Stat(ctx context.Context, dgst digest.Digest) (v1.Descriptor
 	if f := b.r.up.remote.Filling(b.r.repo, dgst); f != nil {
 		return f.Desc(), nil
 	}
-	desc, err = b.r.up.remote.BlobStat(ctx, b.r.repo, dgst)
+	st.mu.Lock()
+	known, head := st.remoteBlob, st.head
+	st.mu.Unlock()
+	if known != nil && known.Digest == dgst {
+		return *known, nil
+	}
+	desc, err = b.r.up.remote.BlobStat(ctx, b.r.repo, dgst, head)
+	if err == nil {
+		st.mu.Lock()
+		st.remoteBlob = &desc
+		st.mu.Unlock()
+	}
 	if err != nil {
 		var ue *upstream.Error
 		if errors.As(err, &ue) && ue.NotFound() {
@@ -81,10 +92,14 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 	}
 	setBlobHeaders(w, desc)
 	if r.Method == http.MethodHead {
-		// A HEAD is answered from the upstream's HEAD: nothing is downloaded for it.
+		// A HEAD is answered from what the upstream said of the blob: nothing is downloaded
+		// for it. Range is answered as for a cached blob (206, or 416).
 		st.setCache(mirrorapi.CacheMiss)
-		w.Header().Set("Content-Length", strconv.FormatInt(desc.Size, 10))
-		w.WriteHeader(http.StatusOK)
+		if desc.Size < 0 {
+			w.WriteHeader(http.StatusOK)
+			return nil
+		}
+		http.ServeContent(w, r, "", time.Time{}, io.NewSectionReader(zeroes{}, 0, desc.Size))
 		return nil
 	}
 	f, joined, err := b.r.up.remote.StartFill(b.r.repo, desc, b.r.commitBlob)
@@ -141,6 +156,14 @@ func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descri
 		return fmt.Errorf("commit blob: %w", err)
 	}
 	return nil
+}
+
+// zeroes is an io.ReaderAt of zero bytes: a HEAD answered by http.ServeContent reads nothing.
+type zeroes struct{}
+
+func (zeroes) ReadAt(p []byte, _ int64) (int, error) {
+	clear(p)
+	return len(p), nil
 }
 
 func setBlobHeaders(w http.ResponseWriter, desc v1.Descriptor) {

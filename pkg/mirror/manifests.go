@@ -37,7 +37,10 @@ func (s *manifestService) Get(ctx context.Context, dgst digest.Digest, options .
 	default:
 		var unknown distribution.ErrManifestUnknownRevision
 		if !errors.As(err, &unknown) {
-			return nil, err
+			// Not a stored manifest: distribution's descriptor cache also finds a cached blob
+			// of that digest here, which then fails to parse. What the digest is, the upstream
+			// says, exactly as it did before anything was cached.
+			s.r.log.Debug().Err(err).Str("repository", s.r.repo).Str("digest", dgst.String()).Msg("local manifest unusable; asking the upstream")
 		}
 		fetched, joined, ferr := s.r.up.remote.Manifest(ctx, s.r.repo, dgst.String(), dgst, s.r.keepManifest)
 		if ferr != nil {

@@ -286,7 +286,7 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 	if comps, _, _, _, ok := apiPath(r.URL.Path); ok {
 		st.clientName = strings.Join(comps, "/")
 	}
-	st.clientPath, st.ns = r.URL.Path, r.URL.Query().Get("ns")
+	st.clientPath, st.ns, st.head = r.URL.Path, r.URL.Query().Get("ns"), r.Method == http.MethodHead
 	r2 := r.Clone(upstream.WithRetryAfter(withState(r.Context(), st), st.setRetryAfter))
 	r2.URL.Path = "/v2/" + rt.up.storageKey + "/" + rt.repo + rt.rest
 	r2.URL.RawPath = ""

@@ -17,6 +17,10 @@ type reqState struct {
 	retryAfter string
 	upBytes    int64 // bytes this response took from an in-flight fill (served from upstream)
 	localBlob  bool  // Stat found the blob in local storage
+	// remoteBlob is what the upstream said of the blob (Stat asks once per request).
+	remoteBlob *v1.Descriptor
+	// head: the client's request is a HEAD (a blob's size is then probed, not fetched).
+	head bool
 	// pendingTag is a tag the upstream moved: stored locally once its manifest is.
 	pendingTag *pendingTag
 	// clientName is the repository name as the client sent it in the path (tags/list answers

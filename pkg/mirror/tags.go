@@ -63,9 +63,21 @@ func (t *tagService) Get(ctx context.Context, tag string) (v1.Descriptor, error)
 }
 
 // upstreamAPIError turns an upstream failure with nothing cached into the client's answer:
-// 429 with the upstream's Retry-After, 404 for an authoritative not-found, 503 otherwise.
+// 400 MANIFEST_INVALID for schema 1 and for what is not a manifest, 429 with the upstream's
+// Retry-After, 404 for an authoritative not-found, 401/403 DENIED, 503 otherwise.
 func upstreamAPIError(st *reqState, err error) error {
-	var ue *upstream.Error
+	var (
+		ue *upstream.Error
+		ec errcode.Error
+	)
+	switch {
+	case errors.Is(err, upstream.ErrSchema1):
+		return errcode.ErrorCodeManifestInvalid.WithMessage("schema 1 manifests are not supported (" + err.Error() + ")")
+	case errors.Is(err, upstream.ErrNotManifest):
+		return errcode.ErrorCodeManifestInvalid.WithMessage(err.Error())
+	case errors.As(err, &ec):
+		return ec // already the client's answer (e.g. MANIFEST_INVALID from storing)
+	}
 	if errors.As(err, &ue) {
 		switch {
 		case ue.Status == http.StatusTooManyRequests:

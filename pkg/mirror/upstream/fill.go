@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,18 +54,39 @@ type Fill struct {
 
 	mu       sync.Mutex
 	written  int64
+	size     int64 // bytes of the blob; -1 until an upstream answer tells (written by run only)
 	verified bool
 	err      error
 	progress chan struct{} // closed and replaced on every change
 	done     chan struct{} // closed when the fill is over (committed or failed)
 }
 
-// released is how many bytes readers may see.
+// released is how many bytes readers may see: all once verified, else all but the last byte
+// (all but one when the size is not known yet), so no reader gets a complete blob that then
+// fails its digest.
 func (f *Fill) released() int64 {
-	if f.verified || f.written < f.desc.Size {
+	switch {
+	case f.verified:
+		return f.written
+	case f.size >= 0 && f.written < f.size:
 		return f.written
 	}
-	return f.desc.Size - 1 // hold back the last byte until verified
+	return max(0, f.written-1)
+}
+
+// setSize records the blob's size once an upstream answer tells it.
+func (f *Fill) setSize(n int64) {
+	f.mu.Lock()
+	f.size = n
+	f.notify()
+	f.mu.Unlock()
+}
+
+// sizeNow is the blob's size, -1 while unknown.
+func (f *Fill) sizeNow() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.size
 }
 
 func (f *Fill) notify() {
@@ -161,7 +183,8 @@ func (r *Remote) Filling(repo string, dgst digest.Digest) *Fill {
 	return r.f.fills.get(fillKey(r.Name, repo, dgst))
 }
 
-// StartFill returns the fill of repo's blob desc, starting it when none is in flight; joined
+// StartFill returns the fill of repo's blob desc (Size -1 when the upstream's HEAD did not tell
+// it: the GET does, or, when even the GET gives no length, the end of its stream), starting it when none is in flight; joined
 // reports that another request had started it. A started fill runs detached from the request
 // (a client that goes away does not abort it) until it is stored with commit, fails, reaches
 // the fill timeout, or the Fetcher abandons it.
@@ -169,12 +192,16 @@ func (r *Remote) StartFill(repo string, desc v1.Descriptor, commit CommitFunc) (
 	key := fillKey(r.Name, repo, desc.Digest)
 	return r.f.fills.start(key, func(path string) *Fill {
 		return &Fill{key: key, desc: desc, path: path, remote: r, repo: repo, commit: commit,
-			progress: make(chan struct{}), done: make(chan struct{})}
+			size: desc.Size, progress: make(chan struct{}), done: make(chan struct{})}
 	}, (*Fill).run)
 }
 
-// Desc is the blob being filled.
-func (f *Fill) Desc() v1.Descriptor { return f.desc }
+// Desc is the blob being filled; Size is -1 while unknown.
+func (f *Fill) Desc() v1.Descriptor {
+	d := f.desc
+	d.Size = f.sizeNow()
+	return d
+}
 
 // run fetches f's blob from the upstream into its staging file, resuming with Range when the
 // stream breaks, verifies the digest, releases the last byte to readers, and commits it.
@@ -195,11 +222,11 @@ func (f *Fill) run() {
 		return
 	}
 	f.finish(nil)
-	if err := f.commit(ctx, f.path, v1.Descriptor{Digest: f.desc.Digest, Size: f.desc.Size, MediaType: "application/octet-stream"}); err != nil {
+	if err := f.commit(ctx, f.path, v1.Descriptor{Digest: f.desc.Digest, Size: f.size, MediaType: "application/octet-stream"}); err != nil {
 		log.Error().Err(err).Msg("blob fetched and served but not stored")
 		return
 	}
-	log.Debug().Int64("bytes", f.desc.Size).Dur("duration", time.Since(start)).Msg("blob cached")
+	log.Debug().Int64("bytes", f.size).Dur("duration", time.Since(start)).Msg("blob cached")
 }
 
 func (f *Fill) download(ctx context.Context) error {
@@ -243,8 +270,8 @@ func (f *Fill) download(ctx context.Context) error {
 			return fmt.Errorf("giving up after %d attempts: %w", fillAttempts, err)
 		}
 	}
-	if f.written != f.desc.Size {
-		return fmt.Errorf("got %d of %d bytes: %w", f.written, f.desc.Size, lastErr)
+	if f.size < 0 || f.written != f.size {
+		return fmt.Errorf("got %d of %d bytes: %w", f.written, f.size, lastErr)
 	}
 	if got := digest.NewDigest(f.desc.Digest.Algorithm(), h); got != f.desc.Digest {
 		return fmt.Errorf("upstream %s: blob %s: %w (got %s)", r.Name, f.desc.Digest, ErrDigestMismatch, got)
@@ -260,7 +287,7 @@ func (f *Fill) download(ctx context.Context) error {
 // timeout breaks it so the next attempt can resume.
 func (f *Fill) downloadOnce(ctx context.Context, file *os.File, h hash.Hash) (progressed bool, err error) {
 	r := f.remote
-	if f.written == f.desc.Size {
+	if f.size >= 0 && f.written == f.size {
 		return false, nil
 	}
 	rctx, cancel := context.WithCancel(ctx)
@@ -275,13 +302,21 @@ func (f *Fill) downloadOnce(ctx context.Context, file *os.File, h hash.Hash) (pr
 		return false, err
 	}
 	defer resp.Body.Close()
+	// The GET is the truth about the size; the HEAD before it was a hint.
+	total := resp.ContentLength
+	if resp.StatusCode == http.StatusPartialContent {
+		total = contentRangeTotal(resp.Header.Get("Content-Range"))
+	}
+	if total >= 0 && total != f.size {
+		if f.size >= 0 && f.written > 0 {
+			return false, fmt.Errorf("upstream %s: blob %s: %d bytes announced, %d expected", r.Name, f.desc.Digest, total, f.size)
+		}
+		f.setSize(total)
+	}
 	if offset > 0 && resp.StatusCode == http.StatusOK {
 		// The upstream ignored Range: start over, keeping what readers already have.
 		h.Reset()
 		return f.copyFrom(rctx, cancel, file, h, resp.Body, 0, offset)
-	}
-	if resp.StatusCode == http.StatusOK && resp.ContentLength >= 0 && resp.ContentLength != f.desc.Size {
-		return false, fmt.Errorf("upstream %s: blob %s: %d bytes announced, %d expected", r.Name, f.desc.Digest, resp.ContentLength, f.desc.Size)
 	}
 	return f.copyFrom(rctx, cancel, file, h, resp.Body, offset, 0)
 }
@@ -296,8 +331,11 @@ func (f *Fill) copyFrom(ctx context.Context, cancel context.CancelFunc, file *os
 	defer stall.Stop()
 	buf := make([]byte, fillChunk)
 	progressed := false
-	for pos < f.desc.Size {
-		want := min(int64(len(buf)), f.desc.Size-pos)
+	for f.size < 0 || pos < f.size {
+		want := int64(len(buf))
+		if f.size >= 0 {
+			want = min(want, f.size-pos)
+		}
 		n, rerr := body.Read(buf[:want])
 		if n > 0 {
 			stall.Reset(timeout)
@@ -315,8 +353,14 @@ func (f *Fill) copyFrom(ctx context.Context, cancel context.CancelFunc, file *os
 			r.f.metrics.upstreamBytes.WithLabelValues(r.Name).Add(float64(n))
 		}
 		if rerr == io.EOF {
-			if pos < f.desc.Size {
-				return progressed, fmt.Errorf("upstream stream ended at byte %d of %d", pos, f.desc.Size)
+			if f.size < 0 {
+				// No length was announced: the end of the stream is the end of the blob (a
+				// truncated chunked stream is an error, not EOF); the digest decides.
+				f.setSize(pos)
+				break
+			}
+			if pos < f.size {
+				return progressed, fmt.Errorf("upstream stream ended at byte %d of %d", pos, f.size)
 			}
 			break
 		}
@@ -347,11 +391,35 @@ func (f *Fill) Serve(ctx context.Context, w http.ResponseWriter, r *http.Request
 	// Headers go out once the first byte is here, or after firstByteWait at the latest, before
 	// the first byte arrives from the upstream: containerd gives up on a response whose headers
 	// take more than 30 s.
-	http.ServeContent(flushOnHeader{w}, r, "", time.Time{}, rd)
+	if f.sizeNow() < 0 {
+		// Not even the upstream's GET announced a length: stream the whole blob without
+		// Content-Length (a Range is not honoured: its end is unknown).
+		w.Header().Del("Content-Length")
+		flushOnHeader{w}.WriteHeader(http.StatusOK)
+		if r.Method != http.MethodHead {
+			_, _ = io.Copy(w, rd)
+		}
+	} else {
+		http.ServeContent(flushOnHeader{w}, r, "", time.Time{}, rd)
+	}
 	if rd.err != nil && !errors.Is(rd.err, io.EOF) {
 		return rd.read, fmt.Errorf("%w: %w", ErrBroken, rd.err)
 	}
 	return rd.read, nil
+}
+
+// contentRangeTotal returns the complete length from a Content-Range value
+// ("bytes 0-0/1234", RFC 9110 section 14.4), -1 when it is absent or "*".
+func contentRangeTotal(v string) int64 {
+	_, total, ok := strings.Cut(v, "/")
+	if !ok || !strings.HasPrefix(strings.TrimSpace(v), "bytes ") {
+		return -1
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(total), 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
 }
 
 // firstByteWait is how long a client's response headers wait for a fill's first byte, so that
@@ -392,7 +460,10 @@ type flushOnHeader struct{ http.ResponseWriter }
 
 func (w flushOnHeader) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
-	_ = http.NewResponseController(w.ResponseWriter).Flush()
+	if code < 300 {
+		// Errors (a 416) are small and complete: the server then adds their Content-Length.
+		_ = http.NewResponseController(w.ResponseWriter).Flush()
+	}
 }
 
 func (w flushOnHeader) Unwrap() http.ResponseWriter { return w.ResponseWriter }
@@ -413,7 +484,11 @@ func (rd *fillReader) Seek(offset int64, whence int) (int64, error) {
 	case io.SeekCurrent:
 		offset += rd.off
 	case io.SeekEnd:
-		offset += rd.f.desc.Size
+		size := rd.f.sizeNow()
+		if size < 0 {
+			return 0, errors.New("seek: size not known yet")
+		}
+		offset += size
 	default:
 		return 0, errors.New("seek: invalid whence")
 	}
@@ -427,7 +502,7 @@ func (rd *fillReader) Seek(offset int64, whence int) (int64, error) {
 func (rd *fillReader) Read(p []byte) (int, error) {
 	for {
 		rd.f.mu.Lock()
-		avail, ferr, verified, ch := rd.f.released(), rd.f.err, rd.f.verified, rd.f.progress
+		avail, ferr, verified, size, ch := rd.f.released(), rd.f.err, rd.f.verified, rd.f.size, rd.f.progress
 		rd.f.mu.Unlock()
 		if rd.off < avail {
 			n := min(int64(len(p)), avail-rd.off)
@@ -446,7 +521,7 @@ func (rd *fillReader) Read(p []byte) (int, error) {
 			rd.err = ferr
 			return 0, ferr
 		}
-		if verified && rd.off >= rd.f.desc.Size {
+		if verified && rd.off >= size {
 			return 0, io.EOF
 		}
 		select {

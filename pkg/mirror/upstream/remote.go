@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,26 +20,53 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
-// BlobStat HEADs repo's blob dgst at the upstream (never downloading it); concurrent requests
-// share one HEAD, bounded by the upstream timeout.
+// BlobStat asks the upstream about repo's blob dgst without downloading it: one HEAD. The HEAD
+// is a hint: when it is refused with a 4xx other than 429, or lacks Content-Length or a
+// Docker-Content-Digest equal to dgst, then with probe a GET of the first byte
+// (Range: bytes=0-0; the size from Content-Range) decides; without probe the descriptor comes
+// back with Size -1 and the fill's GET decides. Concurrent requests share the exchange, bounded
+// by the upstream timeout.
 //
-// Errors: an *Error (NotFound for an authoritative 404), or one saying the answer had no
-// Content-Length.
-func (r *Remote) BlobStat(ctx context.Context, repo string, dgst digest.Digest) (v1.Descriptor, error) {
-	v, err, _ := r.f.flight.Do("blobstat\x00"+r.Name+"\x00"+repo+"\x00"+dgst.String(), func() (any, error) {
+// Errors: an *Error: NotFound only when the GET said so (or the HEAD, when the upstream answers
+// nothing else), Unavailable for no answer, 429 and 5xx.
+func (r *Remote) BlobStat(ctx context.Context, repo string, dgst digest.Digest, probe bool) (v1.Descriptor, error) {
+	key := "blobstat\x00" + r.Name + "\x00" + repo + "\x00" + dgst.String() + "\x00" + strconv.FormatBool(probe)
+	v, err, _ := r.f.flight.Do(key, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.opts.Timeout)
 		defer cancel()
+		desc := v1.Descriptor{Digest: dgst, Size: -1, MediaType: "application/octet-stream"}
 		start := time.Now()
 		resp, err := r.client.do(ctx, http.MethodHead, repo, "blobs", dgst.String(), nil, http.StatusOK)
+		r.f.metrics.observe(r.Name, KindBlob, start, err)
+		var ue *Error
+		switch {
+		case err == nil:
+			_ = resp.Body.Close()
+			if resp.ContentLength >= 0 && resp.Header.Get("Docker-Content-Digest") == dgst.String() {
+				desc.Size = resp.ContentLength
+				return desc, nil
+			}
+		case errors.As(err, &ue) && ue.Status >= 400 && ue.Status < 500 && ue.Status != http.StatusTooManyRequests:
+			// Refused: only a hint.
+		default:
+			return nil, err
+		}
+		if !probe {
+			return desc, nil
+		}
+		start = time.Now()
+		resp, err = r.client.do(ctx, http.MethodGet, repo, "blobs", dgst.String(),
+			http.Header{"Range": {"bytes=0-0"}}, http.StatusOK, http.StatusPartialContent)
 		r.f.metrics.observe(r.Name, KindBlob, start, err)
 		if err != nil {
 			return nil, err
 		}
-		_ = resp.Body.Close()
-		if resp.ContentLength < 0 {
-			return nil, &Error{Upstream: r.Name, Op: "HEAD blob " + dgst.String(), Err: errors.New("no Content-Length in the answer")}
+		_ = resp.Body.Close() // a 200 is the whole blob: not read
+		desc.Size = resp.ContentLength
+		if resp.StatusCode == http.StatusPartialContent {
+			desc.Size = contentRangeTotal(resp.Header.Get("Content-Range"))
 		}
-		return v1.Descriptor{Digest: dgst, Size: resp.ContentLength, MediaType: "application/octet-stream"}, nil
+		return desc, nil
 	})
 	if err != nil {
 		return v1.Descriptor{}, err
@@ -51,8 +79,7 @@ type Manifest struct {
 	// Raw is the body, byte for byte; Digest is its digest.
 	Raw    []byte
 	Digest digest.Digest
-	// MediaType is the upstream's Content-Type, or the document's own mediaType field when the
-	// Content-Type was empty, application/json or text/plain.
+	// MediaType is the manifest's media type (see ManifestType).
 	MediaType string
 	// Kept is what the KeepFunc returned for it.
 	Kept any
@@ -88,9 +115,7 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 			return Manifest{}, fmt.Errorf("upstream %s: manifest %s is larger than %d bytes", r.Name, ref, MaxManifestBytes)
 		}
 		r.f.metrics.upstreamBytes.WithLabelValues(r.Name).Add(float64(len(body)))
-		if want == "" {
-			want, _ = digest.Parse(resp.Header.Get("Docker-Content-Digest"))
-		}
+		// The digest is that of the bytes received; a digest asked for must match it.
 		if want != "" {
 			if got := want.Algorithm().FromBytes(body); got != want {
 				return Manifest{}, fmt.Errorf("upstream %s: manifest %s: content digest %s does not match %s", r.Name, ref, got, want)
@@ -98,13 +123,9 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 		} else {
 			want = digest.FromBytes(body)
 		}
-		ct := MediaType(resp.Header.Get("Content-Type"))
-		if ct == "" || ct == "application/json" || ct == "text/plain" {
-			var probe struct {
-				MediaType string `json:"mediaType"`
-			}
-			_ = json.Unmarshal(body, &probe)
-			ct = probe.MediaType
+		ct, err := ManifestType(resp.Header.Get("Content-Type"), body)
+		if err != nil {
+			return Manifest{}, fmt.Errorf("upstream %s: manifest %s: %w", r.Name, ref, err)
 		}
 		m := Manifest{Raw: body, Digest: want, MediaType: ct}
 		kept, err := keep(context.WithoutCancel(ctx), m)
@@ -139,6 +160,11 @@ func (r *Remote) Tag(ctx context.Context, repo, tag string, keep KeepFunc) (TagA
 		resp, err := r.client.do(ctx, http.MethodHead, repo, "manifests", tag,
 			http.Header{"Accept": {mirrorapi.ManifestAccept}}, http.StatusOK)
 		r.f.metrics.observe(r.Name, KindManifest, start, err)
+		var ue *Error
+		if errors.As(err, &ue) && ue.Status >= 400 && ue.Status < 500 && ue.Status != http.StatusTooManyRequests {
+			// A HEAD refused (401, 403, 404, 405, ...) is only a hint: the GET is the truth.
+			return r.tagByGet(ctx, repo, tag, keep)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -146,11 +172,7 @@ func (r *Remote) Tag(ctx context.Context, repo, tag string, keep KeepFunc) (TagA
 		dgst, perr := digest.Parse(resp.Header.Get("Docker-Content-Digest"))
 		if perr != nil {
 			// The digest header is optional on HEAD: fetch the manifest to learn it.
-			m, _, gerr := r.Manifest(ctx, repo, tag, "", keep)
-			if gerr != nil {
-				return nil, gerr
-			}
-			return TagAnswer{Desc: v1.Descriptor{Digest: m.Digest, Size: int64(len(m.Raw)), MediaType: m.MediaType}, Fetched: true}, nil
+			return r.tagByGet(ctx, repo, tag, keep)
 		}
 		return TagAnswer{Desc: v1.Descriptor{Digest: dgst, Size: resp.ContentLength, MediaType: MediaType(resp.Header.Get("Content-Type"))}}, nil
 	})
@@ -158,6 +180,15 @@ func (r *Remote) Tag(ctx context.Context, repo, tag string, keep KeepFunc) (TagA
 		return TagAnswer{}, err
 	}
 	return v.(TagAnswer), nil
+}
+
+// tagByGet learns what tag names by GETting (and keeping) the manifest.
+func (r *Remote) tagByGet(ctx context.Context, repo, tag string, keep KeepFunc) (TagAnswer, error) {
+	m, _, err := r.Manifest(ctx, repo, tag, "", keep)
+	if err != nil {
+		return TagAnswer{}, err
+	}
+	return TagAnswer{Desc: v1.Descriptor{Digest: m.Digest, Size: int64(len(m.Raw)), MediaType: m.MediaType}, Fetched: true}, nil
 }
 
 // MaxTagPages bounds how many tags/list pages Tags follows for one listing.
@@ -246,6 +277,61 @@ func nextQuery(links []string) string {
 		}
 	}
 	return ""
+}
+
+// Manifest media types (OCI image-spec v1.1; Docker image manifest v2 schema 1 and 2).
+const (
+	MediaTypeOCIIndex         = "application/vnd.oci.image.index.v1+json"
+	MediaTypeOCIManifest      = "application/vnd.oci.image.manifest.v1+json"
+	MediaTypeDockerList       = "application/vnd.docker.distribution.manifest.list.v2+json"
+	MediaTypeDockerManifest   = "application/vnd.docker.distribution.manifest.v2+json"
+	MediaTypeDockerSchema1    = "application/vnd.docker.distribution.manifest.v1+json"
+	MediaTypeDockerSchema1JWS = "application/vnd.docker.distribution.manifest.v1+prettyjws"
+)
+
+// ErrSchema1 marks a Docker schema 1 manifest: refused, as containerd >= 2.0 refuses it.
+var ErrSchema1 = errors.New("schema 1 manifests are not supported")
+
+// ErrNotManifest marks a body that is neither of a manifest media type nor recognisable as one.
+var ErrNotManifest = errors.New("not an OCI or Docker manifest or index")
+
+// ManifestType returns the media type of a manifest body as an upstream sent it with
+// contentType. A manifest media type in contentType is taken as it is; any other Content-Type
+// (empty, application/json, text/plain, application/octet-stream, ...) is decided by the bytes:
+// the document's mediaType field; without one, a "manifests" key is an OCI image index,
+// "config" and "layers" an OCI image manifest, "schemaVersion": 1 Docker schema 1.
+//
+// Errors: ErrSchema1 for a schema 1 manifest (either way), ErrNotManifest for anything else.
+func ManifestType(contentType string, body []byte) (string, error) {
+	mt := MediaType(contentType)
+	switch mt {
+	case MediaTypeDockerSchema1, MediaTypeDockerSchema1JWS:
+		return "", fmt.Errorf("media type %s: %w", mt, ErrSchema1)
+	case MediaTypeOCIIndex, MediaTypeOCIManifest, MediaTypeDockerList, MediaTypeDockerManifest:
+		return mt, nil
+	}
+	var doc struct {
+		MediaType     string          `json:"mediaType"`
+		SchemaVersion *int            `json:"schemaVersion"`
+		Manifests     json.RawMessage `json:"manifests"`
+		Config        json.RawMessage `json:"config"`
+		Layers        json.RawMessage `json:"layers"`
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return "", fmt.Errorf("Content-Type %q and a body that is not JSON: %w", contentType, ErrNotManifest)
+	}
+	switch {
+	case doc.MediaType == MediaTypeDockerSchema1 || doc.MediaType == MediaTypeDockerSchema1JWS,
+		doc.MediaType == "" && doc.SchemaVersion != nil && *doc.SchemaVersion == 1:
+		return "", fmt.Errorf("Content-Type %q, schema 1 document: %w", contentType, ErrSchema1)
+	case doc.MediaType != "":
+		return doc.MediaType, nil
+	case doc.Manifests != nil:
+		return MediaTypeOCIIndex, nil
+	case doc.Config != nil && doc.Layers != nil:
+		return MediaTypeOCIManifest, nil
+	}
+	return "", fmt.Errorf("Content-Type %q and a document without mediaType, manifests or config and layers: %w", contentType, ErrNotManifest)
 }
 
 // MediaType returns the media type of a Content-Type value without parameters, "" when it

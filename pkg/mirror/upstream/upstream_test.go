@@ -194,6 +194,7 @@ func blobServer(t *testing.T, dgst digest.Digest, body []byte) (*httptest.Server
 			if r.Method == http.MethodGet {
 				gets.Add(1)
 			}
+			w.Header().Set("Docker-Content-Digest", dgst.String())
 			http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
 		default:
 			http.NotFound(w, r)
@@ -221,7 +222,7 @@ func TestFill(t *testing.T) {
 			srv, gets := blobServer(t, good, tc.serve)
 			f := testFetcher(t, srv, Options{})
 			r := f.Remote("upstream.test")
-			desc, err := r.BlobStat(t.Context(), "team/app", good)
+			desc, err := r.BlobStat(t.Context(), "team/app", good, true)
 			if err != nil || desc.Size != int64(len(blob)) {
 				t.Fatalf("BlobStat = %+v, %v; want size %d", desc, err, len(blob))
 			}

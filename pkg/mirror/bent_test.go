@@ -1,0 +1,349 @@
+package mirror_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	regname "github.com/nodecache/nodecache/pkg/name"
+)
+
+// bend answers some upstream requests itself (true) instead of the registry.
+type bend func(w http.ResponseWriter, r *http.Request) bool
+
+func bendWith(b bend) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !b(w, r) {
+				next.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
+// counts returns how many HEAD and GET requests the upstream saw on paths containing part.
+func counts(up *mirrortest.Registry, part string) (heads, gets int) {
+	return up.Count(http.MethodHead, part), up.Count(http.MethodGet, part)
+}
+
+// TestBlobHeadIsAHint: a cold blob is servable whatever the upstream's HEAD says: refused (401,
+// 403, 404, 405), without Content-Length or Docker-Content-Digest, or with the wrong size. A
+// client HEAD costs one upstream HEAD plus, only when that HEAD was no use, one GET of byte 0;
+// a client GET one HEAD plus the GET.
+func TestBlobHeadIsAHint(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		bend func(size int, dgst string) bend
+		// what one client HEAD and one client GET cost upstream: HEADs and GETs each
+		headCost, getCost [2]int
+	}{
+		{"upstream as it should be", nil, [2]int{1, 0}, [2]int{1, 1}},
+		{"HEAD 401", refuseHead(http.StatusUnauthorized), [2]int{1, 1}, [2]int{1, 1}},
+		{"HEAD 403", refuseHead(http.StatusForbidden), [2]int{1, 1}, [2]int{1, 1}},
+		{"HEAD 404", refuseHead(http.StatusNotFound), [2]int{1, 1}, [2]int{1, 1}},
+		{"HEAD 405", refuseHead(http.StatusMethodNotAllowed), [2]int{1, 1}, [2]int{1, 1}},
+		{"HEAD without Content-Length", func(_ int, dgst string) bend {
+			return headWith(func(h http.Header) { h.Set("Docker-Content-Digest", dgst) })
+		}, [2]int{1, 1}, [2]int{1, 1}},
+		{"HEAD without Docker-Content-Digest", func(size int, _ string) bend {
+			return headWith(func(h http.Header) { h.Set("Content-Length", strconv.Itoa(size)) })
+		}, [2]int{1, 1}, [2]int{1, 1}},
+		{"HEAD with the wrong size, GET wins", func(size int, dgst string) bend {
+			return headWith(func(h http.Header) {
+				h.Set("Content-Length", strconv.Itoa(size+100))
+				h.Set("Docker-Content-Digest", dgst)
+			})
+		}, [2]int{1, 0}, [2]int{1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			up := mirrortest.NewRegistry(t)
+			img := mirrortest.Image(t, 8192, 1, "linux/amd64")
+			up.PushImage(t, "team/app", "v1", img)
+			layers, _ := img.Layers()
+			rc, _ := layers[0].Compressed()
+			data, _ := io.ReadAll(rc)
+			dgst := digestOf(t, layers[0])
+			if tc.bend != nil {
+				up.Wrap(bendWith(tc.bend(len(data), dgst)))
+			}
+			for _, method := range []string{http.MethodHead, http.MethodGet} {
+				h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+				up.ResetRequests()
+				resp, body := get(t, method, fmtURL(h, "/v2/upstream.test/team/app/blobs/"+dgst), nil)
+				wantCL := strconv.Itoa(len(data))
+				if tc.name == "HEAD with the wrong size, GET wins" && method == http.MethodHead {
+					wantCL = strconv.Itoa(len(data) + 100) // a HEAD cannot know better than the upstream's HEAD
+				}
+				if resp.StatusCode != http.StatusOK || resp.Header.Get("Docker-Content-Digest") != dgst ||
+					resp.Header.Get("Content-Length") != wantCL || resp.Header.Get("Content-Type") != "application/octet-stream" {
+					t.Errorf("%s: %d Content-Length=%q Docker-Content-Digest=%q Content-Type=%q; want 200, %s, %s",
+						method, resp.StatusCode, resp.Header.Get("Content-Length"), resp.Header.Get("Docker-Content-Digest"),
+						resp.Header.Get("Content-Type"), wantCL, dgst)
+				}
+				if method == http.MethodGet && !bytes.Equal(body, data) {
+					t.Errorf("GET: %d bytes, not the blob", len(body))
+				}
+				_ = h.m.WaitIdle(t.Context())
+				want := tc.headCost
+				if method == http.MethodGet {
+					want = tc.getCost
+				}
+				if heads, gets := counts(up, "/blobs/"); heads != want[0] || gets != want[1] {
+					t.Errorf("client %s: upstream saw %d HEAD and %d GET, want %d and %d", method, heads, gets, want[0], want[1])
+				}
+			}
+		})
+	}
+}
+
+func refuseHead(status int) func(int, string) bend {
+	return func(int, string) bend {
+		return func(w http.ResponseWriter, r *http.Request) bool {
+			if r.Method != http.MethodHead || !strings.Contains(r.URL.Path, "/blobs/") {
+				return false
+			}
+			w.WriteHeader(status)
+			return true
+		}
+	}
+}
+
+func headWith(set func(http.Header)) bend {
+	return func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method != http.MethodHead || !strings.Contains(r.URL.Path, "/blobs/") {
+			return false
+		}
+		set(w.Header())
+		w.WriteHeader(http.StatusOK)
+		return true
+	}
+}
+
+// TestBlobUnknownIsTheGETsWord: a blob the upstream does not have is a 404 BLOB_UNKNOWN for HEAD
+// and GET, decided by the GET when the HEAD is refused.
+func TestBlobUnknownIsTheGETsWord(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 512, 1, "linux/amd64"))
+	up.Wrap(bendWith(refuseHead(http.StatusForbidden)(0, "")))
+	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+	missing := "sha256:" + strings.Repeat("ab", 32)
+	for _, method := range []string{http.MethodHead, http.MethodGet} {
+		resp, body := get(t, method, fmtURL(h, "/v2/upstream.test/team/app/blobs/"+missing), nil)
+		if resp.StatusCode != http.StatusNotFound || (method == http.MethodGet && !strings.Contains(string(body), "BLOB_UNKNOWN")) {
+			t.Errorf("%s unknown blob: %d %s; want 404 BLOB_UNKNOWN", method, resp.StatusCode, body)
+		}
+	}
+}
+
+// TestBlobWithoutLength: an upstream whose HEAD is refused and whose GET streams without a
+// length (chunked): the blob still streams to the client, is verified, and only then stored.
+func TestBlobWithoutLength(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 3*mirrortest.MiB, 1, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	layers, _ := img.Layers()
+	rc, _ := layers[0].Compressed()
+	data, _ := io.ReadAll(rc)
+	dgst := digestOf(t, layers[0])
+	up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.Contains(r.URL.Path, "/blobs/") {
+			return false
+		}
+		if r.Method == http.MethodHead {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return true
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusOK)
+		for b := data; len(b) > 0; b = b[min(len(b), 64<<10):] { // flushed pieces: chunked, no length
+			_, _ = w.Write(b[:min(len(b), 64<<10)])
+			w.(http.Flusher).Flush()
+		}
+		return true
+	}))
+	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+	url := fmtURL(h, "/v2/upstream.test/team/app/blobs/"+dgst)
+	resp, body := get(t, http.MethodGet, url, nil)
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, data) || resp.Header.Get("Docker-Content-Digest") != dgst {
+		t.Fatalf("cold GET without upstream length: %d, %d bytes (want %d)", resp.StatusCode, len(body), len(data))
+	}
+	if err := h.m.WaitIdle(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	resp, body = get(t, http.MethodGet, url, nil)
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, data) || resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheHit ||
+		resp.Header.Get("Content-Length") != strconv.Itoa(len(data)) {
+		t.Fatalf("warm GET: %d %s=%q Content-Length=%q, %d bytes", resp.StatusCode, mirrorapi.HeaderCache, resp.Header.Get(mirrorapi.HeaderCache), resp.Header.Get("Content-Length"), len(body))
+	}
+}
+
+// schema1Upstream serves one Docker schema 1 manifest as team/app:v1 with Content-Type ct.
+func schema1Upstream(t *testing.T, ct string) (*mirrortest.Registry, string) {
+	t.Helper()
+	body := []byte(`{"schemaVersion":1,"name":"team/app","tag":"v1","architecture":"amd64","fsLayers":[],"history":[]}`)
+	sum := sha256.Sum256(body)
+	dgst := "sha256:" + hex.EncodeToString(sum[:])
+	up := mirrortest.NewRegistry(t)
+	up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
+		if !strings.Contains(r.URL.Path, "/manifests/") {
+			return false
+		}
+		if ct != "" {
+			w.Header().Set("Content-Type", ct)
+		}
+		w.Header().Set("Docker-Content-Digest", dgst)
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		if r.Method == http.MethodGet {
+			_, _ = w.Write(body)
+		}
+		return true
+	}))
+	return up, dgst
+}
+
+// TestSchema1IsPermanent: a schema 1 manifest, announced as such or only recognisable by its
+// bytes, is a 400 MANIFEST_INVALID saying "schema 1 manifests are not supported", every time,
+// by tag and by digest, never a 503.
+func TestSchema1IsPermanent(t *testing.T) {
+	t.Parallel()
+	for _, ct := range []string{
+		"application/vnd.docker.distribution.manifest.v1+prettyjws",
+		"application/vnd.docker.distribution.manifest.v1+json",
+		"application/json",
+		"text/plain",
+		"",
+	} {
+		t.Run("Content-Type "+ct, func(t *testing.T) {
+			t.Parallel()
+			up, dgst := schema1Upstream(t, ct)
+			h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+			for i, ref := range []string{"v1", dgst, "v1"} {
+				resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/"+ref), manifestAccept)
+				if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"code":"MANIFEST_INVALID"`) ||
+					!strings.Contains(string(body), "schema 1 manifests are not supported") {
+					t.Errorf("request %d (%s): %d %s; want 400 MANIFEST_INVALID saying schema 1 manifests are not supported", i, ref, resp.StatusCode, body)
+				}
+			}
+			// No retries upstream: at most one HEAD and one GET per client request.
+			if heads, gets := counts(up, "/manifests/"); heads > 2 || gets > 3 {
+				t.Errorf("upstream saw %d HEAD and %d GET for three client requests", heads, gets)
+			}
+		})
+	}
+}
+
+// TestManifestTypedByBytes: a manifest whose Content-Type is not a manifest media type is typed
+// by its bytes; the client gets the real media type, the digest of the bytes and the bytes.
+// Anything else is a 400 MANIFEST_INVALID.
+func TestManifestTypedByBytes(t *testing.T) {
+	t.Parallel()
+	img := mirrortest.Image(t, 512, 1, "linux/amd64")
+	raw, _ := img.RawManifest()
+	idx := mirrortest.MultiPlatformIndex(t, 512, 1)
+	rawIdx, _ := idx.RawManifest()
+	noType := bytes.Replace(raw, []byte(`"mediaType":"application/vnd.oci.image.manifest.v1+json",`), nil, 1)
+	if bytes.Equal(noType, raw) {
+		t.Fatalf("test manifest has no mediaType to remove: %s", raw)
+	}
+	noTypeIdx := bytes.Replace(rawIdx, []byte(`"mediaType":"application/vnd.oci.image.index.v1+json",`), nil, 1)
+	for _, tc := range []struct {
+		name, ct string
+		body     []byte
+		status   int
+		wantType string
+	}{
+		{"octet-stream with mediaType", "application/octet-stream", raw, 200, "application/vnd.oci.image.manifest.v1+json"},
+		{"text/plain index", "text/plain; charset=utf-8", rawIdx, 200, "application/vnd.oci.image.index.v1+json"},
+		{"json without mediaType: config and layers", "application/json", noType, 200, "application/vnd.oci.image.manifest.v1+json"},
+		{"no Content-Type, no mediaType: manifests", "", noTypeIdx, 200, "application/vnd.oci.image.index.v1+json"},
+		{"binary/octet-stream that is no manifest", "binary/octet-stream", []byte(`{"hello":"world"}`), 400, ""},
+		{"not JSON", "application/octet-stream", []byte("\x00\x01garbage"), 400, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sum := sha256.Sum256(tc.body)
+			dgst := "sha256:" + hex.EncodeToString(sum[:])
+			up := mirrortest.NewRegistry(t)
+			up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
+				if !strings.Contains(r.URL.Path, "/manifests/") {
+					return false
+				}
+				if tc.ct != "" {
+					w.Header().Set("Content-Type", tc.ct)
+				}
+				w.Header().Set("Docker-Content-Digest", dgst)
+				w.Header().Set("Content-Length", strconv.Itoa(len(tc.body)))
+				if r.Method == http.MethodGet {
+					_, _ = w.Write(tc.body)
+				}
+				return true
+			}))
+			h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+			for _, ref := range []string{"v1", dgst} {
+				resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/"+ref), manifestAccept)
+				if resp.StatusCode != tc.status {
+					t.Fatalf("%s: %d %s; want %d", ref, resp.StatusCode, body, tc.status)
+				}
+				if tc.status != 200 {
+					if !strings.Contains(string(body), `"code":"MANIFEST_INVALID"`) {
+						t.Errorf("%s: body %s; want MANIFEST_INVALID", ref, body)
+					}
+					continue
+				}
+				if ct := resp.Header.Get("Content-Type"); ct != tc.wantType || resp.Header.Get("Docker-Content-Digest") != dgst || !bytes.Equal(body, tc.body) {
+					t.Errorf("%s: Content-Type %q digest %q, bytes equal %v; want %q %s", ref, ct, resp.Header.Get("Docker-Content-Digest"), bytes.Equal(body, tc.body), tc.wantType, dgst)
+				}
+			}
+			if _, gets := counts(up, "/manifests/"); gets > 2 {
+				t.Errorf("upstream saw %d manifest GETs for two client requests", gets)
+			}
+		})
+	}
+}
+
+// TestTagHeadRefused: a tag whose upstream HEAD is refused (401, 403, 404, 405) is resolved by
+// the GET: one upstream HEAD and one GET, the right digest for the client.
+func TestTagHeadRefused(t *testing.T) {
+	t.Parallel()
+	for _, status := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed} {
+		t.Run(fmt.Sprint(status), func(t *testing.T) {
+			t.Parallel()
+			up := mirrortest.NewRegistry(t)
+			img := mirrortest.Image(t, 512, 1, "linux/amd64")
+			up.PushImage(t, "team/app", "v1", img)
+			up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
+				if r.Method != http.MethodHead || !strings.Contains(r.URL.Path, "/manifests/") {
+					return false
+				}
+				w.WriteHeader(status)
+				return true
+			}))
+			h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+			up.ResetRequests()
+			resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("Docker-Content-Digest") != digestOf(t, img) {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+			if heads, gets := counts(up, "/manifests/"); heads != 1 || gets != 1 {
+				t.Errorf("upstream saw %d HEAD and %d GET, want 1 and 1", heads, gets)
+			}
+			resp, body = get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/nope"), manifestAccept)
+			if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "MANIFEST_UNKNOWN") {
+				t.Errorf("unknown tag: %d %s; want 404 MANIFEST_UNKNOWN", resp.StatusCode, body)
+			}
+		})
+	}
+}
