@@ -28,7 +28,7 @@ func TestGenContainerdCLI(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	cfg := filepath.Join(root, "etc/containerd/config.toml")
-	legacy := bootstraptest.Fixture(t, "containerd/config/microk8s-template-v2-legacy-mirrors.toml")
+	legacy := bootstraptest.CorpusFile(t, "containerd/legacy-mirrors", "/etc/containerd/config.toml")
 	bootstraptest.WriteHostFile(t, root, "/etc/containerd/config.toml", legacy)
 	base := []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--containerd-version", "1.7.35", "--log-level", "error"}
 

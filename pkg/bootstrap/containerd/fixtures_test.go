@@ -3,6 +3,7 @@ package containerd_test
 import (
 	"bytes"
 	"errors"
+	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -51,8 +52,14 @@ type outcome struct {
 	edited   bool   // config file changes (restart_required)
 	refused  string // substring of the refusal
 	migrated []string
+	// editedFile, when set, is the file the edit must land in (an import whose table wins).
+	editedFile string
+	// migratedHTTP: migrated registries (not upstreams) whose first host must be their plain-http
+	// endpoint; migratedSkipVerify: whose first host must skip TLS verification.
+	migratedHTTP, migratedSkipVerify []string
 }
 
+// fixtureCase is a third-party file from $NODECACHE_FIXTURES under one containerd release.
 type fixtureCase struct {
 	name    string
 	fixture string
@@ -61,6 +68,25 @@ type fixtureCase struct {
 	// extra host files: host path -> fixture
 	extra map[string]string
 	want  outcome
+}
+
+// planCase is one host tree under one containerd release, from the corpus or the fixtures.
+type planCase struct {
+	name    string
+	host    func(t *testing.T) map[string][]byte // host path -> content; DefaultConfig among them
+	daemon  bootstrap.Version
+	migrate bool
+	want    outcome
+}
+
+func (c fixtureCase) planCase() planCase {
+	return planCase{name: c.name, daemon: c.daemon, migrate: c.migrate, want: c.want, host: func(t *testing.T) map[string][]byte {
+		files := map[string][]byte{containerd.DefaultConfig: bootstraptest.Fixture(t, "containerd/config/"+c.fixture)}
+		for p, fx := range c.extra {
+			files[p] = bootstraptest.Fixture(t, "containerd/config/"+fx)
+		}
+		return files
+	}}
 }
 
 var fixtureCases = []fixtureCase{
@@ -79,8 +105,8 @@ var fixtureCases = []fixtureCase{
 	{name: "kind-2.4", fixture: "kind-node-v2.toml", daemon: v24, want: outcome{action: containerd.ConfigPathSet, hostsDir: "/etc/containerd/certs.d", edited: true}},
 	{name: "microk8s-1.7-refused", fixture: "microk8s-template-v2-legacy-mirrors.toml", daemon: v17, want: outcome{refused: `"io.containerd.grpc.v1.cri".registry.mirrors`}},
 	{name: "microk8s-2.4-refused", fixture: "microk8s-template-v2-legacy-mirrors.toml", daemon: v24, want: outcome{refused: "--migrate"}},
-	{name: "microk8s-1.7-migrated", fixture: "microk8s-template-v2-legacy-mirrors.toml", daemon: v17, migrate: true, want: outcome{action: containerd.ConfigPathSet, hostsDir: "/etc/containerd/certs.d", edited: true, migrated: []string{"docker.io", "localhost:32000"}}},
-	{name: "microk8s-2.4-migrated", fixture: "microk8s-template-v2-legacy-mirrors.toml", daemon: v24, migrate: true, want: outcome{action: containerd.ConfigPathSet, hostsDir: "/etc/containerd/certs.d", edited: true, migrated: []string{"docker.io", "localhost:32000"}}},
+	{name: "microk8s-1.7-migrated", fixture: "microk8s-template-v2-legacy-mirrors.toml", daemon: v17, migrate: true, want: outcome{action: containerd.ConfigPathSet, hostsDir: "/etc/containerd/certs.d", edited: true, migrated: []string{"docker.io", "localhost:32000"}, migratedHTTP: []string{"localhost:32000"}}},
+	{name: "microk8s-2.4-migrated", fixture: "microk8s-template-v2-legacy-mirrors.toml", daemon: v24, migrate: true, want: outcome{action: containerd.ConfigPathSet, hostsDir: "/etc/containerd/certs.d", edited: true, migrated: []string{"docker.io", "localhost:32000"}, migratedHTTP: []string{"localhost:32000"}}},
 	{name: "nvidia-v1-refused", fixture: "nvidia-toolkit-testdata-v1.toml", daemon: v24, want: outcome{refused: "containerd config migrate"}},
 	{name: "talos-main-import-missing", fixture: "talos-cri-containerd-v3.toml", daemon: v24, want: outcome{refused: "/etc/cri/conf.d/cri.toml: imported but missing"}},
 	{name: "talos-main-with-import", fixture: "talos-cri-containerd-v3.toml", daemon: v24, extra: map[string]string{"/etc/cri/conf.d/cri.toml": "talos-merged-parts-v2.toml"}, want: outcome{action: containerd.ConfigPathAdopted, hostsDir: "/etc/cri/conf.d/hosts"}},
@@ -106,8 +132,24 @@ func TestEveryFixtureHasACase(t *testing.T) {
 	}
 }
 
+// TestPlanFixtures runs every third-party config in $NODECACHE_FIXTURES through Plan, the
+// applier, containerd's loader and hosts parser, a second Plan and --remove. Without the folder
+// it skips once, with one reason; TestPlanCorpus covers the same shapes on every clone.
 func TestPlanFixtures(t *testing.T) {
 	t.Parallel()
+	bootstraptest.Fixtures(t)
+	cases := make([]planCase, len(fixtureCases))
+	for i, c := range fixtureCases {
+		cases[i] = c.planCase()
+	}
+	runPlanCases(t, cases)
+}
+
+// runPlanCases plans each case's host tree, checks the outcome, applies it and checks the result
+// with containerd's own config loader and hosts.toml parser, plans again (nothing to do), and
+// removes (config.toml and backups restored, hosts.toml files gone).
+func runPlanCases(t *testing.T, cases []planCase) {
+	t.Helper()
 	reg := mirrortest.NewRegistry(t)
 	reg.PushImage(t, "library/alpine", "latest", mirrortest.Image(t, 512, 1, "linux/amd64"))
 	m, err := name.ParseMirror(reg.URL.String())
@@ -116,15 +158,15 @@ func TestPlanFixtures(t *testing.T) {
 	}
 	upstreams := []string{"docker.io", "ghcr.io", "registry.k8s.io", "localhost:5001"}
 
-	for _, tc := range fixtureCases {
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			root := t.TempDir()
-			original := bootstraptest.Fixture(t, "containerd/config/"+tc.fixture)
-			bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, original)
-			for p, fx := range tc.extra {
-				bootstraptest.WriteHostFile(t, root, p, bootstraptest.Fixture(t, "containerd/config/"+fx))
+			files := tc.host(t)
+			for p, b := range files {
+				bootstraptest.WriteHostFile(t, root, p, b)
 			}
+			original := files[containerd.DefaultConfig]
 			opts := containerd.Options{Mirror: m, Upstreams: upstreams, Daemon: tc.daemon, Migrate: tc.migrate}
 			rep, err := containerd.Plan(os.DirFS(root), opts)
 			if tc.want.refused != "" {
@@ -158,20 +200,39 @@ func TestPlanFixtures(t *testing.T) {
 					t.Fatalf("no backup of %s", edited)
 				}
 				assertMinimalEdit(t, bak, bootstraptest.ReadHostFile(t, root, edited), tc.migrate)
+				if tc.want.editedFile != "" && edited != tc.want.editedFile {
+					t.Fatalf("edited %s, want %s", edited, tc.want.editedFile)
+				}
+				for p, b := range files {
+					if p != edited && !bytes.Equal(bootstraptest.ReadHostFile(t, root, p), b) {
+						t.Fatalf("%s changed, but the edit belongs in %s", p, edited)
+					}
+				}
 			} else if got := bootstraptest.ReadHostFile(t, root, containerd.DefaultConfig); !bytes.Equal(got, original) {
 				t.Fatalf("config.toml changed although no restart is required")
 			}
 
 			// containerd's own loader over the result, imports included.
-			checkWithContainerdLoader(t, root, tc, rep)
+			checkWithContainerdLoader(t, root, files, tc.daemon, rep)
 
 			// containerd's hosts.toml parser: mirror first, then the real registry.
 			checkHosts(t, reg, root, rep.HostsDir, upstreams, m)
-			if len(tc.want.migrated) > 0 {
-				hosts := config.ConfigureHosts(t.Context(), config.HostOptions{HostDir: config.HostDirFromRoot(filepath.Join(root, rep.HostsDir))})
-				rh, err := hosts("localhost:32000")
-				if err != nil || len(rh) != 1 || rh[0].Host != "localhost:32000" || rh[0].Scheme != "http" {
-					t.Fatalf("migrated localhost:32000: %+v %v", rh, err)
+			// Migrated settings as containerd's hosts parser reads them back.
+			hosts := config.ConfigureHosts(t.Context(), config.HostOptions{HostDir: config.HostDirFromRoot(filepath.Join(root, rep.HostsDir))})
+			for _, h := range tc.want.migratedHTTP {
+				rh, err := hosts(h)
+				if err != nil || len(rh) == 0 || rh[0].Host != h || rh[0].Scheme != "http" {
+					t.Fatalf("migrated %s: first host %+v %v, want http://%s", h, rh, err, h)
+				}
+			}
+			for _, h := range tc.want.migratedSkipVerify {
+				rh, err := hosts(h)
+				if err != nil || len(rh) == 0 || rh[0].Host != h {
+					t.Fatalf("migrated %s: hosts %+v %v", h, rh, err)
+				}
+				tr, ok := rh[0].Client.Transport.(*http.Transport)
+				if !ok || tr.TLSClientConfig == nil || !tr.TLSClientConfig.InsecureSkipVerify {
+					t.Fatalf("migrated %s: first host does not skip TLS verification (%T)", h, rh[0].Client.Transport)
 				}
 			}
 
@@ -195,8 +256,10 @@ func TestPlanFixtures(t *testing.T) {
 			if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rm.Changes); err != nil {
 				t.Fatalf("Apply remove: %v", err)
 			}
-			if got := bootstraptest.ReadHostFile(t, root, containerd.DefaultConfig); !bytes.Equal(got, original) {
-				t.Fatalf("config.toml not restored")
+			for p, b := range files {
+				if got := bootstraptest.ReadHostFile(t, root, p); !bytes.Equal(got, b) {
+					t.Fatalf("%s not restored", p)
+				}
 			}
 			if edited != "" && bootstraptest.ReadHostFile(t, root, edited+bootstrap.BackupSuffix) != nil {
 				t.Fatal("backup left after restore")
@@ -230,16 +293,26 @@ func assertMinimalEdit(t *testing.T, before, after []byte, migrate bool) {
 		case body == "":
 		case strings.Contains(body, "config_path"):
 		case strings.HasPrefix(line, "+") && strings.HasSuffix(body, ".registry]"):
-		case migrate && strings.HasPrefix(line, "-") && (strings.Contains(body, "mirrors") || strings.HasPrefix(body, "endpoint")):
+		case migrate && strings.HasPrefix(line, "-") && (strings.Contains(body, "mirrors") || strings.Contains(body, ".registry.configs.") || isLegacyKey(body)):
 		default:
 			t.Errorf("unexpected changed line %q in\n%s", line, d)
 		}
 	}
 }
 
+// isLegacyKey: a key line of a legacy mirrors/configs table that --migrate moves out.
+func isLegacyKey(body string) bool {
+	for _, k := range []string{"endpoint", "insecure_skip_verify", "ca_file", "cert_file", "key_file"} {
+		if strings.HasPrefix(body, k+" ") || strings.HasPrefix(body, k+"=") {
+			return true
+		}
+	}
+	return false
+}
+
 // checkWithContainerdLoader loads the result with containerd's server config loader, decodes the
 // CRI registry table the daemon reads, validates it like the CRI plugin, and reads config_path back.
-func checkWithContainerdLoader(t *testing.T, root string, tc fixtureCase, rep *containerd.Report) {
+func checkWithContainerdLoader(t *testing.T, root string, files map[string][]byte, daemon bootstrap.Version, rep *containerd.Report) {
 	t.Helper()
 	main := filepath.Join(root, containerd.DefaultConfig)
 	// The fixtures import absolute host paths; point them under root for containerd's loader.
@@ -247,7 +320,10 @@ func checkWithContainerdLoader(t *testing.T, root string, tc fixtureCase, rep *c
 	if err != nil {
 		t.Fatal(err)
 	}
-	for p := range tc.extra {
+	for p := range files {
+		if p == containerd.DefaultConfig {
+			continue
+		}
 		data = bytes.ReplaceAll(data, []byte(`"`+p+`"`), []byte(`"`+filepath.Join(root, p)+`"`))
 	}
 	loadPath := filepath.Join(t.TempDir(), "config.toml")
@@ -268,7 +344,7 @@ func checkWithContainerdLoader(t *testing.T, root string, tc fixtureCase, rep *c
 	// 1.x reads the old plugin; 2.x migrates the old plugin's registry into the new one when
 	// a schema-2 file has it, else reads the new one.
 	got := old.Registry
-	if tc.daemon.Major >= 2 && (old.Registry.ConfigPath == "" && images.Registry.ConfigPath != "") {
+	if daemon.Major >= 2 && (old.Registry.ConfigPath == "" && images.Registry.ConfigPath != "") {
 		got = images.Registry
 	}
 	want := rep.HostsDir
@@ -283,7 +359,7 @@ func checkWithContainerdLoader(t *testing.T, root string, tc fixtureCase, rep *c
 	if len(got.Mirrors) > 0 {
 		t.Fatalf("CRI would refuse: mirrors %v next to config_path", got.Mirrors)
 	}
-	if tc.daemon.Major < 2 {
+	if daemon.Major < 2 {
 		for h, c := range got.Configs {
 			if c.TLS != nil {
 				t.Fatalf("containerd 1.7 would refuse: configs.%s.tls next to config_path", h)

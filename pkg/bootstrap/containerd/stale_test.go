@@ -21,7 +21,7 @@ import (
 func TestStaleHostsRemoved(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, bootstraptest.Fixture(t, "containerd/config/containerd-1.7-config-default-v2.toml"))
+	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, bootstraptest.CorpusFile(t, "containerd/schema2-no-registry", containerd.DefaultConfig))
 	certs := "/etc/containerd/certs.d"
 	userHosts := []byte("server = 'https://myreg.example'\n")
 	bootstraptest.WriteHostFile(t, root, certs+"/myreg.example/hosts.toml", userHosts)
@@ -89,7 +89,7 @@ func TestStaleHostsRemoved(t *testing.T) {
 func TestMigratedHostsAreNotStale(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, bootstraptest.Fixture(t, "containerd/config/microk8s-template-v2-legacy-mirrors.toml"))
+	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, bootstraptest.CorpusFile(t, "containerd/legacy-mirrors", containerd.DefaultConfig))
 	m, _ := name.ParseMirror("http://10.0.0.5:5000")
 	rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Daemon: v17, Upstreams: []string{"docker.io"}, Migrate: true})
 	if err != nil {
@@ -98,7 +98,7 @@ func TestMigratedHostsAreNotStale(t *testing.T) {
 	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
 		t.Fatal(err)
 	}
-	migrated := "/etc/containerd/certs.d/localhost_32000_/hosts.toml"
+	migrated := "/etc/containerd/certs.d/registry.local_5000_/hosts.toml"
 	before := bootstraptest.ReadHostFile(t, root, migrated)
 	if before == nil {
 		t.Fatal("migrated hosts.toml not written")

@@ -41,7 +41,7 @@ func assertLink(t *testing.T, root, link, target string) {
 func TestPlanFollowsSymlinks(t *testing.T) {
 	t.Parallel()
 	m, _ := name.ParseMirror("http://10.0.0.5:5000")
-	original := bootstraptest.Fixture(t, "containerd/config/containerd-1.7-config-default-v2.toml")
+	original := bootstraptest.CorpusFile(t, "containerd/schema2-no-registry", containerd.DefaultConfig)
 	for _, tc := range []struct {
 		name, target string // the link's text
 	}{

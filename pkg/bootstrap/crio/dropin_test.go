@@ -46,6 +46,38 @@ func pullSources(t *testing.T, root, main, dropins, ref string) []sysregistriesv
 	return srcs
 }
 
+// dropInShape is one host tree for TestDropInWithEveryFixture / TestDropInWithEveryCorpusShape.
+type dropInShape struct {
+	name  string
+	files map[string][]byte // host path -> content
+	// v1: the main file is in the v1 format: reported, and containers/image will not merge it
+	// with a v2 drop-in, so no pull is resolved.
+	v1 bool
+	// keeps checks that the shape's own settings survive next to the drop-in.
+	keeps func(t *testing.T, sys *types.SystemContext)
+}
+
+// TestDropInWithEveryFixture runs every third-party registries.conf in $NODECACHE_FIXTURES through
+// Plan, apply, containers/image, a second Plan and --remove. Without the folder it skips once,
+// with one reason; TestDropInWithEveryCorpusShape covers the same on every clone.
+// pullSourcesSys is pullSources for a prepared SystemContext.
+func pullSourcesSys(t *testing.T, sys *types.SystemContext, ref string) []sysregistriesv2.PullSource {
+	t.Helper()
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := sysregistriesv2.FindRegistry(sys, named.String())
+	if err != nil || reg == nil {
+		t.Fatalf("FindRegistry(%s): %v %v", ref, reg, err)
+	}
+	srcs, err := reg.PullSourcesFromReference(named)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return srcs
+}
+
 func TestDropInWithEveryFixture(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(bootstraptest.Fixtures(t), "crio")
@@ -53,13 +85,95 @@ func TestDropInWithEveryFixture(t *testing.T) {
 	if err != nil || len(ents) == 0 {
 		t.Fatalf("no CRI-O fixtures in %s: %v", dir, err)
 	}
+	var shapes []dropInShape
+	for _, e := range ents {
+		sh := dropInShape{name: e.Name(), files: map[string][]byte{crio.MainRegistriesConf: bootstraptest.Fixture(t, "crio/"+e.Name())}}
+		// The fixture's own settings survive the merge.
+		switch e.Name() {
+		case "sysregistriesv2-testdata-mirrors.conf":
+			sh.keeps = func(t *testing.T, sys *types.SystemContext) {
+				srcs := pullSourcesSys(t, sys, "registry.com/image:latest")
+				if len(srcs) != 3 || srcs[0].Endpoint.Location != "mirror-1.registry.com" {
+					t.Fatalf("fixture mirrors lost: %+v", srcs)
+				}
+			}
+		case "crio-test-registries.conf":
+			sh.keeps = func(t *testing.T, sys *types.SystemContext) {
+				search, err := sysregistriesv2.UnqualifiedSearchRegistries(sys)
+				if err != nil || !slices.Equal(search, []string{"quay.io", "registry.access.redhat.com", "docker.io"}) {
+					t.Fatalf("unqualified-search-registries lost: %v %v", search, err)
+				}
+			}
+		}
+		shapes = append(shapes, sh)
+	}
+	runDropInShapes(t, shapes)
+}
+
+// TestDropInWithEveryCorpusShape: the repository's own CRI-O corpus (v1 and v2 files with
+// mirrors, blocked and insecure registries) through the same checks as the fixtures.
+func TestDropInWithEveryCorpusShape(t *testing.T) {
+	t.Parallel()
+	keeps := map[string]dropInShape{
+		"crio/registries-v1": {v1: true},
+		"crio/registries-v2-mirrors": {keeps: func(t *testing.T, sys *types.SystemContext) {
+			srcs := pullSourcesSys(t, sys, "registry.example.com/team/app:1")
+			var locs []string
+			for _, s := range srcs {
+				locs = append(locs, s.Endpoint.Location)
+			}
+			// The digest-only mirror is skipped for a tag.
+			if !slices.Equal(locs, []string{"mirror-a.example.com", "registry.example.com"}) {
+				t.Fatalf("site mirrors for a tag: %v", locs)
+			}
+			search, err := sysregistriesv2.UnqualifiedSearchRegistries(sys)
+			if err != nil || !slices.Equal(search, []string{"registry.example.com", "docker.io"}) {
+				t.Fatalf("unqualified-search-registries lost: %v %v", search, err)
+			}
+			if alias, _, err := sysregistriesv2.ResolveShortNameAlias(sys, "busybox"); err != nil || alias == nil || alias.String() != "docker.io/library/busybox" {
+				t.Fatalf("short-name alias lost: %v %v", alias, err)
+			}
+		}},
+		"crio/registries-v2-blocked": {keeps: func(t *testing.T, sys *types.SystemContext) {
+			reg, err := sysregistriesv2.FindRegistry(sys, "untrusted.example/x/y:1")
+			if err != nil || reg == nil || !reg.Blocked {
+				t.Fatalf("untrusted.example no longer blocked: %+v %v", reg, err)
+			}
+		}},
+		"crio/registries-v2-insecure": {keeps: func(t *testing.T, sys *types.SystemContext) {
+			srcs := pullSourcesSys(t, sys, "registry.local:5000/team/app:1")
+			if len(srcs) != 1 || srcs[0].Endpoint.Location != "registry.local:5000" || !srcs[0].Endpoint.Insecure {
+				t.Fatalf("registry.local:5000 no longer insecure: %+v", srcs)
+			}
+		}},
+	}
+	var shapes []dropInShape
+	for _, name := range bootstraptest.CorpusShapes(t, "crio") {
+		sh, ok := keeps[name]
+		if !ok {
+			t.Errorf("corpus shape %s has no case in TestDropInWithEveryCorpusShape", name)
+			continue
+		}
+		delete(keeps, name)
+		sh.name, sh.files = name, bootstraptest.Corpus(t, name)
+		shapes = append(shapes, sh)
+	}
+	for name := range keeps {
+		t.Errorf("case %s is not in the corpus", name)
+	}
+	runDropInShapes(t, shapes)
+}
+
+func runDropInShapes(t *testing.T, shapes []dropInShape) {
+	t.Helper()
 	for _, mirrorURL := range []string{"http://10.0.0.5:5000", "https://cache.example:5443"} {
-		for _, e := range ents {
-			t.Run(e.Name()+"/"+strings.SplitN(mirrorURL, ":", 2)[0], func(t *testing.T) {
+		for _, sh := range shapes {
+			t.Run(sh.name+"/"+strings.SplitN(mirrorURL, ":", 2)[0], func(t *testing.T) {
 				t.Parallel()
 				root := t.TempDir()
-				main := bootstraptest.Fixture(t, "crio/"+e.Name())
-				bootstraptest.WriteHostFile(t, root, crio.MainRegistriesConf, main)
+				for p, b := range sh.files {
+					bootstraptest.WriteHostFile(t, root, p, b)
+				}
 				m, err := name.ParseMirror(mirrorURL)
 				if err != nil {
 					t.Fatal(err)
@@ -69,53 +183,60 @@ func TestDropInWithEveryFixture(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !rep.AutoReload || len(rep.Overrides) != 0 || rep.RestartRequired {
+				if !rep.AutoReload || len(rep.Overrides) != 0 || len(rep.Merged) != 0 || len(rep.Longer) != 0 || rep.RestartRequired {
 					t.Fatalf("report %+v", rep)
 				}
-				if !slices.Equal(rep.Upstreams, upstreams) || len(rep.Warnings) != 0 {
-					t.Fatalf("every upstream, the one with a port included, must be mirrored without warning: %v %v", rep.Upstreams, rep.Warnings)
+				wantWarnings := 0
+				if sh.v1 {
+					wantWarnings = 1
+					if !slices.Equal(rep.V1Main, []string{crio.MainRegistriesConf}) || !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "deprecated v1 format") }) {
+						t.Fatalf("v1 main file not reported: %v %v", rep.V1Main, rep.Warnings)
+					}
+				} else if len(rep.V1Main) != 0 {
+					t.Fatalf("v2 file reported as v1: %v", rep.V1Main)
+				}
+				if !slices.Equal(rep.Upstreams, upstreams) || len(rep.Warnings) != wantWarnings {
+					t.Fatalf("every upstream, the one with a port included, must be mirrored without other warnings: %v %v", rep.Upstreams, rep.Warnings)
 				}
 				if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
 					t.Fatal(err)
 				}
-				for _, n := range rep.Upstreams {
-					ref := n + "/library/alpine:3"
-					srcs := pullSources(t, root, crio.MainRegistriesConf, crio.DefaultRegistriesDir, ref)
-					if len(srcs) != 2 {
-						t.Fatalf("%s: %d pull sources, want mirror + upstream: %+v", ref, len(srcs), srcs)
-					}
-					first := srcs[0]
-					// A name with a port is addressed by its port-free path alias (serve accepts it).
-					prefix := n
-					if a, ok := name.PathAlias(n); ok {
-						prefix = a
-					}
-					if n == "localhost:5001" && prefix != "localhost_5001" {
-						t.Fatalf("path alias of %s = %s", n, prefix)
-					}
-					if first.Endpoint.Location != m.Host()+"/"+prefix || first.Endpoint.Insecure != m.HTTP() || first.Endpoint.PullFromMirror != "all" {
-						t.Fatalf("%s: first source %+v, want %s/%s insecure=%v", ref, first.Endpoint, m.Host(), prefix, m.HTTP())
-					}
-					if !strings.HasPrefix(first.Reference.String(), m.Host()+"/"+prefix+"/library/alpine") {
-						t.Fatalf("%s: mirror reference %s", ref, first.Reference)
-					}
-					if srcs[1].Endpoint.Location != n {
-						t.Fatalf("%s: fallback %+v, want %s", ref, srcs[1].Endpoint, n)
-					}
+				sys := &types.SystemContext{
+					SystemRegistriesConfPath:    filepath.Join(root, crio.MainRegistriesConf),
+					SystemRegistriesConfDirPath: filepath.Join(root, crio.DefaultRegistriesDir),
 				}
-				// The fixture's own settings survive the merge.
-				switch e.Name() {
-				case "sysregistriesv2-testdata-mirrors.conf":
-					srcs := pullSources(t, root, crio.MainRegistriesConf, crio.DefaultRegistriesDir, "registry.com/image:latest")
-					if len(srcs) != 3 || srcs[0].Endpoint.Location != "mirror-1.registry.com" {
-						t.Fatalf("fixture mirrors lost: %+v", srcs)
+				if sh.v1 {
+					if _, err := sysregistriesv2.TryUpdatingCache(sys); err == nil {
+						t.Fatal("containers/image merged a v1 main file with the v2 drop-in; the v1 warning would be moot")
 					}
-				case "crio-test-registries.conf":
-					sys := &types.SystemContext{SystemRegistriesConfPath: filepath.Join(root, crio.MainRegistriesConf),
-						SystemRegistriesConfDirPath: filepath.Join(root, crio.DefaultRegistriesDir)}
-					search, err := sysregistriesv2.UnqualifiedSearchRegistries(sys)
-					if err != nil || !slices.Equal(search, []string{"quay.io", "registry.access.redhat.com", "docker.io"}) {
-						t.Fatalf("unqualified-search-registries lost: %v %v", search, err)
+				} else {
+					for _, n := range rep.Upstreams {
+						ref := n + "/library/alpine:3"
+						srcs := pullSources(t, root, crio.MainRegistriesConf, crio.DefaultRegistriesDir, ref)
+						if len(srcs) != 2 {
+							t.Fatalf("%s: %d pull sources, want mirror + upstream: %+v", ref, len(srcs), srcs)
+						}
+						first := srcs[0]
+						// A name with a port is addressed by its port-free path alias (serve accepts it).
+						prefix := n
+						if a, ok := name.PathAlias(n); ok {
+							prefix = a
+						}
+						if n == "localhost:5001" && prefix != "localhost_5001" {
+							t.Fatalf("path alias of %s = %s", n, prefix)
+						}
+						if first.Endpoint.Location != m.Host()+"/"+prefix || first.Endpoint.Insecure != m.HTTP() || first.Endpoint.PullFromMirror != "all" {
+							t.Fatalf("%s: first source %+v, want %s/%s insecure=%v", ref, first.Endpoint, m.Host(), prefix, m.HTTP())
+						}
+						if !strings.HasPrefix(first.Reference.String(), m.Host()+"/"+prefix+"/library/alpine") {
+							t.Fatalf("%s: mirror reference %s", ref, first.Reference)
+						}
+						if srcs[1].Endpoint.Location != n {
+							t.Fatalf("%s: fallback %+v, want %s", ref, srcs[1].Endpoint, n)
+						}
+					}
+					if sh.keeps != nil {
+						sh.keeps(t, sys)
 					}
 				}
 				// A second run writes nothing; --remove takes the files out again.
@@ -135,8 +256,10 @@ func TestDropInWithEveryFixture(t *testing.T) {
 						t.Fatalf("%s left after remove", p)
 					}
 				}
-				if got := bootstraptest.ReadHostFile(t, root, crio.MainRegistriesConf); string(got) != string(main) {
-					t.Fatal("main registries.conf was modified")
+				for p, b := range sh.files {
+					if got := bootstraptest.ReadHostFile(t, root, p); string(got) != string(b) {
+						t.Fatalf("%s was modified", p)
+					}
 				}
 			})
 		}
@@ -146,7 +269,7 @@ func TestDropInWithEveryFixture(t *testing.T) {
 func TestLaterDropInOverrideIsReported(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, crio.MainRegistriesConf, bootstraptest.Fixture(t, "crio/containers-image-default-registries.conf"))
+	bootstraptest.CorpusHost(t, root, "crio/registries-v2-mirrors")
 	bootstraptest.WriteHostFile(t, root, crio.DefaultRegistriesDir+"/99-site.conf", []byte("[[registry]]\nprefix = \"ghcr.io\"\nlocation = \"ghcr.io\"\n"))
 	m, _ := name.ParseMirror("http://10.0.0.5:5000")
 	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: upstreams})
