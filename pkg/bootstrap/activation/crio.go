@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -13,8 +12,8 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
-	"go.podman.io/image/v5/types"
 
+	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
@@ -137,27 +136,24 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 		rep.State, rep.Reason, rep.Remedy = NotActive, "no nodecache drop-in in "+e.opts.RegistriesDir, "run nodecache gen crio (the agent does this at start)"
 		return rep
 	}
-	// Valid, merged: containers/image's own reading of registries.conf + registries.conf.d.
-	confLocal, err1 := e.h.Local(e.opts.RegistriesConf)
-	dirLocal, err2 := e.h.Local(e.opts.RegistriesDir)
-	if err := errors.Join(err1, err2); err != nil {
+	// Valid, merged: containers/image's own reading of registries.conf + registries.conf.d, from
+	// a private copy of the files read through the host view (links resolve under the host root
+	// as on the host, for the directory and for each file in it).
+	sys, done, err := crio.MergedView(e.h.FS(), e.opts.RegistriesConf, e.opts.RegistriesDir, nil)
+	var le *crio.LoadError
+	switch {
+	case errors.As(err, &le):
+		e.add(rt, "drop-in", Fail, "containers/image refuses the registries configuration: %s", le.Msg)
+		rep.State, rep.Reason = NotActive, "the registries configuration does not load: "+le.Msg
+		rep.Remedy = "fix or remove the file named in the error (CRI-O rejects the whole configuration on reload)"
+		return rep
+	case err != nil:
 		e.add(rt, "drop-in", Fail, "%v", err)
 		rep.State, rep.Reason = NotActive, "the registries configuration does not load: "+err.Error()
 		rep.Remedy = "fix or remove the symbolic link named"
 		return rep
 	}
-	sys := &types.SystemContext{SystemRegistriesConfPath: confLocal, SystemRegistriesConfDirPath: dirLocal}
-	if _, err := os.Stat(sys.SystemRegistriesConfPath); errors.Is(err, fs.ErrNotExist) {
-		// containers/image reads a missing default registries.conf as empty, but refuses a
-		// missing custom path; an empty file says the same.
-		sys.SystemRegistriesConfPath = os.DevNull
-	}
-	if _, err := sysregistriesv2.TryUpdatingCache(sys); err != nil {
-		e.add(rt, "drop-in", Fail, "containers/image refuses the registries configuration: %v", err)
-		rep.State, rep.Reason = NotActive, "the registries configuration does not load: "+err.Error()
-		rep.Remedy = "fix or remove the file named in the error (CRI-O rejects the whole configuration on reload)"
-		return rep
-	}
+	defer done()
 	var (
 		newest  dropIn
 		bad     []string
@@ -196,7 +192,7 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 				bad = append(bad, prefix)
 			case reg.Blocked:
 				e.add(rt, "registry "+prefix, Fail, "%s is blocked in the merged view", prefix)
-				bad = append(bad, prefix)
+				bad = append(bad, prefix+" (blocked)")
 			default:
 				note := ""
 				if reg.MirrorByDigestOnly || reg.Mirrors[0].PullFromMirror == "digest-only" {
@@ -206,6 +202,30 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 				if rep.Mirror == "" {
 					rep.Mirror = first
 				}
+			}
+		}
+	}
+	// A longer prefix inside one of ours wins in containers/image whatever the file order
+	// (docker.io/library over docker.io): pulls under it must reach the mirror too.
+	if regs, err := sysregistriesv2.GetRegistries(sys); err == nil {
+		for _, r := range regs {
+			for _, prefix := range checked {
+				if len(r.Prefix) <= len(prefix) || !strings.HasPrefix(r.Prefix, prefix) || !strings.ContainsRune("/:@", rune(r.Prefix[len(prefix)])) {
+					continue
+				}
+				first := ""
+				if len(r.Mirrors) > 0 {
+					first = r.Mirrors[0].Location
+				}
+				host := strings.SplitN(first, "/", 2)[0]
+				if e.opts.Mirror != nil && strings.EqualFold(host, e.opts.Mirror.Host) {
+					continue
+				}
+				if e.opts.Mirror == nil && host != "" && host == strings.SplitN(ourFirst(ours, prefix), "/", 2)[0] {
+					continue
+				}
+				e.add(rt, "registry "+r.Prefix, Fail, "[[registry]] prefix %q is longer than %q, so containers/image uses it for %s/... whatever the file order, and it tries %q first, not the mirror", r.Prefix, prefix, r.Prefix, first)
+				bad = append(bad, fmt.Sprintf("%s (a longer prefix than %s, without the mirror)", r.Prefix, prefix))
 			}
 		}
 	}
@@ -267,6 +287,16 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 	}
 	rep.Pending, rep.startTimeOnly = true, true
 	return rep
+}
+
+// ourFirst is the first mirror our drop-ins give prefix.
+func ourFirst(ours []dropIn, prefix string) string {
+	for _, d := range ours {
+		if m, ok := d.prefixes[prefix]; ok {
+			return m
+		}
+	}
+	return ""
 }
 
 // overrider names the later drop-in that redefines prefix, if one does.

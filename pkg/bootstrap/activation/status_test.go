@@ -686,6 +686,24 @@ func TestCRIO(t *testing.T) {
 			n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn+"\n[[registry]]\nprefix = \"x/\"\nlocation = \"\"\n", t0+100)
 		}, NotActive, "does not load"},
 		{"no drop-in", func(n *testNode) { n.crio(300, t0) }, NotActive, "no nodecache drop-in"},
+		// Issue 11: a longer site prefix wins in containers/image whatever the file order; the
+		// site file is an absolute link, resolved under the host root as on the host.
+		{"longer site prefix through a link", func(n *testNode) {
+			n.crio(300, t0+200)
+			n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, t0+100)
+			n.file("/etc/site/library.conf", "[[registry]]\nprefix = \"docker.io/library\"\nlocation = \"docker.io/library\"\n[[registry.mirror]]\nlocation = \"mirror.corp.example/library\"\n", t0+100)
+			if err := os.Symlink("/etc/site/library.conf", filepath.Join(n.Root, DefaultRegistriesDir, "10-library.conf")); err != nil {
+				t.Fatal(err)
+			}
+		}, NotActive, "docker.io/library (a longer prefix than docker.io, without the mirror)"},
+		{"longer prefix with the mirror first", func(n *testNode) {
+			n.crio(300, t0+200)
+			n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn+"\n[[registry]]\nprefix = \"docker.io/library\"\nlocation = \"docker.io/library\"\n[[registry.mirror]]\nlocation = \"127.0.0.1:5000/docker.io/library\"\ninsecure = true\n", t0+100)
+		}, Active, ""},
+		{"site blocked, merged", func(n *testNode) {
+			n.crio(300, t0+200)
+			n.file(DefaultRegistriesDir+"/90-nodecache.conf", strings.Replace(crioDropIn, "location = \"docker.io\"\n", "location = \"docker.io\"\nblocked = true\n", 1), t0+100)
+		}, NotActive, "docker.io (blocked)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

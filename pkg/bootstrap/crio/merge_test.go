@@ -146,7 +146,9 @@ func TestSiteLongerPrefixReported(t *testing.T) {
 	if want := []crio.Override{{Prefix: "docker.io/library", File: file, Of: "docker.io"}}; !slices.Equal(rep.Longer, want) {
 		t.Fatalf("longer %+v, want %+v", rep.Longer, want)
 	}
-	if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, file) && strings.Contains(w, "longest matching prefix") }) {
+	if !slices.ContainsFunc(rep.Warnings, func(w string) bool {
+		return strings.Contains(w, file) && strings.Contains(w, "longest matching prefix")
+	}) {
 		t.Fatalf("warnings %q", rep.Warnings)
 	}
 	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {

@@ -3,6 +3,7 @@ package crio
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"io/fs"
 	"os"
 	"path"
@@ -134,22 +135,55 @@ func planEntries(opts Options, upstreams []string, site siteView) ([]registry, [
 }
 
 // validateTogether loads main, the drop-ins of dir and ours (data) with containers/image's own
-// loader (sysregistriesv2, the code CRI-O runs), from a private copy in a temporary directory so
-// nothing on the host is written. A main file in the v1 format is left out: this library version
-// refuses it, older CRI-O releases convert it (reported separately). The error names host paths.
+// loader (sysregistriesv2, the code CRI-O runs), from a private copy (MergedView), so nothing on
+// the host is written. The error names host paths.
 func validateTogether(fsys fs.FS, main, dir string, data []byte) error {
+	_, done, err := MergedView(fsys, main, dir, map[string][]byte{DropInName: data})
+	if err != nil {
+		var le *LoadError
+		if errors.As(err, &le) {
+			return bootstrap.Refusedf("containers/image refuses %s + %s with %s added: %s: CRI-O would reject the whole registries configuration (every pull fails); fix the file named, then run gen again; nothing was changed", main, dir, DropInName, le.Msg)
+		}
+		return err
+	}
+	done()
+	return nil
+}
+
+// LoadError is containers/image refusing a registries configuration; Msg names host paths.
+type LoadError struct{ Msg string }
+
+func (e *LoadError) Error() string { return "containers/image refuses the registries configuration: " + e.Msg }
+
+// MergedView loads the registries configuration CRI-O reads — main (a registries.conf) and the
+// *.conf drop-ins of dir, host paths read through fsys, so symbolic links resolve as on the host
+// even under a host root (bootstrap.HostFS) — with containers/image's own loader
+// (sysregistriesv2), from a private copy in a temporary directory. over replaces or adds
+// drop-ins by file name (a planned drop-in). A main file in the v1 format is left out: this
+// library version refuses it, older CRI-O releases convert it. The returned SystemContext
+// answers sysregistriesv2 queries (FindRegistry, GetRegistries) until done is called, which
+// removes the copy. A configuration containers/image refuses is a *LoadError naming host paths.
+func MergedView(fsys fs.FS, main, dir string, over map[string][]byte) (sys *types.SystemContext, done func(), err error) {
 	tmp, err := os.MkdirTemp("", "nodecache-registries-")
 	if err != nil {
-		return fmt.Errorf("validate registries configuration: %w", err)
+		return nil, nil, fmt.Errorf("copy registries configuration: %w", err)
 	}
-	defer os.RemoveAll(tmp)
+	cleanup := func() {
+		_ = os.RemoveAll(tmp)
+		sysregistriesv2.InvalidateCache() // keyed by path: the copy's entry would stay forever
+	}
+	defer func() {
+		if err != nil {
+			cleanup()
+		}
+	}()
 	tmpMain, tmpDir := filepath.Join(tmp, "registries.conf"), filepath.Join(tmp, "registries.conf.d")
 	if err := os.Mkdir(tmpDir, 0o700); err != nil {
-		return fmt.Errorf("validate registries configuration: %w", err)
+		return nil, nil, fmt.Errorf("copy registries configuration: %w", err)
 	}
 	mainData, _, err := bootstrap.ReadFile(fsys, main)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	var probe map[string]any
 	if toml.Unmarshal(mainData, &probe) == nil {
@@ -158,32 +192,36 @@ func validateTogether(fsys fs.FS, main, dir string, data []byte) error {
 		}
 	}
 	if err := os.WriteFile(tmpMain, mainData, 0o600); err != nil {
-		return fmt.Errorf("validate registries configuration: %w", err)
+		return nil, nil, fmt.Errorf("copy registries configuration: %w", err)
 	}
-	copies := map[string][]byte{DropInName: data}
+	copies := map[string][]byte{}
 	if ents, err := fs.ReadDir(fsys, bootstrap.FSName(dir)); err == nil {
 		for _, e := range ents {
-			if e.IsDir() || !strings.HasSuffix(e.Name(), ".conf") || e.Name() == DropInName {
+			if !strings.HasSuffix(e.Name(), ".conf") {
 				continue
 			}
-			b, _, err := bootstrap.ReadFile(fsys, path.Join(dir, e.Name()))
+			p := path.Join(dir, e.Name())
+			if fi, err := fs.Stat(fsys, bootstrap.FSName(p)); err != nil || fi.IsDir() {
+				continue // a directory, or a link to nothing: containers/image skips it too
+			}
+			b, _, err := bootstrap.ReadFile(fsys, p)
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 			copies[e.Name()] = b
 		}
 	}
-	for name, b := range copies {
-		if err := os.WriteFile(filepath.Join(tmpDir, name), b, 0o600); err != nil {
-			return fmt.Errorf("validate registries configuration: %w", err)
+	maps.Copy(copies, over)
+	for n, b := range copies {
+		if err := os.WriteFile(filepath.Join(tmpDir, n), b, 0o600); err != nil {
+			return nil, nil, fmt.Errorf("copy registries configuration: %w", err)
 		}
 	}
-	sys := &types.SystemContext{SystemRegistriesConfPath: tmpMain, SystemRegistriesConfDirPath: tmpDir}
+	sys = &types.SystemContext{SystemRegistriesConfPath: tmpMain, SystemRegistriesConfDirPath: tmpDir}
 	if _, err := sysregistriesv2.TryUpdatingCache(sys); err != nil {
-		msg := strings.NewReplacer(tmpMain, main, tmpDir, dir).Replace(err.Error())
-		return bootstrap.Refusedf("containers/image refuses %s + %s with %s added: %s: CRI-O would reject the whole registries configuration (every pull fails); fix the file named, then run gen again; nothing was changed", main, dir, DropInName, msg)
+		return nil, nil, &LoadError{Msg: strings.NewReplacer(tmpMain, main, tmpDir, dir).Replace(err.Error())}
 	}
-	return nil
+	return sys, cleanup, nil
 }
 
 // mainFor is the registries.conf containers/image reads together with drop-in directory dir.
