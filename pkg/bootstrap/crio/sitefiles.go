@@ -3,8 +3,8 @@ package crio
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -153,7 +153,9 @@ func validateTogether(fsys fs.FS, main, dir string, data []byte) error {
 // LoadError is containers/image refusing a registries configuration; Msg names host paths.
 type LoadError struct{ Msg string }
 
-func (e *LoadError) Error() string { return "containers/image refuses the registries configuration: " + e.Msg }
+func (e *LoadError) Error() string {
+	return "containers/image refuses the registries configuration: " + e.Msg
+}
 
 // MergedView loads the registries configuration CRI-O reads — main (a registries.conf) and the
 // *.conf drop-ins of dir, host paths read through fsys, so symbolic links resolve as on the host
