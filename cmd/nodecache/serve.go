@@ -1,16 +1,19 @@
 package main
 
 import (
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
 	"strings"
 
+	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
 	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
@@ -34,6 +37,9 @@ func mirrorFlags(listenDefault string) []cli.Flag {
 		durationFlag("tag-ttl", 0, "serve a cached tag this long without asking the upstream (0: revalidate on every request)"),
 		stringFlag("metrics-listen", "", "also serve /metrics, /healthz and /readyz on this `ADDR`"),
 		stringSliceFlag("allow", nil, "`CIDR` allowed to read /nodecache/v1/clients besides loopback, repeatable"),
+		stringSliceFlag("pull-allow", nil, "`CIDR` allowed to pull (every /v2/ request), repeatable; 127.0.0.1 and ::1 always are; anyone else gets 403 DENIED. Default: every address that reaches the port (said once at start on a non-loopback listener). /healthz, /readyz and /metrics stay open"),
+		stringSliceFlag("upstream-auth", nil, "`NAME=FILE`: pull upstream NAME with the credentials for NAME in FILE, a docker config.json or Kubernetes .dockerconfigjson (auths, credHelpers, credsStore; helpers run from PATH), repeatable. Read again when the file changes. WARNING: everything these credentials can read becomes readable by every client that may pull through the cache: set --pull-allow"),
+		stringSliceFlag("upstream-ca", nil, "`NAME=FILE`: also trust the PEM CA certificates in FILE for upstream NAME (its token realm and redirects included), repeatable"),
 	}, logFlags()...)
 }
 
@@ -47,11 +53,30 @@ Routing: containerd sends ?ns=<registry> (hosts.toml); CRI-O and other clients u
 prefix /v2/<registry>/<repository>/...; anything else goes to --default-upstream.
 Only configured upstreams are ever contacted.
 
+Who may pull: every address that reaches --listen, unless --pull-allow CIDR is given; then only
+127.0.0.1, ::1 and those networks (anyone else: 403 DENIED, counted in
+nodecache_refused_total{reason="pull_allow"}). /healthz, /readyz and /metrics stay open;
+/nodecache/v1/clients is answered to loopback and --allow networks only.
+
+Upstream credentials: --upstream-auth NAME=FILE reads NAME's entry from a docker config.json or
+a Kubernetes .dockerconfigjson as docker does (Docker Hub under https://index.docker.io/v1/;
+credHelpers/credsStore run docker-credential-* from PATH), and re-reads the file when it changes.
+They are sent only to that upstream and an https token realm on its registrable domain, and
+never logged. Everything they can read becomes readable by every client that may pull: set
+--pull-allow. An upstream that refuses nodecache (401/403) makes the client's answer 403 DENIED,
+so containerd falls back to the registry with the node's own pull secrets.
+
+HTTPS_PROXY/HTTP_PROXY/NO_PROXY apply to upstream traffic; --upstream-ca NAME=FILE trusts a
+private CA. --tls-cert/--tls-key serve HTTPS (TLS 1.2+), re-read when the files change.
+
 Examples:
    nodecache serve --root /var/lib/nodecache
    nodecache serve --upstream ghcr.io=https://ghcr.io --upstream docker.io=https://registry-1.docker.io
    NODECACHE_LISTEN=127.0.0.1:5000 nodecache serve`,
-		Flags: mirrorFlags(":5000"),
+		Flags: append(mirrorFlags(":5000"),
+			stringFlag("tls-cert", "", "serve HTTPS (TLS 1.2+) on --listen with the PEM certificate (chain) in `FILE`; needs --tls-key; both read again when they change"),
+			stringFlag("tls-key", "", "PEM private key `FILE` of --tls-cert"),
+		),
 		Action: func(c *cli.Context) error {
 			log, err := newLogger(c)
 			if err != nil {
@@ -62,6 +87,10 @@ Examples:
 				return err
 			}
 			opts.Logger = log
+			cert, err := listenerTLS(c, log)
+			if err != nil {
+				return err
+			}
 			mirror.ForwardDistributionLogs(log)
 			m, err := mirror.New(c.Context, opts)
 			if err != nil {
@@ -69,7 +98,7 @@ Examples:
 			}
 			log.Info().Str("version", buildinfo.Version()).Msg("nodecache serve")
 			err = mirror.Serve(c.Context, m, mirror.ServeOptions{
-				Listen: c.String("listen"), MetricsListen: c.String("metrics-listen"), Logger: log,
+				Listen: c.String("listen"), MetricsListen: c.String("metrics-listen"), Logger: log, TLS: cert,
 			})
 			if cerr := m.Close(); err == nil {
 				err = cerr
@@ -85,15 +114,46 @@ func mirrorOptions(c *cli.Context) (mirror.Options, error) {
 	if err != nil {
 		return mirror.Options{}, usagef("--upstream: %v", err)
 	}
-	var allow []netip.Prefix
-	for _, s := range splitList(c.StringSlice("allow")) {
-		p, err := netip.ParsePrefix(s)
+	allow, err := parseCIDRs("allow", c.StringSlice("allow"))
+	if err != nil {
+		return mirror.Options{}, err
+	}
+	pullAllow, err := parseCIDRs("pull-allow", c.StringSlice("pull-allow"))
+	if err != nil {
+		return mirror.Options{}, err
+	}
+	log, err := newLogger(c)
+	if err != nil {
+		return mirror.Options{}, err
+	}
+	creds := map[string]*upstream.Credentials{}
+	for _, spec := range splitList(c.StringSlice("upstream-auth")) {
+		n, file, err := upstreamFileSpec("upstream-auth", spec, ups)
 		if err != nil {
-			return mirror.Options{}, usagef("--allow %q: want a CIDR such as 10.0.0.0/8: %v", s, err)
+			return mirror.Options{}, err
 		}
-		allow = append(allow, p)
+		cr, err := upstream.LoadCredentials(file, n, upstream.CredentialsOptions{Logger: log})
+		if err != nil {
+			return mirror.Options{}, usagef("--upstream-auth %s: %v", n, err)
+		}
+		creds[n] = cr
+	}
+	cas := map[string]*x509.CertPool{}
+	for _, spec := range splitList(c.StringSlice("upstream-ca")) {
+		n, file, err := upstreamFileSpec("upstream-ca", spec, ups)
+		if err != nil {
+			return mirror.Options{}, err
+		}
+		pool, err := upstream.LoadRootCAs(file)
+		if err != nil {
+			return mirror.Options{}, usagef("--upstream-ca %s: %v", n, err)
+		}
+		cas[n] = pool
 	}
 	o := mirror.Options{
+		PullAllow:           pullAllow,
+		UpstreamCredentials: creds,
+		UpstreamRootCAs:     cas,
 		Root:                c.String("root"),
 		Upstreams:           ups,
 		DefaultUpstream:     c.String("default-upstream"),
@@ -131,6 +191,54 @@ func mirrorOptions(c *cli.Context) (mirror.Options, error) {
 		}
 	}
 	return o, nil
+}
+
+// parseCIDRs parses the values of a repeatable CIDR flag; refusals exit 2.
+func parseCIDRs(flag string, values []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range splitList(values) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, usagef("--%s %q: want a CIDR such as 10.0.0.0/8 or fd00::/8: %v", flag, s, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// upstreamFileSpec splits NAME=FILE of --upstream-auth and --upstream-ca; NAME must be a
+// configured upstream (aliases such as index.docker.io name docker.io).
+func upstreamFileSpec(flag, spec string, ups []name.Upstream) (string, string, error) {
+	n, file, ok := strings.Cut(spec, "=")
+	if !ok || n == "" || file == "" {
+		return "", "", usagef("--%s %q: want NAME=FILE, e.g. ghcr.io=/etc/nodecache/config.json", flag, spec)
+	}
+	reg, err := name.ParseRegistry(n)
+	if err != nil {
+		return "", "", usagef("--%s %q: %v", flag, spec, err)
+	}
+	for _, u := range ups {
+		if u.Name == reg || (name.Canonical(u.Name) == name.DockerHub && name.Canonical(reg) == name.DockerHub) {
+			return u.Name, file, nil
+		}
+	}
+	return "", "", usagef("--%s %q: %s is not among the --upstream names %s", flag, spec, reg, strings.Join(upstreamNames(ups), ", "))
+}
+
+// listenerTLS loads --tls-cert and --tls-key (both or neither); refusals exit 2.
+func listenerTLS(c *cli.Context, log zerolog.Logger) (*mirror.Certificate, error) {
+	cert, key := c.String("tls-cert"), c.String("tls-key")
+	switch {
+	case cert == "" && key == "":
+		return nil, nil
+	case cert == "" || key == "":
+		return nil, usagef("--tls-cert and --tls-key go together: give both PEM files, or neither for plain HTTP")
+	}
+	crt, err := mirror.LoadCertificate(cert, key, log)
+	if err != nil {
+		return nil, usagef("--tls-cert/--tls-key: %v", err)
+	}
+	return crt, nil
 }
 
 // checkListen accepts HOST:PORT or :PORT with a port from 0 to 65535 (0: any free port).

@@ -25,6 +25,12 @@ type hubLike struct {
 	tokens                    int
 	leaks                     []string // requests that carried credentials to a host other than the registry
 	unauthorized              int
+	// user and password, when set (private), are required at the token realm (HTTP Basic);
+	// tokens are then handed out to those credentials only.
+	user, password string
+	tokenAuths     []string // the Authorization headers the realm received
+	// realmHost is the token realm's host name announced in challenges; default auth.hub.test.
+	realmHost string
 }
 
 const hubToken = "anonymous-token-1"
@@ -38,10 +44,17 @@ func newHubLike(t *testing.T) *hubLike {
 	hub.auth = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hub.mu.Lock()
 		hub.tokens++
-		if r.Header.Get("Authorization") != "" {
+		user, password := hub.user, hub.password
+		hub.tokenAuths = append(hub.tokenAuths, r.Header.Get("Authorization"))
+		if user == "" && r.Header.Get("Authorization") != "" {
 			hub.leaks = append(hub.leaks, "auth: "+r.Header.Get("Authorization"))
 		}
 		hub.mu.Unlock()
+		if u, p, ok := r.BasicAuth(); user != "" && (!ok || u != user || p != password) {
+			w.Header().Set("WWW-Authenticate", `Basic realm="hub"`)
+			http.Error(w, `{"details":"incorrect username or password"}`, http.StatusUnauthorized)
+			return
+		}
 		if r.URL.Query().Get("service") != "registry.hub.test" || !strings.HasPrefix(r.URL.Query().Get("scope"), "repository:") {
 			http.Error(w, "bad token request "+r.URL.RawQuery, http.StatusBadRequest)
 			return
@@ -64,8 +77,12 @@ func newHubLike(t *testing.T) *hubLike {
 		if r.Header.Get("Authorization") != "Bearer "+hubToken {
 			hub.mu.Lock()
 			hub.unauthorized++
+			realm := hub.realmHost
 			hub.mu.Unlock()
-			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="http://auth.hub.test:%s/token",service="registry.hub.test"`, port(hub.auth)))
+			if realm == "" {
+				realm = "auth.hub.test"
+			}
+			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer realm="http://%s:%s/token",service="registry.hub.test"`, realm, port(hub.auth)))
 			http.Error(w, `{"errors":[{"code":"UNAUTHORIZED"}]}`, http.StatusUnauthorized)
 			return
 		}

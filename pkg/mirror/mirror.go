@@ -48,6 +48,7 @@ type Mirror struct {
 	metrics         *metrics
 	gatherer        prometheus.Gatherer
 	clients         *clientLog
+	pull            pullGate
 	canary          *canary
 	cancel          context.CancelFunc
 }
@@ -92,7 +93,8 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 	}
 	regs := make([]upstream.Registry, len(opts.Upstreams))
 	for i, u := range opts.Upstreams {
-		regs[i] = upstream.Registry{Name: u.Name, URL: u.URL}
+		regs[i] = upstream.Registry{Name: u.Name, URL: u.URL,
+			Credentials: opts.UpstreamCredentials[u.Name], RootCAs: opts.UpstreamRootCAs[u.Name]}
 	}
 	fetch, err := upstream.New(ctx, regs, upstream.Options{
 		StagingDir:  staging,
@@ -117,6 +119,7 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		metrics:   met,
 		gatherer:  gatherer,
 		clients:   newClientLog(opts.ClientEvidenceAllow),
+		pull:      pullGate{allow: opts.PullAllow},
 	}
 	for _, u := range opts.Upstreams {
 		key := storageKey(u.Name)
@@ -217,6 +220,9 @@ func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.MetricsHandler().ServeHTTP(w, r)
 		return
 	case mirrorapi.ClientsPath:
+		if !m.clients.allowed(r.RemoteAddr) {
+			m.metrics.refused.WithLabelValues(RefusedAllow).Inc()
+		}
 		m.clients.serveHTTP(w, r)
 		return
 	}
@@ -257,6 +263,12 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
+	if !m.pull.allowed(r.RemoteAddr) {
+		_, rt.kind, rt.ref, _, _ = apiPath(r.URL.Path)
+		m.metrics.refused.WithLabelValues(RefusedPullAllow).Inc()
+		refusePull(rw, r.RemoteAddr)
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		_, rt.kind, rt.ref, _, _ = apiPath(r.URL.Path)
 		w.Header().Set("Allow", "GET, HEAD")

@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -42,6 +43,14 @@ type Options struct {
 	// Transport is the base transport to upstreams, under authentication and redirects.
 	// Default: a transport with dial, TLS and response-header timeouts of UpstreamTimeout.
 	Transport http.RoundTripper
+	// UpstreamCredentials are the credentials nodecache authenticates with, by upstream NAME
+	// (--upstream-auth; upstream.LoadCredentials). Upstreams without an entry are pulled
+	// anonymously. Everything the credentials can read becomes readable by every client that
+	// may pull (see PullAllow). Keys must be configured upstream names.
+	UpstreamCredentials map[string]*upstream.Credentials
+	// UpstreamRootCAs are the certificate authorities trusted for an upstream, by NAME
+	// (--upstream-ca; upstream.LoadRootCAs). Keys must be configured upstream names.
+	UpstreamRootCAs map[string]*x509.CertPool
 	// Logger receives the access log and operational messages. Default: disabled.
 	Logger zerolog.Logger
 	// Registerer receives the mirror's metrics. Default: a private registry, served by
@@ -53,6 +62,12 @@ type Options struct {
 	// ClientEvidenceAllow lists the networks, besides loopback, that may read
 	// /nodecache/v1/clients.
 	ClientEvidenceAllow []netip.Prefix
+	// PullAllow lists the networks that may send registry requests (/v2/...). Empty (default):
+	// every address. Otherwise 127.0.0.1 and ::1 (the node's own runtime) and these networks;
+	// anyone else gets 403 DENIED, counted in nodecache_refused_total{reason="pull_allow"}.
+	// /healthz, /readyz and /metrics stay open; /nodecache/v1/clients follows
+	// ClientEvidenceAllow.
+	PullAllow []netip.Prefix
 	// UserAgent is sent to upstreams. Default "nodecache/<version>".
 	UserAgent string
 	// FillTimeout bounds one blob fill from its first upstream request to its commit; uploads
@@ -78,6 +93,16 @@ func (o *Options) setDefaults() error {
 			errs = append(errs, fmt.Errorf("upstreams[%d].name: %q is configured twice (as %q)", i, u.Name, prev))
 		}
 		seen[c] = u.Name
+	}
+	for n := range o.UpstreamCredentials {
+		if !seen[n] {
+			errs = append(errs, fmt.Errorf("upstream-credentials: %q is not a configured upstream", n))
+		}
+	}
+	for n := range o.UpstreamRootCAs {
+		if !seen[n] {
+			errs = append(errs, fmt.Errorf("upstream-root-cas: %q is not a configured upstream", n))
+		}
 	}
 	if o.DefaultUpstream == "" {
 		if n, ok := seen[name.DockerHub]; ok {

@@ -18,6 +18,9 @@ import (
 type ServeOptions struct {
 	// Listen is the registry's address, e.g. ":5000" or "127.0.0.1:5000".
 	Listen string
+	// TLS, when set, makes the registry listener (Listen) serve HTTPS only (TLS 1.2 or later)
+	// with this certificate; MetricsListen stays plain HTTP.
+	TLS *Certificate
 	// MetricsListen, when set, serves /metrics (and the probes) on a separate address too.
 	MetricsListen string
 	// ShutdownTimeout bounds how long in-flight responses may take to finish after ctx ends.
@@ -70,6 +73,9 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 		return fmt.Errorf("listen %s: %w", o.Listen, err)
 	}
 	servers := []*http.Server{{Handler: h, ReadHeaderTimeout: 30 * time.Second}}
+	if o.TLS != nil {
+		servers[0].TLSConfig = o.TLS.TLSConfig()
+	}
 	listeners := []net.Listener{l}
 	if o.MetricsListen != "" {
 		ml, err := lc.Listen(ctx, "tcp", o.MetricsListen)
@@ -85,8 +91,9 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 		listeners = append(listeners, ml)
 	}
 	for _, ln := range listeners {
-		o.Logger.Info().Str("addr", ln.Addr().String()).Msg("listening")
+		o.Logger.Info().Str("addr", ln.Addr().String()).Bool("tls", ln == l && o.TLS != nil).Msg("listening")
 	}
+	m.logAccess(l.Addr().String())
 	if o.OnListen != nil {
 		o.OnListen(l.Addr())
 	}
@@ -94,7 +101,11 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 	for i := range servers {
 		srv, ln := servers[i], listeners[i]
 		g.Go(func() error {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serve := srv.Serve
+			if srv.TLSConfig != nil {
+				serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+			}
+			if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("serve %s: %w", ln.Addr(), err)
 			}
 			return nil

@@ -95,7 +95,7 @@ func (r *Registry) Ref(t testing.TB, repo, tag string) name.Reference {
 // PushIndex pushes idx to repo:tag on r.
 func (r *Registry) PushIndex(t testing.TB, repo, tag string, idx v1.ImageIndex) {
 	t.Helper()
-	if err := remote.WriteIndex(r.Ref(t, repo, tag), idx, remote.WithContext(t.Context())); err != nil {
+	if err := remote.WriteIndex(r.Ref(t, repo, tag), idx, r.pushOptions(t)...); err != nil {
 		t.Fatalf("push index %s:%s: %v", repo, tag, err)
 	}
 }
@@ -103,7 +103,15 @@ func (r *Registry) PushIndex(t testing.TB, repo, tag string, idx v1.ImageIndex) 
 // PushImage pushes img to repo:tag on r.
 func (r *Registry) PushImage(t testing.TB, repo, tag string, img v1.Image) {
 	t.Helper()
-	if err := remote.Write(r.Ref(t, repo, tag), img, remote.WithContext(t.Context())); err != nil {
+	if err := remote.Write(r.Ref(t, repo, tag), img, r.pushOptions(t)...); err != nil {
 		t.Fatalf("push image %s:%s: %v", repo, tag, err)
 	}
+}
+
+func (r *Registry) pushOptions(t testing.TB) []remote.Option {
+	opts := []remote.Option{remote.WithContext(t.Context())}
+	if r.auth != nil {
+		opts = append(opts, remote.WithAuth(r.auth))
+	}
+	return opts
 }

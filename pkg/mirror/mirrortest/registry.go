@@ -19,6 +19,7 @@ import (
 	"github.com/distribution/distribution/v3/configuration"
 	"github.com/distribution/distribution/v3/registry/handlers"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory" // storage driver
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/sirupsen/logrus"
 )
 
@@ -29,6 +30,8 @@ type Request struct {
 	RawQuery  string
 	UserAgent string
 	Range     string
+	// Authorization is the request's Authorization header.
+	Authorization string
 }
 
 // Registry is distribution's plain (non-proxy) registry with in-memory storage, listening on a
@@ -45,6 +48,8 @@ type Registry struct {
 	reqs    []Request
 	// Wrap, when set before a request, wraps the registry handler (fault injection).
 	wrap func(http.Handler) http.Handler
+	// auth authenticates the pushers (NewPrivateRegistry); nil: anonymous.
+	auth authn.Authenticator
 }
 
 // NewRegistry starts a registry on 127.0.0.1 with a random port. It stops when the test ends.
@@ -152,6 +157,7 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request) {
 	r.reqs = append(r.reqs, Request{
 		Method: req.Method, Path: req.URL.Path, RawQuery: req.URL.RawQuery,
 		UserAgent: req.UserAgent(), Range: req.Header.Get("Range"),
+		Authorization: req.Header.Get("Authorization"),
 	})
 	h := r.handler
 	if r.wrap != nil {

@@ -59,11 +59,13 @@ type client struct {
 	userAgent string
 	now       func() time.Time
 	repos     *lru.Cache[string, repoTransport] // repository -> authenticated transport; safe for concurrent use
+	creds     *Credentials                      // nil: anonymous
 }
 
 type repoTransport struct {
 	rt      http.RoundTripper
 	created time.Time
+	gen     uint64 // credentials generation it was built with
 }
 
 // repoTransportTTL bounds how long an authenticated transport is reused; a token refresh on 401
@@ -87,9 +89,13 @@ func newClient(up Registry, base http.RoundTripper, timeout time.Duration, userA
 	if err != nil {
 		return nil, fmt.Errorf("upstream %s: transport cache: %w", up.Name, err)
 	}
+	base = retryAfterRecorder{base}
+	if up.Credentials != nil {
+		base = credentialGuard{name: up.Name, upstream: up.URL, next: base}
+	}
 	return &client{
-		up: up, reg: reg, base: retryAfterRecorder{base}, timeout: timeout, userAgent: userAgent,
-		now: now, repos: repos,
+		up: up, reg: reg, base: base, timeout: timeout, userAgent: userAgent,
+		now: now, repos: repos, creds: up.Credentials,
 	}, nil
 }
 
@@ -132,9 +138,17 @@ func DefaultTransport(timeout time.Duration) *http.Transport {
 }
 
 // transport returns the authenticated transport for repo, creating it (a /v2/ ping and, for
-// bearer challenges, a token request with pull scope) when missing or old.
+// bearer challenges, a token request with pull scope) when missing, old, or built before the
+// credentials file changed.
 func (c *client) transport(ctx context.Context, repo string) (http.RoundTripper, error) {
-	if t, ok := c.repos.Get(repo); ok && c.now().Sub(t.created) < repoTransportTTL {
+	var (
+		auth = authn.Anonymous
+		gen  uint64
+	)
+	if c.creds != nil {
+		auth, gen = c.creds, c.creds.Generation()
+	}
+	if t, ok := c.repos.Get(repo); ok && t.gen == gen && c.now().Sub(t.created) < repoTransportTTL {
 		return t.rt, nil
 	}
 
@@ -142,11 +156,11 @@ func (c *client) transport(ctx context.Context, repo string) (http.RoundTripper,
 	defer cancel()
 	base := transport.NewUserAgent(c.base, c.userAgent)
 	scope := "repository:" + repo + ":pull"
-	rt, err := transport.NewWithContext(pctx, c.reg, authn.Anonymous, base, []string{scope})
+	rt, err := transport.NewWithContext(pctx, c.reg, auth, base, []string{scope})
 	if err != nil {
 		return nil, c.classify("authenticate", err)
 	}
-	c.repos.Add(repo, repoTransport{rt: rt, created: c.now()})
+	c.repos.Add(repo, repoTransport{rt: rt, created: c.now(), gen: gen})
 	return rt, nil
 }
 

@@ -10,6 +10,8 @@ package upstream
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -42,6 +44,14 @@ type Registry struct {
 	Name string
 	// URL is scheme://host[:port] of its API.
 	URL *url.URL
+	// Credentials, when set, authenticate nodecache to this upstream (and only to it and its
+	// token realm: see RealmAllowed). Nil: anonymous, with the anonymous tokens real registries
+	// hand out.
+	Credentials *Credentials
+	// RootCAs, when set, are the certificate authorities trusted for TLS to this upstream, its
+	// token realm and its redirects (the system's plus a private CA: LoadRootCAs). Needs an
+	// *http.Transport as Options.Transport. Nil: the system's.
+	RootCAs *x509.CertPool
 }
 
 // Options configures a Fetcher. The zero value of every optional field means its default.
@@ -128,7 +138,11 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 		f.fresh = expirable.NewLRU[string, time.Time](MaxFreshTags, nil, opts.TagTTL)
 	}
 	for _, reg := range regs {
-		c, err := newClient(reg, opts.Transport, opts.Timeout, opts.UserAgent, opts.Clock)
+		base, err := transportFor(reg, opts.Transport)
+		if err != nil {
+			return nil, err
+		}
+		c, err := newClient(reg, base, opts.Timeout, opts.UserAgent, opts.Clock)
 		if err != nil {
 			return nil, err
 		}
@@ -136,6 +150,42 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 	}
 	f.fillCtx, f.abandon = context.WithCancel(context.WithoutCancel(ctx))
 	return f, nil
+}
+
+// transportFor is base with reg's RootCAs.
+func transportFor(reg Registry, base http.RoundTripper) (http.RoundTripper, error) {
+	if reg.RootCAs == nil {
+		return base, nil
+	}
+	t, ok := base.(*http.Transport)
+	if !ok {
+		return nil, fmt.Errorf("upstream %s: a private CA needs an *http.Transport, not %T", reg.Name, base)
+	}
+	t = t.Clone()
+	if t.TLSClientConfig == nil {
+		t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	t.TLSClientConfig.RootCAs = reg.RootCAs
+	return t, nil
+}
+
+// LoadRootCAs returns the system's certificate authorities plus the PEM certificates in file
+// (--upstream-ca).
+//
+// Errors: the file cannot be read or holds no PEM certificate.
+func LoadRootCAs(file string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("CA file: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("CA file %s holds no PEM certificate (want -----BEGIN CERTIFICATE-----)", file)
+	}
+	return pool, nil
 }
 
 // Remote returns the upstream called name, nil when none is configured.
