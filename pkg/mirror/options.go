@@ -95,12 +95,12 @@ func (o *Options) setDefaults() error {
 		seen[c] = u.Name
 	}
 	for n := range o.UpstreamCredentials {
-		if !seen[n] {
-			errs = append(errs, fmt.Errorf("upstream-credentials: %q is not a configured upstream", n))
+		if seen[name.Canonical(n)] != n {
+			errs = append(errs, fmt.Errorf("upstream-credentials: %q is not the name of a configured upstream", n))
 		}
 	}
 	for n := range o.UpstreamRootCAs {
-		if !seen[n] {
+		if seen[name.Canonical(n)] != n {
 			errs = append(errs, fmt.Errorf("upstream-root-cas: %q is not a configured upstream", n))
 		}
 	}
