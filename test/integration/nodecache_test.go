@@ -42,6 +42,8 @@ type nodecache struct {
 	// Host is "127.0.0.1:<port>".
 	Host string
 	log  *syncBuffer
+	// Close stops serving (the mirror is down from then on); the test's cleanup calls it too.
+	Close func()
 }
 
 // accessLine is one access-log line of the mirror (message "request").
@@ -86,7 +88,7 @@ func startNodecache(t *testing.T, upstream *mirrortest.Registry) *nodecache {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &nodecache{URL: srv.URL, Host: u.Host, log: buf}
+	return &nodecache{URL: srv.URL, Host: u.Host, log: buf, Close: srv.Close}
 }
 
 // requests returns the access-log lines so far.

@@ -1,0 +1,104 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/name"
+)
+
+// TestGenContainerdAdoptsSiteDirectory is issue 11's containerd case on a real containerd 2.4: a
+// user's per-host directory for an http-only registry — the "host:port" form containerd's
+// documentation shows, and the "host_port_" form — with server = "http://…". `nodecache gen
+// containerd` (the binary) adds the mirror to that hosts.toml and creates no directory that would
+// shadow it; a CRI pull goes through nodecache; with nodecache down the next pull goes to the
+// user's http server as before gen; `--remove` gives back the user's file byte for byte.
+func TestGenContainerdAdoptsSiteDirectory(t *testing.T) {
+	t.Parallel()
+	for _, form := range []string{"colon", "host_port_"} {
+		t.Run(form, func(t *testing.T) {
+			t.Parallel()
+			bin := runtimetest.Binary(t, runtimetest.EnvContainerd24)
+			runtimetest.RequireRoot(t)
+			runtimetest.RequireLoopbackName(t, upstreamName)
+			nodecacheBin := nodecacheBinary(t)
+
+			upstream := mirrortest.NewRegistry(t)
+			host := upstreamHost(t, upstream)
+			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 32*1024, 1, "linux/amd64"))
+			upstream.PushImage(t, "team/app", "v2", mirrortest.Image(t, 32*1024, 1, "linux/amd64"))
+			nc := startNodecache(t, upstream)
+
+			certs := filepath.Join(t.TempDir(), "certs.d")
+			dir := host
+			if form == "host_port_" {
+				dir = name.HostDir(host)
+			}
+			userFile := filepath.Join(certs, dir, "hosts.toml")
+			userHosts := "# our lab registry speaks plain http\nserver = \"http://" + host + "\"\n"
+			writeFile(t, userFile, []byte(userHosts))
+			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs})
+
+			args := []string{"gen", "containerd", "--mirror", nc.URL, "--upstream", host,
+				"--containerd-config", c.ConfigFile(), "--containerd-version", c.Version(), "--output", "json"}
+			var rep struct {
+				Adopted    []string           `json:"adopted"`
+				EditedFile string             `json:"edited_file"`
+				Changes    []bootstrap.Change `json:"changes"`
+			}
+			runNodecacheJSON(t, nodecacheBin, args, &rep)
+			// config.toml stays as it is (its single config_path is used); only the user's file
+			// changes. (restart_required may still be reported by the start-time rule, since
+			// the harness wrote config.toml just before starting containerd.)
+			if !slices.Equal(rep.Adopted, []string{userFile}) || rep.EditedFile != "" || len(rep.Changes) != 1 {
+				t.Fatalf("gen: adopted %v, edited %q, changes %+v; want only [%s]", rep.Adopted, rep.EditedFile, rep.Changes, userFile)
+			}
+			ents, err := os.ReadDir(certs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ents) != 1 || ents[0].Name() != dir {
+				t.Fatalf("certs.d holds %v: want only the user's %s (nothing shadowing it)", ents, dir)
+			}
+
+			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
+			defer cancel()
+			if _, err := c.PullImage(ctx, host+"/team/app:v1"); err != nil {
+				t.Fatalf("containerd %s after gen: %v\nhosts.toml:\n%s", c.Version(), err, readFile(t, userFile))
+			}
+			checkAccessLog(t, nc.requests(t), c.UserAgent(), host)
+
+			// The mirror down: the user's own http server, as before gen.
+			nc.Close()
+			upstream.ResetRequests()
+			if _, err := c.PullImage(ctx, host+"/team/app:v2"); err != nil {
+				t.Fatalf("containerd %s with nodecache down: %v (the user's http fallback is lost)\n%s", c.Version(), err, c.LogTail(20))
+			}
+			var direct bool
+			for _, r := range upstream.Requests() {
+				direct = direct || (strings.HasPrefix(r.UserAgent, "containerd/") && strings.Contains(r.Path, "/manifests/v2"))
+			}
+			if !direct {
+				t.Fatalf("with nodecache down the user's http registry saw no manifest request from containerd: %+v", upstream.Requests())
+			}
+
+			var rm struct {
+				Changes []bootstrap.Change `json:"changes"`
+			}
+			runNodecacheJSON(t, nodecacheBin, append(args[:len(args)-2:len(args)-2], "--remove", "--output", "json"), &rm)
+			if got := readFile(t, userFile); got != userHosts {
+				t.Fatalf("after --remove:\n%s\nwant the user's file byte for byte:\n%s", got, userHosts)
+			}
+			if _, err := os.Stat(userFile + bootstrap.BackupSuffix); !os.IsNotExist(err) {
+				t.Fatalf("backup left after --remove: %v", err)
+			}
+		})
+	}
+}
