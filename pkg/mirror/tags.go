@@ -72,7 +72,7 @@ func upstreamAPIError(st *reqState, err error) error {
 	)
 	switch {
 	case errors.Is(err, upstream.ErrSchema1):
-		return errcode.ErrorCodeManifestInvalid.WithMessage("schema 1 manifests are not supported (" + err.Error() + ")")
+		return errcode.ErrorCodeManifestInvalid.WithMessage(err.Error()) // ends "schema 1 manifests are not supported"
 	case errors.Is(err, upstream.ErrNotManifest):
 		return errcode.ErrorCodeManifestInvalid.WithMessage(err.Error())
 	case errors.As(err, &ec):

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -499,6 +500,37 @@ func TestSchema1Refused(t *testing.T) {
 	}
 	if n := m.Count("", "/blobs/"); n != 0 {
 		t.Errorf("%d blob requests for a schema 1 image", n)
+	}
+}
+
+// TestSchema1ThroughNodecacheFailsAtOnce: through nodecache, an upstream's schema 1 manifest is
+// a 400 MANIFEST_INVALID (permanent), so warm reports the image failed after one request for
+// it, without retrying, and says schema 1.
+func TestSchema1ThroughNodecacheFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	up.Wrap(func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !strings.Contains(r.URL.Path, "/manifests/") {
+				w.WriteHeader(http.StatusOK) // the /v2/ ping
+				return
+			}
+			w.Header().Set("Content-Type", string(types.DockerManifestSchema1Signed))
+			if r.Method == http.MethodGet {
+				_, _ = w.Write([]byte(schema1Doc))
+			}
+		})
+	})
+	m := newNodecache(t, up, warm.RoutingNS)
+	rep, _, err := run(t, m, "linux/amd64", func(o *warm.Options) { o.Retries = 5 }, upstreamName+"/old/app:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Warm || !strings.Contains(rep.Images[0].Error, "schema 1") {
+		t.Fatalf("report %+v; want not warm with a schema 1 message", rep.Images[0])
+	}
+	if n := m.Count("", "/manifests/"); n != 1 {
+		t.Errorf("warm sent %d manifest requests to the mirror; a 400 must not be retried", n)
 	}
 }
 
