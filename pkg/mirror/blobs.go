@@ -121,7 +121,11 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 		// seen as the broken transfer it is.
 		panic(http.ErrAbortHandler)
 	case err != nil:
-		// Nothing was sent yet: answer with the upstream's error instead of a broken 200.
+		// Nothing was sent yet: answer with the upstream's error instead of a broken 200, with
+		// none of the blob's headers.
+		for _, k := range []string{"Docker-Content-Digest", "Etag", "Cache-Control", "Content-Type", "Content-Length"} {
+			w.Header().Del(k)
+		}
 		return blobAPIError(st, err)
 	}
 	return nil

@@ -250,6 +250,10 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 	st := &reqState{}
 	rw := &responseWriter{ResponseWriter: w, st: st}
 	rt, apiErr := route{kind: kindOther}, (*apiError)(nil)
+	// Client evidence is recorded as the headers go out, before the client can see the answer.
+	rw.onHeader = func(code int) {
+		m.clients.record(r.RemoteAddr, r.UserAgent(), IsContent(r.Method, rt.kind, code), time.Now())
+	}
 	defer func() {
 		rec := recover()
 		if rec != nil && rec != http.ErrAbortHandler { //nolint:errorlint // net/http's sentinel is compared, not wrapped
@@ -286,9 +290,10 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 	}
 	if rt.kind == kindBase {
 		w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
-		w.Header().Set("Content-Type", "application/json; charset=utf-8")
+		w.Header().Set("Content-Type", "application/json") // byte for byte what distribution answers
+		w.Header().Set("Content-Length", "2")
 		rw.WriteHeader(http.StatusOK)
-		_, _ = rw.Write([]byte("{}\n"))
+		_, _ = rw.Write([]byte("{}"))
 		return
 	}
 	if rt.repo == mirrorapi.CanaryRepository {
@@ -317,6 +322,8 @@ type responseWriter struct {
 	status    int
 	bytes     int64
 	recovered bool // a panic was answered with a 500
+	// onHeader, when set, is called with the status just before the headers are written.
+	onHeader func(code int)
 }
 
 func (w *responseWriter) WriteHeader(code int) {
@@ -332,6 +339,9 @@ func (w *responseWriter) WriteHeader(code int) {
 		w.Header().Set("Link", clientLink(l, w.st.clientPath, w.st.ns))
 	}
 	w.status = code
+	if w.onHeader != nil {
+		w.onHeader(code)
+	}
 	if code < 400 {
 		if c := w.st.cacheValue(); c != "" {
 			w.Header().Set(mirrorapi.HeaderCache, c)
@@ -433,7 +443,9 @@ func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, st *re
 	if fromUp > 0 {
 		m.metrics.servedBytes.WithLabelValues(upName, "upstream").Add(float64(fromUp))
 	}
-	m.clients.record(r.RemoteAddr, r.UserAgent(), IsContent(r.Method, rt.kind, status), time.Now())
+	if w.status == 0 {
+		w.onHeader(status) // nothing was written: net/http sends an empty 200
+	}
 	m.log.Info().
 		Str("method", r.Method).
 		Str("upstream", upName).

@@ -54,7 +54,9 @@ func (m *Mirror) newApp(ctx context.Context, root string) *handlers.App {
 	} else {
 		cfg.Storage = configuration.Storage{"filesystem": configuration.Parameters{"rootdirectory": root}}
 	}
-	cfg.Storage["cache"] = configuration.Parameters{"blobdescriptor": "inmemory"}
+	// No blob descriptor cache: distribution's is one per repository for manifests and blobs
+	// alike, so once cached a manifest digest answered at /blobs/ (200 instead of 404) and a
+	// blob digest at /manifests/ (500): answers then depended on what was cached.
 	cfg.Storage["maintenance"] = configuration.Parameters{
 		"readonly": map[any]any{"enabled": true},
 		// distribution's purger runs in a goroutine that never stops, with a 7-day age; fill

@@ -56,6 +56,7 @@ type Fill struct {
 	written  int64
 	size     int64 // bytes of the blob; -1 until an upstream answer tells (written by run only)
 	verified bool
+	answered bool // an upstream GET answered 2xx: the blob is coming
 	err      error
 	progress chan struct{} // closed and replaced on every change
 	done     chan struct{} // closed when the fill is over (committed or failed)
@@ -302,6 +303,12 @@ func (f *Fill) downloadOnce(ctx context.Context, file *os.File, h hash.Hash) (pr
 		return false, err
 	}
 	defer resp.Body.Close()
+	if !f.answered {
+		f.mu.Lock()
+		f.answered = true
+		f.notify()
+		f.mu.Unlock()
+	}
 	// The GET is the truth about the size; the HEAD before it was a hint.
 	total := resp.ContentLength
 	if resp.StatusCode == http.StatusPartialContent {
@@ -422,32 +429,44 @@ func contentRangeTotal(v string) int64 {
 	return n
 }
 
-// firstByteWait is how long a client's response headers wait for a fill's first byte, so that
-// an upstream failing at once becomes an error status instead of a broken 200. It stays far
-// below containerd's 30 s header deadline (with the blob HEAD before it, bounded by the
-// upstream timeout as well).
+// firstByteWait is how long a client's response headers wait for a fill's first byte once the
+// upstream answered 2xx. Until the upstream answers at all they wait up to maxHeaderWait, so an
+// upstream that answers errors becomes an error status instead of a broken 200. Both stay below
+// containerd's 30 s header deadline (with the blob HEAD before them, bounded by the upstream
+// timeout as well).
 func firstByteWait(upstreamTimeout time.Duration) time.Duration {
 	return min(upstreamTimeout/3, 5*time.Second)
 }
 
-// firstByte waits until the fill has a byte for readers, is over, or wait has passed. It
-// returns the fill's error when the fill failed before releasing anything.
+// maxHeaderWait bounds how long response headers wait for an upstream that has not answered.
+const maxHeaderWait = 15 * time.Second
+
+// firstByte waits until the fill has a byte for readers, is over, or wait has passed since the
+// upstream answered 2xx (maxHeaderWait at most). It returns the fill's error when the fill
+// failed before releasing anything.
 func (f *Fill) firstByte(ctx context.Context, wait time.Duration) error {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	deadline := time.NewTimer(max(wait, maxHeaderWait))
+	defer deadline.Stop()
+	waited := false
 	for {
 		f.mu.Lock()
-		avail, err, verified, ch := f.released(), f.err, f.verified, f.progress
+		avail, err, verified, answered, ch := f.released(), f.err, f.verified, f.answered, f.progress
 		f.mu.Unlock()
 		switch {
 		case avail > 0 || verified:
 			return nil
 		case err != nil:
 			return err
+		case waited && answered:
+			return nil
 		}
 		select {
 		case <-ch:
 		case <-timer.C:
+			waited = true
+		case <-deadline.C:
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
