@@ -9,6 +9,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
@@ -132,10 +133,10 @@ func newLogger(c *cli.Context) (zerolog.Logger, error) {
 	return l.Level(level).With().Timestamp().Logger(), nil
 }
 
-// isTerminal reports whether f is a terminal (colours and progress bars only there).
+// isTerminal reports whether f is a terminal (colours and progress bars only there): go-isatty,
+// so /dev/null and other character devices that are not terminals do not count.
 func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }
 
 // outputFormat validates --output.

@@ -214,13 +214,9 @@ func orNegative(d time.Duration) time.Duration {
 	return d
 }
 
-// writerIsTerminal reports whether w is a character device (a terminal), where a redrawn progress bar
-// makes sense; anything else (pipe, file, buffer) gets one line per blob.
+// writerIsTerminal reports whether w is a terminal, where a redrawn progress bar makes sense;
+// anything else (pipe, file, buffer) gets one line per blob.
 func writerIsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && isTerminal(f)
 }

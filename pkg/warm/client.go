@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/rs/zerolog"
 )
 
@@ -140,36 +140,72 @@ func (e *permanentError) Unwrap() error { return e.err }
 
 func permanent(err error) error { return &permanentError{err: err} }
 
-// retry runs attempt up to 1+c.retries times while its error is retryable, sleeping between
-// attempts with exponential backoff and jitter (c.backoff, doubling, at most c.maxDelay), or for
-// the Retry-After the mirror asked for (at most c.maxDelay). what names the operation for logs.
+// retry runs attempt up to 1+c.retries times while its error is retryable, with
+// github.com/cenkalti/backoff/v5: exponential backoff with jitter (starting near c.backoff,
+// doubling, each wait at most c.maxDelay), or the Retry-After the mirror asked for (at most
+// c.maxDelay; the schedule then starts over). what names the operation for logs. The error is the
+// last attempt's; when ctx ends first, it wraps the context's cause as well.
 func (c *client) retry(ctx context.Context, what string, attempt func(ctx context.Context, n int) error) error {
-	var err error
-	for n := 0; ; n++ {
-		if err = attempt(ctx, n); err == nil {
-			return nil
+	n := -1
+	var last error
+	op := func() (struct{}, error) {
+		n++
+		err := attempt(ctx, n)
+		if err == nil {
+			return struct{}{}, nil
 		}
+		last = err
 		if n >= c.retries || !retryable(ctx, err) {
-			break
+			return struct{}{}, backoff.Permanent(err)
 		}
-		delay := c.backoff << min(n, 20)
-		delay = delay/2 + rand.N(delay/2+1)
 		var se *statusError
 		if errors.As(err, &se) && se.RetryAfter > 0 {
-			delay = se.RetryAfter
+			return struct{}{}, &retryAfterError{err: err, wait: &backoff.RetryAfterError{Duration: min(se.RetryAfter, c.maxDelay)}}
 		}
-		delay = min(delay, c.maxDelay)
-		c.log.Warn().Err(err).Str("op", what).Int("attempt", n+1).Dur("retry_in", delay).Msg("retrying")
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w (stopped while waiting to retry: %w)", err, context.Cause(ctx))
-		case <-t.C:
-		}
+		return struct{}{}, err
+	}
+	exp := backoff.NewExponentialBackOff()
+	exp.InitialInterval, exp.Multiplier, exp.RandomizationFactor, exp.MaxInterval = c.backoff, 2, 0.5, c.maxDelay
+	_, err := backoff.Retry(ctx, op,
+		backoff.WithBackOff(capped{exp, c.maxDelay}),
+		backoff.WithMaxElapsedTime(0), // --deadline bounds the run, not the retry loop
+		backoff.WithNotify(func(err error, delay time.Duration) {
+			c.log.Warn().Err(err).Str("op", what).Int("attempt", n+1).Dur("retry_in", delay).Msg("retrying")
+		}))
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); cause != nil && last != nil && errors.Is(err, cause) && !errors.Is(last, cause) {
+		// backoff returns only the cause when ctx ends during a wait.
+		return fmt.Errorf("%w (stopped while waiting to retry: %w)", last, cause)
 	}
 	if ctx.Err() != nil && !errors.Is(err, context.Cause(ctx)) {
 		return fmt.Errorf("%w (%w)", err, context.Cause(ctx))
 	}
 	return err
+}
+
+// retryAfterError is a retryable error whose wait the mirror named (Retry-After): backoff/v5
+// finds the RetryAfterError in the chain, the log and the caller see the request's error.
+type retryAfterError struct {
+	err  error
+	wait *backoff.RetryAfterError
+}
+
+func (e *retryAfterError) Error() string   { return e.err.Error() }
+func (e *retryAfterError) Unwrap() []error { return []error{e.err, e.wait} }
+
+// capped keeps every backoff wait at or below max (the exponential schedule's jitter can
+// otherwise reach 1.5 times its interval cap).
+type capped struct {
+	backoff.BackOff
+	max time.Duration
+}
+
+func (b capped) NextBackOff() time.Duration {
+	d := b.BackOff.NextBackOff()
+	if d == backoff.Stop {
+		return d
+	}
+	return min(d, b.max)
 }
