@@ -1,12 +1,9 @@
 package main
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/urfave/cli/v2"
-
-	"github.com/nodecache/nodecache/internal/buildinfo"
 )
 
 func commands() []*cli.Command {
@@ -40,16 +37,5 @@ func refuseUnknownSubcommands(cmd *cli.Command) {
 			return usagef("unknown command %q for %s; want one of: %s", c.Args().First(), cmd.Name, strings.Join(names, ", "))
 		}
 		return cli.ShowSubcommandHelp(c)
-	}
-}
-
-func versionCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "version",
-		Usage: "print the nodecache version",
-		Action: func(c *cli.Context) error {
-			_, err := fmt.Fprintln(c.App.Writer, buildinfo.Version())
-			return err
-		},
 	}
 }
