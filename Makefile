@@ -2,6 +2,8 @@
 #   make run     serve the default upstreams on :5000 with filesystem storage in ./.nodecache
 #   make test    every test (unit, end-to-end, real containerd daemons when their binaries exist)
 #   make ci      what CI runs: build the test tools (containerd daemons, skopeo), then make test
+#   make test-deploy  the chart, manifests, dashboard, Dockerfile, release and systemd checks
+#                (their own module, deploy/test: Helm, kustomize, Prometheus, BuildKit stay out of go.mod)
 
 GO        ?= go
 BIN       ?= bin/nodecache
@@ -19,7 +21,7 @@ GOLANGCI_LINT_VERSION := v2.15.0
 TOOLS         ?= $(or $(NODECACHE_TOOLS),$(HOME)/.cache/nodecache-ci)
 GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 
-.PHONY: all build run test ci lint vet fmt tidy bench clean
+.PHONY: all build run test test-deploy ci lint vet fmt tidy bench clean
 
 all: build
 
@@ -36,6 +38,9 @@ test:
 	$(GO) build -o bin/testsummary ./internal/testsummary
 	bin/testsummary $(filter -v,$(TESTFLAGS)) -- $(GO) test -json -tags '$(GOTAGS)' $(filter-out -v,$(TESTFLAGS)) ./...
 
+test-deploy: build
+	cd deploy/test && GOWORK=off NODECACHE_BINARY=$(abspath $(BIN)) $(GO) test $(TESTFLAGS) ./...
+
 ci:
 	bash .ci/run
 
@@ -48,6 +53,7 @@ fmt:
 lint: vet $(GOLANGCI_LINT)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GOLANGCI_LINT) run ./...
+	cd deploy/test && GOWORK=off $(GO) vet ./...
 
 $(GOLANGCI_LINT):
 	GOBIN=$(dir $@) GOWORK=off $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)

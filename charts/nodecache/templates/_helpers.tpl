@@ -1,0 +1,74 @@
+{{/* Chart name, truncated to 63 characters (DNS label). */}}
+{{- define "nodecache.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Object name: the release name when it already names the chart, else <release>-<chart>. */}}
+{{- define "nodecache.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The component label: node (agent and cleanup share the DaemonSet and its selector) or shared. */}}
+{{- define "nodecache.component" -}}
+{{- if eq .Values.mode "shared" -}}shared{{- else -}}node{{- end -}}
+{{- end -}}
+
+{{- define "nodecache.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nodecache.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: {{ include "nodecache.component" . }}
+{{- end -}}
+
+{{- define "nodecache.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "nodecache.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "nodecache.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* Whether the cluster serves the Prometheus Operator kind given as "Kind". */}}
+{{- define "nodecache.hasMonitoring" -}}
+{{- if .Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .kind) -}}true{{- end -}}
+{{- end -}}
+
+{{/* "monitor", "annotations" or "" for the current mode and cluster. */}}
+{{- define "nodecache.discovery" -}}
+{{- $kind := ternary "ServiceMonitor" "PodMonitor" (eq .Values.mode "shared") -}}
+{{- if or (eq .Values.mode "cleanup") (not .Values.metrics.enabled) (eq .Values.metrics.discovery "none") -}}
+{{- else if eq .Values.metrics.discovery "monitor" -}}monitor
+{{- else if eq .Values.metrics.discovery "annotations" -}}annotations
+{{- else if include "nodecache.hasMonitoring" (dict "Capabilities" .Capabilities "kind" $kind) -}}monitor
+{{- else -}}annotations
+{{- end -}}
+{{- end -}}
+
+{{- define "nodecache.scrapeAnnotations" -}}
+{{- if eq (include "nodecache.discovery" .) "annotations" }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .Values.metrics.port | quote }}
+prometheus.io/path: /metrics
+{{- end }}
+{{- end -}}
+
+{{/* The flags agent and serve share. */}}
+{{- define "nodecache.commonArgs" -}}
+{{- range .Values.upstreams }}
+- {{ printf "--upstream=%s" . | quote }}
+{{- end }}
+{{- range .Values.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,5 @@
+// Package test checks what nodecache ships besides the binary: the Helm chart, the kustomize
+// examples, the dashboard and alerts, the Dockerfile, the release build and the systemd unit.
+// It is its own module so that the product's go.mod stays free of Helm, Kubernetes, kustomize,
+// Prometheus and BuildKit; run it with `make test-deploy`.
+package test

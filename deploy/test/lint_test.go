@@ -1,0 +1,179 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/lint"
+)
+
+// TestChartLint: helm.sh/helm/v3/pkg/lint reports nothing at all (no error, warning or info)
+// for every value set.
+func TestChartLint(t *testing.T) {
+	t.Parallel()
+	kube, err := chartutil.ParseKubeVersion("v1.34.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, vs := range valueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			t.Parallel()
+			l := lint.AllWithKubeVersion(chartDir, vals(t, vs.values), "nodecache", kube)
+			for _, m := range l.Messages {
+				t.Errorf("lint: %s", m)
+			}
+		})
+	}
+}
+
+// TestChartSchemaRefuses: values.schema.json refuses bad values at render time with a message
+// naming the value; flags this nodecache does not have yet get no values (refused as unknown).
+func TestChartSchemaRefuses(t *testing.T) {
+	t.Parallel()
+	c := loadChart(t)
+	for _, tc := range []struct{ name, values, want string }{
+		{"unknown mode", `mode: daemonset`, "mode"},
+		{"port zero", `port: 0`, "port"},
+		{"port as string", `port: "5000"`, "port"},
+		{"upstream without URL", `upstreams: [docker.io]`, "upstreams"},
+		{"upstream with path", `upstreams: ["docker.io=https://registry-1.docker.io/v2"]`, "upstreams"},
+		{"readiness", `agent: {readiness: always}`, "readiness"},
+		{"interval without unit", `agent: {interval: "60"}`, "interval"},
+		{"runtime", `agent: {runtime: docker}`, "runtime"},
+		{"relative cache path", `agent: {cachePath: var/lib/nodecache}`, "cachePath"},
+		{"pull policy", `image: {pullPolicy: Sometimes}`, "pullPolicy"},
+		{"tag with space", `image: {tag: "v1 "}`, "tag"},
+		{"warm image with space", `warm: {images: ["nginx latest"]}`, "images"},
+		{"warm platform", `warm: {platform: amd64}`, "platform"},
+		{"extra arg not a flag", `extraArgs: ["-x"]`, "extraArgs"},
+		{"discovery", `metrics: {discovery: scrape}`, "discovery"},
+		{"metrics port", `metrics: {port: 70000}`, "port"},
+		{"pvc size", `mode: shared
+shared: {persistence: {size: lots}}`, "size"},
+		{"service type", `shared: {service: {type: ExternalName}}`, "type"},
+		{"typo", `agnet: {readiness: serving}`, "agnet"},
+		{"max-size not yet in this nodecache", `maxSize: 30GiB`, "maxSize"},
+		{"upstream credentials not yet in this nodecache", `upstreamAuth: {docker.io: regcred}`, "upstreamAuth"},
+		{"pull-allow not yet in this nodecache", `agent: {pullAllow: [10.0.0.0/8]}`, "pullAllow"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := renderValues(c, "nodecache", "nodecache", vals(t, tc.values), false)
+			if err == nil {
+				t.Fatalf("%s rendered", tc.values)
+			}
+			if !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error does not name the schema and %q: %v", tc.want, err)
+			}
+		})
+	}
+}
+
+// TestCleanupRemovesAgentConfig runs the cleanup mode's init containers, exactly as rendered
+// (only the host root moved to a temporary directory), over what the agent's gen pass writes on
+// a containerd node and on a CRI-O node: afterwards no file of nodecache's is left and the
+// edited config.toml is the site's again.
+func TestCleanupRemovesAgentConfig(t *testing.T) {
+	t.Parallel()
+	objs := render(t, "nodecache", vals(t, `mode: cleanup`), false)
+	var steps [][]string
+	for _, c := range containers(objs) {
+		if c.Args != nil && c.Args[0] == "gen" {
+			steps = append(steps, c.Args)
+		}
+	}
+	if len(steps) != 2 {
+		t.Fatalf("want the crio and containerd removals, got %v", steps)
+	}
+	for _, runtime := range []string{"containerd", "crio"} {
+		t.Run(runtime, func(t *testing.T) {
+			t.Parallel()
+			host := t.TempDir()
+			site := map[string]string{}
+			switch runtime {
+			case "containerd":
+				site["etc/containerd/config.toml"] = "version = 3\n"
+			case "crio":
+				site["etc/containers/registries.conf"] = "unqualified-search-registries = [\"docker.io\"]\n"
+			}
+			for p, body := range site {
+				writeFile(t, filepath.Join(host, p), body)
+			}
+			gen := []string{"gen", runtime, "--mirror", "http://127.0.0.1:5000", "--host-root", host}
+			if runtime == "containerd" {
+				gen = append(gen, "--containerd-version", "2.4.2")
+			} else {
+				gen = append(gen, "--crio-version", "1.34.0", "--no-reload")
+			}
+			if out, err := exec.CommandContext(t.Context(), binary, gen...).CombinedOutput(); err != nil {
+				t.Fatalf("agent's gen pass %v: %v\n%s", gen, err, out)
+			}
+			if n := len(managedFiles(t, host)); n == 0 {
+				t.Fatal("gen wrote no file: nothing to clean up, the test would prove nothing")
+			}
+			for _, args := range steps {
+				args = replaceHostRoot(args, host)
+				if out, err := exec.CommandContext(t.Context(), binary, args...).CombinedOutput(); err != nil {
+					t.Fatalf("cleanup %v: %v\n%s", args, err, out)
+				}
+			}
+			if left := managedFiles(t, host); len(left) > 0 {
+				t.Errorf("left after cleanup: %v", left)
+			}
+			for p, body := range site {
+				if b, err := os.ReadFile(filepath.Join(host, p)); err != nil || string(b) != body {
+					t.Errorf("%s after cleanup: %q, %v; want the site's %q", p, b, err, body)
+				}
+			}
+		})
+	}
+}
+
+func writeFile(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// managedFiles lists files under root that carry nodecache's marker or are its backups.
+func managedFiles(t *testing.T, root string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), "managed by nodecache") || strings.HasSuffix(p, ".nodecache.bak") {
+			out = append(out, strings.TrimPrefix(p, root))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func replaceHostRoot(args []string, host string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "--host-root=/host" {
+			a = fmt.Sprintf("--host-root=%s", host)
+		}
+		out[i] = a
+	}
+	return out
+}
