@@ -12,6 +12,7 @@
 #   NODECACHE_CONTAINERD_1_7  containerd 1.7.x daemon (config schema 2)
 #   NODECACHE_SKOPEO          skopeo (Debian package)
 #   NODECACHE_GOLANGCI_LINT   golangci-lint (what `make lint` runs; the Makefile builds the same path)
+#   NODECACHE_OCI_CONFORMANCE the OCI distribution-spec conformance suite (pkg/mirror's TestOCIConformance)
 #
 # Binaries live outside the clone and are reused across runs:
 #   ${NODECACHE_TOOLS:-$HOME/.cache/nodecache-ci}/containerd-<version>/containerd
@@ -23,6 +24,9 @@
 # NODECACHE_CONTAINERD_2_3_VERSION (v2.3.7: the newest 2.3 on the Go module proxy when this was
 # written), NODECACHE_CONTAINERD_1_7_VERSION (v1.7.35: likewise for 1.7). golangci-lint is
 # v2.15.0 (GOLANGCI_LINT_VERSION in the Makefile), in ${NODECACHE_TOOLS}/golangci-lint-v2.15.0/.
+# The conformance suite is github.com/opencontainers/distribution-spec/conformance at
+# NODECACHE_OCI_CONFORMANCE_VERSION (v0.0.0-20260831232431-97274622c111), a main package built
+# with `go install` into ${NODECACHE_TOOLS}/oci-conformance-<version>/conformance.
 #
 # It also maps the test host names (upstream.test, registry.hub.test, auth.hub.test, cdn.test) to
 # 127.0.0.1 in /etc/hosts, once, so nothing a test dials leaves the machine, DNS included.
@@ -39,6 +43,8 @@ nodecache_build_tools() (
 	local v17="${NODECACHE_CONTAINERD_1_7_VERSION:-v1.7.35}"
 	local lintv="v2.15.0"
 	local lint="$tools/golangci-lint-$lintv/golangci-lint"
+	local ociv="${NODECACHE_OCI_CONFORMANCE_VERSION:-v0.0.0-20260831232431-97274622c111}"
+	local oci="$tools/oci-conformance-$ociv/conformance"
 	local tags="no_btrfs no_devmapper no_zfs"
 	# The builds are standalone modules: never let a caller's go.work pull them into a workspace.
 	export GOWORK=off
@@ -95,6 +101,19 @@ nodecache_build_tools() (
 			return 1
 		fi
 		mv -f "$tmp/golangci-lint" "$lint" || return 1
+		rm -rf "$tmp"
+	}
+
+	# build_oci: go install of the conformance suite into oci-conformance-VERSION/.
+	build_oci() {
+		local tmp
+		tmp="$(dirname "$oci")/.gobin"
+		rm -rf "$tmp" && mkdir -p "$tmp" || return 1
+		if ! GOBIN="$tmp" go install "github.com/opencontainers/distribution-spec/conformance@$ociv"; then
+			rm -rf "$tmp"
+			return 1
+		fi
+		mv -f "$tmp/conformance" "$oci" || return 1
 		rm -rf "$tmp"
 	}
 
@@ -167,11 +186,28 @@ nodecache_build_tools() (
 		lint_pid=$!
 	fi
 
+	local oci_pid=""
+	if [[ -x "$oci" ]]; then
+		log "oci conformance $ociv: reusing $oci"
+	else
+		while (($(jobs -rp | wc -l) >= 2)); do wait -n || true; done
+		mkdir -p "$(dirname "$oci")" || return 1
+		log "oci conformance $ociv: building (log: $(dirname "$oci")/build.log)"
+		build_oci >"$(dirname "$oci")/build.log" 2>&1 &
+		oci_pid=$!
+	fi
+
 	local failed=0 i
 	for i in "${!pids[@]}"; do
 		wait "${pids[$i]}" || true
 	done
 	if [[ -n "$lint_pid" ]]; then wait "$lint_pid" || true; fi
+	if [[ -n "$oci_pid" ]]; then wait "$oci_pid" || true; fi
+	if [[ ! -x "$oci" ]]; then
+		log "oci conformance $ociv: BUILD FAILED; last lines of $(dirname "$oci")/build.log:"
+		tail -n 30 "$(dirname "$oci")/build.log" >&2 || true
+		failed=1
+	fi
 	if [[ ! -x "$lint" ]]; then
 		log "golangci-lint $lintv: BUILD FAILED; last lines of $(dirname "$lint")/build.log:"
 		tail -n 30 "$(dirname "$lint")/build.log" >&2 || true
@@ -204,6 +240,9 @@ nodecache_build_tools() (
 		fi
 		if [[ -x "$lint" ]]; then
 			printf 'export NODECACHE_GOLANGCI_LINT=%q\n' "$lint"
+		fi
+		if [[ -x "$oci" ]]; then
+			printf 'export NODECACHE_OCI_CONFORMANCE=%q\n' "$oci"
 		fi
 	} >"$env.tmp"
 	mv -f "$env.tmp" "$env"

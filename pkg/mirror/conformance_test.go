@@ -1,0 +1,160 @@
+package mirror_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	regname "github.com/nodecache/nodecache/pkg/name"
+)
+
+// EnvOCIConformance names the OCI distribution-spec conformance binary that .ci/build-tools.sh
+// builds (github.com/opencontainers/distribution-spec/conformance, pinned there).
+const EnvOCIConformance = "NODECACHE_OCI_CONFORMANCE"
+
+// conformanceExceptions are the conformance tests allowed to fail, each with its reason; every
+// other pull and discovery test must pass.
+var conformanceExceptions = map[string]string{
+	"referrers": "the referrers API is not served by this cache yet (a later issue): 404 UNSUPPORTED",
+}
+
+// conformanceLeaf is one test of the suite's "Test results" tree (its stdout report).
+type conformanceLeaf struct{ name, status, detail string }
+
+// conformanceLeaves reads the leaves of the "Test results" tree the suite prints: lines
+// "<indent><name>: <status>", a leaf being a line the next one is not indented deeper than;
+// lines starting " - " under a leaf are its errors. (The suite's own results.yaml and junit.xml
+// are not used: in read-only mode this version panics writing results.yaml, before junit.xml.)
+func conformanceLeaves(out string) []conformanceLeaf {
+	_, tree, _ := strings.Cut(out, "Test results\n")
+	tree, _, _ = strings.Cut(tree, "\nConfiguration:")
+	type line struct {
+		indent       int
+		name, status string
+	}
+	var lines []line
+	var leaves []conformanceLeaf
+	details := map[int]string{}
+	for _, l := range strings.Split(tree, "\n") {
+		trimmed := strings.TrimLeft(l, " ")
+		indent := len(l) - len(trimmed)
+		i := strings.LastIndex(trimmed, ": ")
+		if strings.HasPrefix(trimmed, "OCI Conformance Test") && i > 0 {
+			lines = append(lines, line{indent, trimmed[:i], trimmed[i+2:]})
+			continue
+		}
+		if len(lines) > 0 {
+			details[len(lines)-1] += trimmed + "\n"
+		}
+	}
+	for i, l := range lines {
+		if i+1 < len(lines) && lines[i+1].indent > l.indent {
+			continue
+		}
+		leaves = append(leaves, conformanceLeaf{l.name, l.status, details[i]})
+	}
+	return leaves
+}
+
+// TestOCIConformance runs the OCI distribution-spec conformance suite in its read-only mode
+// (OCI_API_PUSH=false, every delete API off) against nodecache three ways — ?ns= (through a
+// front that appends it, as containerd sends it), the /v2/<upstream>/ path prefix, and the
+// default upstream — over content seeded into a real distribution registry upstream. Every pull
+// and discovery test passes; the only exception allowed is the referrers API.
+func TestOCIConformance(t *testing.T) {
+	t.Parallel()
+	bin := runtimetest.Binary(t, EnvOCIConformance)
+
+	up := mirrortest.NewRegistry(t)
+	const repo = "conformance/repo1"
+	img := mirrortest.Image(t, 32<<10, 2, "linux/amd64")
+	up.PushImage(t, repo, "v1", img)
+	idx := mirrortest.MultiPlatformIndex(t, 1024, 1)
+	up.PushIndex(t, repo, "multi", idx)
+	manifests := []string{digestOf(t, img), digestOf(t, idx)}
+	var blobs []string
+	im, _ := idx.IndexManifest()
+	for _, d := range im.Manifests {
+		manifests = append(manifests, d.Digest.String())
+	}
+	for _, i := range []v1.Image{img} {
+		cfg, _ := i.ConfigName()
+		blobs = append(blobs, cfg.String())
+		ls, _ := i.Layers()
+		for _, l := range ls {
+			blobs = append(blobs, digestOf(t, l))
+		}
+	}
+
+	h := newHarness(t, mirror.Options{
+		Upstreams:       []regname.Upstream{upstreamFor(t, "upstream.test", up)},
+		DefaultUpstream: "upstream.test",
+	})
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		q.Set("ns", "upstream.test")
+		r.URL.RawQuery = q.Encode()
+		h.m.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+
+	for _, way := range []struct{ name, registry, repo string }{
+		{"ns", front.Listener.Addr().String(), repo},
+		{"path prefix", h.host, "upstream.test/" + repo},
+		{"default upstream", h.host, repo},
+	} {
+		dir := t.TempDir()
+		cmd := exec.CommandContext(t.Context(), bin)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(),
+			"OCI_RESULTS_DIR="+dir,
+			"OCI_VERSION=1.1", "OCI_LOG=warn", "OCI_TLS=disabled",
+			"OCI_REGISTRY="+way.registry, "OCI_REPO1="+way.repo, "OCI_REPO2="+way.repo,
+			"OCI_API_PULL=true", "OCI_API_PUSH=false", "OCI_API_TAGS_LIST=true", "OCI_API_REFERRER=true",
+			"OCI_API_BLOBS_DELETE=false", "OCI_API_MANIFESTS_DELETE=false", "OCI_API_TAGS_DELETE=false",
+			"OCI_API_BLOBS_MOUNT_ANONYMOUS=false", "OCI_DATA_SHA512=false",
+			"OCI_RO_DATA_TAGS=v1 multi",
+			"OCI_RO_DATA_MANIFESTS="+strings.Join(manifests, " "),
+			"OCI_RO_DATA_BLOBS="+strings.Join(blobs, " "),
+		)
+		start := time.Now()
+		out, _ := cmd.Output() // exit 1 for the referrers failure; judged by the report
+		passed, skipped := 0, 0
+		for _, leaf := range conformanceLeaves(string(out)) {
+			switch leaf.status {
+			case "Pass":
+				passed++
+			case "Disabled", "Skip":
+				skipped++
+			default:
+				if reason, ok := exception(leaf.name); ok {
+					t.Logf("%s: %s is %s, as expected: %s", way.name, leaf.name, leaf.status, reason)
+					continue
+				}
+				t.Errorf("%s: conformance test %q: %s\n%s", way.name, leaf.name, leaf.status, leaf.detail)
+			}
+		}
+		t.Logf("%s: %d conformance tests passed, %d skipped (push and delete are off), in %s", way.name, passed, skipped, time.Since(start).Round(time.Millisecond))
+		if passed < 25 {
+			t.Errorf("%s: only %d conformance tests passed; the read-only pull and discovery tests did not run:\n%s", way.name, passed, out)
+		}
+	}
+}
+
+func exception(test string) (string, bool) {
+	for k, reason := range conformanceExceptions {
+		if strings.Contains(strings.ToLower(test), k) {
+			return reason, true
+		}
+	}
+	return "", false
+}
