@@ -45,10 +45,11 @@ func TestMirrorFlagEveryCommand(t *testing.T) {
 					}
 					return ""
 				}},
-				// No runtime under an empty host root: status cannot tell (3) and asks no mirror.
-				{"status", []string{"status", "--host-root", root, "--mirror", tc.value}, func(code int, stdout, _ string) string {
+				// --runtime talos on a host root that is not Talos: not applicable (3), no runtime is
+				// evaluated, so no mirror is asked.
+				{"status", []string{"status", "--host-root", root, "--runtime", "talos", "--mirror", tc.value}, func(code int, stdout, _ string) string {
 					if code != exitUnknown || strings.Contains(stdout, "traffic") {
-						return "want exit 3 (no runtime under an empty --host-root) and no traffic row (the mirror is not asked)"
+						return "want exit 3 (--runtime talos is not applicable here) and no traffic row (the mirror is not asked)"
 					}
 					return ""
 				}},
