@@ -11,6 +11,7 @@
 #   NODECACHE_CONTAINERD_2_3  containerd 2.3.x daemon (config schema 3)
 #   NODECACHE_CONTAINERD_1_7  containerd 1.7.x daemon (config schema 2)
 #   NODECACHE_SKOPEO          skopeo (Debian package)
+#   NODECACHE_CURL            curl (Debian package)
 #   NODECACHE_GOLANGCI_LINT   golangci-lint (what `make lint` runs; the Makefile builds the same path)
 #   NODECACHE_OCI_CONFORMANCE the OCI distribution-spec conformance suite (pkg/mirror's TestOCIConformance)
 #
@@ -154,17 +155,22 @@ nodecache_build_tools() (
 		fi
 	}
 
+	# skopeo (CRI-O's client library) and curl (the TLS listener tests), from Debian.
 	ensure_skopeo() {
-		if command -v skopeo >/dev/null 2>&1; then
+		local missing=() tool
+		for tool in skopeo curl; do
+			command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+		done
+		if ((${#missing[@]} == 0)); then
 			return 0
 		fi
 		if [[ $(id -u) -ne 0 ]]; then
-			log "skopeo missing and not root: cannot apt-get install it"
+			log "${missing[*]} missing and not root: cannot apt-get install it"
 			return 0
 		fi
-		log "installing skopeo from Debian"
+		log "installing ${missing[*]} from Debian"
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq skopeo >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >&2
 	}
 
 	local t0=$SECONDS
@@ -237,6 +243,9 @@ nodecache_build_tools() (
 		done
 		if bin="$(command -v skopeo)"; then
 			printf 'export NODECACHE_SKOPEO=%q\n' "$bin"
+		fi
+		if bin="$(command -v curl)"; then
+			printf 'export NODECACHE_CURL=%q\n' "$bin"
 		fi
 		if [[ -x "$lint" ]]; then
 			printf 'export NODECACHE_GOLANGCI_LINT=%q\n' "$lint"

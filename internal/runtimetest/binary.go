@@ -23,6 +23,7 @@ const (
 	EnvContainerd23 = "NODECACHE_CONTAINERD_2_3" // containerd 2.3.x (config schema 3)
 	EnvContainerd17 = "NODECACHE_CONTAINERD_1_7" // containerd 1.7.x (config schema 2)
 	EnvSkopeo       = "NODECACHE_SKOPEO"         // skopeo (Debian package)
+	EnvCurl         = "NODECACHE_CURL"           // curl (Debian package)
 )
 
 // buildHint tells a developer how to get the binaries.

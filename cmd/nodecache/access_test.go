@@ -1,0 +1,331 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
+
+	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+// lockedBuffer collects a child process's output while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// startServe runs `nodecache serve args...` with env added to the test's environment, waits
+// until readyURL answers 200 (client: nil for http.DefaultClient) and returns its stderr.
+func startServe(t *testing.T, env []string, client *http.Client, readyURL string, args ...string) *lockedBuffer {
+	t.Helper()
+	logs := &lockedBuffer{}
+	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("nodecache log:\n%s", logs.String())
+		}
+	})
+	if client == nil {
+		client = http.DefaultClient
+	}
+	waitReadyWith(t, client, readyURL, cmd.Process)
+	return logs
+}
+
+func waitReadyWith(t *testing.T, c *http.Client, url string, p *os.Process) {
+	t.Helper()
+	for range 400 {
+		resp, err := c.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if p.Signal(syscall.Signal(0)) != nil {
+			t.Fatalf("nodecache exited before %s answered", url)
+		}
+		timeSleep()
+	}
+	t.Fatalf("%s never became ready", url)
+}
+
+// TestServeUpstreamAuthCredentialHelper (issue 13): the binary pulls from distribution's
+// htpasswd registry with credentials a shell-script credential helper (credHelpers, found on
+// PATH) hands out; the password is in no log line, even at debug level.
+func TestServeUpstreamAuthCredentialHelper(t *testing.T) {
+	t.Parallel()
+	const user, password = "puller", "helper-pa55word-never-logged"
+	private := mirrortest.NewPrivateRegistry(t, user, password)
+	img := mirrortest.Image(t, 8192, 2, "linux/amd64")
+	private.PushImage(t, "team/private", "v1", img)
+
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	helperLog := filepath.Join(dir, "helper.log")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The docker-credential-helpers protocol: the action is the argument, the server on stdin,
+	// the answer a JSON object on stdout; an unknown server is "credentials not found".
+	script := `#!/bin/sh
+read -r server
+echo "$1 $server" >>` + helperLog + `
+if [ "$1" = get ] && [ "$server" = private.test ]; then
+	printf '{"ServerURL":"%s","Username":"` + user + `","Secret":"` + password + `"}\n' "$server"
+	exit 0
+fi
+echo "credentials not found in native keychain"
+exit 1
+`
+	if err := os.WriteFile(filepath.Join(bin, "docker-credential-nctest"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(config, []byte(`{"credHelpers":{"private.test":"nctest"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	listen := freeAddr(t)
+	logs := startServe(t, []string{"PATH=" + bin + ":" + os.Getenv("PATH")}, nil, "http://"+listen+"/readyz",
+		"--listen", listen, "--root", filepath.Join(dir, "root"), "--log-level", "debug",
+		"--upstream", "private.test="+private.URL.String(),
+		"--upstream-auth", "private.test="+config)
+
+	ref, err := name.ParseReference(listen+"/private.test/team/private:v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := remote.Image(ref, remote.WithContext(t.Context()))
+	if err != nil {
+		t.Fatalf("pull through nodecache: %v", err)
+	}
+	if err := validate.Image(got); err != nil {
+		t.Fatalf("image through nodecache: %v", err)
+	}
+	calls, err := os.ReadFile(helperLog)
+	if err != nil || !strings.Contains(string(calls), "get private.test") {
+		t.Fatalf("the credential helper was not asked for private.test (%v): %q", err, calls)
+	}
+	encoded := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
+	sc := bufio.NewScanner(strings.NewReader(logs.String()))
+	sc.Buffer(nil, 1<<20)
+	lines := 0
+	for sc.Scan() {
+		lines++
+		if strings.Contains(sc.Text(), password) || strings.Contains(sc.Text(), encoded) {
+			t.Errorf("log line carries the password: %s", sc.Text())
+		}
+	}
+	if lines == 0 || !strings.Contains(logs.String(), `"message":"request"`) {
+		t.Fatalf("no access log to check:\n%s", logs.String())
+	}
+}
+
+// TestServeTLS (issue 13): --tls-cert/--tls-key serve HTTPS, which curl --cacert accepts; TLS
+// 1.1 and plain HTTP are refused; a key without a certificate is a usage error (exit 2).
+func TestServeTLS(t *testing.T) {
+	t.Parallel()
+	curl := runtimetest.Binary(t, runtimetest.EnvCurl)
+	up := mirrortest.NewRegistry(t)
+	dir := t.TempDir()
+	ca := mirrortest.NewCA(t)
+	cert, key, caFile := ca.WriteFiles(t, dir, "server", "127.0.0.1", "localhost")
+	listen := freeAddr(t)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}}}
+	startServe(t, nil, client, "https://"+listen+"/readyz",
+		"--listen", listen, "--root", filepath.Join(dir, "root"),
+		"--upstream", "upstream.test="+up.URL.String(), "--tls-cert", cert, "--tls-key", key)
+
+	out, err := exec.Command(curl, "-sS", "--cacert", caFile, "https://"+listen+"/v2/").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "{}" {
+		t.Fatalf("curl --cacert https://%s/v2/: %v: %s", listen, err, out)
+	}
+	if out, err := exec.Command(curl, "-sS", "https://"+listen+"/v2/").CombinedOutput(); err == nil {
+		t.Errorf("curl without the CA succeeded: %s", out)
+	}
+	old := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: ca.Pool(), MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11}}}
+	if resp, err := old.Get("https://" + listen + "/v2/"); err == nil {
+		resp.Body.Close()
+		t.Errorf("a TLS 1.1 client was served")
+	}
+	if resp, err := http.Get("http://" + listen + "/v2/"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("plain HTTP to the TLS listener served: %s", b)
+		}
+	}
+
+	cmd := exec.Command(binary, "serve", "--listen", freeAddr(t), "--root", filepath.Join(dir, "root2"), "--tls-key", key)
+	out, err = cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "--tls-cert and --tls-key go together") {
+		t.Errorf("--tls-key alone: %v, %s; want exit 2 naming both flags", err, out)
+	}
+}
+
+// connectProxy is an HTTP CONNECT proxy on loopback that records the targets it was asked for
+// and dials every *.test name at 127.0.0.1.
+type connectProxy struct {
+	*httptest.Server
+	mu      sync.Mutex
+	targets []string
+}
+
+func newConnectProxy(t *testing.T) *connectProxy {
+	t.Helper()
+	p := &connectProxy{}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect {
+			http.Error(w, "CONNECT only", http.StatusMethodNotAllowed)
+			return
+		}
+		p.mu.Lock()
+		p.targets = append(p.targets, r.Host)
+		p.mu.Unlock()
+		host, port, err := net.SplitHostPort(r.Host)
+		if err != nil || !strings.HasSuffix(host, ".test") {
+			http.Error(w, "only *.test targets", http.StatusForbidden)
+			return
+		}
+		upstream, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", port))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		conn, buf, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			_ = upstream.Close()
+			return
+		}
+		_, _ = conn.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n"))
+		go func() {
+			_, _ = io.Copy(upstream, buf)
+			_ = upstream.Close()
+		}()
+		_, _ = io.Copy(conn, upstream)
+		_ = conn.Close()
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *connectProxy) seen() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.targets...)
+}
+
+// TestServeUpstreamProxyAndCA (issue 13): upstream traffic goes through HTTPS_PROXY (an https
+// upstream named upstream.test with a private CA given by --upstream-ca; Go never proxies
+// loopback addresses, hence the name), and NO_PROXY takes it out again.
+func TestServeUpstreamProxyAndCA(t *testing.T) {
+	t.Parallel()
+	ca := mirrortest.NewCA(t)
+	handler := mirrortest.NewHandler(t)
+	push := httptest.NewServer(handler)
+	t.Cleanup(push.Close)
+	tlsUp := httptest.NewUnstartedServer(handler)
+	tlsUp.TLS = ca.TLSConfig(t, "upstream.test")
+	tlsUp.StartTLS()
+	t.Cleanup(tlsUp.Close)
+	(&mirrortest.Registry{Addr: push.Listener.Addr().String()}).PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
+	_, port, _ := net.SplitHostPort(tlsUp.Listener.Addr().String())
+	upName := "upstream.test:" + port
+
+	for _, tc := range []struct {
+		name      string
+		noProxy   string
+		viaProxy  bool
+		needHosts bool
+		noCA      bool
+	}{
+		{name: "through HTTPS_PROXY", viaProxy: true},
+		{name: "without --upstream-ca the private CA is not trusted", viaProxy: true, noCA: true},
+		{name: "NO_PROXY bypasses the proxy", noProxy: "upstream.test", needHosts: true},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			if tc.needHosts {
+				// Direct, the name must resolve to loopback (/etc/hosts, .ci/build-tools.sh).
+				runtimetest.RequireLoopbackName(t, "upstream.test")
+			}
+			proxy := newConnectProxy(t)
+			dir := t.TempDir()
+			caFile := filepath.Join(dir, "upstream-ca.pem")
+			if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			listen := freeAddr(t)
+			env := []string{"HTTPS_PROXY=" + proxy.URL, "https_proxy=" + proxy.URL, "NO_PROXY=" + tc.noProxy, "no_proxy=" + tc.noProxy}
+			args := []string{"--listen", listen, "--root", filepath.Join(dir, "root"), "--upstream", upName + "=https://" + upName}
+			if !tc.noCA {
+				args = append(args, "--upstream-ca", upName+"="+caFile)
+			}
+			startServe(t, env, nil, "http://"+listen+"/readyz", args...)
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+listen+"/v2/team/app/manifests/v1?ns="+upName, nil)
+			req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if tc.noCA {
+				if resp.StatusCode == http.StatusOK || !strings.Contains(string(body), "certificate") {
+					t.Errorf("without --upstream-ca: %d %s; want an error naming the certificate", resp.StatusCode, body)
+				}
+			} else if resp.StatusCode != http.StatusOK {
+				t.Fatalf("manifest through nodecache: %d %s", resp.StatusCode, body)
+			}
+			targets := proxy.seen()
+			if tc.viaProxy && (len(targets) == 0 || targets[0] != upName) {
+				t.Errorf("proxy saw CONNECT %q, want %s", targets, upName)
+			}
+			if !tc.viaProxy && len(targets) != 0 {
+				t.Errorf("NO_PROXY=%s but the proxy saw CONNECT %q", tc.noProxy, targets)
+			}
+		})
+	}
+}
+
+func timeSleep() { time.Sleep(50 * time.Millisecond) }

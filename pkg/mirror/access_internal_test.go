@@ -1,0 +1,159 @@
+package mirror
+
+import (
+	"bytes"
+	"crypto/x509"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirror/upstream"
+	"github.com/nodecache/nodecache/pkg/name"
+)
+
+// TestAccessStartLine (issue 13): one start-up line on a non-loopback listener without
+// --pull-allow; a warning when upstream credentials are set; nothing on loopback or with
+// --pull-allow.
+func TestAccessStartLine(t *testing.T) {
+	t.Parallel()
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"auths":{"ghcr.io":{"auth":"dTpw"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := upstream.LoadCredentials(cfg, "ghcr.io", upstream.CredentialsOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, addr string
+		pullAllow  bool
+		creds      bool
+		want       string // "" no line; else level:substring
+	}{
+		{name: "loopback", addr: "127.0.0.1:5000"},
+		{name: "loopback v6", addr: "[::1]:5000", creds: true},
+		{name: "localhost", addr: "localhost:5000", creds: true},
+		{name: "all interfaces", addr: "[::]:5000", want: "info:every client that reaches this address may pull"},
+		{name: "an address", addr: "10.0.0.5:5000", want: "info:(no --pull-allow)"},
+		{name: "credentials without pull-allow", addr: "0.0.0.0:5000", creds: true, want: "warn:--upstream-auth credentials can read"},
+		{name: "pull-allow set", addr: "0.0.0.0:5000", creds: true, pullAllow: true},
+	}
+	for _, tc := range cases {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			var buf bytes.Buffer
+			opts := Options{
+				Upstreams: []name.Upstream{{Name: "ghcr.io", URL: &url.URL{Scheme: "https", Host: "ghcr.io"}}},
+			}
+			if tc.pullAllow {
+				opts.PullAllow = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+			}
+			if tc.creds {
+				opts.UpstreamCredentials = map[string]*upstream.Credentials{"ghcr.io": creds}
+			}
+			mirrortest.QuietLogrus()
+			m, err := New(t.Context(), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = m.Close() })
+			m.log = zerolog.New(&buf)
+			m.logAccess(tc.addr)
+			lines := strings.Count(buf.String(), "\n")
+			if tc.want == "" {
+				if lines != 0 {
+					t.Errorf("want no line, got %s", buf.String())
+				}
+				return
+			}
+			level, substr, _ := strings.Cut(tc.want, ":")
+			if lines != 1 || !strings.Contains(buf.String(), `"level":"`+level+`"`) || !strings.Contains(buf.String(), substr) {
+				t.Errorf("got %q, want one %s line containing %q", buf.String(), level, substr)
+			}
+		})
+	}
+}
+
+// TestCertificateReload (issue 13): the listener's certificate is read again when the files a
+// symlink swap points them at change, checked at most every CertificateRecheck; a broken pair
+// keeps the certificate loaded before.
+func TestCertificateReload(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca1, ca2 := mirrortest.NewCA(t), mirrortest.NewCA(t)
+	for _, v := range []string{"v1", "v2"} {
+		if err := os.Mkdir(filepath.Join(dir, v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mirrortest.QuietLogrus()
+	ca1.WriteFiles(t, filepath.Join(dir, "v1"), "tls", "127.0.0.1")
+	ca2.WriteFiles(t, filepath.Join(dir, "v2"), "tls", "127.0.0.1")
+	if err := os.Symlink("v1", filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"tls.crt", "tls.key"} {
+		if err := os.Symlink(filepath.Join("..data", f), filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		mu  sync.Mutex
+		now = time.Unix(1_700_000_000, 0)
+	)
+	var logs bytes.Buffer
+	c, err := LoadCertificate(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), zerolog.New(&logs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c.checked = c.now()
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	issuer := func() string {
+		t.Helper()
+		crt, err := c.GetCertificate(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := x509.ParseCertificate(crt.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(leaf.AuthorityKeyId) // the signing CA's key
+	}
+	first := issuer()
+	if err := os.Symlink("v2", filepath.Join(dir, "..data_tmp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	advance(CertificateRecheck - time.Second)
+	if issuer() != first {
+		t.Fatalf("certificate changed before %s", CertificateRecheck)
+	}
+	advance(time.Second)
+	second := issuer()
+	if second == first {
+		t.Fatalf("certificate not reloaded after the swap and %s: %s", CertificateRecheck, logs.String())
+	}
+	// A key that no longer matches: the certificate loaded before stays.
+	if err := os.WriteFile(filepath.Join(dir, "v2", "tls.key"), []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	advance(CertificateRecheck)
+	if issuer() != second {
+		t.Fatal("a broken pair replaced the certificate")
+	}
+	if !strings.Contains(logs.String(), "cannot reload the TLS certificate") {
+		t.Errorf("the broken pair was not logged: %s", logs.String())
+	}
+}
