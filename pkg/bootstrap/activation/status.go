@@ -1,12 +1,29 @@
 // Package activation answers "does the container runtime on this node really pull through the
 // mirror?" from runtime evidence: which process serves the runtime socket and when it started,
-// what configuration the running daemon loaded (containerd's introspection API, CRI status, or
-// its start time against configuration mtimes), how containerd's own hosts.toml parser and
-// containers/image's registries parser read the files on disk, and, when asked, what the
-// mirror saw (client evidence, a canary pull).
+// whether its CRI plugin loaded and what configuration it loaded (containerd's introspection
+// API, CRI status, or its start time against configuration mtimes), how containerd's own
+// hosts.toml parser and containers/image's registries parser read the files on disk, and, when
+// asked, what the mirror saw (client evidence, a canary pull). Every file, link, socket and
+// process is read through one bootstrap.Host.
 //
-// The evidence rules are in DESIGN.md ("containerd facts", "CRI-O facts", "Talos facts") and
-// the answers and exit codes in its Contracts section.
+// Verdict rules (README, "status and agent"; DESIGN.md, Readiness and activation):
+//   - Active (exit 0) only when the evidence shows this runtime's pulls go through a reachable
+//     mirror. Without Options.Mirror the reason says reachability was not checked; with it, a
+//     mirror that does not answer is NotActive.
+//   - NotActive (exit 1): the CRI plugin failed to load (introspection's plugin list, 1.x and
+//     2.x), a configuration the runtime refuses, a daemon that has not loaded the current files
+//     (the start-time rule, see StartOrder), files that do not put the mirror first, an
+//     unreachable mirror.
+//   - Unknown (exit 3): the runtime's API unreachable or permission denied, evidence unreadable,
+//     no daemon visible next to its configuration. Never Active without runtime evidence.
+//   - The start-time rule (StartOrder, shared with gen's restart_required): loaded when the
+//     daemon started at least StartTolerance (10 ms) after the last change; ambiguous within
+//     ±10 ms (NotActive); changed after otherwise. Start times are exact to one clock tick
+//     (boot time from CLOCK_REALTIME − CLOCK_BOOTTIME).
+//   - Traffic evidence settles only what the start-time rule held back: a GET or HEAD of a
+//     manifest or blob answered 200/206 to the runtime's user-agent family from this node since
+//     the daemon started, on this node's clock (corrected by the mirror's offset). Pings,
+//     errors and other paths never count.
 package activation
 
 import (
