@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	versionapi "github.com/containerd/containerd/api/services/version/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -145,6 +147,19 @@ func StartContainerd(t testing.TB, bin string, cfg ContainerdConfig) *Containerd
 // fails the test.
 func (c *Containerd) Start(t testing.TB) {
 	t.Helper()
+	c.start(t, true)
+}
+
+// StartWithoutCRI runs the daemon like Start but waits only for its version service: for a
+// configuration whose CRI plugin fails to load (containerd still serves version and
+// introspection then).
+func (c *Containerd) StartWithoutCRI(t testing.TB) {
+	t.Helper()
+	c.start(t, false)
+}
+
+func (c *Containerd) start(t testing.TB, cri bool) {
+	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cmd != nil {
@@ -181,7 +196,11 @@ func (c *Containerd) Start(t testing.TB) {
 		t.Fatalf("grpc client for %s: %v", c.sock, err)
 	}
 	c.conn = conn
-	if err := c.waitReady(t.Context(), exited, conn); err != nil {
+	wait := c.waitReady
+	if !cri {
+		wait = c.waitVersion
+	}
+	if err := wait(t.Context(), exited, conn); err != nil {
 		t.Fatalf("containerd %s on %s: %v\nlog (last %d lines):\n%s", c.version, c.sock, err, logTailLines, c.LogTail(logTailLines))
 	}
 }
@@ -218,6 +237,31 @@ func (c *Containerd) waitReady(ctx context.Context, exited <-chan struct{}, conn
 		// CRI plugin failed to load, and waiting will not change that.
 		if status.Code(err) == codes.Unimplemented {
 			return fmt.Errorf("CRI API not served (CRI plugin failed to load?): %w", err)
+		}
+		last = err
+	}
+}
+
+// waitVersion polls containerd's version service until it answers, the process exits or
+// readyTimeout passes.
+func (c *Containerd) waitVersion(ctx context.Context, exited <-chan struct{}, conn *grpc.ClientConn) error {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	vs := versionapi.NewVersionClient(conn)
+	var last error
+	for {
+		select {
+		case <-exited:
+			return fmt.Errorf("daemon exited during start (%s)", c.cmd.ProcessState)
+		case <-ctx.Done():
+			return fmt.Errorf("version service not ready after %s: last error: %w", readyTimeout, last)
+		case <-time.After(pollInterval):
+		}
+		callCtx, callCancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := vs.Version(callCtx, &emptypb.Empty{})
+		callCancel()
+		if err == nil {
+			return nil
 		}
 		last = err
 	}

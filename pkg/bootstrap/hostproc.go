@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -197,8 +198,8 @@ func (h *Host) Processes(comm string) ([]Process, error) {
 			continue
 		}
 		c, err := p.Comm()
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // exited
+		if Exited(err) {
+			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list processes: read comm of %d: %w", p.PID, err)
@@ -215,7 +216,7 @@ func (h *Host) Processes(comm string) ([]Process, error) {
 			}
 		}
 		proc, err := h.process(p, comm, boot, hz)
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errOtherComm) {
+		if Exited(err) || errors.Is(err, errOtherComm) {
 			continue
 		}
 		if err != nil {
@@ -360,14 +361,14 @@ func (h *Host) socketInodes(pid int) (map[uint64]bool, error) {
 // read. A process that exits meanwhile listens on nothing.
 func (h *Host) ListensOn(pid int, path string) (bool, uint64, error) {
 	want, err := h.listeningInodes(pid, path)
-	if errors.Is(err, fs.ErrNotExist) {
+	if Exited(err) || (err != nil && h.gone(pid)) {
 		return false, 0, nil
 	}
 	if err != nil || len(want) == 0 {
 		return false, 0, err
 	}
 	have, err := h.socketInodes(pid)
-	if errors.Is(err, fs.ErrNotExist) {
+	if Exited(err) || (err != nil && !errors.Is(err, ErrNoFDAccess) && h.gone(pid)) {
 		return false, 0, nil
 	}
 	if err != nil {
@@ -379,6 +380,27 @@ func (h *Host) ListensOn(pid int, path string) (bool, uint64, error) {
 		}
 	}
 	return false, 0, nil
+}
+
+// gone reports whether process pid has exited or is a zombie (exited, not yet reaped: its
+// descriptors and namespaces are gone, so reading them fails).
+func (h *Host) gone(pid int) bool {
+	fsys, err := h.procfs()
+	if err != nil {
+		return false
+	}
+	p, err := fsys.Proc(pid)
+	if err != nil {
+		return true
+	}
+	st, err := p.Stat()
+	return Exited(err) || (err == nil && (st.State == "Z" || st.State == "X"))
+}
+
+// Exited reports an error of reading a process that has exited meanwhile: its /proc entry is
+// gone (ENOENT) or is being torn down (ESRCH, "no such process").
+func Exited(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH)
 }
 
 // afterFields returns what follows the first n space-separated fields of line, without the

@@ -55,6 +55,9 @@ func FindContainerd(h *bootstrap.Host, socket string) (*ContainerdDaemon, error)
 	// Fallback for processes whose descriptors may not be read: the address they were told.
 	for _, p := range noFD {
 		args, err := h.Cmdline(p.PID)
+		if bootstrap.Exited(err) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}

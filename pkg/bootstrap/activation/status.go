@@ -323,4 +323,3 @@ func (e *evaluator) upstreamsOr(found []string) []string {
 	}
 	return found
 }
-
