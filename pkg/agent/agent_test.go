@@ -1,0 +1,186 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
+	"github.com/nodecache/nodecache/pkg/mirror"
+)
+
+// syncBuffer is a log sink safe for the agent's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// freeAddr returns a loopback address that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// config is a valid agent Config over hostRoot, listening on a free loopback port.
+func config(t *testing.T, hostRoot string, log *syncBuffer) Config {
+	t.Helper()
+	return Config{
+		Registry: mirror.Config{Listen: freeAddr(t), Root: t.TempDir(), Upstreams: []string{"docker.io=https://registry-1.docker.io"},
+			UpstreamTimeout: 10 * time.Second},
+		Status:    activation.Flags{Runtime: activation.RuntimeContainerd, HostRoot: hostRoot, ContainerdSocket: "/run/containerd/containerd.sock"},
+		Mirror:    "http://10.0.0.5:5000",
+		Interval:  time.Minute,
+		Readiness: activation.ReadinessServing,
+		Configure: Configure{ContainerdVersion: "1.7.27"},
+		Logger:    zerolog.New(log),
+		Stdout:    log,
+	}
+}
+
+// legacyConfig is a containerd 1.7 config.toml with a legacy registry.mirrors table.
+const legacyConfig = `version = 2
+[plugins."io.containerd.grpc.v1.cri".registry.mirrors."docker.io"]
+  endpoint = ["https://mirror.example.com"]
+`
+
+// writeConfig writes containerd's config.toml under root and returns its path.
+func writeConfig(t *testing.T, root, content string) string {
+	t.Helper()
+	p := filepath.Join(root, "etc/containerd/config.toml")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestConfigureMigrate: the agent refuses legacy registry.mirrors the way gen does, naming
+// --migrate, which it accepts: with it the mirrors move into hosts.toml.
+func TestConfigureMigrate(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		migrate bool
+		logged  string
+		hosts   bool
+	}{
+		{"refused without --migrate", false, "--migrate", false},
+		{"migrated with --migrate", true, `"message":"gen containerd"`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			cfgFile := writeConfig(t, root, legacyConfig)
+			var log syncBuffer
+			c := config(t, root, &log)
+			c.Configure.Migrate = tc.migrate
+			p, err := check(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.configure(t.Context())
+			if !strings.Contains(log.String(), tc.logged) {
+				t.Errorf("log does not say %q:\n%s", tc.logged, log.String())
+			}
+			_, err = os.Stat(filepath.Join(root, "etc/containerd/certs.d/docker.io/hosts.toml"))
+			if got := err == nil; got != tc.hosts {
+				t.Errorf("hosts.toml written: %v, want %v (log:\n%s)", got, tc.hosts, log.String())
+			}
+			data, _ := os.ReadFile(cfgFile)
+			if migrated := !bytes.Equal(data, []byte(legacyConfig)); migrated != tc.migrate {
+				t.Errorf("config.toml changed: %v, want %v:\n%s", migrated, tc.migrate, data)
+			}
+		})
+	}
+}
+
+// TestCheckRefusals: every refused setting is an error matching bootstrap.ErrRefused (exit 2)
+// that names the flag and what it accepts; nothing is started.
+func TestCheckRefusals(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"interval", func(c *Config) { c.Interval = 0 }, "--interval 0s: want a positive duration"},
+		{"readiness", func(c *Config) { c.Readiness = "soon" }, `--readiness "soon": want serving`},
+		{"runtime", func(c *Config) { c.Status.Runtime = "docker" }, `--runtime "docker": want auto, containerd, crio or talos`},
+		{"host root", func(c *Config) { c.Status.HostRoot = filepath.Join(root, "missing") }, "does not exist"},
+		{"listen", func(c *Config) { c.Registry.Listen = "nonsense" }, "--listen"},
+		{"mirror", func(c *Config) { c.Mirror = "ftp://x" }, "--mirror"},
+		{"warm", func(c *Config) { c.Warm = []string{"nginx@sha256:short"} }, "--warm"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var log syncBuffer
+			c := config(t, root, &log)
+			tc.edit(&c)
+			err := Run(t.Context(), c)
+			if !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run: %v; want a refusal saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRunStopsWithContext: serve, configure, warm and monitor run in one group; when the context
+// ends, Run returns nil after the configure pass ran once.
+func TestRunStopsWithContext(t *testing.T) {
+	t.Parallel()
+	var log syncBuffer
+	root := t.TempDir()
+	writeConfig(t, root, legacyConfig)
+	c := config(t, root, &log)
+	c.Mirror = "" // http://<listen>: the monitor asks only this loopback mirror
+	c.Configure.Migrate = true
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, c) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(log.String(), `"message":"gen containerd"`) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v\n%s", err, log.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after the context ended")
+	}
+	if !strings.Contains(log.String(), `"message":"nodecache agent"`) {
+		t.Errorf("no start line:\n%s", log.String())
+	}
+}

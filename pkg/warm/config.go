@@ -1,0 +1,120 @@
+package warm
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nodecache/nodecache/pkg/name"
+)
+
+// Config is `nodecache warm` as the command line gives it, one field per flag; Options checks
+// it together with the IMAGE arguments. Unlike Options, a zero Wait, Deadline or Retries means
+// "none" here, as on the command line.
+type Config struct {
+	// Mirror is --mirror, the cache to fill (http(s)://host[:port]).
+	Mirror string
+	// Platform is --platform os/arch[/variant]; empty: this machine's.
+	Platform string
+	// Routing is --routing: ns or path.
+	Routing string
+	// Wait and Deadline are --wait and --deadline (0: one probe, no deadline).
+	Wait, Deadline time.Duration
+	// BlobTimeout is --blob-timeout (positive).
+	BlobTimeout time.Duration
+	// Concurrency is --concurrency (1 to 64) and Retries --retries (0 or more).
+	Concurrency, Retries int
+	// Talos adds the Talos worker join set; KubernetesVersion overrides its kubelet and
+	// kube-proxy version (only with Talos).
+	Talos             bool
+	KubernetesVersion string
+}
+
+// Options checks c and the IMAGE arguments and returns the Options for Run. Every problem is
+// reported (joined, each naming the flag or value); the error wraps ErrRefused when any input
+// was refused, and nothing has been sent.
+func (c Config) Options(args []string) (Options, error) {
+	var (
+		opts Options
+		errs []error
+		err  error
+	)
+	mirror, err := name.ParseMirror(c.Mirror)
+	errs = append(errs, err)
+	opts.Mirror = mirror.URL
+	opts.Routing, err = ParseRouting(c.Routing)
+	errs = append(errs, err)
+	opts.Platform, err = ParsePlatform(c.Platform)
+	errs = append(errs, err)
+
+	var inputs []string
+	if c.Talos {
+		set, err := TalosJoinImages(c.KubernetesVersion)
+		errs = append(errs, err)
+		if err == nil {
+			opts.Talos = &set
+			inputs = append(inputs, set.Images...)
+		}
+	} else if c.KubernetesVersion != "" {
+		errs = append(errs, errors.New("--kubernetes-version applies only with --talos"))
+	}
+	for _, a := range args {
+		if strings.HasPrefix(a, "-") {
+			errs = append(errs, fmt.Errorf("argument %q looks like a flag: flags go before IMAGE", a))
+			continue
+		}
+		inputs = append(inputs, a)
+	}
+	if len(inputs) == 0 && !c.Talos {
+		errs = append(errs, errors.New("no IMAGE given: name at least one image or use --talos"))
+	}
+	for _, in := range inputs {
+		ref, err := ParseReference(in)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		opts.Images = append(opts.Images, ref)
+	}
+
+	// 0 on the command line means "none" where Options' zero means "default".
+	opts.Wait, opts.Deadline = orNegative(c.Wait), orNegative(c.Deadline)
+	if c.Retries < 0 {
+		errs = append(errs, fmt.Errorf("--retries %d: want 0 or more", c.Retries))
+	}
+	opts.Retries = c.Retries
+	if opts.Retries == 0 {
+		opts.Retries = -1
+	}
+	if c.Concurrency < 1 || c.Concurrency > 64 {
+		errs = append(errs, fmt.Errorf("--concurrency %d: want 1 to 64", c.Concurrency))
+	}
+	opts.Concurrency = c.Concurrency
+	if c.BlobTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--blob-timeout %s: want a positive duration", c.BlobTimeout))
+	}
+	opts.BlobTimeout = c.BlobTimeout
+	if c.Wait < 0 || c.Deadline < 0 {
+		errs = append(errs, errors.New("--wait and --deadline must not be negative"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return opts, &configError{err}
+	}
+	return opts, nil
+}
+
+// configError is a refused Config: its message is "warm: " and every problem; it matches
+// ErrRefused.
+type configError struct{ err error }
+
+func (e *configError) Error() string        { return "warm: " + e.err.Error() }
+func (e *configError) Unwrap() error        { return e.err }
+func (e *configError) Is(target error) bool { return target == ErrRefused }
+
+func orNegative(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
