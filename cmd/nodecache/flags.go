@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -17,6 +18,8 @@ import (
 
 // Every flag can also be set from the environment as NODECACHE_<FLAG_NAME_IN_UPPER_SNAKE> and from
 // the YAML file named by --config (keys are flag names). Precedence: flag > env > file > default.
+// Each flag is bound to a field of the command's typed config (Destination); list flags are
+// copied into theirs once the settings file is read.
 
 const configFlag = "config"
 
@@ -24,32 +27,38 @@ func envVars(name string) []string {
 	return []string{"NODECACHE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}
 }
 
-func stringFlag(name, value, usage string) cli.Flag {
-	return altsrc.NewStringFlag(&cli.StringFlag{Name: name, Value: value, Usage: usage, EnvVars: envVars(name)})
+func stringFlag(dst *string, name, value, usage string, aliases ...string) cli.Flag {
+	return altsrc.NewStringFlag(&cli.StringFlag{Name: name, Aliases: aliases, Value: value, Usage: usage, EnvVars: envVars(name), Destination: dst})
 }
 
-func stringSliceFlag(name string, value []string, usage string) cli.Flag {
+func boolFlag(dst *bool, name, usage string) cli.Flag {
+	return altsrc.NewBoolFlag(&cli.BoolFlag{Name: name, Usage: usage, EnvVars: envVars(name), Destination: dst})
+}
+
+func intFlag(dst *int, name string, value int, usage string) cli.Flag {
+	return altsrc.NewIntFlag(&cli.IntFlag{Name: name, Value: value, Usage: usage, EnvVars: envVars(name), Destination: dst})
+}
+
+func durationFlag(dst *time.Duration, name string, value time.Duration, usage string) cli.Flag {
+	return altsrc.NewDurationFlag(&cli.DurationFlag{Name: name, Value: value, Usage: usage, EnvVars: envVars(name), Destination: dst})
+}
+
+// listFlag is a repeatable string flag bound to dst (set by withConfig's Before).
+type listFlag struct {
+	*altsrc.StringSliceFlag
+	dst *[]string
+}
+
+func stringSliceFlag(dst *[]string, name string, value []string, usage string) cli.Flag {
 	f := &cli.StringSliceFlag{Name: name, Usage: usage, EnvVars: envVars(name)}
 	if len(value) > 0 {
 		f.Value = cli.NewStringSlice(value...)
 	}
-	return altsrc.NewStringSliceFlag(f)
+	return &listFlag{StringSliceFlag: altsrc.NewStringSliceFlag(f), dst: dst}
 }
 
-func boolFlag(name, usage string) cli.Flag {
-	return altsrc.NewBoolFlag(&cli.BoolFlag{Name: name, Usage: usage, EnvVars: envVars(name)})
-}
-
-func intFlag(name string, value int, usage string) cli.Flag {
-	return altsrc.NewIntFlag(&cli.IntFlag{Name: name, Value: value, Usage: usage, EnvVars: envVars(name)})
-}
-
-func durationFlag(name string, value time.Duration, usage string) cli.Flag {
-	return altsrc.NewDurationFlag(&cli.DurationFlag{Name: name, Value: value, Usage: usage, EnvVars: envVars(name)})
-}
-
-// withConfig adds --config and the flag > env > file > default precedence to a command, and turns
-// flag errors into exit code 2.
+// withConfig adds --config and the flag > env > file > default precedence to a command, binds
+// the list flags, and turns flag errors into exit code 2.
 func withConfig(cmd *cli.Command) *cli.Command {
 	cmd.Flags = append(cmd.Flags, &cli.StringFlag{
 		Name:    configFlag,
@@ -68,15 +77,18 @@ func withConfig(cmd *cli.Command) *cli.Command {
 		if !takesArgs && c.Args().Present() {
 			return usagef("%s takes no arguments, got %q (flags go before arguments; see nodecache %s --help)", cmd.Name, c.Args().First(), cmd.Name)
 		}
-		file := c.String(configFlag)
-		if file == "" {
-			return nil
+		if file := c.String(configFlag); file != "" {
+			if err := checkConfigKeys(file, known); err != nil {
+				return usagef("--config %s: %v", file, err)
+			}
+			if err := load(c); err != nil {
+				return usagef("--config %s: %v", file, err)
+			}
 		}
-		if err := checkConfigKeys(file, known); err != nil {
-			return usagef("--config %s: %v", file, err)
-		}
-		if err := load(c); err != nil {
-			return usagef("--config %s: %v", file, err)
+		for _, f := range cmd.Flags {
+			if l, ok := f.(*listFlag); ok {
+				*l.dst = c.StringSlice(l.Name)
+			}
 		}
 		return nil
 	}
@@ -108,27 +120,30 @@ func checkConfigKeys(file string, known map[string]bool) error {
 	return nil
 }
 
-func logFlags() []cli.Flag {
+// logConfig is --log-format and --log-level.
+type logConfig struct{ format, level string }
+
+func logFlags(lc *logConfig) []cli.Flag {
 	return []cli.Flag{
-		stringFlag("log-format", "json", "log line format: json or console"),
-		stringFlag("log-level", "info", "lowest level logged: trace, debug, info, warn, error"),
+		stringFlag(&lc.format, "log-format", "json", "log line format: json or console"),
+		stringFlag(&lc.level, "log-level", "info", "lowest level logged: trace, debug, info, warn, error"),
 	}
 }
 
-// newLogger builds the process logger from --log-format and --log-level; it writes to stderr.
-func newLogger(c *cli.Context) (zerolog.Logger, error) {
-	level, err := zerolog.ParseLevel(strings.ToLower(c.String("log-level")))
-	if err != nil || c.String("log-level") == "" {
-		return zerolog.Nop(), usagef("--log-level %q: want one of trace, debug, info, warn, error", c.String("log-level"))
+// logger builds the process logger; it writes to stderr.
+func (lc logConfig) logger() (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(strings.ToLower(lc.level))
+	if err != nil || lc.level == "" {
+		return zerolog.Nop(), usagef("--log-level %q: want one of trace, debug, info, warn, error", lc.level)
 	}
 	var l zerolog.Logger
-	switch c.String("log-format") {
+	switch lc.format {
 	case "json":
 		l = zerolog.New(os.Stderr)
 	case "console":
 		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000", NoColor: !isTerminal(os.Stderr)})
 	default:
-		return zerolog.Nop(), usagef("--log-format %q: want json or console", c.String("log-format"))
+		return zerolog.Nop(), usagef("--log-format %q: want json or console", lc.format)
 	}
 	return l.Level(level).With().Timestamp().Logger(), nil
 }
@@ -139,12 +154,24 @@ func isTerminal(f *os.File) bool {
 	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }
 
-// outputFormat validates --output.
-func outputFormat(c *cli.Context) (string, error) {
-	switch o := c.String("output"); o {
-	case "text", "json":
-		return o, nil
-	default:
-		return "", usagef("--output %q: want text or json", o)
+// renderer is what a command prints: it renders itself as text and as JSON.
+type renderer interface {
+	WriteText(w io.Writer) error
+	WriteJSON(w io.Writer) error
+}
+
+// render writes rep as JSON (--output json) or text.
+func render(w io.Writer, output string, rep renderer) error {
+	if output == "json" {
+		return rep.WriteJSON(w)
 	}
+	return rep.WriteText(w)
+}
+
+// outputFormat validates --output.
+func outputFormat(o string) error {
+	if o != "text" && o != "json" {
+		return usagef("--output %q: want text or json", o)
+	}
+	return nil
 }

@@ -1,32 +1,33 @@
 package main
 
 import (
-	"errors"
-	"fmt"
-	"path/filepath"
-
 	"github.com/urfave/cli/v2"
 
-	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
-// statusFlags are the evidence flags shared by status and agent.
-func statusFlags() []cli.Flag {
+// statusFlags are the evidence flags shared by status and agent, bound into o.
+func statusFlags(o *activation.Flags) []cli.Flag {
 	return []cli.Flag{
-		stringFlag("runtime", activation.RuntimeAuto, "runtime to examine: auto (Talos first, else containerd and CRI-O as present), containerd, crio or talos"),
-		stringFlag("host-root", activation.DefaultHostRoot, "prefix of every host path (a pod with the host's / mounted at /host passes /host); /proc must be the host's (hostPID)"),
-		stringFlag("containerd-config", "", "containerd's main config `FILE` (host path; default: the daemon's --config, else /etc/containerd/config.toml)"),
-		stringFlag("containerd-socket", "/run/containerd/containerd.sock", "socket of the containerd that serves the kubelet (host path); picks the daemon when several run, as on Talos"),
+		stringFlag(&o.Runtime, "runtime", activation.RuntimeAuto, "runtime to examine: auto (Talos first, else containerd and CRI-O as present), containerd, crio or talos"),
+		stringFlag(&o.HostRoot, "host-root", activation.DefaultHostRoot, "prefix of every host path (a pod with the host's / mounted at /host passes /host); /proc must be the host's (hostPID)"),
+		stringFlag(&o.ContainerdConfig, "containerd-config", "", "containerd's main config `FILE` (host path; default: the daemon's --config, else /etc/containerd/config.toml)"),
+		stringFlag(&o.ContainerdSocket, "containerd-socket", "/run/containerd/containerd.sock", "socket of the containerd that serves the kubelet (host path); picks the daemon when several run, as on Talos"),
 	}
 }
 
 func statusCommand() *cli.Command {
-	flags := append(statusFlags(),
-		stringFlag("mirror", "", "the mirror's `URL` http(s)://host:port: it must come first, and its client evidence is asked whether this node's runtime pulled through it"),
-		boolFlag("canary", "pull a fresh canary image that only the mirror serves through the runtime's CRI socket, then remove it (needs --mirror)"),
-		stringFlag("output", "text", "report format: text or json"),
+	var (
+		f              activation.Flags
+		canary         bool
+		mirror, output string
+		lc             logConfig
+	)
+	flags := append(statusFlags(&f),
+		stringFlag(&mirror, "mirror", "", "the mirror's `URL` http(s)://host:port: it must come first, and its client evidence is asked whether this node's runtime pulled through it"),
+		boolFlag(&canary, "canary", "pull a fresh canary image that only the mirror serves through the runtime's CRI socket, then remove it (needs --mirror)"),
+		stringFlag(&output, "output", "text", "report format: text or json"),
 	)
 	return withConfig(&cli.Command{
 		Name:  "status",
@@ -45,73 +46,35 @@ Examples:
    nodecache status
    nodecache status --mirror http://127.0.0.1:5000 --canary --output json
    nodecache status --host-root /host --containerd-socket /run/containerd/containerd.sock`,
-		Flags: append(flags, logFlags()...),
+		Flags: append(flags, logFlags(&lc)...),
 		Action: func(c *cli.Context) error {
-			output, err := outputFormat(c)
+			if err := outputFormat(output); err != nil {
+				return err
+			}
+			log, err := lc.logger()
 			if err != nil {
 				return err
 			}
-			log, err := newLogger(c)
-			if err != nil {
-				return err
-			}
-			opts, err := statusOptions(c)
-			if err != nil {
-				return err
-			}
-			if m := c.String("mirror"); m != "" {
-				mm, err := name.ParseMirror(m)
-				if err != nil {
-					return withCode(exitUsage, err)
-				}
-				opts.Mirror = mm.URL
-			}
-			opts.Canary = c.Bool("canary")
-			opts.Logger = log
-			rep, err := activation.Evaluate(c.Context, opts)
+			o, err := f.Options()
 			if err != nil {
 				return usagef("%v", err)
 			}
-			if output == "json" {
-				err = rep.WriteJSON(c.App.Writer)
-			} else {
-				err = rep.WriteText(c.App.Writer)
+			if mirror != "" {
+				m, err := name.ParseMirror(mirror)
+				if err != nil {
+					return withCode(exitUsage, err)
+				}
+				o.Mirror = m.URL
 			}
+			o.Canary, o.Logger = canary, log
+			rep, err := activation.Evaluate(c.Context, o)
 			if err != nil {
+				return usagef("%v", err)
+			}
+			if err := render(c.App.Writer, output, rep); err != nil {
 				return withCode(exitUnknown, err)
 			}
 			return silentExit(rep.ExitCode())
 		},
 	})
-}
-
-// statusOptions binds the evidence flags shared by status and agent; refusals exit 2.
-func statusOptions(c *cli.Context) (activation.Options, error) {
-	o := activation.Options{
-		Runtime:          c.String("runtime"),
-		ContainerdConfig: c.String("containerd-config"),
-		ContainerdSocket: c.String("containerd-socket"),
-	}
-	var errs []error
-	switch o.Runtime {
-	case activation.RuntimeAuto, activation.RuntimeContainerd, activation.RuntimeCRIO, activation.RuntimeTalos:
-	default:
-		errs = append(errs, fmt.Errorf("--runtime %q: want auto, containerd, crio or talos", o.Runtime))
-	}
-	if root := c.String("host-root"); root == "" {
-		errs = append(errs, errors.New("--host-root is empty: want the directory the host's / is mounted at, such as / or /host"))
-	} else if h, err := bootstrap.NewHost(bootstrap.HostOptions{Root: root}); err != nil {
-		errs = append(errs, err)
-	} else {
-		o.Host = h
-	}
-	for _, f := range []struct{ flag, value string }{{"--containerd-config", o.ContainerdConfig}, {"--containerd-socket", o.ContainerdSocket}} {
-		if f.value != "" && !filepath.IsAbs(f.value) {
-			errs = append(errs, fmt.Errorf("%s %q: want an absolute host path (read under --host-root)", f.flag, f.value))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return o, usagef("%v", err)
-	}
-	return o, nil
 }

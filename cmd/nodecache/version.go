@@ -11,6 +11,7 @@ import (
 )
 
 func versionCommand() *cli.Command {
+	var output string
 	return &cli.Command{
 		Name:  "version",
 		Usage: "print the nodecache version, commit, and the Talos machinery, containerd and distribution versions built in",
@@ -18,14 +19,14 @@ func versionCommand() *cli.Command {
    {"version", "commit", "go", "platform", "talos_machinery", "containerd", "distribution"}
 The library versions are the Go module versions linked into this binary.`,
 		Flags: []cli.Flag{
-			stringFlag("output", "text", "output `FORMAT`: text or json"),
+			stringFlag(&output, "output", "text", "output `FORMAT`: text or json"),
 		},
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
 				return usagef("version takes no arguments, got %q", c.Args().First())
 			}
 			info := buildinfo.Read()
-			switch out := c.String("output"); out {
+			switch out := output; out {
 			case "json":
 				enc := json.NewEncoder(c.App.Writer)
 				enc.SetIndent("", "  ")

@@ -107,7 +107,7 @@ func check(c Config) (*plan, error) {
 	if p.status, err = c.Status.Options(); err != nil {
 		return nil, refused(err)
 	}
-	if p.registry, err = c.Registry.Options(); err != nil {
+	if p.registry, err = c.Registry.Options(c.Logger); err != nil {
 		return nil, refused(err)
 	}
 	if p.mirrorURL, err = mirrorURL(c.Mirror, c.Registry.Listen); err != nil {

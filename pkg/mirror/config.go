@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -9,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
@@ -29,23 +33,53 @@ type Config struct {
 	UpstreamTimeout, TagTTL time.Duration
 	// Allow are --allow CIDRs, repeated or comma-separated.
 	Allow []string
+	// PullAllow are --pull-allow CIDRs (who may pull besides loopback), repeated or
+	// comma-separated. Empty: everyone who reaches the port.
+	PullAllow []string
+	// UpstreamAuth and UpstreamCA are --upstream-auth and --upstream-ca values NAME=FILE: a
+	// docker config.json (or .dockerconfigjson) and a PEM CA bundle for upstream NAME.
+	UpstreamAuth, UpstreamCA []string
+	// TLSCert and TLSKey are --tls-cert and --tls-key (both or neither): serve HTTPS.
+	TLSCert, TLSKey string
 }
 
-// Options checks c and returns the registry's Options (without Logger and metrics registries).
-func (c Config) Options() (Options, error) {
+// Options checks c, loads the upstream credentials and CAs, and returns the registry's Options
+// (without Logger and metrics registries). log receives the credentials' reloads.
+func (c Config) Options(log zerolog.Logger) (Options, error) {
 	ups, err := name.ParseUpstreams(SplitList(c.Upstreams))
 	if err != nil {
 		return Options{}, fmt.Errorf("--upstream: %w", err)
 	}
-	var allow []netip.Prefix
-	for _, s := range SplitList(c.Allow) {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return Options{}, fmt.Errorf("--allow %q: want a CIDR such as 10.0.0.0/8: %w", s, err)
-		}
-		allow = append(allow, p)
+	allow, err := parseCIDRs("allow", c.Allow)
+	if err != nil {
+		return Options{}, err
 	}
-	o := Options{Root: c.Root, Upstreams: ups, DefaultUpstream: c.DefaultUpstream,
+	pullAllow, err := parseCIDRs("pull-allow", c.PullAllow)
+	if err != nil {
+		return Options{}, err
+	}
+	creds := map[string]*upstream.Credentials{}
+	for _, spec := range SplitList(c.UpstreamAuth) {
+		n, file, err := upstreamFileSpec("upstream-auth", spec, ups)
+		if err != nil {
+			return Options{}, err
+		}
+		if creds[n], err = upstream.LoadCredentials(file, n, upstream.CredentialsOptions{Logger: log}); err != nil {
+			return Options{}, fmt.Errorf("--upstream-auth %s: %w", n, err)
+		}
+	}
+	cas := map[string]*x509.CertPool{}
+	for _, spec := range SplitList(c.UpstreamCA) {
+		n, file, err := upstreamFileSpec("upstream-ca", spec, ups)
+		if err != nil {
+			return Options{}, err
+		}
+		if cas[n], err = upstream.LoadRootCAs(file); err != nil {
+			return Options{}, fmt.Errorf("--upstream-ca %s: %w", n, err)
+		}
+	}
+	o := Options{PullAllow: pullAllow, UpstreamCredentials: creds, UpstreamRootCAs: cas,
+		Root: c.Root, Upstreams: ups, DefaultUpstream: c.DefaultUpstream,
 		UpstreamTimeout: c.UpstreamTimeout, TagTTL: c.TagTTL, ClientEvidenceAllow: allow}
 	if o.Root == "" {
 		return o, errors.New("--root: a storage directory is required")
@@ -79,6 +113,55 @@ func (c Config) Options() (Options, error) {
 		}
 	}
 	return o, nil
+}
+
+// TLS loads --tls-cert and --tls-key (both or neither: nil for plain HTTP).
+func (c Config) TLS(log zerolog.Logger) (*Certificate, error) {
+	switch {
+	case c.TLSCert == "" && c.TLSKey == "":
+		return nil, nil
+	case c.TLSCert == "" || c.TLSKey == "":
+		return nil, errors.New("--tls-cert and --tls-key go together: give both PEM files, or neither for plain HTTP")
+	}
+	crt, err := LoadCertificate(c.TLSCert, c.TLSKey, log)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+	}
+	return crt, nil
+}
+
+// parseCIDRs parses the values of a repeatable CIDR flag.
+func parseCIDRs(flag string, values []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range SplitList(values) {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return nil, fmt.Errorf("--%s %q: want a CIDR such as 10.0.0.0/8 or fd00::/8: %w", flag, s, err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+// upstreamFileSpec splits NAME=FILE of --upstream-auth and --upstream-ca; NAME must be a
+// configured upstream (aliases such as index.docker.io name docker.io).
+func upstreamFileSpec(flag, spec string, ups []name.Upstream) (string, string, error) {
+	n, file, ok := strings.Cut(spec, "=")
+	if !ok || n == "" || file == "" {
+		return "", "", fmt.Errorf("--%s %q: want NAME=FILE, e.g. ghcr.io=/etc/nodecache/config.json", flag, spec)
+	}
+	reg, err := name.ParseRegistry(n)
+	if err != nil {
+		return "", "", fmt.Errorf("--%s %q: %w", flag, spec, err)
+	}
+	var names []string
+	for _, u := range ups {
+		if u.Name == reg || (name.Canonical(u.Name) == name.DockerHub && name.Canonical(reg) == name.DockerHub) {
+			return u.Name, file, nil
+		}
+		names = append(names, u.Name)
+	}
+	return "", "", fmt.Errorf("--%s %q: %s is not among the --upstream names %s", flag, spec, reg, strings.Join(names, ", "))
 }
 
 // checkListen accepts HOST:PORT or :PORT with a port from 0 to 65535 (0: any free port).
