@@ -409,6 +409,20 @@ func (c *Containerd) PullImage(ctx context.Context, ref string) (string, error) 
 	return resp.GetImageRef(), nil
 }
 
+// PullImageWithAuth pulls ref like PullImage with the pull credentials the kubelet takes from
+// a pod's imagePullSecrets (CRI PullImageRequest.Auth).
+func (c *Containerd) PullImageWithAuth(ctx context.Context, ref string, auth *runtimeapi.AuthConfig) (string, error) {
+	is, err := c.ImageService()
+	if err != nil {
+		return "", fmt.Errorf("CRI PullImage %q: %w", ref, err)
+	}
+	resp, err := is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}, Auth: auth})
+	if err != nil {
+		return "", fmt.Errorf("CRI PullImage %q: %w", ref, err)
+	}
+	return resp.GetImageRef(), nil
+}
+
 // RemoveImage removes ref (a reference or image id) through the CRI ImageService.
 func (c *Containerd) RemoveImage(ctx context.Context, ref string) error {
 	is, err := c.ImageService()
