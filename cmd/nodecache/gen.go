@@ -104,7 +104,10 @@ func genContainerdCommand() *cli.Command {
 single-directory config_path (no restart), else sets one directory (--certs-dir) and reports
 restart_required. Refuses (exit 2, nothing changed): schema 1, legacy mirrors next to config_path
 (unless --migrate), k3s/RKE2 and Talos. config.toml is edited in place by byte range, backed up
-once to <file>.nodecache.bak.`,
+once to <file>.nodecache.bak. A per-host directory the site already has (host:port or
+host_port_) is never shadowed: its hosts.toml gets the mirror as its first [host] if containerd's
+parser accepts the result (refused, exit 2, naming the file otherwise), the rest kept byte for
+byte; --remove gives the file back.`,
 		Flags: genFlags(&o.Common, &output, &lc, hostRootFlag(&o.HostRoot),
 			stringFlag(&o.Config, "containerd-config", containerd.DefaultConfig, "containerd's main config `PATH` (host path)"),
 			stringFlag(&o.CertsDir, "certs-dir", containerd.DefaultCertsDir, "the single `DIR` written into config_path when it has to be set"),
