@@ -31,6 +31,8 @@ type Config struct {
 	DefaultUpstream string
 	// UpstreamTimeout (positive) and TagTTL (0 or positive) are --upstream-timeout and --tag-ttl.
 	UpstreamTimeout, TagTTL time.Duration
+	// FillTimeout is --fill-timeout: the longest one blob fill may take (0: the default, 2h).
+	FillTimeout time.Duration
 	// Allow are --allow CIDRs, repeated or comma-separated.
 	Allow []string
 	// PullAllow are --pull-allow CIDRs (who may pull besides loopback), repeated or
@@ -80,7 +82,7 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	}
 	o := Options{PullAllow: pullAllow, UpstreamCredentials: creds, UpstreamRootCAs: cas,
 		Root: c.Root, Upstreams: ups, DefaultUpstream: c.DefaultUpstream,
-		UpstreamTimeout: c.UpstreamTimeout, TagTTL: c.TagTTL, ClientEvidenceAllow: allow}
+		UpstreamTimeout: c.UpstreamTimeout, TagTTL: c.TagTTL, FillTimeout: c.FillTimeout, ClientEvidenceAllow: allow}
 	if o.Root == "" {
 		return o, errors.New("--root: a storage directory is required")
 	}
@@ -96,6 +98,9 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	}
 	if o.TagTTL < 0 {
 		return o, fmt.Errorf("--tag-ttl %s: want 0 or a positive duration", o.TagTTL)
+	}
+	if o.FillTimeout < 0 {
+		return o, fmt.Errorf("--fill-timeout %s: want a positive duration such as 2h", o.FillTimeout)
 	}
 	if o.DefaultUpstream != "" {
 		n, err := name.ParseRegistry(o.DefaultUpstream)

@@ -19,9 +19,12 @@ import (
 
 // Fill tuning.
 const (
-	// fillAttempts is how many upstream requests one fill may make before it fails; every
-	// request after the first resumes with Range where the stream broke.
-	fillAttempts = 8
+	// maxStalledAttempts is how many upstream requests in a row may add no byte before a fill
+	// gives up. Requests that add bytes never count: a stream that keeps breaking is resumed
+	// with Range for as long as it progresses (bounded by the fill timeout).
+	maxStalledAttempts = 5
+	// resumeDelay is the pause before resuming a stream that broke after adding bytes.
+	resumeDelay = 50 * time.Millisecond
 	// statusAttempts is how many upstream requests a fill makes while the upstream answers
 	// with an error status (5xx, 429) before any byte arrived.
 	statusAttempts = 3
@@ -239,13 +242,17 @@ func (f *Fill) download(ctx context.Context) error {
 	defer file.Close()
 	h := f.desc.Digest.Algorithm().Hash()
 	var lastErr error
-	for attempt := 0; attempt < fillAttempts; attempt++ {
+	stalled := 0 // attempts in a row that added no byte
+	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			backoff := time.Duration(1<<min(attempt-1, 4)) * 250 * time.Millisecond
+			delay := resumeDelay
+			if stalled > 0 {
+				delay = time.Duration(1<<min(stalled-1, 4)) * 250 * time.Millisecond
+			}
 			select {
-			case <-time.After(backoff):
+			case <-time.After(delay):
 			case <-ctx.Done():
-				return fmt.Errorf("%w (last error: %w)", ctx.Err(), lastErr)
+				return fmt.Errorf("fill timeout or abandoned after %d attempts: %w (last error: %w)", attempt, ctx.Err(), lastErr)
 			}
 		}
 		progressed, err := f.downloadOnce(ctx, file, h)
@@ -253,6 +260,9 @@ func (f *Fill) download(ctx context.Context) error {
 			break
 		}
 		lastErr = err
+		if ctx.Err() != nil {
+			return fmt.Errorf("fill timeout or abandoned after %d attempts: %w (last error: %w)", attempt+1, ctx.Err(), err)
+		}
 		var ue *Error
 		if errors.As(err, &ue) && (ue.NotFound() || ue.Status == http.StatusForbidden || ue.Status == http.StatusUnauthorized) {
 			return err
@@ -265,11 +275,16 @@ func (f *Fill) download(ctx context.Context) error {
 			// for headers get that error now rather than after every resume attempt.
 			return err
 		}
+		if progressed {
+			stalled = 0
+		} else {
+			stalled++
+		}
+		if stalled >= maxStalledAttempts {
+			return fmt.Errorf("giving up after %d attempts in a row without a byte (%d attempts in all): %w", stalled, attempt+1, err)
+		}
 		r.f.log.Warn().Err(err).Str("upstream", r.Name).Str("digest", f.desc.Digest.String()).
 			Int64("offset", f.written).Bool("progressed", progressed).Int("attempt", attempt+1).Msg("blob stream broke; resuming")
-		if attempt == fillAttempts-1 {
-			return fmt.Errorf("giving up after %d attempts: %w", fillAttempts, err)
-		}
 	}
 	if f.size < 0 || f.written != f.size {
 		return fmt.Errorf("got %d of %d bytes: %w", f.written, f.size, lastErr)

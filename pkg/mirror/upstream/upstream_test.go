@@ -304,3 +304,52 @@ func TestNextQuery(t *testing.T) {
 		})
 	}
 }
+
+// TestFillGivesUpWithoutProgress: a fill whose upstream keeps breaking the stream before adding
+// a byte gives up after maxStalledAttempts requests in a row; one that ignores Range and breaks
+// at the same place each time makes no progress after its first request either.
+func TestFillGivesUpWithoutProgress(t *testing.T) {
+	t.Parallel()
+	blob := make([]byte, 1<<20)
+	_, _ = rand.Read(blob)
+	dgst := digest.FromBytes(blob)
+	for _, tc := range []struct {
+		name     string
+		cut      int // bytes each response carries before the connection breaks
+		wantGets int64
+	}{
+		{"breaks before the first byte", 0, maxStalledAttempts},
+		{"ignores Range, breaks at the same byte", 64 << 10, 1 + maxStalledAttempts},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var gets atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/v2/" {
+					return
+				}
+				gets.Add(1)
+				w.Header().Set("Content-Length", fmt.Sprint(len(blob)))
+				w.WriteHeader(http.StatusOK) // Range ignored
+				_, _ = w.Write(blob[:tc.cut])
+				_ = http.NewResponseController(w).Flush()
+				panic(http.ErrAbortHandler)
+			}))
+			t.Cleanup(srv.Close)
+			f := testFetcher(t, srv, Options{})
+			committed := false
+			fl, _, err := f.Remote("upstream.test").StartFill("team/app", v1.Descriptor{Digest: dgst, Size: int64(len(blob))},
+				func(context.Context, string, v1.Descriptor) error { committed = true; return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-fl.done
+			if fl.err == nil || !strings.Contains(fl.err.Error(), "without a byte") || committed {
+				t.Errorf("fill error %v, committed %v; want it to give up for lack of progress", fl.err, committed)
+			}
+			if g := gets.Load(); g != tc.wantGets {
+				t.Errorf("%d upstream GETs, want %d", g, tc.wantGets)
+			}
+		})
+	}
+}
