@@ -22,7 +22,8 @@ func warmCommand() *cli.Command {
 	)
 	flags := []cli.Flag{
 		stringFlag(&cfg.Mirror, "mirror", "", "the pull-through cache to fill, at `URL` http(s)://host[:port] (required); warm talks only to it"),
-		stringFlag(&cfg.Platform, "platform", "", "walk only this `os/arch[/variant]` (containerd's matching rules, no other architecture); default: this machine's"),
+		stringFlag(&cfg.Platform, "platform", "", "walk only this `os/arch[/variant]`, chosen by --platform-match; default: this machine's"),
+		stringFlag(&cfg.PlatformMatch, "platform-match", string(warm.PlatformMatchTransfer), "how an index's manifest is chosen for --platform, as the node's runtime does: transfer (exact os/arch/variant: containerd >= 2.1, CRI-O) or only (containerd 1.7 and 2.0: platforms.Only with its fallbacks, e.g. amd64 -> 386, arm64 -> arm/v7)"),
 		durationFlag(&cfg.Wait, "wait", warm.DefaultWait, "wait this long, by wall clock, for the mirror to answer GET /v2/ (0: one probe)"),
 		durationFlag(&cfg.Deadline, "deadline", warm.DefaultDeadline, "stop the whole run after this long, mirror wait included (0: no deadline)"),
 		intFlag(&cfg.Concurrency, "concurrency", warm.DefaultConcurrency, "blobs fetched at once"),

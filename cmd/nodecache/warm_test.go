@@ -66,6 +66,7 @@ func TestWarmRefusedSendsNothing(t *testing.T) {
 		{"mirror scheme", []string{"--mirror", "ftp://" + mirror.Addr, "nginx"}, "scheme"},
 		{"platform", []string{"--mirror", url, "--platform", "linux/amd64;id", "nginx"}, "--platform"},
 		{"platform without arch", []string{"--mirror", url, "--platform", "amd64", "nginx"}, "--platform"},
+		{"platform match", []string{"--mirror", url, "--platform-match", "exact", "nginx"}, `--platform-match "exact" refused: want transfer`},
 		{"routing", []string{"--mirror", url, "--routing", "dns", "nginx"}, "--routing"},
 		{"output", []string{"--mirror", url, "--output", "yaml", "nginx"}, "--output"},
 		{"kubernetes version without talos", []string{"--mirror", url, "--kubernetes-version", "v1.35.6", "nginx"}, "only with --talos"},

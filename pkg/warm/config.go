@@ -17,6 +17,8 @@ type Config struct {
 	Mirror string
 	// Platform is --platform os/arch[/variant]; empty: this machine's.
 	Platform string
+	// PlatformMatch is --platform-match: transfer (default) or only.
+	PlatformMatch string
 	// Routing is --routing: ns or path.
 	Routing string
 	// Wait and Deadline are --wait and --deadline (0: one probe, no deadline).
@@ -46,6 +48,8 @@ func (c Config) Options(args []string) (Options, error) {
 	opts.Routing, err = ParseRouting(c.Routing)
 	errs = append(errs, err)
 	opts.Platform, err = ParsePlatform(c.Platform)
+	errs = append(errs, err)
+	opts.PlatformMatch, err = ParsePlatformMatch(c.PlatformMatch)
 	errs = append(errs, err)
 
 	var inputs []string

@@ -160,8 +160,8 @@ func (c *client) walk(ctx context.Context, ref Reference, m platformMatcher, tim
 			for _, p := range plats {
 				offered = append(offered, formatV1Platform(p))
 			}
-			return w, permanent(fmt.Errorf("index %s has no manifest for %s (same architecture only); it offers [%s]",
-				top.Digest, FormatPlatform(m.want), strings.Join(offered, ", ")))
+			return w, permanent(fmt.Errorf("index %s has no manifest for %s %s; it offers [%s]",
+				top.Digest, FormatPlatform(m.want), m.rule.describe(), strings.Join(offered, ", ")))
 		}
 		w.Skipped += len(cands) - 1
 		chosen := cands[best]

@@ -37,35 +37,71 @@ func ParsePlatform(s string) (specs.Platform, error) {
 // FormatPlatform returns os/arch[/variant].
 func FormatPlatform(p specs.Platform) string { return platforms.Format(p) }
 
-// platformMatcher picks the manifest for one platform from an index, by containerd's rules
-// (platforms.Only): an exact match first, then the same architecture's older variants in
-// containerd's order (arm/v7 before arm/v6; arm64 with variant v8 or none; amd64/v3 before v2).
-// Unlike platforms.Only it never falls back to another architecture (amd64 -> 386,
-// arm64 -> arm): a node would then run a different binary than the one the runtime pulls.
-type platformMatcher struct {
-	want specs.Platform
-	only platforms.MatchComparer
+// PlatformMatch is the rule that picks an index's manifest for the platform: the runtime that
+// will pull decides which one it takes, so warm must take the same.
+type PlatformMatch string
+
+const (
+	// PlatformMatchTransfer takes only the exact os/arch/variant (containerd's
+	// platforms.Ordered(platform)), as containerd >= 2.1 CRI pulls through the transfer service
+	// and CRI-O do. arm64 with variant v8 and without are the same platform.
+	PlatformMatchTransfer PlatformMatch = "transfer"
+	// PlatformMatchOnly is containerd's platforms.Only(platform), as containerd 1.7 and 2.0
+	// local pulls use it: the exact platform first, then older variants of the architecture
+	// (arm/v7 before arm/v6, amd64/v3 before v2) and the architectures it runs (amd64 -> 386,
+	// arm64 -> arm/v8, arm/v7, …).
+	PlatformMatchOnly PlatformMatch = "only"
+)
+
+// ParsePlatformMatch accepts "transfer" or "only"; "" means PlatformMatchTransfer. Errors are
+// *RefusedError.
+func ParsePlatformMatch(s string) (PlatformMatch, error) {
+	switch PlatformMatch(s) {
+	case "", PlatformMatchTransfer:
+		return PlatformMatchTransfer, nil
+	case PlatformMatchOnly:
+		return PlatformMatchOnly, nil
+	}
+	return "", &RefusedError{What: "--platform-match", Value: s,
+		Reason: "want transfer (exact os/arch/variant: containerd >= 2.1, CRI-O) or only (containerd 1.7 and 2.0 with their fallbacks)"}
 }
 
-func newPlatformMatcher(want specs.Platform) platformMatcher {
+// describe says what the rule accepts, for messages.
+func (r PlatformMatch) describe() string {
+	if r == PlatformMatchOnly {
+		return "by containerd's platforms.Only (same platform, then its fallbacks)"
+	}
+	return "by the transfer rule (exact os/arch/variant)"
+}
+
+// platformMatcher picks the manifest for one platform from an index by rule: containerd's own
+// MatchComparer (platforms.Ordered or platforms.Only) decides what matches and what is better.
+type platformMatcher struct {
+	want specs.Platform
+	rule PlatformMatch
+	cmp  platforms.MatchComparer
+}
+
+func newPlatformMatcher(want specs.Platform, rule PlatformMatch) platformMatcher {
 	want = platforms.Normalize(want)
-	return platformMatcher{want: want, only: platforms.Only(want)}
+	m := platformMatcher{want: want, rule: rule, cmp: platforms.Ordered(want)}
+	if rule == PlatformMatchOnly {
+		m.cmp = platforms.Only(want)
+	} else {
+		m.rule = PlatformMatchTransfer
+	}
+	return m
 }
 
 // match reports whether p (an index entry's platform; nil never matches) is acceptable.
 func (m platformMatcher) match(p *v1.Platform) bool {
-	if p == nil {
-		return false
-	}
-	sp := platforms.Normalize(toSpec(p))
-	return sp.OS == m.want.OS && sp.Architecture == m.want.Architecture && m.only.Match(sp)
+	return p != nil && m.matchSpec(toSpec(p))
 }
 
 // matchSpec reports whether p (a platform read from an image config) is acceptable, by the same
-// rules as match.
+// rule as match.
 func (m platformMatcher) matchSpec(p specs.Platform) bool {
-	p = platforms.Normalize(p)
-	return p.OS == m.want.OS && p.Architecture == m.want.Architecture && m.only.Match(p)
+	return m.cmp.Match(platforms.Normalize(p))
 }
 
 // configPlatform reads the platform an image config names: the fields os, architecture, variant,
@@ -96,9 +132,9 @@ func (m platformMatcher) best(ps []*v1.Platform) int {
 	slices.SortStableFunc(idx, func(a, b int) int {
 		pa, pb := toSpec(ps[a]), toSpec(ps[b])
 		switch {
-		case m.only.Less(pa, pb):
+		case m.cmp.Less(pa, pb):
 			return -1
-		case m.only.Less(pb, pa):
+		case m.cmp.Less(pb, pa):
 			return 1
 		}
 		return 0

@@ -17,6 +17,8 @@ type Report struct {
 	Routing Routing `json:"routing"`
 	// Platform is the platform walked, os/arch[/variant].
 	Platform string `json:"platform"`
+	// PlatformMatch is the rule that chose each index's manifest: "transfer" or "only".
+	PlatformMatch PlatformMatch `json:"platform_match"`
 	// Talos is the Talos join set when --talos chose the images.
 	Talos *TalosJoinSet `json:"talos,omitempty"`
 	// MirrorWaitSeconds is how long the mirror took to answer GET /v2/ (seconds).
@@ -96,7 +98,7 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // cache answers and the reason), external layers, then the totals.
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "mirror %s (routing %s), platform %s\n", r.Mirror, r.Routing, r.Platform)
+	fmt.Fprintf(&b, "mirror %s (routing %s), platform %s (match %s)\n", r.Mirror, r.Routing, r.Platform, r.PlatformMatch)
 	if r.Talos != nil {
 		fmt.Fprintf(&b, "talos %s join set, kubernetes %s\n", r.Talos.TalosVersion, r.Talos.KubernetesVersion)
 	}

@@ -22,52 +22,76 @@ func plat(s string) *v1.Platform {
 	return p
 }
 
-// TestPlatformMatcher checks containerd's rules as warm applies them: variants of the same
-// architecture in containerd's order, never another architecture.
+// TestPlatformMatcher: (index, platform, rule) -> chosen child, by containerd's
+// platforms.Ordered (transfer) and platforms.Only (only). "" means nothing is taken.
 func TestPlatformMatcher(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name    string
-		want    string
-		offered []string
-		pick    string // "" = none acceptable
+		name     string
+		want     string
+		offered  []string
+		transfer string
+		only     string
 	}{
-		{"amd64 exact", "linux/amd64", []string{"linux/arm64", "linux/amd64"}, "linux/amd64"},
-		{"amd64 never takes 386", "linux/amd64", []string{"linux/386", "linux/arm64"}, ""},
-		{"amd64 does not take a v3-only image", "linux/amd64", []string{"linux/amd64/v3"}, ""},
-		{"amd64/v3 prefers v3 over v2", "linux/amd64/v3", []string{"linux/amd64/v2", "linux/amd64/v3"}, "linux/amd64/v3"},
-		{"arm64 takes variant none", "linux/arm64", []string{"linux/amd64", "linux/arm64"}, "linux/arm64"},
-		{"arm64 takes variant v8", "linux/arm64", []string{"linux/amd64", "linux/arm64/v8"}, "linux/arm64/v8"},
-		{"arm64/v8 takes variant none", "linux/arm64/v8", []string{"linux/arm64"}, "linux/arm64"},
-		{"arm64 never takes arm", "linux/arm64", []string{"linux/arm/v7", "linux/arm/v6"}, ""},
-		{"arm64 does not take v9", "linux/arm64", []string{"linux/arm64/v9"}, ""},
-		{"arm v7 before v6", "linux/arm/v7", []string{"linux/arm/v6", "linux/arm/v7"}, "linux/arm/v7"},
-		{"arm v7 falls back to v6", "linux/arm/v7", []string{"linux/arm/v6", "linux/arm64"}, "linux/arm/v6"},
-		{"arm v6 does not take v7", "linux/arm/v6", []string{"linux/arm/v7"}, ""},
-		{"other OS refused", "linux/amd64", []string{"windows/amd64"}, ""},
-		{"attestation never", "linux/amd64", []string{"unknown/unknown"}, ""},
+		{"amd64 exact", "linux/amd64", []string{"linux/arm64", "linux/amd64"}, "linux/amd64", "linux/amd64"},
+		{"amd64 on a 386-only index", "linux/amd64", []string{"linux/386", "linux/arm64"}, "", "linux/386"},
+		{"amd64 prefers itself to 386", "linux/amd64", []string{"linux/386", "linux/amd64"}, "linux/amd64", "linux/amd64"},
+		{"amd64 does not take a v3-only image", "linux/amd64", []string{"linux/amd64/v3"}, "", ""},
+		{"amd64/v3 prefers v3 over v2", "linux/amd64/v3", []string{"linux/amd64/v2", "linux/amd64/v3"}, "linux/amd64/v3", "linux/amd64/v3"},
+		{"amd64/v3 on a v2 image", "linux/amd64/v3", []string{"linux/amd64/v2"}, "", "linux/amd64/v2"},
+		{"arm64 takes variant none", "linux/arm64", []string{"linux/amd64", "linux/arm64"}, "linux/arm64", "linux/arm64"},
+		{"arm64 takes variant v8", "linux/arm64", []string{"linux/amd64", "linux/arm64/v8"}, "linux/arm64/v8", "linux/arm64/v8"},
+		{"arm64/v8 takes variant none", "linux/arm64/v8", []string{"linux/arm64"}, "linux/arm64", "linux/arm64"},
+		{"arm64 on an arm/v7-only index", "linux/arm64", []string{"linux/arm/v7", "linux/amd64"}, "", "linux/arm/v7"},
+		{"arm64 prefers arm/v7 to arm/v6", "linux/arm64", []string{"linux/arm/v6", "linux/arm/v7"}, "", "linux/arm/v7"},
+		{"arm64 does not take v9", "linux/arm64", []string{"linux/arm64/v9"}, "", ""},
+		{"arm v7 before v6", "linux/arm/v7", []string{"linux/arm/v6", "linux/arm/v7"}, "linux/arm/v7", "linux/arm/v7"},
+		{"arm v7 on a v6-only index", "linux/arm/v7", []string{"linux/arm/v6", "linux/arm64"}, "", "linux/arm/v6"},
+		{"arm v6 does not take v7", "linux/arm/v6", []string{"linux/arm/v7"}, "", ""},
+		{"other OS refused", "linux/amd64", []string{"windows/amd64"}, "", ""},
+		{"unknown/unknown never", "linux/amd64", []string{"unknown/unknown"}, "", ""},
+		{"unknown/unknown never, even for 386", "linux/386", []string{"unknown/unknown", "linux/amd64"}, "", ""},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			want, err := ParsePlatform(tc.want)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ps := make([]*v1.Platform, len(tc.offered))
-			for i, s := range tc.offered {
-				ps[i] = plat(s)
-			}
-			ps = append(ps, nil) // an entry without platform never matches
-			got := newPlatformMatcher(want).best(ps)
-			switch {
-			case tc.pick == "" && got >= 0:
-				t.Fatalf("picked %s, want none", formatV1Platform(ps[got]))
-			case tc.pick != "" && got < 0:
-				t.Fatalf("picked none, want %s", tc.pick)
-			case tc.pick != "" && formatV1Platform(ps[got]) != tc.pick:
-				t.Fatalf("picked %s, want %s", formatV1Platform(ps[got]), tc.pick)
-			}
-		})
+		for _, rule := range []PlatformMatch{PlatformMatchTransfer, PlatformMatchOnly} {
+			t.Run(tc.name+"/"+string(rule), func(t *testing.T) {
+				t.Parallel()
+				want, err := ParsePlatform(tc.want)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pick := tc.transfer
+				if rule == PlatformMatchOnly {
+					pick = tc.only
+				}
+				ps := make([]*v1.Platform, len(tc.offered))
+				for i, s := range tc.offered {
+					ps[i] = plat(s)
+				}
+				ps = append(ps, nil) // an entry without platform never matches
+				got := newPlatformMatcher(want, rule).best(ps)
+				switch {
+				case pick == "" && got >= 0:
+					t.Fatalf("picked %s, want none", formatV1Platform(ps[got]))
+				case pick != "" && got < 0:
+					t.Fatalf("picked none, want %s", pick)
+				case pick != "" && formatV1Platform(ps[got]) != pick:
+					t.Fatalf("picked %s, want %s", formatV1Platform(ps[got]), pick)
+				}
+			})
+		}
+	}
+}
+
+func TestParsePlatformMatch(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]PlatformMatch{"": PlatformMatchTransfer, "transfer": PlatformMatchTransfer, "only": PlatformMatchOnly} {
+		if got, err := ParsePlatformMatch(in); err != nil || got != want {
+			t.Errorf("ParsePlatformMatch(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	_, err := ParsePlatformMatch("exact")
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "--platform-match") || !strings.Contains(err.Error(), "want transfer") {
+		t.Fatalf("ParsePlatformMatch(exact) = %v", err)
 	}
 }
 

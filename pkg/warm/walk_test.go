@@ -2,6 +2,7 @@ package warm_test
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -565,27 +566,31 @@ func TestNoMatchingPlatform(t *testing.T) {
 }
 
 // TestSingleManifestPlatform: a tag that names a single manifest (no index) is checked against
-// --platform through its config before any layer is fetched, by containerd's matching rules
-// (same architecture only); a mismatch fetches the config and nothing else. A config that names
-// no platform is warmed with a note.
+// --platform through its config before any layer is fetched, by the --platform-match rule
+// (transfer: exact; only: containerd's platforms.Only fallbacks); a mismatch fetches the config
+// and nothing else. A config that names no platform is warmed with a note.
 func TestSingleManifestPlatform(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
 	m := newNodecache(t, up, warm.RoutingNS)
 	for _, tc := range []struct {
 		name, image, want string
+		match             warm.PlatformMatch // "" = the default, transfer
 		warm              bool
 		says              string // in the error (not warm) or the note (warm)
 	}{
-		{"amd64 image for arm64", "linux/amd64", "linux/arm64", false, "image is linux/amd64, not linux/arm64"},
-		{"arm64 image for amd64", "linux/arm64", "linux/amd64", false, "image is linux/arm64, not linux/amd64"},
-		{"arm v7 image for arm v6", "linux/arm/v7", "linux/arm/v6", false, "image is linux/arm/v7, not linux/arm/v6"},
-		{"amd64 image for 386 (no fallback either way)", "linux/amd64", "linux/386", false, "image is linux/amd64, not linux/386"},
-		{"windows image for linux", "windows/amd64", "linux/amd64", false, "image is windows/amd64, not linux/amd64"},
-		{"arm64/v8 image for arm64", "linux/arm64/v8", "linux/arm64", true, ""},
-		{"arm v6 image for arm v7 (containerd runs it)", "linux/arm/v6", "linux/arm/v7", true, ""},
-		{"same platform", "linux/amd64", "linux/amd64", true, ""},
-		{"config without platform", "", "linux/arm64", true, "names no platform"},
+		{"amd64 image for arm64", "linux/amd64", "linux/arm64", "", false, "image is linux/amd64, not linux/arm64 by the transfer rule"},
+		{"arm64 image for amd64", "linux/arm64", "linux/amd64", "", false, "image is linux/arm64, not linux/amd64"},
+		{"arm v7 image for arm v6", "linux/arm/v7", "linux/arm/v6", warm.PlatformMatchOnly, false, "image is linux/arm/v7, not linux/arm/v6 by containerd's platforms.Only"},
+		{"amd64 image for 386 (only)", "linux/amd64", "linux/386", warm.PlatformMatchOnly, false, "image is linux/amd64, not linux/386"},
+		{"windows image for linux", "windows/amd64", "linux/amd64", "", false, "image is windows/amd64, not linux/amd64"},
+		{"arm64/v8 image for arm64", "linux/arm64/v8", "linux/arm64", "", true, ""},
+		{"arm v6 image for arm v7 (transfer)", "linux/arm/v6", "linux/arm/v7", warm.PlatformMatchTransfer, false, "image is linux/arm/v6, not linux/arm/v7 by the transfer rule"},
+		{"arm v6 image for arm v7 (only as containerd 1.7 runs it)", "linux/arm/v6", "linux/arm/v7", warm.PlatformMatchOnly, true, ""},
+		{"386 image for amd64 (transfer)", "linux/386", "linux/amd64", "", false, "image is linux/386, not linux/amd64"},
+		{"386 image for amd64 (only)", "linux/386", "linux/amd64", warm.PlatformMatchOnly, true, ""},
+		{"same platform", "linux/amd64", "linux/amd64", "", true, ""},
+		{"config without platform", "", "linux/arm64", "", true, "names no platform"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -594,9 +599,12 @@ func TestSingleManifestPlatform(t *testing.T) {
 			up.PushImage(t, repo, "v1", img)
 			mf, _ := img.Manifest()
 
-			rep, _, err := run(t, m, tc.want, nil, upstreamName+"/"+repo+":v1")
+			rep, _, err := run(t, m, tc.want, func(o *warm.Options) { o.PlatformMatch = tc.match }, upstreamName+"/"+repo+":v1")
 			if err != nil {
 				t.Fatal(err)
+			}
+			if want := cmp.Or(tc.match, warm.PlatformMatchTransfer); rep.PlatformMatch != want {
+				t.Fatalf("report names rule %q, want %q", rep.PlatformMatch, want)
 			}
 			im := rep.Images[0]
 			if im.Warm != tc.warm || rep.Warm != tc.warm {

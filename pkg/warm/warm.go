@@ -51,6 +51,9 @@ type Options struct {
 	Images []Reference
 	// Platform is the platform to walk. Zero value: this machine's (platforms.DefaultSpec).
 	Platform specs.Platform
+	// PlatformMatch is the rule that picks an index's manifest for Platform (and checks a single
+	// manifest's config). Default PlatformMatchTransfer.
+	PlatformMatch PlatformMatch
 	// Routing names the upstream to the mirror. Default RoutingNS.
 	Routing Routing
 	// Talos, when set, is reported as the source of Images.
@@ -110,6 +113,11 @@ func (o *Options) setDefaults() error {
 		errs = append(errs, err)
 	}
 	o.Routing = routing
+	match, err := ParsePlatformMatch(string(o.PlatformMatch))
+	if err != nil {
+		errs = append(errs, err)
+	}
+	o.PlatformMatch = match
 	if o.Platform.OS == "" && o.Platform.Architecture == "" {
 		o.Platform, _ = ParsePlatform("")
 	}
@@ -174,7 +182,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		backoff: opts.Backoff, maxDelay: opts.MaxBackoff, log: opts.Logger,
 	}
 	rep := &Report{
-		Mirror: opts.Mirror.String(), Routing: opts.Routing, Platform: FormatPlatform(opts.Platform),
+		Mirror: opts.Mirror.String(), Routing: opts.Routing, Platform: FormatPlatform(opts.Platform), PlatformMatch: opts.PlatformMatch,
 		Talos: opts.Talos, Images: make([]ImageReport, len(opts.Images)),
 	}
 	for i, ref := range opts.Images {
@@ -210,7 +218,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		prog = &lineProgress{w: opts.Progress}
 	}
 
-	w := &walker{c: c, opts: &opts, prog: prog, matcher: newPlatformMatcher(opts.Platform),
+	w := &walker{c: c, opts: &opts, prog: prog, matcher: newPlatformMatcher(opts.Platform, opts.PlatformMatch),
 		sem: make(chan struct{}, opts.Concurrency), blobs: map[string]blobOutcome{}}
 	var g errgroup.Group
 	g.SetLimit(opts.Concurrency)
@@ -428,8 +436,8 @@ func (w *walker) checkConfig(ctx context.Context, ref Reference, d v1.Descriptor
 		out.Note = fmt.Sprintf("single manifest whose config %s names no platform (no os or architecture): warmed for %s without a platform check", d.Digest, FormatPlatform(w.matcher.want))
 		return o, ""
 	case !w.matcher.matchSpec(got):
-		return o, fmt.Sprintf("image is %s, not %s (a single manifest; its config names the platform); no layer fetched: warm never falls back to another platform",
-			FormatPlatform(got), FormatPlatform(w.matcher.want))
+		return o, fmt.Sprintf("image is %s, not %s %s (a single manifest; its config names the platform); no layer fetched",
+			FormatPlatform(got), FormatPlatform(w.matcher.want), w.matcher.rule.describe())
 	}
 	return o, ""
 }
