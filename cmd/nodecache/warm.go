@@ -32,6 +32,8 @@ func warmCommand() *cli.Command {
 		stringFlag(&cfg.Routing, "routing", string(warm.RoutingNS), "how the mirror is told the upstream: ns (?ns=<registry>, like containerd) or path (/v2/<registry>/<repo>, like CRI-O)"),
 		boolFlag(&cfg.Talos, "talos", "warm the Talos worker join set (kubelet, kube-proxy, pause, flannel) of the Talos version this build knows"),
 		stringFlag(&cfg.KubernetesVersion, "kubernetes-version", "", "with --talos: the Kubernetes `vX.Y.Z` of kubelet and kube-proxy (default: Talos' default)"),
+		stringFlag(&cfg.ImagesFrom, "images-from", "", "also warm the references in `FILE` (one per line; # comments and blank lines skipped; - reads standard input), after --talos and before IMAGE"),
+		boolFlag(&cfg.Print, "print", "print the normalised references that would be warmed, one per line (with --output json: with their sources), and exit; nothing is contacted and --mirror is optional"),
 		stringFlag(&output, "output", "text", "summary format: text or json"),
 	}
 	return withFlagValueErrors(withConfig(&cli.Command{
@@ -50,9 +52,13 @@ the mirror not ready within --wait, or --deadline reached; 2 a flag or IMAGE ref
 			if err := outputFormat(output); err != nil {
 				return err
 			}
+			cfg.Stdin = c.App.Reader
 			opts, err := cfg.Options(c.Args().Slice())
 			if err != nil {
 				return withCode(exitUsage, err)
+			}
+			if cfg.Print {
+				return render(c.App.Writer, output, &warm.ImageList{Talos: opts.Talos, Images: opts.Sources})
 			}
 			if opts.Logger, err = lc.logger(); err != nil {
 				return err

@@ -3,6 +3,8 @@ package warm
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -31,6 +33,13 @@ type Config struct {
 	// kube-proxy version (only with Talos).
 	Talos             bool
 	KubernetesVersion string
+	// ImagesFrom is --images-from: a file with one reference per line, "-" for Stdin. Its
+	// images come after the Talos set and before the IMAGE arguments.
+	ImagesFrom string
+	// Stdin is what --images-from - reads; nil means os.Stdin.
+	Stdin io.Reader
+	// Print is --print: only list the references (Options.Sources); --mirror is then optional.
+	Print bool
 }
 
 // Options checks c and the IMAGE arguments and returns the Options for Run. Every problem is
@@ -42,9 +51,11 @@ func (c Config) Options(args []string) (Options, error) {
 		errs []error
 		err  error
 	)
-	mirror, err := name.ParseMirror(c.Mirror)
-	errs = append(errs, err)
-	opts.Mirror = mirror.URL
+	if c.Mirror != "" || !c.Print {
+		mirror, err := name.ParseMirror(c.Mirror)
+		errs = append(errs, err)
+		opts.Mirror = mirror.URL
+	}
 	opts.Routing, err = ParseRouting(c.Routing)
 	errs = append(errs, err)
 	opts.Platform, err = ParsePlatform(c.Platform)
@@ -52,35 +63,43 @@ func (c Config) Options(args []string) (Options, error) {
 	opts.PlatformMatch, err = ParsePlatformMatch(c.PlatformMatch)
 	errs = append(errs, err)
 
-	var inputs []string
+	// Sources in order: the Talos set, --images-from, the arguments; duplicates dropped.
+	var inputs []input
 	if c.Talos {
 		set, err := TalosJoinImages(c.KubernetesVersion)
 		errs = append(errs, err)
 		if err == nil {
 			opts.Talos = &set
-			inputs = append(inputs, set.Images...)
+			roles := []string{"kubelet", "kube-proxy", "pause", "flannel"}
+			for i, im := range set.Images {
+				from := "--talos " + set.TalosVersion
+				if i < len(roles) {
+					from += " (" + roles[i] + ")"
+				}
+				inputs = append(inputs, input{text: im, from: from})
+			}
 		}
 	} else if c.KubernetesVersion != "" {
 		errs = append(errs, errors.New("--kubernetes-version applies only with --talos"))
 	}
-	for _, a := range args {
+	if c.ImagesFrom != "" {
+		list, err := c.readImagesFrom()
+		errs = append(errs, err)
+		inputs = append(inputs, list...)
+	}
+	for i, a := range args {
 		if strings.HasPrefix(a, "-") {
 			errs = append(errs, fmt.Errorf("argument %q looks like a flag: flags go before IMAGE", a))
 			continue
 		}
-		inputs = append(inputs, a)
+		inputs = append(inputs, input{text: a, from: fmt.Sprintf("argument %d", i+1)})
 	}
-	if len(inputs) == 0 && !c.Talos {
-		errs = append(errs, errors.New("no IMAGE given: name at least one image or use --talos"))
+	if len(inputs) == 0 && !c.Talos && c.ImagesFrom == "" {
+		errs = append(errs, errors.New("no IMAGE given: name at least one image, or use --images-from or --talos"))
 	}
-	for _, in := range inputs {
-		ref, err := ParseReference(in)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		opts.Images = append(opts.Images, ref)
-	}
+	refs, srcs, refErrs := sources(inputs)
+	opts.Images, opts.Sources = refs, srcs
+	errs = append(errs, refErrs...)
 
 	// 0 on the command line means "none" where Options' zero means "default".
 	opts.Wait, opts.Deadline = orNegative(c.Wait), orNegative(c.Deadline)
@@ -106,6 +125,24 @@ func (c Config) Options(args []string) (Options, error) {
 		return opts, &configError{err}
 	}
 	return opts, nil
+}
+
+// readImagesFrom reads --images-from (a file, or Stdin for "-"). A file that cannot be opened is
+// refused, naming it.
+func (c Config) readImagesFrom() ([]input, error) {
+	if c.ImagesFrom == "-" {
+		r := c.Stdin
+		if r == nil {
+			r = os.Stdin
+		}
+		return readImageList(r, "-")
+	}
+	f, err := os.Open(c.ImagesFrom)
+	if err != nil {
+		return nil, &RefusedError{What: "--images-from", Value: c.ImagesFrom, Reason: fmt.Sprintf("cannot read it (%v); want a file with one reference per line, or - for standard input", errors.Unwrap(err))}
+	}
+	defer f.Close()
+	return readImageList(f, c.ImagesFrom)
 }
 
 // configError is a refused Config: its message is "warm: " and every problem; it matches
