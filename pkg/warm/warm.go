@@ -45,7 +45,7 @@ const (
 
 // Options configures Run. The zero value of every optional field means its default.
 type Options struct {
-	// Mirror is the mirror's base URL (see ParseMirrorURL). Required.
+	// Mirror is the mirror's base URL (name.ParseMirror). Required.
 	Mirror *url.URL
 	// Images are the references to warm (see ParseReference). Required, at least one.
 	Images []Reference

@@ -279,12 +279,9 @@ func nextQuery(links []string) string {
 	return ""
 }
 
-// Manifest media types (OCI image-spec v1.1; Docker image manifest v2 schema 1 and 2).
+// Docker image manifest v2 schema 1 media types: recognised only to be refused (the manifest
+// types nodecache serves are mirrorapi's).
 const (
-	MediaTypeOCIIndex         = "application/vnd.oci.image.index.v1+json"
-	MediaTypeOCIManifest      = "application/vnd.oci.image.manifest.v1+json"
-	MediaTypeDockerList       = "application/vnd.docker.distribution.manifest.list.v2+json"
-	MediaTypeDockerManifest   = "application/vnd.docker.distribution.manifest.v2+json"
 	MediaTypeDockerSchema1    = "application/vnd.docker.distribution.manifest.v1+json"
 	MediaTypeDockerSchema1JWS = "application/vnd.docker.distribution.manifest.v1+prettyjws"
 )
@@ -307,7 +304,7 @@ func ManifestType(contentType string, body []byte) (string, error) {
 	switch mt {
 	case MediaTypeDockerSchema1, MediaTypeDockerSchema1JWS:
 		return "", fmt.Errorf("media type %s: %w", mt, ErrSchema1)
-	case MediaTypeOCIIndex, MediaTypeOCIManifest, MediaTypeDockerList, MediaTypeDockerManifest:
+	case mirrorapi.MediaTypeOCIIndex, mirrorapi.MediaTypeOCIManifest, mirrorapi.MediaTypeDockerList, mirrorapi.MediaTypeDockerManifest:
 		return mt, nil
 	}
 	var doc struct {
@@ -327,9 +324,9 @@ func ManifestType(contentType string, body []byte) (string, error) {
 	case doc.MediaType != "":
 		return doc.MediaType, nil
 	case doc.Manifests != nil:
-		return MediaTypeOCIIndex, nil
+		return mirrorapi.MediaTypeOCIIndex, nil
 	case doc.Config != nil && doc.Layers != nil:
-		return MediaTypeOCIManifest, nil
+		return mirrorapi.MediaTypeOCIManifest, nil
 	}
 	return "", fmt.Errorf("Content-Type %q and a document without mediaType, manifests or config and layers: %w", contentType, ErrNotManifest)
 }
