@@ -7,6 +7,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
@@ -32,6 +33,8 @@ func warmCommand() *cli.Command {
 		stringFlag(&cfg.Routing, "routing", string(warm.RoutingNS), "how the mirror is told the upstream: ns (?ns=<registry>, like containerd) or path (/v2/<registry>/<repo>, like CRI-O)"),
 		boolFlag(&cfg.Talos, "talos", "warm the Talos worker join set (kubelet, kube-proxy, pause, flannel) of the Talos version this build knows"),
 		stringFlag(&cfg.KubernetesVersion, "kubernetes-version", "", "with --talos: the Kubernetes `vX.Y.Z` of kubelet and kube-proxy (default: Talos' default)"),
+		stringFlag(&cfg.TalosVersion, "talos-version", "", "warm the worker join set of this Talos release `vX.Y.Z` (implies --talos; known: "+strings.Join(warm.TalosReleases(), ", ")+", and other patches of their minors)"),
+		stringFlag(&cfg.InstallerImage, "installer-image", "", "also warm the Talos installer `REF` an upgrade pulls (machine.install.image, e.g. an image factory reference)"),
 		stringFlag(&cfg.ImagesFrom, "images-from", "", "also warm the references in `FILE` (one per line; # comments and blank lines skipped; - reads standard input), after --talos and before IMAGE"),
 		boolFlag(&cfg.Print, "print", "print the normalised references that would be warmed, one per line (with --output json: with their sources), and exit; nothing is contacted and --mirror is optional"),
 		stringFlag(&output, "output", "text", "summary format: text or json"),
@@ -58,6 +61,9 @@ the mirror not ready within --wait, or --deadline reached; 2 a flag or IMAGE ref
 				return withCode(exitUsage, err)
 			}
 			if cfg.Print {
+				if opts.Talos != nil && opts.Talos.Note != "" && output == "text" {
+					fmt.Fprintf(c.App.ErrWriter, "note: %s\n", opts.Talos.Note)
+				}
 				return render(c.App.Writer, output, &warm.ImageList{Talos: opts.Talos, Images: opts.Sources})
 			}
 			if opts.Logger, err = lc.logger(); err != nil {

@@ -69,3 +69,38 @@ func TestWarmPrint(t *testing.T) {
 		}
 	})
 }
+
+// TestWarmPrintTalosVersions: --print --talos-version for the releases the table knows, with
+// kubelet, kube-proxy, pause (when known) and flannel, then --installer-image.
+func TestWarmPrintTalosVersions(t *testing.T) {
+	t.Parallel()
+	installer := "factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.12.4"
+	for _, tc := range []struct {
+		talos string
+		want  []string
+		note  string
+	}{
+		{"v1.11.5", []string{"ghcr.io/siderolabs/kubelet:v1.34.1", "registry.k8s.io/kube-proxy:v1.34.1", "ghcr.io/siderolabs/flannel:v0.27.4"}, "pause image of Talos v1.11.5"},
+		{"v1.12.4", []string{"ghcr.io/siderolabs/kubelet:v1.35.0", "registry.k8s.io/kube-proxy:v1.35.0", "ghcr.io/siderolabs/flannel:v0.27.4"}, "pause image of Talos v1.12.4"},
+		{"v1.13.8", []string{"ghcr.io/siderolabs/kubelet:v1.36.2", "registry.k8s.io/kube-proxy:v1.36.2", "registry.k8s.io/pause:3.10.1", "ghcr.io/siderolabs/flannel:v0.28.8"}, ""},
+	} {
+		t.Run(tc.talos, func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := runAppStdin(t, "", "warm", "--print", "--talos-version", tc.talos, "--installer-image", installer)
+			want := strings.Join(append(tc.want, installer), "\n") + "\n"
+			if code != 0 || stdout != want {
+				t.Fatalf("exit %d\nstdout:\n%s\nwant:\n%s\nstderr: %s", code, stdout, want, stderr)
+			}
+			if tc.note != "" && !strings.Contains(stderr, "note: ") || !strings.Contains(stderr, tc.note) {
+				t.Fatalf("stderr %q lacks the note %q", stderr, tc.note)
+			}
+		})
+	}
+	t.Run("unknown release", func(t *testing.T) {
+		t.Parallel()
+		code, _, stderr := runAppStdin(t, "", "warm", "--print", "--talos-version", "v1.9.6")
+		if code != exitUsage || !strings.Contains(stderr, "known: v1.11.5, v1.12.4, v1.13.8") {
+			t.Fatalf("exit %d, stderr %q; want 2 listing the known releases", code, stderr)
+		}
+	})
+}

@@ -33,6 +33,11 @@ type Config struct {
 	// kube-proxy version (only with Talos).
 	Talos             bool
 	KubernetesVersion string
+	// TalosVersion is --talos-version: the Talos release whose join set to warm (implies Talos).
+	TalosVersion string
+	// InstallerImage is --installer-image: the installer a Talos upgrade pulls
+	// (machine.install.image), warmed after the join set.
+	InstallerImage string
 	// ImagesFrom is --images-from: a file with one reference per line, "-" for Stdin. Its
 	// images come after the Talos set and before the IMAGE arguments.
 	ImagesFrom string
@@ -65,22 +70,20 @@ func (c Config) Options(args []string) (Options, error) {
 
 	// Sources in order: the Talos set, --images-from, the arguments; duplicates dropped.
 	var inputs []input
-	if c.Talos {
-		set, err := TalosJoinImages(c.KubernetesVersion)
+	if c.Talos || c.TalosVersion != "" {
+		set, err := TalosJoinImagesFor(c.TalosVersion, c.KubernetesVersion)
 		errs = append(errs, err)
 		if err == nil {
 			opts.Talos = &set
-			roles := []string{"kubelet", "kube-proxy", "pause", "flannel"}
 			for i, im := range set.Images {
-				from := "--talos " + set.TalosVersion
-				if i < len(roles) {
-					from += " (" + roles[i] + ")"
-				}
-				inputs = append(inputs, input{text: im, from: from})
+				inputs = append(inputs, input{text: im, from: "--talos " + set.TalosVersion + " (" + set.roles[i] + ")"})
 			}
 		}
 	} else if c.KubernetesVersion != "" {
-		errs = append(errs, errors.New("--kubernetes-version applies only with --talos"))
+		errs = append(errs, errors.New("--kubernetes-version applies only with --talos or --talos-version"))
+	}
+	if c.InstallerImage != "" {
+		inputs = append(inputs, input{text: c.InstallerImage, from: "--installer-image"})
 	}
 	if c.ImagesFrom != "" {
 		list, err := c.readImagesFrom()
@@ -94,7 +97,7 @@ func (c Config) Options(args []string) (Options, error) {
 		}
 		inputs = append(inputs, input{text: a, from: fmt.Sprintf("argument %d", i+1)})
 	}
-	if len(inputs) == 0 && !c.Talos && c.ImagesFrom == "" {
+	if len(inputs) == 0 && !c.Talos && c.TalosVersion == "" && c.ImagesFrom == "" {
 		errs = append(errs, errors.New("no IMAGE given: name at least one image, or use --images-from or --talos"))
 	}
 	refs, srcs, refErrs := sources(inputs)

@@ -101,6 +101,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "mirror %s (routing %s), platform %s (match %s)\n", r.Mirror, r.Routing, r.Platform, r.PlatformMatch)
 	if r.Talos != nil {
 		fmt.Fprintf(&b, "talos %s join set, kubernetes %s\n", r.Talos.TalosVersion, r.Talos.KubernetesVersion)
+		if r.Talos.Note != "" {
+			fmt.Fprintf(&b, "note: %s\n", r.Talos.Note)
+		}
 	}
 	if r.Error != "" {
 		fmt.Fprintf(&b, "error: %s\n", r.Error)

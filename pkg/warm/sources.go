@@ -104,7 +104,7 @@ func sources(inputs []input) ([]Reference, []Source, []error) {
 	for _, in := range inputs {
 		ref, err := ParseReference(in.text)
 		if err != nil {
-			if !strings.HasPrefix(in.from, "argument ") && !strings.HasPrefix(in.from, "--talos") {
+			if !strings.HasPrefix(in.from, "argument ") && !strings.HasPrefix(in.from, "--") {
 				err = &listError{from: in.from, err: err}
 			}
 			errs = append(errs, err)

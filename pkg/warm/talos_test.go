@@ -1,0 +1,84 @@
+package warm
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestTalosReleaseTable: the generated row of the release this build links equals what the
+// linked machinery says (the generator reads the constants the compiler reads), and the checked
+// facts of older releases hold.
+func TestTalosReleaseTable(t *testing.T) {
+	t.Parallel()
+	linked, err := TalosJoinImages("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromTable, err := TalosJoinImagesFor(linked.TalosVersion, "")
+	if err != nil {
+		t.Fatalf("the linked machinery's release %s is not in the table: %v", linked.TalosVersion, err)
+	}
+	if !slices.Equal(fromTable.Images, linked.Images) || fromTable.KubernetesVersion != linked.KubernetesVersion || fromTable.Note != "" {
+		t.Fatalf("table %s: %+v\nmachinery: %+v", linked.TalosVersion, fromTable, linked)
+	}
+	for _, tc := range []struct {
+		talos, k8s, flannel, pause string
+	}{
+		{"v1.11.5", "v1.34.1", "v0.27.4", ""},
+		{"1.12.4", "v1.35.0", "v0.27.4", ""},
+		{"v1.13.8", "v1.36.2", "v0.28.8", "registry.k8s.io/pause:3.10.1"},
+	} {
+		set, err := TalosJoinImagesFor(tc.talos, "")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.talos, err)
+		}
+		want := []string{"ghcr.io/siderolabs/kubelet:" + tc.k8s, "registry.k8s.io/kube-proxy:" + tc.k8s}
+		if tc.pause != "" {
+			want = append(want, tc.pause)
+		} else if !strings.Contains(set.Note, "pause image of Talos") {
+			t.Errorf("%s: no note about the unknown pause image: %q", tc.talos, set.Note)
+		}
+		want = append(want, "ghcr.io/siderolabs/flannel:"+tc.flannel)
+		if !slices.Equal(set.Images, want) || set.KubernetesVersion != tc.k8s {
+			t.Errorf("%s: %v (k8s %s), want %v", tc.talos, set.Images, set.KubernetesVersion, want)
+		}
+	}
+}
+
+func TestTalosJoinImagesFor(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, talos, k8s string
+		wantVersion      string
+		wantFirst        string
+		wantNote         string
+		wantErr          string
+	}{
+		{name: "another patch of a known minor", talos: "v1.12.9", wantVersion: "v1.12.4", wantFirst: "ghcr.io/siderolabs/kubelet:v1.35.0", wantNote: "Talos v1.12.9 is not in this build's table; using the images of v1.12.4"},
+		{name: "kubernetes override", talos: "v1.11.5", k8s: "1.34.3", wantVersion: "v1.11.5", wantFirst: "ghcr.io/siderolabs/kubelet:v1.34.3"},
+		{name: "unknown minor", talos: "v1.9.6", wantErr: `--talos-version "v1.9.6" refused: not a Talos release this build knows; known: v1.11.5, v1.12.4, v1.13.8`},
+		{name: "malformed", talos: "v1.12", wantErr: "want vMAJOR.MINOR.PATCH"},
+		{name: "newline", talos: "v1.12.4\nid", wantErr: `--talos-version "v1.12.4\nid" refused`},
+		{name: "bad kubernetes", talos: "v1.12.4", k8s: "latest", wantErr: "--kubernetes-version"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			set, err := TalosJoinImagesFor(tc.talos, tc.k8s)
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want a refusal containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if set.TalosVersion != tc.wantVersion || set.Images[0] != tc.wantFirst || !strings.Contains(set.Note, tc.wantNote) {
+				t.Fatalf("set %+v", set)
+			}
+		})
+	}
+}
