@@ -14,8 +14,19 @@ func HostDir(host string) string {
 	return host
 }
 
+// HostDirs returns the directory names containerd tries for a registry host under a config_path
+// directory, in its order, before "_default" (core/remotes/docker/config, hostPaths):
+// "host_port_" then "host:port" for a host with a port, the host alone otherwise.
+func HostDirs(host string) []string {
+	if d := HostDir(host); d != host {
+		return []string{d, host}
+	}
+	return []string{host}
+}
+
 // HostFromDir reverses HostDir: "registry.local_5000_" → "registry.local:5000". A name not in
-// the "host_port_" form with a decimal port is a host as it is ("ghcr.io", "_default").
+// the "host_port_" form with a decimal port is a host as it is ("ghcr.io", "_default", and the
+// "host:port" form containerd also reads).
 func HostFromDir(dir string) string {
 	body, ok := strings.CutSuffix(dir, "_")
 	if !ok {

@@ -168,13 +168,31 @@ func TestHostDir(t *testing.T) {
 		if got := name.HostFromDir(tc.dir); got != tc.host {
 			t.Errorf("HostFromDir(%q) = %q, want %q", tc.dir, got, tc.host)
 		}
-		// containerd itself finds the directory under that name.
-		if err := os.MkdirAll(filepath.Join(root, tc.dir), 0o755); err != nil {
-			t.Fatal(err)
+		// containerd itself finds the directory under each name HostDirs gives, in that order:
+		// alone, each candidate is found; all together, the first wins.
+		dirs := name.HostDirs(tc.host)
+		if dirs[0] != tc.dir || (tc.dir != tc.host) != (len(dirs) == 2) || (len(dirs) == 2 && dirs[1] != tc.host) {
+			t.Errorf("HostDirs(%q) = %q", tc.host, dirs)
+		}
+		for _, d := range dirs {
+			if got := name.HostFromDir(d); got != tc.host {
+				t.Errorf("HostFromDir(%q) = %q, want %q", d, got, tc.host)
+			}
+			alone := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(alone, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			got, err := config.HostDirFromRoot(alone)(tc.host)
+			if err != nil || got != filepath.Join(alone, d) {
+				t.Errorf("containerd looks up %q in %q (%v), HostDirs says %q", tc.host, got, err, d)
+			}
+			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
 		got, err := config.HostDirFromRoot(root)(tc.host)
-		if err != nil || got != filepath.Join(root, tc.dir) {
-			t.Errorf("containerd looks up %q in %q (%v), HostDir says %q", tc.host, got, err, tc.dir)
+		if err != nil || got != filepath.Join(root, dirs[0]) {
+			t.Errorf("containerd looks up %q in %q (%v), HostDirs says %q first", tc.host, got, err, dirs[0])
 		}
 	}
 	for _, dir := range []string{"_default", "my_reg_", "reg_x_", "_5000_", "plain"} {

@@ -46,15 +46,6 @@ type hostDir struct {
 	pairs [][]string // *.cert host paths with their *.key ("" when absent)
 }
 
-// hostDirCandidates are the directory names containerd tries for host before _default:
-// "host_port_" then "host:port" for a ported name, the name alone otherwise.
-func hostDirCandidates(host string) []string {
-	if d := name.HostDir(host); d != host {
-		return []string{d, host}
-	}
-	return []string{host}
-}
-
 // readHostDir classifies dir/name as containerd would read it.
 func readHostDir(fsys fs.FS, dir, name string) (hostDir, error) {
 	d := hostDir{name: name, path: path.Join(dir, name)}
@@ -127,7 +118,7 @@ type hostsPlan struct {
 // removed and the site's adopted instead.
 func planHostsFile(fsys fs.FS, hostsDir, host string, render func(cas []string, pairs [][]string) ([]byte, error), mirror hostEntry) (hostsPlan, error) {
 	var cands []hostDir
-	for _, n := range hostDirCandidates(host) {
+	for _, n := range name.HostDirs(host) {
 		d, err := readHostDir(fsys, hostsDir, n)
 		if err != nil {
 			return hostsPlan{}, err
