@@ -184,6 +184,10 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 	cancel()
 	if err != nil {
 		e.add(rt, "version", Unread, "%s: %v", socket, err)
+		if v, berr := bootstrap.BinaryVersion(e.h.Executable(target.PID), "containerd"); berr == nil {
+			rep.Version = v.String()
+			e.add(rt, "version", Info, "containerd %s (build information of pid %d; its API does not answer)", v, target.PID)
+		}
 		return unknown(fmt.Sprintf("containerd's API at %s does not answer (unreachable or permission denied: a pod needs the host's socket and root): %v", socket, err))
 	}
 	rep.Version = ver.Raw

@@ -131,6 +131,16 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 	rep.PID, rep.ProcessStart = p.PID, &start
 	e.add(rt, "process", Pass, "pid %d; started %s", p.PID, fmtPrecise(start))
 
+	// CRI-O must answer on its CRI socket: without its API there is no runtime evidence.
+	ver, err := e.crioVersion(ctx)
+	if err != nil {
+		e.add(rt, "version", Unread, "%s: %v", e.opts.CRIOSocket, err)
+		rep.State, rep.Reason = Unknown, fmt.Sprintf("CRI-O's API at %s does not answer (unreachable or permission denied: a pod needs the host's socket and root): %v", e.opts.CRIOSocket, err)
+		return rep
+	}
+	rep.Version = ver
+	e.add(rt, "version", Info, "CRI-O %s on %s (CRI version)", ver, e.opts.CRIOSocket)
+
 	if len(ours) == 0 {
 		e.add(rt, "drop-in", Fail, "no drop-in written by nodecache in %s", e.opts.RegistriesDir)
 		rep.State, rep.Reason, rep.Remedy = NotActive, "no nodecache drop-in in "+e.opts.RegistriesDir, "run nodecache gen crio (the agent does this at start)"
@@ -362,4 +372,15 @@ func (e *evaluator) autoReloadAtStart(start time.Time) (bool, string, error) {
 		}
 	}
 	return on, from, nil
+}
+
+// crioVersion asks CRI-O's CRI Version on its socket (through the host view).
+func (e *evaluator) crioVersion(ctx context.Context) (string, error) {
+	local, err := e.h.Local(e.opts.CRIOSocket)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.opts.APITimeout)
+	defer cancel()
+	return apiVersion(ctx, local, RuntimeCRIO)
 }

@@ -118,6 +118,10 @@ func (f fakeIntrospection) Plugins(context.Context, *introspection.PluginsReques
 		{Type: "io.containerd.content.v1", ID: "content"}, p}}, nil
 }
 
+func (f fakeCRI) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	return &runtimeapi.VersionResponse{Version: "0.1.0", RuntimeName: "cri-o", RuntimeVersion: f.version, RuntimeApiVersion: "v1"}, nil
+}
+
 func (f fakeCRI) Status(_ context.Context, r *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	resp := &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{}}
 	if r.GetVerbose() && f.criConfig != "" {

@@ -638,6 +638,7 @@ insecure = true
 func (n *testNode) crio(pid int, sec int64) {
 	n.Proc.addProcess(pid, "crio", ticksAt(sec), "/usr/bin/crio")
 	n.file(DefaultCRIOConfig, "[crio.image]\n", testBtime)
+	n.serveContainerd(DefaultCRIOSocket, &fakeContainerd{version: "1.31.0"}) // CRI answers on crio.sock
 }
 
 func TestCRIO(t *testing.T) {
@@ -895,5 +896,24 @@ func TestMirrorUnreachable(t *testing.T) {
 	want(t, r, NotActive, 1, "does not answer, so no pull goes through it")
 	if c, _ := check(r, RuntimeContainerd, "mirror"); c.Result != Fail || !strings.Contains(c.Reason, "connection refused") {
 		t.Fatalf("mirror row %+v\n%s", c, dump(r))
+	}
+}
+
+// A crio process whose CRI socket does not answer gives no runtime evidence: UNKNOWN (exit 3),
+// whatever the drop-ins and start time say; when it answers, its version is reported.
+func TestCRIOSocketSilent(t *testing.T) {
+	t.Parallel()
+	n := newTestNode(t)
+	n.Proc.addProcess(300, "crio", ticksAt(t0+100), "/usr/bin/crio")
+	n.file(DefaultCRIOConfig, "[crio.image]\n", testBtime)
+	n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, t0)
+	o := n.opts()
+	o.Runtime = RuntimeCRIO
+	want(t, n.evaluate(o), Unknown, 3, "CRI-O's API at /var/run/crio/crio.sock does not answer")
+	n.serveContainerd(DefaultCRIOSocket, &fakeContainerd{version: "1.31.0"})
+	r := n.evaluate(o)
+	want(t, r, Active, 0, "")
+	if rt, _ := r.Runtime(RuntimeCRIO); rt.Version != "1.31.0" {
+		t.Fatalf("version %q, want 1.31.0 from the CRI version call", rt.Version)
 	}
 }

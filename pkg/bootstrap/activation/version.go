@@ -88,7 +88,7 @@ func binaryName(runtime string) string {
 
 // apiVersion asks the daemon on the unix socket at local (this process's path).
 func apiVersion(ctx context.Context, local, runtime string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, DefaultAPITimeout)
+	ctx, cancel := context.WithTimeout(ctx, DefaultAPITimeout) // a caller's shorter deadline wins
 	defer cancel()
 	if runtime != RuntimeCRIO {
 		c, err := dialContainerd(local)
