@@ -33,13 +33,13 @@ type hostsVerdict struct {
 }
 
 // hostDirFunc resolves a registry host to its directory the way containerd does for a list of
-// roots: the first root holding <host_port_>, <host> or _default wins. roots are host paths,
+// roots: the first root holding <host_port_>, <host:port> (or <host>) or _default wins. roots are host paths,
 // resolved through the host view (an absolute link leads under the host root, as on the host);
 // the directory returned is its local path, for containerd's parser to read.
 func hostDirFunc(h *bootstrap.Host, roots []string) func(string) (string, error) {
 	return func(host string) (string, error) {
 		for _, r := range roots {
-			for _, name := range []string{name.HostDir(host), "_default"} {
+			for _, name := range append(name.HostDirs(host), "_default") {
 				p := path.Join(r, name)
 				st, err := h.Stat(p)
 				if errors.Is(err, fs.ErrNotExist) {

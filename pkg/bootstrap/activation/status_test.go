@@ -564,6 +564,9 @@ func TestContainerdHosts(t *testing.T) {
 		{name: "port form directory", setup: func(n *testNode) {
 			n.file(certsDir+"/registry.local_5000_/hosts.toml", fmt.Sprintf(hostsTOMLFmt, "https://registry.local:5000", mirrorURL), t0)
 		}, upstreams: []string{"registry.local:5000"}, state: Active},
+		{name: "host:port directory (containerd reads it too)", setup: func(n *testNode) {
+			n.file(certsDir+"/registry.local:5000/hosts.toml", fmt.Sprintf(hostsTOMLFmt, "https://registry.local:5000", mirrorURL), t0)
+		}, upstreams: []string{"registry.local:5000"}, state: Active},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
