@@ -329,3 +329,54 @@ func TestServeUpstreamProxyAndCA(t *testing.T) {
 }
 
 func timeSleep() { time.Sleep(50 * time.Millisecond) }
+
+// TestServeRefusesBadAccessInput (issue 13): bad --pull-allow, --upstream-auth, --upstream-ca
+// and --tls-* values exit 2 with a message naming the flag and what is accepted; a refused
+// credentials file never shows its secret.
+func TestServeRefusesBadAccessInput(t *testing.T) {
+	t.Parallel()
+	const secret = "t0p-secret-in-the-file"
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	other := write("other.json", `{"auths":{"quay.io":{"username":"u","password":"`+secret+`"}}}`)
+	broken := write("broken.json", `{"auths":{"ghcr.io":{"password":"`+secret+`"`)
+	notPEM := write("ca.txt", "not a certificate "+secret)
+	up := []string{"serve", "--listen", freeAddr(t), "--root", filepath.Join(dir, "root"), "--upstream", "ghcr.io=https://ghcr.io"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"pull-allow not a CIDR", []string{"--pull-allow", "10.0.0.0/33"}, "--pull-allow"},
+		{"pull-allow a name", []string{"--pull-allow", "nodes.example"}, "want a CIDR"},
+		{"upstream-auth without FILE", []string{"--upstream-auth", "ghcr.io"}, "want NAME=FILE"},
+		{"upstream-auth unknown upstream", []string{"--upstream-auth", "quay.io=" + other}, "not among the --upstream names"},
+		{"upstream-auth missing file", []string{"--upstream-auth", "ghcr.io=/nonexistent/config.json"}, "no such file"},
+		{"upstream-auth no entry", []string{"--upstream-auth", "ghcr.io=" + other}, `has no credentials for ghcr.io`},
+		{"upstream-auth broken file", []string{"--upstream-auth", "ghcr.io=" + broken}, "not a docker config.json"},
+		{"upstream-ca not PEM", []string{"--upstream-ca", "ghcr.io=" + notPEM}, "no PEM certificate"},
+		{"tls-cert alone", []string{"--tls-cert", notPEM}, "go together"},
+		{"tls pair not PEM", []string{"--tls-cert", notPEM, "--tls-key", notPEM}, "--tls-cert/--tls-key"},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			out, err := exec.Command(binary, append(append([]string{}, up...), tc.args...)...).CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+				t.Fatalf("%v: err %v, want exit 2\n%s", tc.args, err, out)
+			}
+			if !strings.Contains(string(out), tc.want) {
+				t.Errorf("%v: output lacks %q:\n%s", tc.args, tc.want, out)
+			}
+			if strings.Contains(string(out), secret) {
+				t.Errorf("%v: the output shows the file's secret:\n%s", tc.args, out)
+			}
+		})
+	}
+}

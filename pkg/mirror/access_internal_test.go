@@ -3,6 +3,8 @@ package mirror
 import (
 	"bytes"
 	"crypto/x509"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"os"
@@ -155,5 +157,52 @@ func TestCertificateReload(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "cannot reload the TLS certificate") {
 		t.Errorf("the broken pair was not logged: %s", logs.String())
+	}
+}
+
+// TestRefusedByAddress: a registry request from an address outside --pull-allow and a
+// client-evidence request from outside loopback and --allow are refused with 403 and counted by
+// reason; an allowed network is served.
+func TestRefusedByAddress(t *testing.T) {
+	t.Parallel()
+	mirrortest.QuietLogrus()
+	m, err := New(t.Context(), Options{
+		Upstreams:           []name.Upstream{{Name: "ghcr.io", URL: &url.URL{Scheme: "https", Host: "ghcr.io"}}},
+		PullAllow:           []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		ClientEvidenceAllow: []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	for _, tc := range []struct {
+		from, path string
+		want       int
+	}{
+		{"203.0.113.7:4000", "/v2/", 403},
+		{"[2001:db8::1]:4000", "/v2/", 403},
+		{"[::ffff:203.0.113.7]:4000", "/v2/", 403},
+		{"10.1.2.3:4000", "/v2/", 200},
+		{"[::1]:4000", "/v2/", 200},
+		{"203.0.113.7:4000", "/nodecache/v1/clients", 403},
+		{"10.1.2.3:4000", "/nodecache/v1/clients", 403},
+		{"192.168.1.1:4000", "/nodecache/v1/clients", 200},
+		{"203.0.113.7:4000", "/healthz", 200},
+		{"203.0.113.7:4000", "/metrics", 200},
+	} {
+		req := httptest.NewRequest(http.MethodGet, tc.path, nil)
+		req.RemoteAddr = tc.from
+		rec := httptest.NewRecorder()
+		m.ServeHTTP(rec, req)
+		if rec.Code != tc.want {
+			t.Errorf("GET %s from %s: %d, want %d: %s", tc.path, tc.from, rec.Code, tc.want, rec.Body)
+		}
+	}
+	rec := httptest.NewRecorder()
+	m.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, want := range []string{`nodecache_refused_total{reason="pull_allow"} 3`, `nodecache_refused_total{reason="allow"} 2`} {
+		if !strings.Contains(rec.Body.String(), want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
 	}
 }

@@ -51,9 +51,16 @@ func loadCredentials(t *testing.T, file, registry string) *upstream.Credentials 
 	return c
 }
 
-// checkNoSecret fails when the mirror's log holds the password.
+// checkNoSecret fails when the mirror's log, its metrics or its /nodecache/v1/ answers hold the
+// password.
 func checkNoSecret(t *testing.T, h *harness, secret string) {
 	t.Helper()
+	for _, p := range []string{"/metrics", "/nodecache/v1/clients"} {
+		resp, body := get(t, http.MethodGet, fmtURL(h, p), nil)
+		if resp.StatusCode != http.StatusOK || strings.Contains(string(body), secret) || strings.Contains(string(body), basicAuth(testUser, secret)) {
+			t.Errorf("GET %s: %d, or the password is in it:\n%s", p, resp.StatusCode, body)
+		}
+	}
 	h.logs.mu.Lock()
 	defer h.logs.mu.Unlock()
 	if strings.Contains(h.logs.b.String(), secret) || strings.Contains(h.logs.b.String(), basicAuth(testUser, secret)) {
