@@ -35,6 +35,9 @@ type Config struct {
 	KubernetesVersion string
 	// TalosVersion is --talos-version: the Talos release whose join set to warm (implies Talos).
 	TalosVersion string
+	// MachineConfig is --machine-config: a node's machine config whose images (and its Talos
+	// release's defaults) are warmed after the join set.
+	MachineConfig string
 	// InstallerImage is --installer-image: the installer a Talos upgrade pulls
 	// (machine.install.image), warmed after the join set.
 	InstallerImage string
@@ -70,7 +73,7 @@ func (c Config) Options(args []string) (Options, error) {
 
 	// Sources in order: the Talos set, --images-from, the arguments; duplicates dropped.
 	var inputs []input
-	if c.Talos || c.TalosVersion != "" {
+	if c.Talos || (c.TalosVersion != "" && c.MachineConfig == "") {
 		set, err := TalosJoinImagesFor(c.TalosVersion, c.KubernetesVersion)
 		errs = append(errs, err)
 		if err == nil {
@@ -81,6 +84,14 @@ func (c Config) Options(args []string) (Options, error) {
 		}
 	} else if c.KubernetesVersion != "" {
 		errs = append(errs, errors.New("--kubernetes-version applies only with --talos or --talos-version"))
+	}
+	if c.MachineConfig != "" {
+		list, note, err := machineConfigInputs(c.MachineConfig, c.TalosVersion)
+		errs = append(errs, err)
+		inputs = append(inputs, list...)
+		if note != "" {
+			opts.Notes = append(opts.Notes, note)
+		}
 	}
 	if c.InstallerImage != "" {
 		inputs = append(inputs, input{text: c.InstallerImage, from: "--installer-image"})
@@ -97,7 +108,7 @@ func (c Config) Options(args []string) (Options, error) {
 		}
 		inputs = append(inputs, input{text: a, from: fmt.Sprintf("argument %d", i+1)})
 	}
-	if len(inputs) == 0 && !c.Talos && c.TalosVersion == "" && c.ImagesFrom == "" {
+	if len(inputs) == 0 && !c.Talos && c.TalosVersion == "" && c.ImagesFrom == "" && c.MachineConfig == "" {
 		errs = append(errs, errors.New("no IMAGE given: name at least one image, or use --images-from or --talos"))
 	}
 	refs, srcs, refErrs := sources(inputs)

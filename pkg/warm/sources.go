@@ -24,6 +24,9 @@ type ImageList struct {
 	Talos *TalosJoinSet `json:"talos,omitempty"`
 	// Images are the references with their sources.
 	Images []Source `json:"images"`
+	// Notes say what the sources could not follow exactly (e.g. which release's defaults a
+	// machine config was completed with).
+	Notes []string `json:"notes,omitempty"`
 }
 
 // WriteText writes one normalised reference per line.

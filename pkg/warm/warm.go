@@ -49,9 +49,10 @@ type Options struct {
 	Mirror *url.URL
 	// Images are the references to warm (see ParseReference). Required, at least one.
 	Images []Reference
-	// Sources says where each of Images was named (same order); Config.Options fills it, Run
-	// does not read it.
+	// Sources says where each of Images was named (same order) and Notes what the sources could
+	// not follow exactly; Config.Options fills them, Run does not read them.
 	Sources []Source
+	Notes   []string
 	// Platform is the platform to walk. Zero value: this machine's (platforms.DefaultSpec).
 	Platform specs.Platform
 	// PlatformMatch is the rule that picks an index's manifest for Platform (and checks a single
