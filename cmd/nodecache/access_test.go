@@ -380,3 +380,86 @@ func TestServeRefusesBadAccessInput(t *testing.T) {
 		})
 	}
 }
+
+// TestServeUpstreamAuthDockerHubStyle (issue 13): the binary, as docker.io, pulls from a
+// Docker-Hub-shaped upstream on the names /etc/hosts maps to loopback — registry.hub.test, whose
+// bearer tokens come from the realm auth.hub.test — with the entry `docker login` writes under
+// https://index.docker.io/v1/; the realm gets the credentials, the registry only the token, and
+// the password is in no log line.
+func TestServeUpstreamAuthDockerHubStyle(t *testing.T) {
+	t.Parallel()
+	runtimetest.RequireLoopbackName(t, "registry.hub.test")
+	runtimetest.RequireLoopbackName(t, "auth.hub.test")
+	const user, password, token = "hubuser", "hub-pa55word-never-logged", "token-for-hubuser"
+	up := mirrortest.NewRegistry(t)
+	up.PushImage(t, "team/private", "v1", mirrortest.Image(t, 4096, 2, "linux/amd64"))
+
+	var (
+		mu         sync.Mutex
+		realmAuths []string
+	)
+	realm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		realmAuths = append(realmAuths, r.Header.Get("Authorization"))
+		mu.Unlock()
+		if u, p, ok := r.BasicAuth(); !ok || u != user || p != password || r.URL.Query().Get("service") != "registry.hub.test" {
+			http.Error(w, `{"details":"incorrect username or password"}`, http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"token":"`+token+`"}`)
+	}))
+	t.Cleanup(realm.Close)
+	_, realmPort, _ := net.SplitHostPort(realm.Listener.Addr().String())
+	up.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("Authorization") != "Bearer "+token {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="http://auth.hub.test:`+realmPort+`/token",service="registry.hub.test"`)
+				http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	})
+	_, upPort, _ := net.SplitHostPort(up.Addr)
+
+	dir := t.TempDir()
+	config := filepath.Join(dir, "config.json")
+	entry := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
+	if err := os.WriteFile(config, []byte(`{"auths":{"https://index.docker.io/v1/":{"auth":"`+entry+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	listen := freeAddr(t)
+	logs := startServe(t, nil, nil, "http://"+listen+"/readyz",
+		"--listen", listen, "--root", filepath.Join(dir, "root"), "--log-level", "debug",
+		"--upstream", "docker.io=http://registry.hub.test:"+upPort,
+		"--upstream-auth", "docker.io="+config)
+
+	ref, err := name.ParseReference(listen+"/team/private:v1", name.Insecure) // docker.io: the default upstream
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := remote.Image(ref, remote.WithContext(t.Context()))
+	if err != nil {
+		t.Fatalf("pull through nodecache: %v", err)
+	}
+	if err := validate.Image(got); err != nil {
+		t.Fatalf("image through nodecache: %v", err)
+	}
+	mu.Lock()
+	auths := append([]string(nil), realmAuths...)
+	mu.Unlock()
+	if len(auths) == 0 || auths[0] != "Basic "+entry {
+		t.Errorf("the realm got %q, want the configured credentials", auths)
+	}
+	for _, r := range up.Requests() {
+		if strings.HasPrefix(r.Authorization, "Basic") {
+			t.Errorf("the registry got the credentials themselves: %s %s", r.Method, r.Path)
+		}
+	}
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, password) || strings.Contains(l, entry) {
+			t.Errorf("log line carries the password: %s", l)
+		}
+	}
+}
