@@ -24,6 +24,7 @@ func mirrorFlags(c *mirror.Config, lc *logConfig, listenDefault string) []cli.Fl
 		durationFlag(&c.UpstreamTimeout, "upstream-timeout", mirror.DefaultUpstreamTimeout, "bound on an upstream answer (headers) and a stalled blob stream; then a cached tag is served as stale"),
 		durationFlag(&c.TagTTL, "tag-ttl", 0, "serve a cached tag this long without asking the upstream (0: revalidate on every request)"),
 		durationFlag(&c.FillTimeout, "fill-timeout", upstream.DefaultFillTimeout, "longest one blob fill from the upstream may take; a broken stream is resumed while it progresses, the fill fails after 5 attempts in a row that add no byte or at this bound"),
+		stringFlag(&c.MaxSize, "max-size", "", "cap the cache at `SIZE`: binary units (500MiB, 30GiB, 1TiB) or a share of the filesystem holding --root (30%); over it, least recently pulled images are evicted down to 90% of it (default: no cap)"),
 		stringFlag(&c.MetricsListen, "metrics-listen", "", "also serve /metrics, /healthz and /readyz on this `ADDR`"),
 		stringSliceFlag(&c.Allow, "allow", nil, "`CIDR` allowed to read /nodecache/v1/clients besides loopback, repeatable; it does not gate pulls (that is --pull-allow)"),
 		stringSliceFlag(&c.PullAllow, "pull-allow", nil, "`CIDR` allowed to pull (every /v2/ request), repeatable; 127.0.0.1 and ::1 always are; anyone else gets 403 DENIED. Default: every address that reaches the port (said once at start on a non-loopback listener). /healthz, /readyz and /metrics stay open"),

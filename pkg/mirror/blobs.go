@@ -80,7 +80,7 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 	st.mu.Unlock()
 	if local {
 		st.setCache(mirrorapi.CacheHit)
-		return b.BlobStore.ServeBlob(ctx, w, r, dgst)
+		return b.serveLocal(ctx, w, r, dgst)
 	}
 	desc, err := b.Stat(ctx, dgst)
 	if err != nil {
@@ -88,7 +88,7 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 	}
 	if st.localBlob { // stored meanwhile
 		st.setCache(mirrorapi.CacheHit)
-		return b.BlobStore.ServeBlob(ctx, w, r, dgst)
+		return b.serveLocal(ctx, w, r, dgst)
 	}
 	setBlobHeaders(w, desc)
 	if r.Method == http.MethodHead {
@@ -131,6 +131,13 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 	return nil
 }
 
+// serveLocal serves a stored blob; eviction leaves its data alone meanwhile.
+func (b *blobStore) serveLocal(ctx context.Context, w http.ResponseWriter, r *http.Request, dgst digest.Digest) error {
+	release := b.r.m.cache.acquire(dgst)
+	defer release()
+	return b.BlobStore.ServeBlob(ctx, w, r, dgst)
+}
+
 // commitBlob stores a verified fill's staging file as a blob linked into r's repository
 // (upstream.CommitFunc).
 func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descriptor) error {
@@ -155,10 +162,19 @@ func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descri
 		_ = bw.Cancel(ctx)
 		return fmt.Errorf("write blob: %w", err)
 	}
-	if _, err := bw.Commit(ctx, desc); err != nil {
+	// Data moved into the blob store and linked under the lock eviction deletes data with.
+	c := r.m.cache
+	c.storeMu.Lock()
+	_, err = bw.Commit(ctx, desc)
+	if err == nil {
+		c.idx.addBlob(r.storageName(), desc.Digest, desc.Size, r.m.opts.Clock())
+	}
+	c.storeMu.Unlock()
+	if err != nil {
 		_ = bw.Cancel(ctx)
 		return fmt.Errorf("commit blob: %w", err)
 	}
+	r.m.grew()
 	return nil
 }
 

@@ -33,6 +33,9 @@ type Config struct {
 	UpstreamTimeout, TagTTL time.Duration
 	// FillTimeout is --fill-timeout: the longest one blob fill may take (0: the default, 2h).
 	FillTimeout time.Duration
+	// MaxSize is --max-size: binary units (30GiB) or a share of --root's filesystem (30%);
+	// empty: no cap. See ParseMaxSize.
+	MaxSize string
 	// Allow are --allow CIDRs, repeated or comma-separated.
 	Allow []string
 	// PullAllow are --pull-allow CIDRs (who may pull besides loopback), repeated or
@@ -85,6 +88,9 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 		UpstreamTimeout: c.UpstreamTimeout, TagTTL: c.TagTTL, FillTimeout: c.FillTimeout, ClientEvidenceAllow: allow}
 	if o.Root == "" {
 		return o, errors.New("--root: a storage directory is required")
+	}
+	if o.MaxSize, err = ParseMaxSize(c.MaxSize, o.Root); err != nil {
+		return o, fmt.Errorf("--max-size %w", err)
 	}
 	for _, l := range []struct{ name, value string }{{"listen", c.Listen}, {"metrics-listen", c.MetricsListen}} {
 		if l.value != "" || l.name == "listen" {

@@ -53,6 +53,7 @@ func (s *manifestService) Get(ctx context.Context, dgst digest.Digest, options .
 		}
 		man = fetched.Kept.(distribution.Manifest)
 	}
+	s.r.m.cache.idx.touch(s.r.storageName(), dgst, s.r.m.opts.Clock())
 	st.mu.Lock()
 	pt := st.pendingTag
 	st.pendingTag = nil
@@ -64,6 +65,7 @@ func (s *manifestService) Get(ctx context.Context, dgst digest.Digest, options .
 		if terr := s.r.Repository.Tags(tctx).Tag(tctx, pt.tag, v1.Descriptor{Digest: dgst}); terr != nil {
 			s.r.log.Error().Err(terr).Str("repository", s.r.repo).Str("tag", pt.tag).Msg("store tag")
 		} else {
+			s.r.m.cache.idx.setTag(s.r.storageName(), pt.tag, dgst)
 			s.r.fetch.MarkTagFresh(s.r.up.Name, s.r.repo, pt.tag)
 		}
 	}
@@ -93,5 +95,7 @@ func (r *repository) keepManifest(ctx context.Context, fm upstream.Manifest) (an
 	if _, err := store.Put(ctx, man); err != nil {
 		return nil, fmt.Errorf("store manifest %s@%s: %w", r.repo, fm.Digest, err)
 	}
+	r.m.cache.idx.addManifest(r.storageName(), fm.Digest, int64(len(fm.Raw)), manifestRefs(fm.Raw), r.m.opts.Clock())
+	r.m.grew()
 	return man, nil
 }

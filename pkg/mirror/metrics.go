@@ -9,9 +9,12 @@ type metrics struct {
 	requests    *prometheus.CounterVec // upstream, kind, method, code, cache
 	servedBytes *prometheus.CounterVec // upstream, source (cache|upstream)
 	refused     *prometheus.CounterVec // reason (RefusedPullAllow, RefusedAllow)
+	// evictedBytes and evictions count what eviction removed (reason: EvictCap, ...).
+	evictedBytes prometheus.Counter
+	evictions    *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, cache *cacheState, maxSize int64) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodecache_requests_total",
@@ -26,10 +29,34 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Requests refused with 403 because of the client's address, by reason: pull_allow (a registry request from outside --pull-allow), allow (client evidence asked from outside loopback and --allow).",
 		}, []string{"reason"}),
 	}
+	m.evictedBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "nodecache_evicted_bytes_total",
+		Help: "Bytes of blob and manifest data eviction removed from the cache.",
+	})
+	m.evictions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodecache_evictions_total",
+		Help: "Evictions by reason: cap (an image, the cache was over --max-size), enospc (an image, a fill found the disk full), unreferenced (a blob no manifest references), api (an image, DELETE /nodecache/v1/cache/...).",
+	}, []string{"reason"})
+	sizeGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "nodecache_cache_size_bytes",
+		Help: "Bytes of blob and manifest data in the cache (uploads in progress excluded).",
+	}, func() float64 { s, _ := cache.idx.totals(); return float64(s) })
+	blobsGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "nodecache_cache_blobs",
+		Help: "Blob data files in the cache (manifests included).",
+	}, func() float64 { _, n := cache.idx.totals(); return float64(n) })
+	maxGauge := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "nodecache_cache_max_size_bytes",
+		Help: "The cache's size cap in bytes (--max-size); 0 when there is none.",
+	})
+	maxGauge.Set(float64(maxSize))
 	for _, r := range []string{RefusedPullAllow, RefusedAllow} {
 		m.refused.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.servedBytes, m.refused} {
+	for _, r := range []string{EvictCap, EvictENOSPC, EvictUnreferenced, EvictAPI} {
+		m.evictions.WithLabelValues(r)
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.servedBytes, m.refused, m.evictedBytes, m.evictions, sizeGauge, blobsGauge, maxGauge} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -50,6 +50,7 @@ type Mirror struct {
 	clients         *clientLog
 	pull            pullGate
 	canary          *canary
+	cache           *cacheState // index, eviction
 	cancel          context.CancelFunc
 }
 
@@ -83,7 +84,8 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 			gatherer = prometheus.DefaultGatherer
 		}
 	}
-	met, err := newMetrics(opts.Registerer)
+	cache := newCacheState()
+	met, err := newMetrics(opts.Registerer, cache, opts.MaxSize)
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
@@ -120,6 +122,7 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		gatherer:  gatherer,
 		clients:   newClientLog(opts.ClientEvidenceAllow),
 		pull:      pullGate{allow: opts.PullAllow},
+		cache:     cache,
 	}
 	for _, u := range opts.Upstreams {
 		key := storageKey(u.Name)
@@ -184,6 +187,9 @@ func (m *Mirror) Drain(ctx context.Context) int { return m.fetch.Drain(ctx) }
 // work.
 func (m *Mirror) Close() error {
 	err := m.fetch.Close()
+	if serr := m.saveIndex(true); serr != nil {
+		m.log.Warn().Err(serr).Msg("write cache index at shutdown")
+	}
 	m.cancel()
 	if m.opts.Root == "" {
 		_ = os.RemoveAll(m.fetch.StagingDir())
@@ -224,6 +230,10 @@ func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			m.metrics.refused.WithLabelValues(RefusedAllow).Inc()
 		}
 		m.clients.serveHTTP(w, r)
+		return
+	}
+	if r.URL.Path == mirrorapi.CachePath || strings.HasPrefix(r.URL.Path, mirrorapi.CachePath+"/") {
+		m.serveCache(w, r)
 		return
 	}
 	if r.URL.Path != "/v2" && !strings.HasPrefix(r.URL.Path, "/v2/") {
@@ -462,3 +472,6 @@ func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, st *re
 		Str("query", r.URL.RawQuery).
 		Msg("request")
 }
+
+// Root is the storage directory ("" for in-memory storage).
+func (m *Mirror) Root() string { return m.opts.Root }

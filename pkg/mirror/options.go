@@ -73,6 +73,10 @@ type Options struct {
 	// FillTimeout bounds one blob fill from its first upstream request to its commit; uploads
 	// of fills older than this are removed every hour. Default upstream.DefaultFillTimeout (2h).
 	FillTimeout time.Duration
+	// MaxSize caps the cache (bytes of blob and manifest data, uploads excluded): over it, Run
+	// evicts least recently pulled images down to 90 % of it. 0 (default): no cap. See
+	// ParseMaxSize for --max-size.
+	MaxSize int64
 	// Clock tells the time for tag freshness (TagTTL) and the cleanup of fill leftovers.
 	// Default time.Now.
 	Clock func() time.Time
@@ -131,6 +135,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.FillTimeout == 0 {
 		o.FillTimeout = upstream.DefaultFillTimeout
+	}
+	if o.MaxSize < 0 {
+		errs = append(errs, errors.New("max-size must not be negative"))
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now

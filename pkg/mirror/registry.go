@@ -35,8 +35,8 @@ func registerMiddleware() {
 			if !ok {
 				return nil, fmt.Errorf("%s: missing mirror option", middlewareName)
 			}
-			m.store, m.driver = inner, driver
-			return &namespace{Namespace: inner, byKey: m.byKey, fetch: m.fetch, log: m.log}, nil
+			m.store, m.driver, m.cache.driver = inner, driver, driver
+			return &namespace{Namespace: inner, byKey: m.byKey, fetch: m.fetch, log: m.log, m: m}, nil
 		})
 		if err != nil {
 			panic(err) // only a second registration under this name can fail
@@ -82,6 +82,7 @@ type namespace struct {
 	byKey map[string]*configured // read-only after New
 	fetch *upstream.Fetcher
 	log   zerolog.Logger
+	m     *Mirror // the cache index and eviction's lock
 }
 
 func (n *namespace) Repository(ctx context.Context, named reference.Named) (distribution.Repository, error) {
@@ -98,7 +99,7 @@ func (n *namespace) Repository(ctx context.Context, named reference.Named) (dist
 	if c, err := reference.WithName(stateFrom(ctx).clientName); err == nil {
 		client = c
 	}
-	return &repository{Repository: local, store: n.Namespace, up: up, repo: repo, client: client, fetch: n.fetch, log: n.log}, nil
+	return &repository{Repository: local, store: n.Namespace, up: up, repo: repo, client: client, fetch: n.fetch, log: n.log, m: n.m}, nil
 }
 
 // Remove refuses: the cache is read-only. (Implementing it tells distribution not to warn that
@@ -118,7 +119,11 @@ type repository struct {
 	client reference.Named
 	fetch  *upstream.Fetcher
 	log    zerolog.Logger
+	m      *Mirror
 }
+
+// storageName is the repository's name in storage and in the cache index.
+func (r *repository) storageName() string { return r.up.storageKey + "/" + r.repo }
 
 // Named is the repository name the client asked for.
 func (r *repository) Named() reference.Named { return r.client }

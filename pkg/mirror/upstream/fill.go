@@ -178,6 +178,22 @@ func (s *fillSet) wait(ctx context.Context) error {
 	}
 }
 
+// hasDigest reports whether a fill of blob d is in flight, in any upstream and repository.
+func (s *fillSet) hasDigest(d digest.Digest) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.m {
+		if f.desc.Digest == d {
+			return true
+		}
+	}
+	return false
+}
+
+// FillingDigest reports whether a fill of blob d is in flight (fetching or being committed) in
+// any upstream and repository: eviction leaves such a blob's data alone.
+func (f *Fetcher) FillingDigest(d digest.Digest) bool { return f.fills.hasDigest(d) }
+
 func fillKey(upstream, repo string, dgst digest.Digest) string {
 	return upstream + "/" + repo + "@" + dgst.String()
 }

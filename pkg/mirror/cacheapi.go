@@ -1,0 +1,113 @@
+package mirror
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
+)
+
+// Inventory returns the cache inventory (mirrorapi.CachePath's document).
+func (m *Mirror) Inventory() mirrorapi.CacheInventory {
+	size, blobs := m.cache.idx.totals()
+	inv := mirrorapi.CacheInventory{SizeBytes: size, MaxSizeBytes: m.opts.MaxSize, Blobs: blobs}
+	select {
+	case <-m.cache.idx.ready:
+		inv.Ready = true
+	default:
+	}
+	inv.Images = m.cache.idx.images(func(sr string) (string, string) {
+		key, repo, _ := strings.Cut(sr, "/")
+		if up := m.byKey[key]; up != nil {
+			return up.Name, repo
+		}
+		return "", ""
+	})
+	return inv
+}
+
+// serveCache answers mirrorapi.CachePath: GET (loopback and --allow networks) lists the cache,
+// DELETE .../<upstream>/<repository>@<digest> (loopback only) evicts one image.
+func (m *Mirror) serveCache(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case r.Method == http.MethodGet && r.URL.Path == mirrorapi.CachePath:
+		if !m.clients.allowed(r.RemoteAddr) {
+			m.metrics.refused.WithLabelValues(RefusedAllow).Inc()
+			writeJSONError(w, http.StatusForbidden, "the cache inventory is served to loopback and --allow networks only")
+			return
+		}
+		_ = json.NewEncoder(w).Encode(m.Inventory())
+	case r.Method == http.MethodDelete && strings.HasPrefix(r.URL.Path, mirrorapi.CachePath+"/"):
+		if !remoteLoopback(r.RemoteAddr) {
+			writeJSONError(w, http.StatusForbidden, "cache deletions are accepted from loopback only")
+			return
+		}
+		m.deleteImage(w, r, strings.TrimPrefix(r.URL.Path, mirrorapi.CachePath+"/"))
+	default:
+		w.Header().Set("Allow", "GET, DELETE")
+		writeJSONError(w, http.StatusMethodNotAllowed, "want GET "+mirrorapi.CachePath+" or DELETE "+mirrorapi.CachePath+"/<upstream>/<repository>@<digest>")
+	}
+}
+
+// deleteImage evicts the image named by spec, "<upstream>/<repository>@<digest>".
+func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string) {
+	upName, rest, ok1 := strings.Cut(spec, "/")
+	repo, dgst, ok2 := strings.Cut(rest, "@")
+	d, err := digest.Parse(dgst)
+	if !ok1 || !ok2 || repo == "" || err != nil {
+		writeJSONError(w, http.StatusBadRequest, "want "+mirrorapi.CachePath+"/<upstream>/<repository>@<digest>, e.g. .../docker.io/library/alpine@sha256:...")
+		return
+	}
+	var up *configured
+	for _, u := range m.upstreams {
+		if name.Canonical(u.Name) == name.Canonical(upName) {
+			up = u
+		}
+	}
+	if up == nil {
+		writeJSONError(w, http.StatusNotFound, "upstream "+upName+" is not configured")
+		return
+	}
+	select {
+	case <-m.cache.idx.ready:
+	default:
+		writeJSONError(w, http.StatusServiceUnavailable, "the cache index is being rebuilt from storage; try again shortly")
+		return
+	}
+	sr := up.storageKey + "/" + repo
+	var img *mirrorapi.CachedImage
+	for _, i := range m.Inventory().Images {
+		if i.Upstream == up.Name && i.Repository == repo && i.Digest == d.String() {
+			img = &i
+		}
+	}
+	if img == nil || !m.cache.idx.hasManifest(sr, d) {
+		writeJSONError(w, http.StatusNotFound, "not cached: "+up.Name+"/"+repo+"@"+d.String())
+		return
+	}
+	m.evictImage(r.Context(), sr, d, EvictAPI)
+	m.log.Info().Str("upstream", up.Name).Str("repository", repo).Str("digest", d.String()).
+		Str("client", r.RemoteAddr).Msg("image evicted on request")
+	_ = json.NewEncoder(w).Encode(img)
+}
+
+func remoteLoopback(remoteAddr string) bool {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+func writeJSONError(w http.ResponseWriter, code int, msg string) {
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}

@@ -1,0 +1,380 @@
+package mirror_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
+
+	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
+)
+
+// runMirror runs m's background work (index, eviction) until stop or the end of the test,
+// before m closes.
+func runMirror(t *testing.T, m *mirror.Mirror) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = m.Run(ctx)
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// imageOnBase builds an OCI image whose first layer is base and second a random layer of
+// ownBytes bytes.
+func imageOnBase(t *testing.T, base v1.Layer, ownBytes int64) v1.Image {
+	t.Helper()
+	own, err := random.Layer(ownBytes, types.OCILayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err = mutate.AppendLayers(img, base, own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+// uniqueBytes is what img stores besides its first (shared) layer: manifest, config, own layer.
+func uniqueBytes(t *testing.T, img v1.Image) int64 {
+	t.Helper()
+	raw, err := img.RawManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.RawConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := layers[1].Size()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(len(raw)+len(cfg)) + own
+}
+
+func inventory(t *testing.T, host string) mirrorapi.CacheInventory {
+	t.Helper()
+	resp, err := http.Get("http://" + host + mirrorapi.CachePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %s: %s", mirrorapi.CachePath, resp.Status, b)
+	}
+	var inv mirrorapi.CacheInventory
+	if err := json.NewDecoder(resp.Body).Decode(&inv); err != nil {
+		t.Fatal(err)
+	}
+	return inv
+}
+
+// waitInventory polls the inventory until ok accepts it (10 s at most).
+func waitInventory(t *testing.T, host string, what string, ok func(mirrorapi.CacheInventory) bool) mirrorapi.CacheInventory {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		inv := inventory(t, host)
+		if ok(inv) {
+			return inv
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.MarshalIndent(inv, "", "  ")
+			t.Fatalf("waited 10s for %s; inventory:\n%s", what, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func pullImage(t *testing.T, s string) {
+	t.Helper()
+	img, err := remote.Image(ref(t, s), remote.WithContext(t.Context()))
+	if err != nil {
+		t.Fatalf("pull %s: %v", s, err)
+	}
+	if err := validate.Image(img); err != nil {
+		t.Fatalf("validate %s: %v", s, err)
+	}
+}
+
+func manifestStatus(t *testing.T, url string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	req.Header.Set("Accept", string(types.OCIManifestSchema1))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get(mirrorapi.HeaderCache)
+}
+
+// TestSizeCapEvictsLeastRecentlyPulled: with a cap that fits three of five images sharing a base
+// layer, after pulling all five the cache is under the cap, the two least recently pulled are
+// evicted, the shared base layer is kept, the most recent image is served with the upstream
+// gone, and an evicted one is a miss (never a 500) — a 503 while the upstream is down.
+func TestSizeCapEvictsLeastRecentlyPulled(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	base, err := random.Layer(mirrortest.MiB, types.OCILayer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	baseSize, _ := base.Size()
+	imgs := make([]v1.Image, 5)
+	digests := make([]string, 5)
+	var unique int64
+	for i := range imgs {
+		imgs[i] = imageOnBase(t, base, mirrortest.MiB)
+		up.PushImage(t, fmt.Sprintf("team/app%d", i), "v1", imgs[i])
+		digests[i] = digestOf(t, imgs[i])
+		unique = max(unique, uniqueBytes(t, imgs[i]))
+	}
+	// Three images and half of a fourth: eviction to 90 % of it leaves exactly three.
+	capBytes := baseSize + 3*unique + unique/2
+	h := newHarness(t, mirror.Options{Root: t.TempDir(), MaxSize: capBytes,
+		Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	runMirror(t, h.m)
+	for i := range imgs {
+		pullImage(t, fmt.Sprintf("%s/upstream.test/team/app%d:v1", h.host, i))
+		if err := h.m.WaitIdle(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inv := waitInventory(t, h.host, "three images under the cap", func(inv mirrorapi.CacheInventory) bool {
+		return len(inv.Images) == 3 && inv.SizeBytes <= capBytes
+	})
+	for i, img := range inv.Images {
+		want := fmt.Sprintf("team/app%d", 4-i)
+		if img.Repository != want || img.Digest != digests[4-i] || img.Upstream != "upstream.test" {
+			t.Errorf("inventory image %d = %s/%s@%s, want %s@%s (most recently pulled first)", i, img.Upstream, img.Repository, img.Digest, want, digests[4-i])
+		}
+		if len(img.Tags) != 1 || img.Tags[0] != "v1" {
+			t.Errorf("inventory image %d tags = %v, want [v1]", i, img.Tags)
+		}
+	}
+	baseDigest, _ := base.Digest()
+	hex := baseDigest.Hex
+	if _, err := os.Stat(filepath.Join(h.m.Root(), "docker/registry/v2/blobs/sha256", hex[:2], hex, "data")); err != nil {
+		t.Errorf("shared base layer was removed: %v", err)
+	}
+
+	up.Stop()
+	pullImage(t, h.host+"/upstream.test/team/app4:v1") // tag stale, everything else a hit
+	for _, i := range []int{0, 1} {
+		code, _ := manifestStatus(t, fmt.Sprintf("http://%s/v2/upstream.test/team/app%d/manifests/%s", h.host, i, digests[i]))
+		if code == http.StatusOK || code >= 500 && code != http.StatusServiceUnavailable {
+			t.Errorf("evicted image %d with the upstream down: %d, want 503 (not cached, upstream unreachable)", i, code)
+		}
+	}
+	up.Start(t)
+	code, cache := manifestStatus(t, fmt.Sprintf("http://%s/v2/upstream.test/team/app0/manifests/v1", h.host))
+	if code != http.StatusOK || cache != mirrorapi.CacheMiss {
+		t.Errorf("evicted image pulled again: %d %s=%q, want 200 miss", code, mirrorapi.HeaderCache, cache)
+	}
+	pullImage(t, h.host+"/upstream.test/team/app0:v1")
+}
+
+func deleteImage(t *testing.T, host, spec string) int {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, "http://"+host+mirrorapi.CachePath+"/"+spec, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func blobDataPath(root string, d v1.Hash) string {
+	return filepath.Join(root, "docker/registry/v2/blobs", d.Algorithm, d.Hex[:2], d.Hex, "data")
+}
+
+// TestEvictionSparesBlobBeingServed: a blob streamed to a slow client survives the eviction of
+// its image (its links go, its data stays while it is served), and the client gets all of it.
+func TestEvictionSparesBlobBeingServed(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 32*mirrortest.MiB, 1, "linux/amd64")
+	up.PushImage(t, "team/big", "v1", img)
+	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	runMirror(t, h.m)
+	pullImage(t, h.host+"/upstream.test/team/big:v1")
+	if err := h.m.WaitIdle(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := img.Layers()
+	ld, _ := layers[0].Digest()
+	resp, err := http.Get(fmt.Sprintf("http://%s/v2/upstream.test/team/big/blobs/%s", h.host, ld))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if got := resp.Header.Get(mirrorapi.HeaderCache); got != mirrorapi.CacheHit {
+		t.Fatalf("blob answer %s=%q, want hit", mirrorapi.HeaderCache, got)
+	}
+	hsh := sha256.New()
+	if _, err := io.CopyN(hsh, resp.Body, 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	waitInventory(t, h.host, "the index", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	if code := deleteImage(t, h.host, "upstream.test/team/big@"+digestOf(t, img)); code != http.StatusOK {
+		t.Fatalf("DELETE image: %d, want 200", code)
+	}
+	if inv := inventory(t, h.host); len(inv.Images) != 0 {
+		t.Errorf("inventory after DELETE: %d images, want 0", len(inv.Images))
+	}
+	if _, err := os.Stat(blobDataPath(h.m.Root(), ld)); err != nil {
+		t.Errorf("data of a blob being served was removed: %v", err)
+	}
+	if _, err := io.Copy(hsh, resp.Body); err != nil {
+		t.Fatalf("slow client's stream broke: %v", err)
+	}
+	if got := "sha256:" + fmt.Sprintf("%x", hsh.Sum(nil)); got != ld.String() {
+		t.Errorf("slow client got %s, want %s", got, ld)
+	}
+}
+
+// TestEvictionRacingFillLosesNothing: evicting an image from one repository while the same
+// image (same digests) is pulled into another repository loses nothing: afterwards the other
+// repository serves the whole image with the upstream gone.
+func TestEvictionRacingFillLosesNothing(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	runMirror(t, h.m)
+	waitInventory(t, h.host, "the index", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	const rounds = 6
+	for i := range rounds {
+		img := mirrortest.Image(t, 256<<10, 3, "linux/amd64")
+		a, b := fmt.Sprintf("team/a%d", i), fmt.Sprintf("team/b%d", i)
+		up.PushImage(t, a, "v1", img)
+		up.PushImage(t, b, "v1", img)
+		pullImage(t, h.host+"/upstream.test/"+a+":v1")
+		if err := h.m.WaitIdle(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(time.Duration(i) * time.Millisecond) // a different interleaving each round
+			if code := deleteImage(t, h.host, "upstream.test/"+a+"@"+digestOf(t, img)); code != http.StatusOK {
+				t.Errorf("round %d: DELETE: %d", i, code)
+			}
+		}()
+		pullImage(t, h.host+"/upstream.test/"+b+":v1")
+		wg.Wait()
+		if err := h.m.WaitIdle(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	up.Stop()
+	for i := range rounds {
+		pullImage(t, fmt.Sprintf("%s/upstream.test/team/b%d:v1", h.host, i))
+	}
+}
+
+// TestIndexRebuildsFromStorage: the cache index written at a clean shutdown is loaded as it is;
+// deleted, corrupt, of another version or left by a crash (not clean), it is rebuilt from
+// storage with the same images and size.
+func TestIndexRebuildsFromStorage(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	up.PushImage(t, "team/one", "v1", mirrortest.Image(t, 64<<10, 2, "linux/amd64"))
+	up.PushIndex(t, "team/multi", "v2", mirrortest.MultiPlatformIndex(t, 64<<10, 1))
+	root := t.TempDir()
+	ups := []name.Upstream{upstreamFor(t, "upstream.test", up)}
+	h := newHarness(t, mirror.Options{Root: root, Upstreams: ups})
+	stop := runMirror(t, h.m)
+	pullImage(t, h.host+"/upstream.test/team/one:v1")
+	pullIndexGGCR(t, ref(t, h.host+"/upstream.test/team/multi:v2"))
+	if err := h.m.WaitIdle(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	want := waitInventory(t, h.host, "two images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
+	stop()
+	h.srv.Close()
+	if err := h.m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	indexFile := filepath.Join(root, "nodecache", "index.json")
+	clean, err := os.ReadFile(indexFile)
+	if err != nil {
+		t.Fatalf("index not written at Close: %v", err)
+	}
+	up.Stop()
+	for _, tc := range []struct {
+		name  string
+		write func() error
+	}{
+		{"clean file", func() error { return os.WriteFile(indexFile, clean, 0o600) }},
+		{"deleted", func() error { return os.Remove(indexFile) }},
+		{"corrupt", func() error { return os.WriteFile(indexFile, clean[:len(clean)/2], 0o600) }},
+		{"older version", func() error {
+			return os.WriteFile(indexFile, []byte(`{"version":0,"clean":true,"blobs":{},"repos":{}}`), 0o600)
+		}},
+		{"left by a crash", func() error {
+			var f map[string]any
+			_ = json.Unmarshal(clean, &f)
+			f["clean"] = false
+			f["blobs"] = map[string]any{}
+			b, _ := json.Marshal(f)
+			return os.WriteFile(indexFile, b, 0o600)
+		}},
+	} {
+		if err := tc.write(); err != nil {
+			t.Fatal(err)
+		}
+		h2 := newHarness(t, mirror.Options{Root: root, Upstreams: ups})
+		stop2 := runMirror(t, h2.m)
+		got := waitInventory(t, h2.host, tc.name+": the index", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+		if got.SizeBytes != want.SizeBytes || got.Blobs != want.Blobs || len(got.Images) != len(want.Images) {
+			t.Errorf("%s: size %d, blobs %d, images %d; want %d, %d, %d", tc.name, got.SizeBytes, got.Blobs, len(got.Images), want.SizeBytes, want.Blobs, len(want.Images))
+		}
+		for i := range min(len(got.Images), len(want.Images)) {
+			g, w := got.Images[i], want.Images[i]
+			if g.Repository != w.Repository || g.Digest != w.Digest || g.SizeBytes != w.SizeBytes || fmt.Sprint(g.Tags) != fmt.Sprint(w.Tags) {
+				t.Errorf("%s: image %d = %+v, want %+v", tc.name, i, g, w)
+			}
+		}
+		pullImage(t, h2.host+"/upstream.test/team/one:v1") // served from what the index describes
+		stop2()
+		h2.srv.Close()
+		if err := h2.m.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,403 @@
+package mirror
+
+import (
+	"encoding/json"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+)
+
+// cacheIndex is what eviction and the inventory know of the stored content: per storage
+// repository its manifests (with the digests each references and when it was last pulled), its
+// tags and its blob links; globally every blob data file (manifests included) with its size.
+// It is kept up to date by the serving path, saved to disk (indexfile.go) and rebuilt from
+// storage when that file cannot be trusted (rebuild.go). All methods are safe for concurrent use.
+type cacheIndex struct {
+	mu    sync.Mutex
+	repos map[string]*repoIndex        // by storage repository name "<upstream key>/<repository>"
+	blobs map[digest.Digest]*blobEntry // every blob data file, manifests included
+	size  int64                        // sum of blobs' sizes (bytes)
+	// refs counts, per digest, the manifests (in any repository) that reference it plus the
+	// repositories that hold it as a manifest: a blob whose count is 0 is unreferenced.
+	refs  map[digest.Digest]int
+	dirty bool // changed since the last save
+
+	ready     chan struct{} // closed once the index reflects storage (loaded or rebuilt)
+	readyOnce sync.Once
+}
+
+// repoIndex is one storage repository.
+type repoIndex struct {
+	manifests map[digest.Digest]*manifestEntry
+	tags      map[string]digest.Digest
+	layers    map[digest.Digest]bool // blob links (_layers)
+	// childRefs counts, per digest, the manifests of this repository that reference it: a
+	// manifest with count 0 is top-level (an image).
+	childRefs map[digest.Digest]int
+}
+
+type manifestEntry struct {
+	Refs       []digest.Digest `json:"refs,omitempty"` // child manifests, config and layers
+	LastPulled time.Time       `json:"last_pulled"`
+}
+
+type blobEntry struct {
+	Size  int64     `json:"size"`
+	Added time.Time `json:"added"`
+}
+
+func newCacheIndex() *cacheIndex {
+	return &cacheIndex{repos: map[string]*repoIndex{}, blobs: map[digest.Digest]*blobEntry{},
+		refs: map[digest.Digest]int{}, ready: make(chan struct{})}
+}
+
+func (x *cacheIndex) markReady() { x.readyOnce.Do(func() { close(x.ready) }) }
+
+func (x *cacheIndex) repo(name string) *repoIndex {
+	r := x.repos[name]
+	if r == nil {
+		r = &repoIndex{manifests: map[digest.Digest]*manifestEntry{}, tags: map[string]digest.Digest{},
+			layers: map[digest.Digest]bool{}, childRefs: map[digest.Digest]int{}}
+		x.repos[name] = r
+	}
+	return r
+}
+
+// addBlob records a blob data file of size bytes (idempotent) and, when repo is not "", its link
+// in repo.
+func (x *cacheIndex) addBlob(repo string, d digest.Digest, size int64, at time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.addBlobLocked(repo, d, size, at)
+}
+
+func (x *cacheIndex) addBlobLocked(repo string, d digest.Digest, size int64, at time.Time) {
+	if b := x.blobs[d]; b == nil {
+		x.blobs[d] = &blobEntry{Size: size, Added: at}
+		x.size += size
+		x.dirty = true
+	}
+	if repo != "" && !x.repo(repo).layers[d] {
+		x.repo(repo).layers[d] = true
+		x.dirty = true
+	}
+}
+
+// addLink records repo's link to blob d when d's data is known.
+func (x *cacheIndex) addLink(repo string, d digest.Digest) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.blobs[d] != nil && !x.repo(repo).layers[d] {
+		x.repo(repo).layers[d] = true
+		x.dirty = true
+	}
+}
+
+// addManifest records manifest d of repo, stored in a blob of size bytes, referencing refs.
+// Recording it again only moves its last-pulled time forward.
+func (x *cacheIndex) addManifest(repo string, d digest.Digest, size int64, refs []digest.Digest, pulled time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.addBlobLocked("", d, size, pulled)
+	r := x.repo(repo)
+	if e := r.manifests[d]; e != nil {
+		if pulled.After(e.LastPulled) {
+			e.LastPulled = pulled
+			x.dirty = true
+		}
+		return
+	}
+	r.manifests[d] = &manifestEntry{Refs: refs, LastPulled: pulled}
+	x.refs[d]++
+	for _, c := range refs {
+		r.childRefs[c]++
+		x.refs[c]++
+	}
+	x.dirty = true
+}
+
+// touch records a pull (GET or HEAD) of manifest d of repo.
+func (x *cacheIndex) touch(repo string, d digest.Digest, at time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if r := x.repos[repo]; r != nil {
+		if e := r.manifests[d]; e != nil && at.After(e.LastPulled) {
+			e.LastPulled = at
+			x.dirty = true
+		}
+	}
+}
+
+// setTag records that tag of repo points at manifest d.
+func (x *cacheIndex) setTag(repo, tag string, d digest.Digest) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r := x.repo(repo)
+	if r.tags[tag] != d {
+		r.tags[tag] = d
+		x.dirty = true
+	}
+}
+
+// hasManifest reports whether repo holds manifest d.
+func (x *cacheIndex) hasManifest(repo string, d digest.Digest) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r := x.repos[repo]
+	return r != nil && r.manifests[d] != nil
+}
+
+// totals are the stored bytes and blob data files.
+func (x *cacheIndex) totals() (size int64, blobs int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.size, len(x.blobs)
+}
+
+// victim is what eviction removes next: an unreferenced blob (repo == "") or an image.
+type victim struct {
+	repo     string
+	manifest digest.Digest // the image's top-level manifest; the blob when repo == ""
+}
+
+// nextVictim picks, among what skip does not hold, the oldest unreferenced blob, else the least
+// recently pulled image (top-level manifest of one repository). ok is false when nothing is left.
+func (x *cacheIndex) nextVictim(skip map[victim]bool) (v victim, ok bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var oldest time.Time
+	for d, b := range x.blobs {
+		c := victim{manifest: d}
+		if x.refs[d] > 0 || skip[c] {
+			continue
+		}
+		if !ok || b.Added.Before(oldest) || (b.Added.Equal(oldest) && d < v.manifest) {
+			v, oldest, ok = c, b.Added, true
+		}
+	}
+	if ok {
+		return v, true
+	}
+	for name, r := range x.repos {
+		for d, e := range r.manifests {
+			c := victim{repo: name, manifest: d}
+			if r.childRefs[d] > 0 || skip[c] {
+				continue
+			}
+			if !ok || e.LastPulled.Before(oldest) || (e.LastPulled.Equal(oldest) && (name < v.repo || name == v.repo && d < v.manifest)) {
+				v, oldest, ok = c, e.LastPulled, true
+			}
+		}
+	}
+	return v, ok
+}
+
+// removal is what evicting one image takes away: links first, then the blob data no remaining
+// manifest references.
+type removal struct {
+	repo      string
+	manifests []digest.Digest // revision links
+	tags      []string
+	layers    []digest.Digest // blob links in repo
+	// data are the blobs (manifests included) nothing references any more, with the other
+	// repositories that still link them.
+	data []digest.Digest
+}
+
+// removeImage drops image m of repo from the index (its child manifests that no other manifest
+// of repo references, the tags pointing at any of them, the blob links of repo nothing there
+// references any more) and returns what storage must lose. Blob data stays in the index until
+// dropBlob: the caller removes it only when no request uses it.
+func (x *cacheIndex) removeImage(repo string, m digest.Digest) removal {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := removal{repo: repo}
+	r := x.repos[repo]
+	if r == nil || r.manifests[m] == nil {
+		return out
+	}
+	touched := map[digest.Digest]bool{}
+	stack := []digest.Digest{m}
+	for len(stack) > 0 {
+		d := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		e := r.manifests[d]
+		if e == nil {
+			continue
+		}
+		delete(r.manifests, d)
+		out.manifests = append(out.manifests, d)
+		x.refs[d]--
+		touched[d] = true
+		for _, c := range e.Refs {
+			r.childRefs[c]--
+			if r.childRefs[c] <= 0 {
+				delete(r.childRefs, c)
+			}
+			x.refs[c]--
+			touched[c] = true
+			if r.manifests[c] != nil && r.childRefs[c] == 0 {
+				stack = append(stack, c)
+			}
+		}
+	}
+	for tag, d := range r.tags {
+		if touched[d] && r.manifests[d] == nil {
+			delete(r.tags, tag)
+			out.tags = append(out.tags, tag)
+		}
+	}
+	for d := range touched {
+		if r.layers[d] && r.childRefs[d] == 0 {
+			delete(r.layers, d)
+			out.layers = append(out.layers, d)
+		}
+		if x.refs[d] <= 0 {
+			delete(x.refs, d)
+			if x.blobs[d] != nil {
+				out.data = append(out.data, d)
+			}
+		}
+	}
+	slices.Sort(out.data)
+	slices.Sort(out.tags)
+	x.dirty = true
+	return out
+}
+
+// unreferenced reports whether blob d is referenced by no manifest and is no manifest itself.
+func (x *cacheIndex) unreferenced(d digest.Digest) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.refs[d] <= 0
+}
+
+// linksOf returns the repositories that link blob d (_layers).
+func (x *cacheIndex) linksOf(d digest.Digest) []string {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var out []string
+	for name, r := range x.repos {
+		if r.layers[d] {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// dropBlob forgets blob d's data file and every link to it; it returns the size it had.
+func (x *cacheIndex) dropBlob(d digest.Digest) int64 {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	b := x.blobs[d]
+	if b == nil {
+		return 0
+	}
+	delete(x.blobs, d)
+	x.size -= b.Size
+	for _, r := range x.repos {
+		delete(r.layers, d)
+	}
+	x.dirty = true
+	return b.Size
+}
+
+// images lists the images of the index, most recently pulled first. name maps a storage
+// repository to its upstream name and repository ("" when unknown).
+func (x *cacheIndex) images(name func(storageRepo string) (upstream, repo string)) []mirrorapi.CachedImage {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := []mirrorapi.CachedImage{}
+	for sr, r := range x.repos {
+		up, repo := name(sr)
+		if up == "" {
+			continue
+		}
+		for d, e := range r.manifests {
+			if r.childRefs[d] > 0 {
+				continue
+			}
+			img := mirrorapi.CachedImage{Upstream: up, Repository: repo, Digest: d.String(), LastPulled: e.LastPulled.UTC()}
+			for tag, td := range r.tags {
+				if td == d {
+					img.Tags = append(img.Tags, tag)
+				}
+			}
+			slices.Sort(img.Tags)
+			seen := map[digest.Digest]bool{}
+			var walk func(digest.Digest)
+			walk = func(d digest.Digest) {
+				if seen[d] {
+					return
+				}
+				seen[d] = true
+				if b := x.blobs[d]; b != nil {
+					img.SizeBytes += b.Size
+				}
+				if m := r.manifests[d]; m != nil {
+					for _, c := range m.Refs {
+						walk(c)
+					}
+				}
+			}
+			walk(d)
+			out = append(out, img)
+		}
+	}
+	slices.SortFunc(out, func(a, b mirrorapi.CachedImage) int {
+		if c := b.LastPulled.Compare(a.LastPulled); c != 0 {
+			return c
+		}
+		if a.Upstream+"/"+a.Repository != b.Upstream+"/"+b.Repository {
+			if a.Upstream+"/"+a.Repository < b.Upstream+"/"+b.Repository {
+				return -1
+			}
+			return 1
+		}
+		if a.Digest < b.Digest {
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// manifestRefs returns the digests a manifest or index references (config, layers, child
+// manifests; a subject is not part of the image). Content that does not parse references nothing.
+func manifestRefs(raw []byte) []digest.Digest {
+	var m struct {
+		Config *struct {
+			Digest digest.Digest `json:"digest"`
+		} `json:"config"`
+		Layers []struct {
+			Digest digest.Digest `json:"digest"`
+		} `json:"layers"`
+		Manifests []struct {
+			Digest digest.Digest `json:"digest"`
+		} `json:"manifests"`
+	}
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	var out []digest.Digest
+	add := func(d digest.Digest) {
+		if d.Validate() == nil && !slices.Contains(out, d) {
+			out = append(out, d)
+		}
+	}
+	if m.Config != nil {
+		add(m.Config.Digest)
+	}
+	for _, l := range m.Layers {
+		add(l.Digest)
+	}
+	for _, c := range m.Manifests {
+		add(c.Digest)
+	}
+	return out
+}
