@@ -50,7 +50,7 @@ type resetWriter struct {
 	n     int64
 }
 
-func (r *resetWriter) Header() http.Header   { return r.w.Header() }
+func (r *resetWriter) Header() http.Header  { return r.w.Header() }
 func (r *resetWriter) WriteHeader(code int) { r.w.WriteHeader(code) }
 func (r *resetWriter) Write(p []byte) (int, error) {
 	if r.n+int64(len(p)) > r.limit {
