@@ -52,7 +52,7 @@ func scrapeRunningNodecache(t *testing.T) map[string][]string {
 	t.Helper()
 	upstream := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	t.Cleanup(upstream.Close)
-	src, err := name.ParseReference(strings.TrimPrefix(upstream.URL, "http://") + "/team/app:v1", name.Insecure)
+	src, err := name.ParseReference(strings.TrimPrefix(upstream.URL, "http://")+"/team/app:v1", name.Insecure)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,4 +327,3 @@ func TestPromQL(t *testing.T) {
 		})
 	}
 }
-
