@@ -15,7 +15,6 @@ import (
 	"unsafe"
 
 	"github.com/prometheus/procfs"
-	"golang.org/x/sys/unix"
 )
 
 // Processes are read from Host.ProcRoot with github.com/prometheus/procfs (listing, comm, the
@@ -53,20 +52,6 @@ var errOtherComm = errors.New("another command name")
 
 // atClkTck is the auxiliary vector key of the clock tick rate (linux/auxvec.h AT_CLKTCK).
 const atClkTck = 17
-
-// ClockBootTime returns when the kernel booted as CLOCK_REALTIME − CLOCK_BOOTTIME (nanoseconds;
-// CLOCK_BOOTTIME counts suspend too, as /proc/<pid>/stat's starttime does). A wall-clock step
-// after a process started moves it: a documented limit of every start-time comparison.
-func ClockBootTime() (time.Time, error) {
-	var rt, bt unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &bt); err != nil {
-		return time.Time{}, fmt.Errorf("read CLOCK_BOOTTIME: %w", err)
-	}
-	if err := unix.ClockGettime(unix.CLOCK_REALTIME, &rt); err != nil {
-		return time.Time{}, fmt.Errorf("read CLOCK_REALTIME: %w", err)
-	}
-	return time.Unix(0, rt.Nano()-bt.Nano()), nil
-}
 
 // BootTime returns the boot time from the host's BootTime source (read on every call: the agent
 // lives for days, and a stepped wall clock moves it).
