@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -18,6 +19,7 @@ func commands() []*cli.Command {
 	for _, c := range cmds {
 		refuseUnknownSubcommands(c)
 	}
+	guardLinuxOnly(cmds, runtime.GOOS)
 	return cmds
 }
 
