@@ -2,17 +2,27 @@
 #   make run     serve the default upstreams on :5000 with filesystem storage in ./.nodecache
 #   make test    every test (unit, end-to-end, real containerd daemons when their binaries exist)
 #   make ci      what CI runs: build the test tools (containerd daemons, skopeo), then make test
+#   make release static binaries for linux and darwin (amd64, arm64) with SHA256SUMS in dist/
+#   make image   multi-arch container image with docker buildx (IMAGE_FLAGS=--push to publish)
 #   make test-deploy  the chart, manifests, dashboard, Dockerfile, release and systemd checks
 #                (their own module, deploy/test: Helm, kustomize, Prometheus, BuildKit stay out of go.mod)
 
 GO        ?= go
 BIN       ?= bin/nodecache
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -s -w -X github.com/nodecache/nodecache/internal/buildinfo.version=$(VERSION)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS   := -s -w -X github.com/nodecache/nodecache/internal/buildinfo.version=$(VERSION) \
+             -X github.com/nodecache/nodecache/internal/buildinfo.commit=$(COMMIT)
 GOTAGS    ?= containers_image_openpgp,exclude_graphdriver_btrfs
 TESTFLAGS ?= -count=1 -timeout 30m
 ROOT      ?= $(CURDIR)/.nodecache
 LISTEN    ?= 127.0.0.1:5000
+DIST      ?= dist
+# darwin builds serve gen talos and warm users; status and agent exit 2 there ("Linux only").
+PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+IMAGE     ?= ghcr.io/nodecache/nodecache
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+IMAGE_FLAGS ?=
 
 export NODECACHE_FIXTURES ?= $(abspath $(CURDIR)/../shared/fixtures)
 
@@ -21,12 +31,28 @@ GOLANGCI_LINT_VERSION := v2.15.0
 TOOLS         ?= $(or $(NODECACHE_TOOLS),$(HOME)/.cache/nodecache-ci)
 GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 
-.PHONY: all build run test test-deploy ci lint vet fmt tidy bench clean
+.PHONY: all build run test test-deploy release image notices ci lint vet fmt tidy bench clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -tags '$(GOTAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nodecache
+
+release:
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	set -e; for p in $(PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; out=$(DIST)/nodecache-$(VERSION)-$$os-$$arch; \
+	  echo "release: $$out"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -tags '$(GOTAGS)' -trimpath -ldflags '$(LDFLAGS)' -o $$out ./cmd/nodecache; \
+	done
+	cp LICENSE THIRD_PARTY_NOTICES.md $(DIST)/
+	cd $(DIST) && sha256sum nodecache-* > SHA256SUMS
+
+image:
+	@if ! docker buildx version >/dev/null 2>&1; then \
+	  echo "make image: docker buildx is not available here (install Docker with the buildx plugin); nothing was built" >&2; exit 1; fi
+	docker buildx build --platform $(IMAGE_PLATFORMS) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) \
+	  -t $(IMAGE):$(VERSION) $(IMAGE_FLAGS) .
 
 run: build
 	$(BIN) serve --root $(ROOT) --listen $(LISTEN) --log-format console
@@ -40,6 +66,10 @@ test:
 
 test-deploy: build
 	cd deploy/test && GOWORK=off NODECACHE_BINARY=$(abspath $(BIN)) $(GO) test $(TESTFLAGS) ./...
+
+# THIRD_PARTY_NOTICES.md from the modules linked into bin/nodecache (after a dependency change).
+notices: build
+	cd deploy/test && GOWORK=off NODECACHE_BINARY=$(abspath $(BIN)) NODECACHE_UPDATE_NOTICES=1 $(GO) test -count=1 -run TestThirdPartyNotices ./...
 
 ci:
 	bash .ci/run
@@ -65,4 +95,4 @@ bench:
 	$(GO) test -tags '$(GOTAGS)' -run '^$$' -bench . -benchmem ./pkg/mirror/...
 
 clean:
-	rm -rf bin .nodecache
+	rm -rf bin .nodecache $(DIST)
