@@ -720,3 +720,49 @@ func TestRenderedArgsAccepted(t *testing.T) {
 		t.Fatalf("checked only %d distinct argument lists", len(seen))
 	}
 }
+
+// TestWarmJobTargetsSharedService: the warm Job example and the chart's warm Job name, in
+// --mirror, a Service that the shared cache's manifests define, on its registry port.
+func TestWarmJobTargetsSharedService(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "examples", "kubernetes", "warm-job.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	example, err := decodeAll("warm-job.yaml", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chartShared := render(t, "cache", vals(t, `{mode: shared, warm: {images: [nginx]}}`), false)
+	for name, tc := range map[string]struct{ jobs, services []object }{
+		"examples":    {example, kustomizeBuild(t, "examples/kubernetes/shared")},
+		"chart cache": {chartShared, chartShared},
+	} {
+		var mirror string
+		for _, c := range containers(tc.jobs) {
+			for _, a := range c.Args {
+				if v, ok := strings.CutPrefix(a, "--mirror="); ok {
+					mirror = v
+				}
+			}
+		}
+		m := regexp.MustCompile(`^http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc(\.cluster\.local)?:([0-9]+)$`).FindStringSubmatch(mirror)
+		if m == nil {
+			t.Errorf("%s: --mirror %q is not http://SERVICE.NAMESPACE.svc[.cluster.local]:PORT", name, mirror)
+			continue
+		}
+		found := false
+		for _, o := range tc.services {
+			svc, ok := o.Typed.(*corev1.Service)
+			if !ok || svc.Name != m[1] || svc.Namespace != m[2] {
+				continue
+			}
+			for _, p := range svc.Spec.Ports {
+				found = found || (fmt.Sprint(p.Port) == m[4] && p.Name == "registry")
+			}
+		}
+		if !found {
+			t.Errorf("%s: --mirror %s names no Service registry port of the shared cache", name, mirror)
+		}
+	}
+}
