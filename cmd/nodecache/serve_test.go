@@ -161,7 +161,7 @@ func TestServeProcess(t *testing.T) {
 	for _, want := range []string{
 		`nodecache_requests_total{cache="miss",code="200",kind="blob",method="GET",upstream="upstream.test"}`,
 		`nodecache_requests_total{cache="hit",code="200",kind="blob",method="GET",upstream="upstream.test"}`,
-		`nodecache_upstream_fetch_duration_seconds_count{kind="blob",result="ok",upstream="upstream.test"}`,
+		`nodecache_upstream_fetch_duration_seconds_count{kind="blob",result="ok",tier="upstream",upstream="upstream.test"}`,
 		`nodecache_served_bytes_total{source="cache",upstream="upstream.test"}`,
 	} {
 		if !strings.Contains(string(metrics), want) {

@@ -14,6 +14,8 @@ const (
 	// RefusedAllow: a client-evidence request from an address outside loopback and
 	// Options.ClientEvidenceAllow.
 	RefusedAllow = "allow"
+	// RefusedLoop: a registry request that went round a loop of chained nodecaches (508).
+	RefusedLoop = "loop"
 )
 
 // pullGate decides who may send registry requests (Options.PullAllow): everyone when no

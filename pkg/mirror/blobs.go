@@ -40,6 +40,9 @@ func (b *blobStore) Stat(ctx context.Context, dgst digest.Digest) (v1.Descriptor
 		return v1.Descriptor{}, err
 	}
 	if f := b.r.up.remote.Filling(b.r.repo, dgst); f != nil {
+		if t := f.Tier(); t != "" {
+			st.setTier(t)
+		}
 		return f.Desc(), nil
 	}
 	st.mu.Lock()
@@ -102,7 +105,7 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 		http.ServeContent(w, r, "", time.Time{}, io.NewSectionReader(zeroes{}, 0, desc.Size))
 		return nil
 	}
-	f, joined, err := b.r.up.remote.StartFill(b.r.repo, desc, b.r.commitBlob)
+	f, joined, err := b.r.up.remote.StartFill(ctx, b.r.repo, desc, b.r.commitBlob)
 	if err != nil {
 		return errcode.ErrorCodeUnknown.WithMessage(err.Error())
 	}
@@ -114,6 +117,9 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 	n, err := f.Serve(ctx, w, r)
 	st.mu.Lock()
 	st.upBytes += n
+	if t := f.Tier(); t != "" {
+		st.tier = t
+	}
 	st.mu.Unlock()
 	switch {
 	case errors.Is(err, upstream.ErrBroken):

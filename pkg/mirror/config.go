@@ -46,6 +46,8 @@ type Config struct {
 	UpstreamAuth, UpstreamCA []string
 	// TLSCert and TLSKey are --tls-cert and --tls-key (both or neither): serve HTTPS.
 	TLSCert, TLSKey string
+	// Chain is --chain: http(s)://HOST[:PORT] of a shared nodecache, or empty.
+	Chain string
 }
 
 // Options checks c, loads the upstream credentials and CAs, and returns the registry's Options
@@ -91,6 +93,11 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	}
 	if o.MaxSize, err = ParseMaxSize(c.MaxSize, o.Root); err != nil {
 		return o, fmt.Errorf("--max-size %w", err)
+	}
+	if c.Chain != "" {
+		if o.Chain, err = name.ParseURL("--chain", c.Chain); err != nil {
+			return o, err
+		}
 	}
 	for _, l := range []struct{ name, value string }{{"listen", c.Listen}, {"metrics-listen", c.MetricsListen}} {
 		if l.value != "" || l.name == "listen" {

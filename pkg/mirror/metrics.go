@@ -7,8 +7,8 @@ import (
 // metrics are the mirror's Prometheus collectors. Labels never carry client addresses.
 type metrics struct {
 	requests    *prometheus.CounterVec // upstream, kind, method, code, cache
-	servedBytes *prometheus.CounterVec // upstream, source (cache|upstream)
-	refused     *prometheus.CounterVec // reason (RefusedPullAllow, RefusedAllow)
+	servedBytes *prometheus.CounterVec // upstream, source (cache|upstream|shared)
+	refused     *prometheus.CounterVec // reason (RefusedPullAllow, RefusedAllow, RefusedLoop)
 	// evictedBytes and evictions count what eviction removed (reason: EvictCap, ...).
 	evictedBytes prometheus.Counter
 	evictions    *prometheus.CounterVec
@@ -22,11 +22,11 @@ func newMetrics(reg prometheus.Registerer, cache *cacheState, maxSize int64) (*m
 		}, []string{"upstream", "kind", "method", "code", "cache"}),
 		servedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodecache_served_bytes_total",
-			Help: "Response body bytes sent to clients, by upstream and source: cache (local storage) or upstream (streamed from a fill in flight).",
+			Help: "Response body bytes sent to clients, by upstream and source: cache (local storage), upstream (streamed from a fill in flight from the registry) or shared (from a fill in flight from a chained nodecache).",
 		}, []string{"upstream", "source"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodecache_refused_total",
-			Help: "Requests refused with 403 because of the client's address, by reason: pull_allow (a registry request from outside --pull-allow), allow (client evidence asked from outside loopback and --allow).",
+			Help: "Requests refused, by reason: pull_allow (403, a registry request from outside --pull-allow), allow (403, client evidence asked from outside loopback and --allow), loop (508, a request that went round a loop of chained nodecaches).",
 		}, []string{"reason"}),
 	}
 	m.evictedBytes = prometheus.NewCounter(prometheus.CounterOpts{
@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer, cache *cacheState, maxSize int64) (*m
 		Help: "The cache's size cap in bytes (--max-size); 0 when there is none.",
 	})
 	maxGauge.Set(float64(maxSize))
-	for _, r := range []string{RefusedPullAllow, RefusedAllow} {
+	for _, r := range []string{RefusedPullAllow, RefusedAllow, RefusedLoop} {
 		m.refused.WithLabelValues(r)
 	}
 	for _, r := range []string{EvictCap, EvictENOSPC, EvictUnreferenced, EvictAPI} {

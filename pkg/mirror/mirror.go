@@ -108,6 +108,8 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		Logger:      opts.Logger,
 		Registerer:  opts.Registerer,
 		Clock:       opts.Clock,
+		Chain:       opts.Chain,
+		InstanceID:  opts.InstanceID,
 	})
 	if err != nil {
 		return nil, err
@@ -139,7 +141,8 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 	}
 	m.log.Info().Str("root", opts.Root).Strs("upstreams", names(opts.Upstreams)).
 		Str("default_upstream", opts.DefaultUpstream).Dur("upstream_timeout", opts.UpstreamTimeout).
-		Dur("tag_ttl", opts.TagTTL).Msg("mirror configured")
+		Dur("tag_ttl", opts.TagTTL).Str("chain", chainString(opts.Chain)).Str("instance_id", fetch.InstanceID()).
+		Msg("mirror configured")
 
 	appCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel = cancel
@@ -290,6 +293,11 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 			Message: "this registry is a read-only pull-through cache: " + r.Method + " is not supported"}).write(rw)
 		return
 	}
+	via, loop := m.refuseLoop(rw, r)
+	if loop {
+		_, rt.kind, rt.ref, _, _ = apiPath(r.URL.Path)
+		return
+	}
 	if r.URL.Path == "/v2" {
 		r.URL.Path = "/v2/"
 	}
@@ -300,7 +308,8 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 	}
 	if rt.kind == kindBase {
 		w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
-		w.Header().Set("Content-Type", "application/json") // byte for byte what distribution answers
+		w.Header().Set(mirrorapi.HeaderVersion, buildinfo.Version()) // a chained nodecache forwards ?ns= to us
+		w.Header().Set("Content-Type", "application/json")           // byte for byte what distribution answers
 		w.Header().Set("Content-Length", "2")
 		rw.WriteHeader(http.StatusOK)
 		_, _ = rw.Write([]byte("{}"))
@@ -314,7 +323,8 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 		st.clientName = strings.Join(comps, "/")
 	}
 	st.clientPath, st.ns, st.head = r.URL.Path, r.URL.Query().Get("ns"), r.Method == http.MethodHead
-	r2 := r.Clone(upstream.WithRetryAfter(withState(r.Context(), st), st.setRetryAfter))
+	ctx := upstream.WithTier(upstream.WithVia(withState(r.Context(), st), via), st.setTier)
+	r2 := r.Clone(upstream.WithRetryAfter(ctx, st.setRetryAfter))
 	r2.URL.Path = "/v2/" + rt.up.storageKey + "/" + rt.repo + rt.rest
 	r2.URL.RawPath = ""
 	q := r2.URL.Query()
@@ -343,6 +353,9 @@ func (w *responseWriter) WriteHeader(code int) {
 	w.st.mu.Lock()
 	if code == http.StatusInternalServerError && w.st.badGateway {
 		code = http.StatusBadGateway
+	}
+	if code == http.StatusInternalServerError && w.st.loop {
+		code = http.StatusLoopDetected
 	}
 	w.st.mu.Unlock()
 	if l := w.Header().Get("Link"); l != "" && w.st.clientPath != "" {
@@ -450,8 +463,15 @@ func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, st *re
 	if w.bytes-fromUp > 0 {
 		m.metrics.servedBytes.WithLabelValues(upName, "cache").Add(float64(w.bytes - fromUp))
 	}
+	st.mu.Lock()
+	tier := st.tier
+	st.mu.Unlock()
 	if fromUp > 0 {
-		m.metrics.servedBytes.WithLabelValues(upName, "upstream").Add(float64(fromUp))
+		source := upstream.TierUpstream
+		if tier == upstream.TierShared {
+			source = upstream.TierShared
+		}
+		m.metrics.servedBytes.WithLabelValues(upName, source).Add(float64(fromUp))
 	}
 	if w.status == 0 {
 		w.onHeader(status) // nothing was written: net/http sends an empty 200
@@ -466,6 +486,7 @@ func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, st *re
 		Int64("bytes", w.bytes).
 		Float64("duration_ms", float64(time.Since(start).Microseconds())/1000).
 		Str("cache", cache).
+		Str("tier", tier).
 		Str("client", r.RemoteAddr).
 		Str("user_agent", r.UserAgent()).
 		Str("path", r.URL.Path).

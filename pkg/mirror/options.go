@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,6 +81,17 @@ type Options struct {
 	// Clock tells the time for tag freshness (TagTTL) and the cleanup of fill leftovers.
 	// Default time.Now.
 	Clock func() time.Time
+	// Chain is the shared nodecache (--chain, http(s)://HOST[:PORT]) every upstream is reached
+	// through first, sent ?ns=<NAME>; upstream credentials then apply only to direct fetches.
+	// When it fails (no answer, timeout, 5xx) the upstream is asked directly; after
+	// upstream.BreakerFailures failures in a row it is left alone for upstream.BreakerOpen,
+	// then probed with one request. 404, 401, 403 and 429 from it are passed on as they are.
+	// Nil: upstreams directly (an upstream URL that announces mirrorapi.HeaderVersion on /v2/
+	// is still sent ?ns=).
+	Chain *url.URL
+	// InstanceID names this instance in the Via entries that detect loops of chained caches.
+	// Default: random (upstream.NewInstanceID).
+	InstanceID string
 }
 
 func (o *Options) setDefaults() error {

@@ -29,6 +29,11 @@ type reqState struct {
 	// badGateway turns distribution's 500 UNKNOWN into a 502: the upstream's answer, not this
 	// cache, was at fault.
 	badGateway bool
+	// loop turns distribution's 500 UNKNOWN into a 508: the shared tier refused a loop.
+	loop bool
+	// tier is where the latest upstream answer for this request came from (upstream.TierShared,
+	// upstream.TierUpstream); "" when no upstream was asked.
+	tier string
 }
 
 type pendingTag struct {
@@ -69,6 +74,12 @@ func (s *reqState) cacheValue() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cache
+}
+
+func (s *reqState) setTier(v string) {
+	s.mu.Lock()
+	s.tier = v
+	s.mu.Unlock()
 }
 
 func (s *reqState) setRetryAfter(v string) {

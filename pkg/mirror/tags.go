@@ -91,6 +91,11 @@ func upstreamAPIError(st *reqState, err error) error {
 			return errcode.ErrorCodeManifestUnknown.WithMessage(ue.Error())
 		case ue.Status == http.StatusUnauthorized || ue.Status == http.StatusForbidden:
 			return errcode.ErrorCodeDenied.WithMessage(ue.Error())
+		case ue.Status == http.StatusLoopDetected:
+			st.mu.Lock()
+			st.loop = true
+			st.mu.Unlock()
+			return errcode.ErrorCodeUnknown.WithMessage(ue.Error() + ": the request went round a loop of chained nodecaches (check --chain and --upstream URLs)")
 		}
 	}
 	return errcode.ErrorCodeUnavailable.WithMessage(err.Error())

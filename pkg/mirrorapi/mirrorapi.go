@@ -13,6 +13,16 @@ import (
 // (README, Cache semantics). Other registries and mirrors do not send it.
 const HeaderCache = "X-Nodecache-Cache"
 
+// HeaderVersion is the response header by which serve announces itself on /v2/ (its version as
+// value): a nodecache whose upstream URL answers with it forwards ?ns= to it, as to a --chain
+// shared cache.
+const HeaderVersion = "Nodecache-Version"
+
+// ViaProduct is the product name of the Via entry ("1.1 nodecache/<instance-id>", RFC 9110
+// section 7.6.3) each nodecache adds to a request it sends to a shared nodecache; a request that
+// comes back to an instance already named in it is refused with 508 Loop Detected.
+const ViaProduct = "nodecache"
+
 // Values of HeaderCache.
 const (
 	CacheHit         = "hit"         // served locally without contacting the upstream

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -60,6 +61,12 @@ type client struct {
 	now       func() time.Time
 	repos     *lru.Cache[string, repoTransport] // repository -> authenticated transport; safe for concurrent use
 	creds     *Credentials                      // nil: anonymous
+	// chain, when set, is the shared tier tried before the upstream (--chain).
+	chain *chain
+	// instanceID names this nodecache in the Via entries it sends to shared nodecaches.
+	instanceID string
+	// nodecache is set once the upstream URL answered with mirrorapi.HeaderVersion.
+	nodecache *atomic.Bool
 }
 
 type repoTransport struct {
@@ -76,7 +83,7 @@ const repoTransportTTL = 30 * time.Minute
 // repository's transport goes first (a miss only costs a ping and a token request).
 const maxRepoTransports = 1024
 
-func newClient(up Registry, base http.RoundTripper, timeout time.Duration, userAgent string, now func() time.Time) (*client, error) {
+func newClient(up Registry, base http.RoundTripper, timeout time.Duration, userAgent string, now func() time.Time, ch *chain, instanceID string) (*client, error) {
 	opts := []name.Option{name.WeakValidation}
 	if up.URL.Scheme == "http" {
 		opts = append(opts, name.Insecure)
@@ -89,13 +96,15 @@ func newClient(up Registry, base http.RoundTripper, timeout time.Duration, userA
 	if err != nil {
 		return nil, fmt.Errorf("upstream %s: transport cache: %w", up.Name, err)
 	}
-	base = retryAfterRecorder{base}
+	seen := &atomic.Bool{}
+	base = retryAfterRecorder{nodecacheDetector{name: up.Name, host: up.URL.Host, self: instanceID, seen: seen, next: base}}
 	if up.Credentials != nil {
 		base = credentialGuard{name: up.Name, upstream: up.URL, next: base}
 	}
 	return &client{
 		up: up, reg: reg, base: base, timeout: timeout, userAgent: userAgent,
 		now: now, repos: repos, creds: up.Credentials,
+		chain: ch, instanceID: instanceID, nodecache: seen,
 	}, nil
 }
 
@@ -169,10 +178,40 @@ func (c *client) forget(repo string) {
 	c.repos.Remove(repo)
 }
 
-// do sends method to /v2/<repo>/<kind>/<ref> on the upstream. Statuses other than the wanted
-// ones become an *Error; the caller closes the returned body.
+// do sends method to /v2/<repo>/<kind>/<ref>: to the shared tier when one is configured and its
+// breaker lets it (see sharedFailure for what sends the request on to the upstream), else to
+// the upstream. The tier that answered is reported to the context's WithTier recorder. Statuses
+// other than the wanted ones become an *Error; the caller closes the returned body.
 func (c *client) do(ctx context.Context, method, repo, kind, ref string, hdr http.Header, want ...int) (*http.Response, error) {
 	op := fmt.Sprintf("%s %s/%s/%s", method, repo, kind, ref)
+	if c.chain != nil {
+		if shared, probe := c.chain.breaker.allow(); shared {
+			resp, err := c.doShared(ctx, op, method, repo, kind, ref, hdr, want)
+			failed := sharedFailure(ctx, err)
+			if c.chain.breaker.done(probe, failed) {
+				c.chain.log.Warn().Err(err).Str("shared", c.chain.url.Host).Dur("for", BreakerOpen).
+					Msg("shared tier failing: pulling from the upstreams directly")
+			}
+			if !failed {
+				reportTier(ctx, TierShared)
+				return resp, err
+			}
+		}
+	}
+	reportTier(ctx, c.directTier())
+	return c.doDirect(ctx, op, method, repo, kind, ref, hdr, want)
+}
+
+// directTier is the tier of the upstream URL: shared when it announced itself as a nodecache.
+func (c *client) directTier() string {
+	if c.nodecache.Load() {
+		return TierShared
+	}
+	return TierUpstream
+}
+
+// doDirect sends the request of do to the upstream URL, authenticated.
+func (c *client) doDirect(ctx context.Context, op, method, repo, kind, ref string, hdr http.Header, want []int) (*http.Response, error) {
 	rt, err := c.transport(ctx, repo)
 	if err != nil {
 		return nil, err

@@ -54,6 +54,7 @@ type Fill struct {
 	remote *Remote
 	repo   string
 	commit CommitFunc
+	via    []string // Via ids of the request that started it (WithVia)
 
 	mu       sync.Mutex
 	written  int64
@@ -61,6 +62,7 @@ type Fill struct {
 	verified bool
 	answered bool // an upstream GET answered 2xx: the blob is coming
 	err      error
+	tier     string        // tier of the latest upstream answer (TierShared, TierUpstream)
 	progress chan struct{} // closed and replaced on every change
 	done     chan struct{} // closed when the fill is over (committed or failed)
 }
@@ -207,13 +209,36 @@ func (r *Remote) Filling(repo string, dgst digest.Digest) *Fill {
 // it: the GET does, or, when even the GET gives no length, the end of its stream), starting it when none is in flight; joined
 // reports that another request had started it. A started fill runs detached from the request
 // (a client that goes away does not abort it) until it is stored with commit, fails, reaches
-// the fill timeout, or the Fetcher abandons it.
-func (r *Remote) StartFill(repo string, desc v1.Descriptor, commit CommitFunc) (f *Fill, joined bool, err error) {
+// the fill timeout, or the Fetcher abandons it; of ctx it keeps only the Via hops (WithVia).
+func (r *Remote) StartFill(ctx context.Context, repo string, desc v1.Descriptor, commit CommitFunc) (f *Fill, joined bool, err error) {
 	key := fillKey(r.Name, repo, desc.Digest)
+	via := viaFrom(ctx)
 	return r.f.fills.start(key, func(path string) *Fill {
-		return &Fill{key: key, desc: desc, path: path, remote: r, repo: repo, commit: commit,
+		return &Fill{key: key, desc: desc, path: path, remote: r, repo: repo, commit: commit, via: via,
 			size: desc.Size, progress: make(chan struct{}), done: make(chan struct{})}
 	}, (*Fill).run)
+}
+
+// Tier is where the fill's latest upstream answer came from: TierShared or TierUpstream ("" before
+// any answer).
+func (f *Fill) Tier() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tier
+}
+
+// tierOr is Tier, TierUpstream before any answer.
+func (f *Fill) tierOr() string {
+	if t := f.Tier(); t != "" {
+		return t
+	}
+	return TierUpstream
+}
+
+func (f *Fill) setTier(t string) {
+	f.mu.Lock()
+	f.tier = t
+	f.mu.Unlock()
 }
 
 // Desc is the blob being filled; Size is -1 while unknown.
@@ -227,7 +252,7 @@ func (f *Fill) Desc() v1.Descriptor {
 // stream breaks, verifies the digest, releases the last byte to readers, and commits it.
 func (f *Fill) run() {
 	r := f.remote
-	ctx, cancel := context.WithTimeout(r.f.fillCtx, r.f.opts.FillTimeout)
+	ctx, cancel := context.WithTimeout(WithTier(WithVia(r.f.fillCtx, f.via), f.setTier), r.f.opts.FillTimeout)
 	defer cancel()
 	log := r.f.log.With().Str("upstream", r.Name).Str("repository", f.repo).Str("digest", f.desc.Digest.String()).Logger()
 	r.f.metrics.fillsInFlight.Inc()
@@ -235,7 +260,7 @@ func (f *Fill) run() {
 	start := time.Now()
 
 	err := f.download(ctx)
-	r.f.metrics.observe(r.Name, KindBlob, start, err)
+	r.f.metrics.observe(r.Name, f.tierOr(), KindBlob, start, err)
 	if err != nil {
 		log.Error().Err(err).Int64("bytes", f.written).Msg("blob fill failed; nothing cached")
 		f.finish(err)
@@ -388,7 +413,7 @@ func (f *Fill) copyFrom(ctx context.Context, cancel context.CancelFunc, file *os
 				progressed = true
 			}
 			pos += int64(n)
-			r.f.metrics.upstreamBytes.WithLabelValues(r.Name).Add(float64(n))
+			r.f.metrics.upstreamBytes.WithLabelValues(r.Name, f.tierOr()).Add(float64(n))
 		}
 		if rerr == io.EOF {
 			if f.size < 0 {

@@ -14,8 +14,8 @@ const (
 
 // metrics are the upstream side's Prometheus collectors.
 type metrics struct {
-	upstreamBytes   *prometheus.CounterVec   // upstream
-	upstreamSeconds *prometheus.HistogramVec // upstream, kind, result
+	upstreamBytes   *prometheus.CounterVec   // upstream, tier
+	upstreamSeconds *prometheus.HistogramVec // upstream, tier, kind, result
 	fillsInFlight   prometheus.Gauge
 }
 
@@ -23,13 +23,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		upstreamBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodecache_upstream_fetched_bytes_total",
-			Help: "Bytes read from upstream registries (manifests and blobs).",
-		}, []string{"upstream"}),
+			Help: "Bytes read from upstream registries (manifests and blobs); tier: upstream (the registry itself) or shared (a chained nodecache).",
+		}, []string{"upstream", "tier"}),
 		upstreamSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "nodecache_upstream_fetch_duration_seconds",
-			Help:    "Duration of upstream fetches in seconds: tag and blob HEADs, manifest GETs, whole blob fills.",
+			Help:    "Duration of upstream fetches in seconds: tag and blob HEADs, manifest GETs, whole blob fills; tier: upstream or shared (a chained nodecache).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 4, 10),
-		}, []string{"upstream", "kind", "result"}),
+		}, []string{"upstream", "tier", "kind", "result"}),
 		fillsInFlight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nodecache_blob_fills_in_flight",
 			Help: "Blob fills from upstreams currently running.",
@@ -43,10 +43,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) observe(upstream, kind string, start time.Time, err error) {
+func (m *metrics) observe(upstream, tier, kind string, start time.Time, err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"
 	}
-	m.upstreamSeconds.WithLabelValues(upstream, kind, result).Observe(time.Since(start).Seconds())
+	m.upstreamSeconds.WithLabelValues(upstream, tier, kind, result).Observe(time.Since(start).Seconds())
 }

@@ -32,46 +32,62 @@ import (
 func (r *Remote) BlobStat(ctx context.Context, repo string, dgst digest.Digest, probe bool) (v1.Descriptor, error) {
 	key := "blobstat\x00" + r.Name + "\x00" + repo + "\x00" + dgst.String() + "\x00" + strconv.FormatBool(probe)
 	v, err, _ := r.f.flight.Do(key, func() (any, error) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.opts.Timeout)
-		defer cancel()
-		desc := v1.Descriptor{Digest: dgst, Size: -1, MediaType: "application/octet-stream"}
-		start := time.Now()
-		resp, err := r.client.do(ctx, http.MethodHead, repo, "blobs", dgst.String(), nil, http.StatusOK)
-		r.f.metrics.observe(r.Name, KindBlob, start, err)
-		var ue *Error
-		switch {
-		case err == nil:
-			_ = resp.Body.Close()
-			if resp.ContentLength >= 0 && resp.Header.Get("Docker-Content-Digest") == dgst.String() {
-				desc.Size = resp.ContentLength
-				return desc, nil
-			}
-		case errors.As(err, &ue) && ue.Status >= 400 && ue.Status < 500 && ue.Status != http.StatusTooManyRequests:
-			// Refused: only a hint.
-		default:
-			return nil, err
-		}
-		if !probe {
-			return desc, nil
-		}
-		start = time.Now()
-		resp, err = r.client.do(ctx, http.MethodGet, repo, "blobs", dgst.String(),
-			http.Header{"Range": {"bytes=0-0"}}, http.StatusOK, http.StatusPartialContent)
-		r.f.metrics.observe(r.Name, KindBlob, start, err)
-		if err != nil {
-			return nil, err
-		}
-		_ = resp.Body.Close() // a 200 is the whole blob: not read
-		desc.Size = resp.ContentLength
-		if resp.StatusCode == http.StatusPartialContent {
-			desc.Size = contentRangeTotal(resp.Header.Get("Content-Range"))
-		}
-		return desc, nil
+		desc, tier, err := r.blobStat(ctx, repo, dgst, probe)
+		return tiered[v1.Descriptor]{desc, tier}, err
 	})
 	if err != nil {
 		return v1.Descriptor{}, err
 	}
-	return v.(v1.Descriptor), nil
+	t := v.(tiered[v1.Descriptor])
+	reportTier(ctx, t.tier)
+	return t.v, nil
+}
+
+// tiered is a result shared by concurrent requests, with the tier that answered it (reported to
+// every request's WithTier recorder).
+type tiered[T any] struct {
+	v    T
+	tier string
+}
+
+// blobStat is BlobStat's exchange, with the tier that answered.
+func (r *Remote) blobStat(ctx context.Context, repo string, dgst digest.Digest, probe bool) (v1.Descriptor, string, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.opts.Timeout)
+	defer cancel()
+	ctx, tier := trackTier(ctx)
+	desc := v1.Descriptor{Digest: dgst, Size: -1, MediaType: "application/octet-stream"}
+	start := time.Now()
+	resp, err := r.client.do(ctx, http.MethodHead, repo, "blobs", dgst.String(), nil, http.StatusOK)
+	r.f.metrics.observe(r.Name, tier(), KindBlob, start, err)
+	var ue *Error
+	switch {
+	case err == nil:
+		_ = resp.Body.Close()
+		if resp.ContentLength >= 0 && resp.Header.Get("Docker-Content-Digest") == dgst.String() {
+			desc.Size = resp.ContentLength
+			return desc, tier(), nil
+		}
+	case errors.As(err, &ue) && ue.Status >= 400 && ue.Status < 500 && ue.Status != http.StatusTooManyRequests:
+		// Refused: only a hint.
+	default:
+		return desc, tier(), err
+	}
+	if !probe {
+		return desc, tier(), nil
+	}
+	start = time.Now()
+	resp, err = r.client.do(ctx, http.MethodGet, repo, "blobs", dgst.String(),
+		http.Header{"Range": {"bytes=0-0"}}, http.StatusOK, http.StatusPartialContent)
+	r.f.metrics.observe(r.Name, tier(), KindBlob, start, err)
+	if err != nil {
+		return desc, tier(), err
+	}
+	_ = resp.Body.Close() // a 200 is the whole blob: not read
+	desc.Size = resp.ContentLength
+	if resp.StatusCode == http.StatusPartialContent {
+		desc.Size = contentRangeTotal(resp.Header.Get("Content-Range"))
+	}
+	return desc, tier(), nil
 }
 
 // Manifest is a manifest as an upstream answered it.
@@ -83,6 +99,8 @@ type Manifest struct {
 	MediaType string
 	// Kept is what the KeepFunc returned for it.
 	Kept any
+	// Tier is where it came from: TierShared or TierUpstream.
+	Tier string
 }
 
 // KeepFunc stores a manifest fetched from the upstream and returns what callers of
@@ -99,10 +117,11 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 		leader = true
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.opts.Timeout+30*time.Second)
 		defer cancel()
+		ctx, tier := trackTier(ctx)
 		start := time.Now()
 		resp, err := r.client.do(ctx, http.MethodGet, repo, "manifests", ref,
 			http.Header{"Accept": {mirrorapi.ManifestAccept}}, http.StatusOK)
-		r.f.metrics.observe(r.Name, KindManifest, start, err)
+		r.f.metrics.observe(r.Name, tier(), KindManifest, start, err)
 		if err != nil {
 			return Manifest{}, err
 		}
@@ -114,7 +133,7 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 		if len(body) > MaxManifestBytes {
 			return Manifest{}, fmt.Errorf("upstream %s: manifest %s is larger than %d bytes", r.Name, ref, MaxManifestBytes)
 		}
-		r.f.metrics.upstreamBytes.WithLabelValues(r.Name).Add(float64(len(body)))
+		r.f.metrics.upstreamBytes.WithLabelValues(r.Name, tier()).Add(float64(len(body)))
 		// The digest is that of the bytes received; a digest asked for must match it.
 		if want != "" {
 			if got := want.Algorithm().FromBytes(body); got != want {
@@ -127,7 +146,7 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 		if err != nil {
 			return Manifest{}, fmt.Errorf("upstream %s: manifest %s: %w", r.Name, ref, err)
 		}
-		m := Manifest{Raw: body, Digest: want, MediaType: ct}
+		m := Manifest{Raw: body, Digest: want, MediaType: ct, Tier: tier()}
 		kept, err := keep(context.WithoutCancel(ctx), m)
 		if err != nil {
 			return Manifest{}, err
@@ -138,6 +157,7 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 	if err != nil {
 		return Manifest{}, false, err
 	}
+	reportTier(ctx, v.(Manifest).Tier)
 	return v.(Manifest), !leader, nil
 }
 
@@ -147,6 +167,8 @@ type TagAnswer struct {
 	// Fetched reports that the upstream's HEAD named no digest, so the manifest was fetched
 	// (and kept) to learn it.
 	Fetched bool
+	// Tier is where the answer came from: TierShared or TierUpstream.
+	Tier string
 }
 
 // Tag asks the upstream which manifest repo:tag names now: one HEAD, shared by concurrent
@@ -156,10 +178,11 @@ func (r *Remote) Tag(ctx context.Context, repo, tag string, keep KeepFunc) (TagA
 	v, err, _ := r.f.flight.Do("tag\x00"+r.Name+"\x00"+repo+"\x00"+tag, func() (any, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.opts.Timeout)
 		defer cancel()
+		ctx, tier := trackTier(ctx)
 		start := time.Now()
 		resp, err := r.client.do(ctx, http.MethodHead, repo, "manifests", tag,
 			http.Header{"Accept": {mirrorapi.ManifestAccept}}, http.StatusOK)
-		r.f.metrics.observe(r.Name, KindManifest, start, err)
+		r.f.metrics.observe(r.Name, tier(), KindManifest, start, err)
 		var ue *Error
 		if errors.As(err, &ue) && ue.Status >= 400 && ue.Status < 500 && ue.Status != http.StatusTooManyRequests {
 			// A HEAD refused (401, 403, 404, 405, ...) is only a hint: the GET is the truth.
@@ -174,11 +197,12 @@ func (r *Remote) Tag(ctx context.Context, repo, tag string, keep KeepFunc) (TagA
 			// The digest header is optional on HEAD: fetch the manifest to learn it.
 			return r.tagByGet(ctx, repo, tag, keep)
 		}
-		return TagAnswer{Desc: v1.Descriptor{Digest: dgst, Size: resp.ContentLength, MediaType: MediaType(resp.Header.Get("Content-Type"))}}, nil
+		return TagAnswer{Desc: v1.Descriptor{Digest: dgst, Size: resp.ContentLength, MediaType: MediaType(resp.Header.Get("Content-Type"))}, Tier: tier()}, nil
 	})
 	if err != nil {
 		return TagAnswer{}, err
 	}
+	reportTier(ctx, v.(TagAnswer).Tier)
 	return v.(TagAnswer), nil
 }
 
@@ -188,7 +212,7 @@ func (r *Remote) tagByGet(ctx context.Context, repo, tag string, keep KeepFunc) 
 	if err != nil {
 		return TagAnswer{}, err
 	}
-	return TagAnswer{Desc: v1.Descriptor{Digest: m.Digest, Size: int64(len(m.Raw)), MediaType: m.MediaType}, Fetched: true}, nil
+	return TagAnswer{Desc: v1.Descriptor{Digest: m.Digest, Size: int64(len(m.Raw)), MediaType: m.MediaType}, Fetched: true, Tier: m.Tier}, nil
 }
 
 // MaxTagPages bounds how many tags/list pages Tags follows for one listing.

@@ -76,6 +76,14 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Clock tells the time for tag freshness and transport age. Default time.Now.
 	Clock func() time.Time
+	// Chain is the URL (scheme://host[:port]) of a shared nodecache every upstream is reached
+	// through first (--chain), with ?ns=<name>, anonymously; when it fails (no answer, timeout,
+	// 5xx other than 508) the upstream is asked directly, and after BreakerFailures failures
+	// in a row it is left alone for BreakerOpen. Nil: upstreams directly.
+	Chain *url.URL
+	// InstanceID names this nodecache in the Via entries of requests to shared nodecaches
+	// ("1.1 nodecache/<id>"). Default NewInstanceID().
+	InstanceID string
 }
 
 // Fetcher reaches every configured upstream for the mirror. Its methods are safe for
@@ -121,6 +129,16 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 	if opts.Transport == nil {
 		opts.Transport = DefaultTransport(opts.Timeout)
 	}
+	if opts.InstanceID == "" {
+		opts.InstanceID = NewInstanceID()
+	}
+	var ch *chain
+	if opts.Chain != nil {
+		if opts.Chain.Scheme != "http" && opts.Chain.Scheme != "https" || opts.Chain.Host == "" {
+			return nil, fmt.Errorf("upstream: chain URL %q: want http:// or https://HOST[:PORT]", opts.Chain)
+		}
+		ch = &chain{url: opts.Chain, base: opts.Transport, breaker: &breaker{now: opts.Clock}, log: opts.Logger}
+	}
 	met, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("register upstream metrics: %w", err)
@@ -142,7 +160,7 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 		if err != nil {
 			return nil, err
 		}
-		c, err := newClient(reg, base, opts.Timeout, opts.UserAgent, opts.Clock)
+		c, err := newClient(reg, base, opts.Timeout, opts.UserAgent, opts.Clock, ch, opts.InstanceID)
 		if err != nil {
 			return nil, err
 		}
@@ -190,6 +208,9 @@ func LoadRootCAs(file string) (*x509.CertPool, error) {
 
 // Remote returns the upstream called name, nil when none is configured.
 func (f *Fetcher) Remote(name string) *Remote { return f.remotes[name] }
+
+// InstanceID is Options.InstanceID after defaults.
+func (f *Fetcher) InstanceID() string { return f.opts.InstanceID }
 
 // Timeout is Options.Timeout after defaults.
 func (f *Fetcher) Timeout() time.Duration { return f.opts.Timeout }

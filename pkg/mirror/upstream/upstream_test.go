@@ -237,11 +237,11 @@ func TestFill(t *testing.T) {
 				mu.Unlock()
 				return err
 			}
-			fl, joined, err := r.StartFill("team/app", desc, commit)
+			fl, joined, err := r.StartFill(t.Context(), "team/app", desc, commit)
 			if err != nil || joined {
 				t.Fatalf("StartFill = %v, joined %v", err, joined)
 			}
-			if again, joined, _ := r.StartFill("team/app", desc, commit); again != fl && !joined {
+			if again, joined, _ := r.StartFill(t.Context(), "team/app", desc, commit); again != fl && !joined {
 				// The first fill may already be over; a new one is then fine.
 				t.Log("fill was over before the second StartFill")
 			}
@@ -338,7 +338,7 @@ func TestFillGivesUpWithoutProgress(t *testing.T) {
 			t.Cleanup(srv.Close)
 			f := testFetcher(t, srv, Options{})
 			committed := false
-			fl, _, err := f.Remote("upstream.test").StartFill("team/app", v1.Descriptor{Digest: dgst, Size: int64(len(blob))},
+			fl, _, err := f.Remote("upstream.test").StartFill(t.Context(), "team/app", v1.Descriptor{Digest: dgst, Size: int64(len(blob))},
 				func(context.Context, string, v1.Descriptor) error { committed = true; return nil })
 			if err != nil {
 				t.Fatal(err)
