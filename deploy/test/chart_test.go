@@ -228,6 +228,8 @@ imagePullSecrets: [{name: regcred}]
 port: 5001
 upstreams: ["docker.io=https://registry-1.docker.io", "registry.local:5000=http://10.0.0.9:5000"]
 extraArgs: ["--tag-ttl=5m", "--upstream-timeout=20s", "--log-level=debug"]
+upstreamAuth: {secretName: hub-pull, upstreams: [docker.io]}
+pullAllow: [10.0.0.0/8]
 warm: {images: ["registry.k8s.io/pause:3.10.1", "nginx"]}
 metrics: {port: 9500, labels: {release: kube-prometheus-stack}, interval: 15s}
 agent:
@@ -246,7 +248,9 @@ agent:
 	{"shared default", "nodecache-shared", `mode: shared`},
 	{"shared custom", "cache", `
 mode: shared
-upstreams: ["ghcr.io=https://ghcr.io"]
+upstreams: ["ghcr.io=https://ghcr.io", "docker.io=https://registry-1.docker.io"]
+upstreamAuth: {secretName: regcred, upstreams: [ghcr.io, docker.io]}
+pullAllow: [10.0.0.0/8, "fd00::/8"]
 warm: {images: ["ghcr.io/siderolabs/kubelet:v1.35.0"], platform: linux/arm64, talos: true}
 metrics: {dashboard: {enabled: true}}
 shared:
@@ -763,6 +767,48 @@ func TestWarmJobTargetsSharedService(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("%s: --mirror %s names no Service registry port of the shared cache", name, mirror)
+		}
+	}
+}
+
+// TestUpstreamAuthMounted: with upstreamAuth, every nodecache that serves (agent, serve) gets one
+// --upstream-auth per named upstream, pointing at the .dockerconfigjson key of the Secret that
+// is mounted read-only there; half a configuration is refused with a message.
+func TestUpstreamAuthMounted(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"agent", "shared"} {
+		objs := render(t, "nodecache", vals(t, "{mode: "+mode+", upstreamAuth: {secretName: regcred, upstreams: [docker.io, ghcr.io]}}"), false)
+		for key, tpl := range podTemplates(objs) {
+			var mountPath string
+			for _, v := range tpl.Spec.Volumes {
+				if v.Secret != nil && v.Secret.SecretName == "regcred" {
+					for _, m := range tpl.Spec.Containers[0].VolumeMounts {
+						if m.Name == v.Name && m.ReadOnly {
+							mountPath = m.MountPath
+						}
+					}
+				}
+			}
+			if mountPath == "" {
+				t.Errorf("%s %s: Secret regcred not mounted read-only", mode, key)
+				continue
+			}
+			var got []string
+			for _, a := range tpl.Spec.Containers[0].Args {
+				if v, ok := strings.CutPrefix(a, "--upstream-auth="); ok {
+					got = append(got, v)
+				}
+			}
+			want := []string{"docker.io=" + mountPath + "/.dockerconfigjson", "ghcr.io=" + mountPath + "/.dockerconfigjson"}
+			if !slices.Equal(got, want) {
+				t.Errorf("%s %s: --upstream-auth %v, want %v", mode, key, got, want)
+			}
+		}
+	}
+	c := loadChart(t)
+	for _, half := range []string{`upstreamAuth: {secretName: regcred}`, `upstreamAuth: {upstreams: [docker.io]}`} {
+		if _, _, err := renderValues(c, "nodecache", "nodecache", vals(t, half), false); err == nil || !strings.Contains(err.Error(), "upstreamAuth") {
+			t.Errorf("%s: %v, want a refusal naming upstreamAuth", half, err)
 		}
 	}
 }

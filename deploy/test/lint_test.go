@@ -32,7 +32,7 @@ func TestChartLint(t *testing.T) {
 }
 
 // TestChartSchemaRefuses: values.schema.json refuses bad values at render time with a message
-// naming the value; flags this nodecache does not have yet get no values (refused as unknown).
+// naming the value; --max-size, which this nodecache does not have yet, gets no value (refused as unknown).
 func TestChartSchemaRefuses(t *testing.T) {
 	t.Parallel()
 	c := loadChart(t)
@@ -58,8 +58,10 @@ shared: {persistence: {size: lots}}`, "size"},
 		{"service type", `shared: {service: {type: ExternalName}}`, "type"},
 		{"typo", `agnet: {readiness: serving}`, "agnet"},
 		{"max-size not yet in this nodecache", `maxSize: 30GiB`, "maxSize"},
-		{"upstream credentials not yet in this nodecache", `upstreamAuth: {docker.io: regcred}`, "upstreamAuth"},
-		{"pull-allow not yet in this nodecache", `agent: {pullAllow: [10.0.0.0/8]}`, "pullAllow"},
+		{"upstream credentials as a map", `upstreamAuth: {docker.io: regcred}`, "docker.io"},
+		{"upstream credentials for NAME=URL", `upstreamAuth: {secretName: regcred, upstreams: ["docker.io=https://registry-1.docker.io"]}`, "upstreams"},
+		{"pull-allow without prefix length", `pullAllow: [10.0.0.1]`, "pullAllow"},
+		{"pull-allow under agent", `agent: {pullAllow: [10.0.0.0/8]}`, "pullAllow"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

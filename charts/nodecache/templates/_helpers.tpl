@@ -68,7 +68,42 @@ prometheus.io/path: /metrics
 {{- range .Values.upstreams }}
 - {{ printf "--upstream=%s" . | quote }}
 {{- end }}
+{{- if include "nodecache.upstreamAuth" . }}
+{{- range .Values.upstreamAuth.upstreams }}
+- {{ printf "--upstream-auth=%s=/etc/nodecache/upstream-auth/.dockerconfigjson" . | quote }}
+{{- end }}
+{{- end }}
+{{- range .Values.pullAllow }}
+- {{ printf "--pull-allow=%s" . | quote }}
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* "true" when upstream credentials are configured; refuses half a configuration. */}}
+{{- define "nodecache.upstreamAuth" -}}
+{{- $a := .Values.upstreamAuth -}}
+{{- if and $a.secretName (not $a.upstreams) -}}
+{{- fail "upstreamAuth.secretName is set but upstreamAuth.upstreams is empty: name the upstreams (e.g. [docker.io]) that get these credentials" -}}
+{{- else if and $a.upstreams (not $a.secretName) -}}
+{{- fail "upstreamAuth.upstreams is set but upstreamAuth.secretName is empty: name a kubernetes.io/dockerconfigjson Secret" -}}
+{{- else if $a.secretName -}}true
+{{- end -}}
+{{- end -}}
+
+{{- define "nodecache.upstreamAuthMount" -}}
+{{- if include "nodecache.upstreamAuth" . }}
+- name: upstream-auth
+  mountPath: /etc/nodecache/upstream-auth
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "nodecache.upstreamAuthVolume" -}}
+{{- if include "nodecache.upstreamAuth" . }}
+- name: upstream-auth
+  secret:
+    secretName: {{ .Values.upstreamAuth.secretName }}
 {{- end }}
 {{- end -}}
