@@ -155,10 +155,11 @@ nodecache_build_tools() (
 		fi
 	}
 
-	# skopeo (CRI-O's client library) and curl (the TLS listener tests), from Debian.
+	# skopeo (CRI-O's client library), curl (the TLS listener tests) and patch (gen --dry-run
+	# diffs are applied with it), from Debian.
 	ensure_skopeo() {
 		local missing=() tool
-		for tool in skopeo curl; do
+		for tool in skopeo curl patch; do
 			command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 		done
 		if ((${#missing[@]} == 0)); then

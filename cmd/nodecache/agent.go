@@ -34,7 +34,7 @@ func agentCommand() *cli.Command {
 		stringFlag(&cfg.Readiness, "readiness", activation.ReadinessServing, "what /readyz reports: serving (the mirror can serve) or activation (and the runtime configuration is ACTIVE)"),
 		stringFlag(&cfg.ReadyFile, "ready-file", "", "`FILE` that exists exactly while /readyz would answer 200 (for exec probes)"),
 	)
-	return withFlagValueErrors(withConfig(&cli.Command{
+	return withConfig(&cli.Command{
 		Name:  "agent",
 		Usage: "DaemonSet mode: serve, configure the node's runtime once, and keep reporting whether it pulls through the mirror",
 		Description: `One process for a hostNetwork, hostPID DaemonSet with the host's / mounted (--host-root):
@@ -62,5 +62,5 @@ and /activez say "restart containerd or cycle the node".`,
 			}
 			return withCode(exitNegative, err)
 		},
-	}))
+	})
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"io"
 	"runtime"
 	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 func commands() []*cli.Command {
@@ -15,6 +18,7 @@ func commands() []*cli.Command {
 		statusCommand(),
 		agentCommand(),
 		versionCommand(),
+		completionCommand(),
 	}
 	for _, c := range cmds {
 		refuseUnknownSubcommands(c)
@@ -36,8 +40,43 @@ func refuseUnknownSubcommands(cmd *cli.Command) {
 	}
 	cmd.Action = func(c *cli.Context) error {
 		if c.Args().Present() {
-			return usagef("unknown command %q for %s; want one of: %s", c.Args().First(), cmd.Name, strings.Join(names, ", "))
+			return usagef("unknown command %q for %s%s want one of: %s", c.Args().First(), cmd.Name, didYouMean(c.Args().First(), names), strings.Join(names, ", "))
 		}
 		return cli.ShowSubcommandHelp(c)
+	}
+}
+
+// didYouMean is ": did you mean X?" for the name closest to typed, else ";".
+func didYouMean(typed string, names []string) string {
+	if s := clitext.Suggest(typed, names); s != "" {
+		return ": did you mean " + s + "?"
+	}
+	return ";"
+}
+
+func completionCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "completion",
+		Usage:     "print the shell completion script for bash, zsh or fish",
+		ArgsUsage: "bash|zsh|fish",
+		Description: `Load it in the running shell, e.g. source <(nodecache completion bash), or save it where
+the shell looks: /etc/bash_completion.d/nodecache, _nodecache in a directory of $fpath,
+~/.config/fish/completions/nodecache.fish.`,
+		Action: func(c *cli.Context) error {
+			shell := c.Args().First()
+			if c.Args().Len() != 1 {
+				return usagef("completion takes one shell: %s", strings.Join(clitext.Shells, ", "))
+			}
+			fish, err := c.App.ToFishCompletion()
+			if err != nil {
+				return withCode(exitNegative, err)
+			}
+			script, err := clitext.Completion(shell, fish)
+			if err != nil {
+				return usagef("completion: %v%s", err, strings.TrimSuffix(didYouMean(shell, clitext.Shells), ";"))
+			}
+			_, err = io.WriteString(c.App.Writer, script)
+			return err
+		},
 	}
 }

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 // Exit codes shared by every command (DESIGN.md, Contracts: exit codes).
@@ -49,12 +50,13 @@ func silentExit(code int) error {
 
 var errSilent = errors.New("")
 
+// usageError turns urfave/cli's flag errors into exit 2 with words (clitext.FlagError).
 func usageError(c *cli.Context, err error, _ bool) error {
-	if strings.Contains(err.Error(), "parse error") {
-		// urfave/cli says only "parse error": say what is accepted.
-		err = fmt.Errorf("%w (durations look like 500ms, 10s, 5m, 1h30m; numbers like 4; booleans true or false)", err)
+	flags, where := c.App.Flags, "nodecache"
+	if c.Command != nil && c.Command.Name != "" {
+		flags, where = c.Command.Flags, c.Command.HelpName
 	}
-	return &exitError{code: exitUsage, err: err}
+	return &exitError{code: exitUsage, err: clitext.FlagError(err, flags, where)}
 }
 
 // report prints err (if any) and returns the process exit code for it.

@@ -1,19 +1,17 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 	"time"
-
-	"gopkg.in/yaml.v3"
 
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
+
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 // Every flag can also be set from the environment as NODECACHE_<FLAG_NAME_IN_UPPER_SNAKE> and from
@@ -66,19 +64,13 @@ func withConfig(cmd *cli.Command) *cli.Command {
 		EnvVars: envVars(configFlag),
 	})
 	load := altsrc.InitInputSourceWithContext(cmd.Flags, altsrc.NewYamlSourceFromFlagFunc(configFlag))
-	known := map[string]bool{}
-	for _, f := range cmd.Flags {
-		for _, n := range f.Names() {
-			known[n] = true
-		}
-	}
 	takesArgs := cmd.ArgsUsage != ""
 	cmd.Before = func(c *cli.Context) error {
 		if !takesArgs && c.Args().Present() {
 			return usagef("%s takes no arguments, got %q (flags go before arguments; see nodecache %s --help)", cmd.Name, c.Args().First(), cmd.Name)
 		}
 		if file := c.String(configFlag); file != "" {
-			if err := checkConfigKeys(file, known); err != nil {
+			if err := clitext.CheckSettings(file, cmd.Flags, configFlag); err != nil {
 				return usagef("--config %s: %v", file, err)
 			}
 			if err := load(c); err != nil {
@@ -96,36 +88,22 @@ func withConfig(cmd *cli.Command) *cli.Command {
 	return cmd
 }
 
-// checkConfigKeys refuses a settings file whose top-level keys are not flag names of the
-// command (a typo would otherwise be ignored silently).
-func checkConfigKeys(file string, known map[string]bool) error {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return err
-	}
-	var doc map[string]any
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		return fmt.Errorf("not a YAML mapping of flag names to values: %w", err)
-	}
-	var unknown []string
-	for k := range doc {
-		if !known[k] || k == configFlag {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		return fmt.Errorf("unknown keys %s: keys are this command's flag names without dashes (see --help)", strings.Join(unknown, ", "))
-	}
-	return nil
+// logConfig is --log-format and --log-level; out is where lines go (default os.Stderr).
+type logConfig struct {
+	format, level string
+	out           *os.File
 }
 
-// logConfig is --log-format and --log-level.
-type logConfig struct{ format, level string }
-
-func logFlags(lc *logConfig) []cli.Flag {
+// logFlags are --log-format and --log-level. serve and agent log JSON by default (for log
+// collectors); gen, status and warm (human) log console lines when stderr is a terminal and
+// JSON otherwise.
+func logFlags(lc *logConfig, human bool) []cli.Flag {
+	format, usage := "json", "log line format: json or console"
+	if human {
+		format, usage = "", "log line format: json or console (default: console when stderr is a terminal, else json)"
+	}
 	return []cli.Flag{
-		stringFlag(&lc.format, "log-format", "json", "log line format: json or console"),
+		stringFlag(&lc.format, "log-format", format, usage),
 		stringFlag(&lc.level, "log-level", "info", "lowest level logged: trace, debug, info, warn, error"),
 	}
 }
@@ -136,17 +114,34 @@ func (lc logConfig) logger() (zerolog.Logger, error) {
 	if err != nil || lc.level == "" {
 		return zerolog.Nop(), usagef("--log-level %q: want one of trace, debug, info, warn, error", lc.level)
 	}
+	out := lc.out
+	if out == nil {
+		out = os.Stderr
+	}
+	format := lc.format
+	if format == "" {
+		format = "json"
+		if isTerminal(out) {
+			format = "console"
+		}
+	}
 	var l zerolog.Logger
-	switch lc.format {
+	switch format {
 	case "json":
-		l = zerolog.New(os.Stderr)
+		l = zerolog.New(out)
 	case "console":
-		l = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr, TimeFormat: "15:04:05.000", NoColor: !isTerminal(os.Stderr)})
+		l = zerolog.New(zerolog.ConsoleWriter{Out: out, TimeFormat: "15:04:05.000", NoColor: !isTerminal(out)})
 	default:
 		return zerolog.Nop(), usagef("--log-format %q: want json or console", lc.format)
 	}
-	return l.Level(level).With().Timestamp().Logger(), nil
+	return l.Level(level).Hook(timestamp), nil
 }
+
+// timestamp adds the time with nanoseconds to every line, without touching zerolog's
+// package-level TimeFieldFormat (libraries share it).
+var timestamp = zerolog.HookFunc(func(e *zerolog.Event, _ zerolog.Level, _ string) {
+	e.Str(zerolog.TimestampFieldName, time.Now().UTC().Format(time.RFC3339Nano))
+})
 
 // isTerminal reports whether f is a terminal (colours and progress bars only there): go-isatty,
 // so /dev/null and other character devices that are not terminals do not count.

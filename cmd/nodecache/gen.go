@@ -30,7 +30,7 @@ func genFlags(c *configure.Common, output *string, lc *logConfig, more ...cli.Fl
 		boolFlag(&c.DryRun, "dry-run", "print what would change as a unified diff; write nothing"),
 		boolFlag(&c.Remove, "remove", "undo: remove nodecache's files and restore edited ones from their backups"),
 	}
-	return append(append(flags, more...), logFlags(lc)...)
+	return append(append(flags, more...), logFlags(lc, true)...)
 }
 
 func hostRootFlag(dst *string) cli.Flag {

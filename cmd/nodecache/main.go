@@ -2,14 +2,14 @@
 // runtime to pull through it, pre-fills it, and proves from runtime evidence that it is used.
 package main
 
+//go:generate env NODECACHE_UPDATE_DOCS=1 go test -run TestCLIReferenceIsCurrent .
+
 import (
 	"context"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
-	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/urfave/cli/v2"
 
@@ -17,7 +17,6 @@ import (
 )
 
 func main() {
-	zerolog.TimeFieldFormat = time.RFC3339Nano
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		// After the first signal the command shuts down gracefully; a second one ends the
@@ -45,6 +44,7 @@ Exit codes: 0 success, 1 ran but the answer is negative or the work failed,
 2 usage or input refused (nothing was changed), 3 status cannot tell.`,
 		Version:              buildinfo.Version(),
 		EnableBashCompletion: true,
+		Suggest:              true,
 		ExitErrHandler:       func(*cli.Context, error) {}, // main decides the exit code
 		OnUsageError:         usageError,
 		Commands:             commands(),
@@ -55,7 +55,13 @@ Exit codes: 0 success, 1 ran but the answer is negative or the work failed,
 // unknownCommand shows the help without arguments and refuses anything else with exit 2.
 func unknownCommand(c *cli.Context) error {
 	if c.Args().Present() {
-		return usagef("unknown command %q; commands: serve, gen, warm, status, agent, version (see nodecache --help)", c.Args().First())
+		var names []string
+		for _, cmd := range c.App.VisibleCommands() {
+			if cmd.Name != "help" {
+				names = append(names, cmd.Name)
+			}
+		}
+		return usagef("unknown command %q%s commands: %s (see nodecache --help)", c.Args().First(), didYouMean(c.Args().First(), names), strings.Join(names, ", "))
 	}
 	return cli.ShowAppHelp(c)
 }

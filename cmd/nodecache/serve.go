@@ -31,7 +31,7 @@ func mirrorFlags(c *mirror.Config, lc *logConfig, listenDefault string) []cli.Fl
 		stringSliceFlag(&c.UpstreamAuth, "upstream-auth", nil, "`NAME=FILE`: pull upstream NAME with the credentials for NAME in FILE, a docker config.json or Kubernetes .dockerconfigjson (auths, credHelpers, credsStore; helpers run from PATH), repeatable. Read again when the file changes. WARNING: everything these credentials can read becomes readable by every client that may pull through the cache: set --pull-allow"),
 		stringFlag(&c.Chain, "chain", "", "`URL` of a shared nodecache (http(s)://HOST[:PORT]) through which every upstream is pulled, sent ?ns=<NAME>; when it fails (no answer, timeout, 5xx) the upstream is pulled directly, and after 3 failures in a row for 30 s; --upstream-auth then applies to direct fetches only"),
 		stringSliceFlag(&c.UpstreamCA, "upstream-ca", nil, "`NAME=FILE`: also trust the PEM CA certificates in FILE for upstream NAME (its token realm and redirects included), repeatable"),
-	}, logFlags(lc)...)
+	}, logFlags(lc, false)...)
 }
 
 func serveCommand() *cli.Command {

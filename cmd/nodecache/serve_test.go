@@ -223,7 +223,7 @@ func TestServeRefusesBadInput(t *testing.T) {
 		{"listen empty port", []string{"serve", "--listen", ":"}, nil, "--listen"},
 		{"metrics listen", []string{"serve", "--metrics-listen", "bogus"}, nil, "--metrics-listen"},
 		{"extra argument", []string{"serve", "extra"}, nil, "takes no arguments"},
-		{"duration", []string{"serve", "--upstream-timeout", "abc"}, nil, "durations look like"},
+		{"duration", []string{"serve", "--upstream-timeout", "abc"}, nil, `--upstream-timeout "abc": want a duration such as 500ms, 30s`},
 		{"unknown config key", []string{"serve", "--config", typoYAML}, nil, "lsiten"},
 		{"unknown command", []string{"bogus"}, nil, "unknown command"},
 		{"unknown gen command", []string{"gen", "bogus"}, nil, "unknown command"},

@@ -46,7 +46,7 @@ Examples:
    nodecache status
    nodecache status --mirror http://127.0.0.1:5000 --canary --output json
    nodecache status --host-root /host --containerd-socket /run/containerd/containerd.sock`,
-		Flags: append(flags, logFlags(&lc)...),
+		Flags: append(flags, logFlags(&lc, true)...),
 		Action: func(c *cli.Context) error {
 			if err := outputFormat(output); err != nil {
 				return err

@@ -5,12 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
-	"github.com/urfave/cli/v2/altsrc"
 
 	"github.com/nodecache/nodecache/pkg/warm"
 )
@@ -40,7 +37,7 @@ func warmCommand() *cli.Command {
 		boolFlag(&cfg.Print, "print", "print the normalised references that would be warmed, one per line (with --output json: with their sources), and exit; nothing is contacted and --mirror is optional"),
 		stringFlag(&output, "output", "text", "summary format: text or json"),
 	}
-	return withFlagValueErrors(withConfig(&cli.Command{
+	return withConfig(&cli.Command{
 		Name:      "warm",
 		Usage:     "pre-fill a pull-through cache with images, for one platform only",
 		ArgsUsage: "[IMAGE ...]",
@@ -51,7 +48,7 @@ are normalised (nginx -> docker.io/library/nginx:latest). Flags come before IMAG
 
 Exit codes: 0 every image warm (at least one blob fetched, none failed); 1 an image not warm,
 the mirror not ready within --wait, or --deadline reached; 2 a flag or IMAGE refused (nothing sent).`,
-		Flags: append(flags, logFlags(&lc)...),
+		Flags: append(flags, logFlags(&lc, true)...),
 		Action: func(c *cli.Context) error {
 			if err := outputFormat(output); err != nil {
 				return err
@@ -80,54 +77,7 @@ the mirror not ready within --wait, or --deadline reached; 2 a flag or IMAGE ref
 			}
 			return runWarm(c, output, opts)
 		},
-	}))
-}
-
-// flagValueRE matches urfave/cli's report of a flag value that does not parse (the wording of
-// Go's flag package: one dash, and no word on what is accepted).
-var flagValueRE = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-([A-Za-z0-9-]+): parse error$`)
-
-// withFlagValueErrors makes cmd name a flag value that does not parse as --NAME "VALUE" and say
-// what the flag accepts (a duration such as 30s, a whole number), then hands the error to the
-// command's own OnUsageError (exit 2).
-func withFlagValueErrors(cmd *cli.Command) *cli.Command {
-	next := cmd.OnUsageError
-	cmd.OnUsageError = func(c *cli.Context, err error, sub bool) error {
-		err = flagValueError(cmd.Flags, err)
-		if next != nil {
-			return next(c, err, sub)
-		}
-		return err
-	}
-	return cmd
-}
-
-// flagValueError rewrites `invalid value "abc" for flag -wait: parse error` into
-// `--wait "abc": want a duration such as 500ms, 30s, 5m or 1h30m`; other errors pass unchanged.
-func flagValueError(flags []cli.Flag, err error) error {
-	m := flagValueRE.FindStringSubmatch(err.Error())
-	if m == nil {
-		return err
-	}
-	value, name := m[1], m[2]
-	for _, f := range flags {
-		if !slices.Contains(f.Names(), name) {
-			continue
-		}
-		want := ""
-		switch f.(type) {
-		case *altsrc.DurationFlag, *cli.DurationFlag:
-			want = "a duration such as 500ms, 30s, 5m or 1h30m"
-		case *altsrc.IntFlag, *cli.IntFlag:
-			want = "a whole number such as 4"
-		case *altsrc.BoolFlag, *cli.BoolFlag:
-			want = "true or false"
-		default:
-			return err
-		}
-		return fmt.Errorf("--%s %q: want %s", name, value, want)
-	}
-	return err
+	})
 }
 
 func runWarm(c *cli.Context, output string, opts warm.Options) error {

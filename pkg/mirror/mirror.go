@@ -28,6 +28,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
+	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
@@ -140,8 +141,8 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		return nil, fmt.Errorf("build canary image: %w", err)
 	}
 	m.log.Info().Str("root", opts.Root).Strs("upstreams", names(opts.Upstreams)).
-		Str("default_upstream", opts.DefaultUpstream).Dur("upstream_timeout", opts.UpstreamTimeout).
-		Dur("tag_ttl", opts.TagTTL).Str("chain", chainString(opts.Chain)).Str("instance_id", fetch.InstanceID()).
+		Str("default_upstream", opts.DefaultUpstream).Str("upstream_timeout", clitext.Span(opts.UpstreamTimeout)).
+		Str("tag_ttl", clitext.Span(opts.TagTTL)).Str("chain", chainString(opts.Chain)).Str("instance_id", fetch.InstanceID()).
 		Msg("mirror configured")
 
 	appCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -12,6 +12,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/sirupsen/logrus"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 // ServeOptions configures Serve.
@@ -114,7 +116,7 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 	g.Go(func() error { return m.Run(gctx) })
 	g.Go(func() error {
 		<-gctx.Done()
-		o.Logger.Info().Dur("timeout", o.ShutdownTimeout).Msg("shutting down: finishing in-flight responses")
+		o.Logger.Info().Str("timeout", clitext.Span(o.ShutdownTimeout)).Msg("shutting down: finishing in-flight responses")
 		sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
 		defer cancel()
 		var errs []error
@@ -126,7 +128,7 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 		gctx, gcancel := context.WithTimeout(context.Background(), o.FillGrace)
 		defer gcancel()
 		if n := m.Drain(gctx); n > 0 {
-			o.Logger.Warn().Int("fills", n).Dur("grace", o.FillGrace).Msg("abandoned blob fills nobody was waiting for; nothing partial was stored")
+			o.Logger.Warn().Int("fills", n).Str("grace", clitext.Span(o.FillGrace)).Msg("abandoned blob fills nobody was waiting for; nothing partial was stored")
 		}
 		return errors.Join(errs...)
 	})

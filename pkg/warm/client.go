@@ -13,6 +13,8 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 // Routing says how a request names the upstream registry to the mirror.
@@ -170,7 +172,7 @@ func (c *client) retry(ctx context.Context, what string, attempt func(ctx contex
 		backoff.WithBackOff(capped{exp, c.maxDelay}),
 		backoff.WithMaxElapsedTime(0), // --deadline bounds the run, not the retry loop
 		backoff.WithNotify(func(err error, delay time.Duration) {
-			c.log.Warn().Err(err).Str("op", what).Int("attempt", n+1).Dur("retry_in", delay).Msg("retrying")
+			c.log.Warn().Err(err).Str("op", what).Int("attempt", n+1).Str("retry_in", clitext.Span(delay)).Msg("retrying")
 		}))
 	if err == nil {
 		return nil

@@ -422,7 +422,7 @@ func TestMirrorNotReady(t *testing.T) {
 			if took < 3*time.Second || took > 10*time.Second {
 				t.Errorf("gave up after %s; want 3 s to 10 s", took)
 			}
-			if rep == nil || rep.Warm || !strings.Contains(rep.Error, "in 3.") || rep.MirrorWaitSeconds < 3 {
+			if rep == nil || rep.Warm || !strings.Contains(rep.Error, "in 3s (") || rep.MirrorWaitSeconds < 3 {
 				t.Errorf("report %+v; want not warm, naming the ~3 s waited", rep)
 			}
 		})

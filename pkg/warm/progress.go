@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 // progress receives transfer events. Implementations are safe for concurrent use.
@@ -58,9 +60,9 @@ func blobLine(ev blobEvent) string {
 	case ev.External != nil:
 		return fmt.Sprintf("external %s %s %s (foreign layer, not fetched: %s)", ev.Image, shortDigest(ev.Digest), humanBytes(ev.Size), strings.Join(ev.External, " "))
 	case ev.Err != nil:
-		return fmt.Sprintf("FAILED   %s %s %s after %d attempts in %.1f s: %v", ev.Image, shortDigest(ev.Digest), humanBytes(ev.Size), ev.Attempts, ev.Took.Seconds(), ev.Err)
+		return fmt.Sprintf("FAILED   %s %s %s after %d attempts in %s: %v", ev.Image, shortDigest(ev.Digest), humanBytes(ev.Size), ev.Attempts, clitext.Span(ev.Took), ev.Err)
 	}
-	s := fmt.Sprintf("fetched  %s %s %s in %.1f s", ev.Image, shortDigest(ev.Digest), humanBytes(ev.Size), ev.Took.Seconds())
+	s := fmt.Sprintf("fetched  %s %s %s in %s", ev.Image, shortDigest(ev.Digest), humanBytes(ev.Size), clitext.Span(ev.Took))
 	if ev.Attempts > 1 {
 		s += fmt.Sprintf(" (%d attempts)", ev.Attempts)
 	}

@@ -7,6 +7,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 // Report is the outcome of a warm run; `--output json` prints it as is.
@@ -127,7 +130,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		if im.BlobsExternal > 0 {
 			fmt.Fprintf(&b, ", %d external", im.BlobsExternal)
 		}
-		fmt.Fprintf(&b, ", %s in %.1f s", humanBytes(im.Bytes), im.Seconds)
+		fmt.Fprintf(&b, ", %s in %s", humanBytes(im.Bytes), clitext.Span(seconds(im.Seconds)))
 		if len(im.Cache) > 0 {
 			var parts []string
 			for _, k := range slices.Sorted(maps.Keys(im.Cache)) {
@@ -146,10 +149,13 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "  error: %s\n", im.Error)
 		}
 	}
-	fmt.Fprintf(&b, "%d of %d images warm; %d blobs fetched, %d failed, %d external; %s in %.1f s\n",
-		warm, len(r.Images), r.BlobsFetched, r.BlobsFailed, r.BlobsExternal, humanBytes(r.Bytes), r.Seconds)
+	fmt.Fprintf(&b, "%d of %d images warm; %d blobs fetched, %d failed, %d external; %s in %s\n",
+		warm, len(r.Images), r.BlobsFetched, r.BlobsFailed, r.BlobsExternal, humanBytes(r.Bytes), clitext.Span(seconds(r.Seconds)))
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
 	return nil
 }
+
+// seconds turns a report's seconds back into a duration for text output.
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 // ErrMirrorNotReady is returned when the mirror did not answer GET /v2/ within the wait.
@@ -55,8 +57,8 @@ func (c *client) waitForMirror(ctx context.Context, wait, probeTimeout, interval
 	if ctx.Err() != nil {
 		last = fmt.Errorf("%w (%w)", last, context.Cause(ctx))
 	}
-	return waited, fmt.Errorf("%w: %s gave no registry answer to GET /v2/ in %.1f s (%d probes; last: %w)",
-		ErrMirrorNotReady, c.base, waited.Seconds(), probes, last)
+	return waited, fmt.Errorf("%w: %s gave no registry answer to GET /v2/ in %s (%d probes; last: %w)",
+		ErrMirrorNotReady, c.base, clitext.Span(waited), probes, last)
 }
 
 // probe sends one GET /v2/ bounded by timeout.
@@ -70,7 +72,7 @@ func (c *client) probe(ctx context.Context, target string, timeout time.Duration
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		if pctx.Err() != nil && ctx.Err() == nil {
-			return fmt.Errorf("no answer within %s: %w", timeout, err)
+			return fmt.Errorf("no answer within %s: %w", clitext.Span(timeout), err)
 		}
 		return err
 	}

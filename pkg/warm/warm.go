@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 // Defaults for Options (and the CLI flags of the same names).
@@ -206,7 +207,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		return finish(), err
 	}
-	opts.Logger.Debug().Dur("waited", waited).Str("mirror", rep.Mirror).Msg("mirror ready")
+	opts.Logger.Debug().Str("waited", clitext.Span(waited)).Str("mirror", rep.Mirror).Msg("mirror ready")
 
 	var prog progress = noProgress{}
 	stopBar := func() {}

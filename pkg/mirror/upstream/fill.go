@@ -15,6 +15,8 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 // Fill tuning.
@@ -271,7 +273,7 @@ func (f *Fill) run() {
 		log.Error().Err(err).Msg("blob fetched and served but not stored")
 		return
 	}
-	log.Debug().Int64("bytes", f.size).Dur("duration", time.Since(start)).Msg("blob cached")
+	log.Debug().Int64("bytes", f.size).Str("duration", clitext.Span(time.Since(start))).Msg("blob cached")
 }
 
 func (f *Fill) download(ctx context.Context) error {

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
+)
+
+// TestCLIMessages (issue 16): each usage message the CLI writes, asserted whole: suggestions for
+// mistyped commands and flags, flag values that do not parse, settings-file keys and values of
+// the wrong kind said in words (never Go type names), all with exit 2.
+func TestCLIMessages(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	typo := file("typo.yaml", "lsiten: \":5000\"\n")
+	kinds := file("kinds.yaml", "listen: 5000\nupstream-timeout: abc\ntag-ttl: 5\nallow: 10.0.0.0/8\n")
+	warmKinds := file("warm.yaml", "concurrency: four\ntalos: \"yes\"\n")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"command", []string{"serv"}, `unknown command "serv": did you mean serve? commands: serve, gen, warm, status, agent, version, completion (see nodecache --help)`},
+		{"command far off", []string{"bogus"}, `unknown command "bogus"; commands: serve, gen, warm, status, agent, version, completion (see nodecache --help)`},
+		{"subcommand", []string{"gen", "contianerd"}, `unknown command "contianerd" for gen: did you mean containerd? want one of: talos, containerd, crio`},
+		{"flag", []string{"serve", "--lsiten", ":5000"}, `unknown flag --lsiten: did you mean --listen?`},
+		{"flag of a subcommand", []string{"gen", "containerd", "--dryrun"}, `unknown flag --dryrun: did you mean --dry-run?`},
+		{"flag far off", []string{"serve", "--no-such-flag"}, `unknown flag --no-such-flag: see nodecache serve --help`},
+		{"duration value", []string{"serve", "--upstream-timeout", "abc"}, `--upstream-timeout "abc": want a duration such as 500ms, 30s, 5m or 1h30m`},
+		{"number value", []string{"warm", "--concurrency", "x", "nginx"}, `--concurrency "x": want a whole number such as 4`},
+		{"settings key", []string{"serve", "--config", typo}, `--config ` + typo + `: unknown keys lsiten (did you mean listen?): keys are this command's flag names without dashes (see --help)`},
+		{"settings values", []string{"serve", "--config", kinds}, `--config ` + kinds + `: key "allow": want a list (a YAML sequence such as ["a", "b"]), got the text "10.0.0.0/8"; ` +
+			`key "listen": want text (quote it if it looks like a number or true/false), got the number 5000; ` +
+			`key "tag-ttl": want a duration such as 500ms, 30s, 5m or 1h30m, got the number 5; ` +
+			`key "upstream-timeout": want a duration such as 500ms, 30s, 5m or 1h30m, got the text "abc"`},
+		{"settings values of warm", []string{"warm", "--config", warmKinds, "nginx"}, `--config ` + warmKinds + `: key "concurrency": want a whole number such as 4, got the text "four"; key "talos": want true or false, got the text "yes"`},
+		{"completion shell", []string{"completion", "bsh"}, `completion: shell "bsh": want bash, zsh or fish: did you mean bash?`},
+		{"completion without shell", []string{"completion"}, `completion takes one shell: bash, zsh, fish`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, _, stderr := runApp(t, tc.args...)
+			if code != exitUsage || stderr != "nodecache: "+tc.want+"\n" {
+				t.Fatalf("exit %d, stderr %q\nwant exit 2 and %q", code, stderr, "nodecache: "+tc.want+"\n")
+			}
+			if goType := regexp.MustCompile(`\b(int|int64|string|bool|float64|interface|\[\]interface \{\})\b`); goType.MatchString(tc.want) && strings.Contains(tc.name, "settings") {
+				t.Errorf("message names a Go type: %q", tc.want)
+			}
+		})
+	}
+}
+
+// TestCompletionBash: the bash script completes commands and flags by asking the binary.
+func TestCompletionBash(t *testing.T) {
+	t.Parallel()
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skipf("bash not installed: %v", err)
+	}
+	code, script, stderr := runApp(t, "completion", "bash")
+	if code != 0 {
+		t.Fatalf("completion bash: exit %d: %s", code, stderr)
+	}
+	for _, tc := range []struct {
+		line []string
+		want string
+	}{
+		{[]string{"nodecache", "se"}, "serve"},
+		{[]string{"nodecache", "serve", "--li"}, "--listen"},
+		{[]string{"nodecache", "gen", "co"}, "containerd"},
+	} {
+		prog := `source /dev/stdin; COMP_WORDS=(` + strings.Join(tc.line, " ") + `); COMP_CWORD=` + strconv.Itoa(len(tc.line)-1) + `; _nodecache_complete; printf '%s\n' "${COMPREPLY[@]}"`
+		cmd := exec.Command(bash, "-c", prog)
+		cmd.Stdin = strings.NewReader(script)
+		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(binary)+":"+os.Getenv("PATH"))
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != tc.want {
+			t.Errorf("%v: %q %v, want %q", tc.line, out, err, tc.want)
+		}
+	}
+	for _, shell := range []string{"zsh", "fish"} {
+		code, script, _ := runApp(t, "completion", shell)
+		if code != 0 || !strings.Contains(script, "nodecache") {
+			t.Errorf("completion %s: exit %d, script %q", shell, code, script)
+		}
+	}
+}
+
+// TestLogFormat: gen, status and warm log JSON when stderr is no terminal (here a pipe) and
+// console lines with --log-format console; durations in log lines read like 3s, and the time
+// keeps nanoseconds without zerolog's package-level TimeFieldFormat being set.
+func TestLogFormat(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	args := []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--dry-run"}
+	cmd := exec.Command(binary, args...)
+	out, _ := cmd.CombinedOutput()
+	var line map[string]any
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "{") && json.Unmarshal([]byte(l), &line) == nil && line["message"] == "containerd version unknown" {
+			break
+		}
+		line = nil
+	}
+	if line == nil {
+		t.Fatalf("no JSON log line 'containerd version unknown' on a pipe:\n%s", out)
+	}
+	if ts, _ := line["time"].(string); !regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z$`).MatchString(ts) {
+		t.Errorf("time %q: want RFC 3339 with fractional seconds", ts)
+	}
+	out, _ = exec.Command(binary, append(args, "--log-format", "console")...).CombinedOutput()
+	if !regexp.MustCompile(`(?m)^\d\d:\d\d:\d\d\.\d{3} WRN containerd version unknown error=`).Match(out) {
+		t.Errorf("--log-format console: no console line:\n%s", out)
+	}
+}
+
+// TestDryRunDiffPatches: the diff gen --dry-run prints is a unified diff that `patch -p1`
+// applies under the host root, and the result is byte for byte what gen writes, here for a
+// config.toml without a final newline ("\ No newline at end of file") and new hosts.toml files.
+func TestDryRunDiffPatches(t *testing.T) {
+	t.Parallel()
+	patch, err := exec.LookPath("patch")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("patch not installed (.ci/build-tools.sh installs it): %v", err)
+		}
+		t.Skipf("patch not installed (apt-get install patch): %v", err)
+	}
+	config := "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"overlayfs\""
+	dry, real := t.TempDir(), t.TempDir()
+	for _, root := range []string{dry, real} {
+		bootstraptest.WriteHostFile(t, root, "/etc/containerd/config.toml", []byte(config))
+	}
+	args := func(root string) []string {
+		return []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--containerd-version", "1.7.27",
+			"--upstream", "docker.io", "--upstream", "ghcr.io", "--log-level", "error"}
+	}
+	code, stdout, stderr := runApp(t, append(args(dry), "--dry-run", "--output", "json")...)
+	var rep struct{ Diff string }
+	if code != 0 || json.Unmarshal([]byte(stdout), &rep) != nil || !strings.Contains(rep.Diff, "\\ No newline at end of file\n") {
+		t.Fatalf("dry run: exit %d, diff %q\n%s", code, rep.Diff, stderr)
+	}
+	cmd := exec.Command(patch, "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "-d", dry)
+	cmd.Stdin = strings.NewReader(rep.Diff)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("patch: %v\n%s\ndiff:\n%s", err, out, rep.Diff)
+	}
+	if code, _, stderr := runApp(t, args(real)...); code != 0 {
+		t.Fatalf("gen: exit %d: %s", code, stderr)
+	}
+	for _, p := range []string{"etc/containerd/config.toml", "etc/containerd/certs.d/docker.io/hosts.toml", "etc/containerd/certs.d/ghcr.io/hosts.toml"} {
+		want, err := os.ReadFile(filepath.Join(real, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertFile(t, filepath.Join(dry, p), want)
+	}
+}
+
+// TestZerologSettingsUntouched: no non-test source sets zerolog's package-level settings
+// (time format, duration unit, field names, global level): they are shared with every library
+// in the process. Timestamps come from a hook on our own logger instead.
+func TestZerologSettingsUntouched(t *testing.T) {
+	t.Parallel()
+	global := regexp.MustCompile(`zerolog\.(SetGlobalLevel\(|(TimeFieldFormat|TimestampFunc|DurationFieldUnit|DurationFieldInteger|TimestampFieldName|LevelFieldName|MessageFieldName|ErrorFieldName|CallerFieldName|ErrorStackMarshaler|ErrorMarshalFunc|InterfaceMarshalFunc)\s*=[^=])`)
+	checked := 0
+	for _, dir := range []string{"../../cmd", "../../pkg", "../../internal"} {
+		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			checked++
+			if m := global.Find(b); m != nil {
+				t.Errorf("%s sets zerolog's package-level %q", p, m)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("only %d files checked: run from cmd/nodecache", checked)
+	}
+}

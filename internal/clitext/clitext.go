@@ -1,0 +1,150 @@
+// Package clitext holds the words nodecache's command line says to people: what a flag or a
+// settings-file key accepts, the "did you mean" suggestion for a mistyped name, and the shell
+// completion scripts. cmd/nodecache wires them into urfave/cli.
+package clitext
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/xrash/smetrics"
+)
+
+// Kind is the kind of value a flag takes.
+type Kind int
+
+// Kinds of flag values.
+const (
+	Text Kind = iota
+	Duration
+	Number
+	Boolean
+	List
+)
+
+// Accepts says in words what a value of kind k looks like.
+func (k Kind) Accepts() string {
+	switch k {
+	case Duration:
+		return "a duration such as 500ms, 30s, 5m or 1h30m"
+	case Number:
+		return "a whole number such as 4"
+	case Boolean:
+		return "true or false"
+	case List:
+		return `a list (a YAML sequence such as ["a", "b"])`
+	default:
+		return "text (quote it if it looks like a number or true/false)"
+	}
+}
+
+// minSimilarity is the Jaro-Winkler similarity below which no suggestion is made: "lsiten" is
+// 0.96 from "listen", "bogus" 0.5 from "serve".
+const minSimilarity = 0.8
+
+// Suggest returns the candidate most like typed, or "" when none is close enough to be what was
+// meant (Jaro-Winkler similarity, the measure urfave/cli's own suggestions use).
+func Suggest(typed string, candidates []string) string {
+	best, score := "", 0.0
+	for _, c := range candidates {
+		if s := smetrics.JaroWinkler(typed, c, 0.7, 4); s > score {
+			best, score = c, s
+		}
+	}
+	if score < minSimilarity {
+		return ""
+	}
+	return best
+}
+
+// CheckValues checks the values of a settings file (keys are flag names) against the kinds of
+// the flags they set and returns one error naming every key whose value is of the wrong kind,
+// saying what it accepts and what it got, in words. Keys not in kinds are left to the caller.
+func CheckValues(doc map[string]any, kinds map[string]Kind) error {
+	var bad []string
+	for key, v := range doc {
+		k, ok := kinds[key]
+		if !ok || fits(k, v) {
+			continue
+		}
+		bad = append(bad, fmt.Sprintf("key %q: want %s, got %s", key, k.Accepts(), describe(v)))
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return fmt.Errorf("%s", strings.Join(bad, "; "))
+}
+
+func fits(k Kind, v any) bool {
+	switch k {
+	case Text:
+		_, ok := v.(string)
+		return ok
+	case Duration:
+		s, ok := v.(string)
+		if !ok {
+			return false
+		}
+		_, err := time.ParseDuration(s)
+		return err == nil
+	case Number:
+		_, ok := v.(int)
+		return ok
+	case Boolean:
+		_, ok := v.(bool)
+		return ok
+	case List:
+		l, ok := v.([]any)
+		if !ok {
+			return false
+		}
+		for _, e := range l {
+			if _, ok := e.(string); !ok {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// describe names a YAML value's kind in words, with the value when it is short.
+func describe(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "nothing (an empty value)"
+	case string:
+		return fmt.Sprintf("the text %q", v)
+	case bool:
+		return fmt.Sprintf("%v (a true/false value)", v)
+	case int, int64, uint64:
+		return fmt.Sprintf("the number %v", v)
+	case float64:
+		return fmt.Sprintf("the number %v", v)
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a mapping (nested keys)"
+	default:
+		return "a value of another kind"
+	}
+}
+
+// Span renders a duration the way people read it in messages and log lines: Go's notation,
+// rounded to what matters ("350ms", "1.2s", "10s", "2m30s"). The access log's duration_ms
+// stays a number.
+func Span(d time.Duration) string {
+	switch {
+	case d < time.Millisecond:
+		return d.String()
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	default:
+		return d.Round(time.Second).String()
+	}
+}

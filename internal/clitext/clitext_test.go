@@ -1,0 +1,70 @@
+package clitext
+
+import (
+	"testing"
+	"time"
+)
+
+func TestSpan(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0s"},
+		{1500 * time.Microsecond, "2ms"},
+		{353190694 * time.Nanosecond, "353ms"},
+		{10 * time.Second, "10s"},
+		{3000516560 * time.Nanosecond, "3s"},
+		{1234 * time.Millisecond, "1.2s"},
+		{150*time.Second + 400*time.Millisecond, "2m30s"},
+	} {
+		if got := Span(tc.d); got != tc.want {
+			t.Errorf("Span(%v) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	t.Parallel()
+	names := []string{"listen", "metrics-listen", "root", "upstream", "upstream-timeout"}
+	for _, tc := range []struct{ typed, want string }{
+		{"lsiten", "listen"},
+		{"upstram", "upstream"},
+		{"rot", "root"},
+		{"bogus", ""},
+		{"x", ""},
+	} {
+		if got := Suggest(tc.typed, names); got != tc.want {
+			t.Errorf("Suggest(%q) = %q, want %q", tc.typed, got, tc.want)
+		}
+	}
+}
+
+func TestCheckValues(t *testing.T) {
+	t.Parallel()
+	kinds := map[string]Kind{"listen": Text, "wait": Duration, "concurrency": Number, "talos": Boolean, "upstream": List}
+	good := map[string]any{"listen": ":5000", "wait": "30s", "concurrency": 4, "talos": true, "upstream": []any{"a", "b"}}
+	if err := CheckValues(good, kinds); err != nil {
+		t.Fatalf("good values refused: %v", err)
+	}
+	for _, tc := range []struct {
+		key  string
+		v    any
+		want string
+	}{
+		{"listen", 5000, `key "listen": want text (quote it if it looks like a number or true/false), got the number 5000`},
+		{"wait", "soon", `key "wait": want a duration such as 500ms, 30s, 5m or 1h30m, got the text "soon"`},
+		{"concurrency", 2.5, `key "concurrency": want a whole number such as 4, got the number 2.5`},
+		{"talos", "yes", `key "talos": want true or false, got the text "yes"`},
+		{"upstream", "docker.io", `key "upstream": want a list (a YAML sequence such as ["a", "b"]), got the text "docker.io"`},
+		{"upstream", []any{1}, `key "upstream": want a list (a YAML sequence such as ["a", "b"]), got a list`},
+		{"listen", map[string]any{"a": 1}, `key "listen": want text (quote it if it looks like a number or true/false), got a mapping (nested keys)`},
+		{"listen", nil, `key "listen": want text (quote it if it looks like a number or true/false), got nothing (an empty value)`},
+	} {
+		err := CheckValues(map[string]any{tc.key: tc.v}, kinds)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s = %#v: %v, want %q", tc.key, tc.v, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package clitext
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"github.com/urfave/cli/v2/altsrc"
+	"gopkg.in/yaml.v3"
+)
+
+// KindOf is the kind of value flag f takes.
+func KindOf(f cli.Flag) Kind {
+	switch f.(type) {
+	case *altsrc.DurationFlag, *cli.DurationFlag:
+		return Duration
+	case *altsrc.IntFlag, *cli.IntFlag:
+		return Number
+	case *altsrc.BoolFlag, *cli.BoolFlag:
+		return Boolean
+	}
+	if s, ok := f.(interface{ IsSliceFlag() bool }); ok && s.IsSliceFlag() {
+		return List
+	}
+	return Text
+}
+
+// CheckSettings refuses a YAML settings file whose top-level keys are not names of flags (a
+// typo would otherwise be ignored silently; a close one is named: "lsiten (did you mean
+// listen?)") or whose values are of the wrong kind (CheckValues: said in words, not as Go
+// types). skip is a flag name that is no key (the --config flag itself).
+func CheckSettings(file string, flags []cli.Flag, skip string) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return fmt.Errorf("not a YAML mapping of flag names to values: %w", err)
+	}
+	kinds, names := map[string]Kind{}, []string{}
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n != skip {
+				kinds[n], names = KindOf(f), append(names, n)
+			}
+		}
+	}
+	var unknown []string
+	for k := range doc {
+		if _, ok := kinds[k]; !ok {
+			if s := Suggest(k, names); s != "" {
+				k += " (did you mean " + s + "?)"
+			}
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return fmt.Errorf("unknown keys %s: keys are this command's flag names without dashes (see --help)", strings.Join(unknown, ", "))
+	}
+	return CheckValues(doc, kinds)
+}
+
+// flagValueRE and unknownFlagRE match the flag package's reports (one dash, and no word on
+// what is accepted).
+var (
+	flagValueRE   = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-([A-Za-z0-9-]+): parse error$`)
+	unknownFlagRE = regexp.MustCompile(`^flag provided but not defined: -+(.+)$`)
+)
+
+// FlagError rewrites urfave/cli's flag errors in words: a value that does not parse becomes
+// `--wait "abc": want a duration such as 500ms, 30s, 5m or 1h30m`; an unknown flag
+// `unknown flag --lsiten: did you mean --listen?` (the closest of flags), else `... see
+// <where> --help`. Other errors pass unchanged.
+func FlagError(err error, flags []cli.Flag, where string) error {
+	if m := flagValueRE.FindStringSubmatch(err.Error()); m != nil {
+		for _, f := range flags {
+			if slices.Contains(f.Names(), m[2]) {
+				return fmt.Errorf("--%s %q: want %s", m[2], m[1], KindOf(f).Accepts())
+			}
+		}
+		return err
+	}
+	m := unknownFlagRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	var names []string
+	for _, f := range flags {
+		names = append(names, f.Names()...)
+	}
+	hint := "see " + where + " --help"
+	if s := Suggest(m[1], names); s != "" {
+		hint = "did you mean --" + s + "?"
+	}
+	return fmt.Errorf("unknown flag --%s: %s", m[1], hint)
+}
