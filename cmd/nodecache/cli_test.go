@@ -173,7 +173,9 @@ func TestDryRunDiffPatches(t *testing.T) {
 
 // TestZerologSettingsUntouched: no non-test source sets zerolog's package-level settings
 // (time format, duration unit, field names, global level): they are shared with every library
-// in the process. Timestamps come from a hook on our own logger instead.
+// in the process. Timestamps come from a hook on our own logger instead. Nor does any log a
+// duration with zerolog's Dur (a float of milliseconds): durations read like 3s
+// (clitext.Span); the access log's duration_ms is a documented number.
 func TestZerologSettingsUntouched(t *testing.T) {
 	t.Parallel()
 	global := regexp.MustCompile(`zerolog\.(SetGlobalLevel\(|(TimeFieldFormat|TimestampFunc|DurationFieldUnit|DurationFieldInteger|TimestampFieldName|LevelFieldName|MessageFieldName|ErrorFieldName|CallerFieldName|ErrorStackMarshaler|ErrorMarshalFunc|InterfaceMarshalFunc)\s*=[^=])`)
@@ -190,6 +192,9 @@ func TestZerologSettingsUntouched(t *testing.T) {
 			checked++
 			if m := global.Find(b); m != nil {
 				t.Errorf("%s sets zerolog's package-level %q", p, m)
+			}
+			if m := regexp.MustCompile(`\.Durs?\("[^"]*"`).Find(b); m != nil {
+				t.Errorf("%s logs a duration as milliseconds: %s; use .Str(key, clitext.Span(d))", p, m)
 			}
 			return nil
 		})

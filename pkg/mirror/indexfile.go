@@ -13,6 +13,8 @@ import (
 
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 // The index file: <root>/nodecache/index.json.
@@ -190,7 +192,7 @@ func (m *Mirror) loadIndex(ctx context.Context) {
 			x.mu.Unlock()
 			size, blobs := x.totals()
 			m.log.Info().Str("file", p).Int64("size_bytes", size).Int("blobs", blobs).
-				Dur("duration", time.Since(start)).Msg("cache index loaded")
+				Str("duration", clitext.Span(time.Since(start))).Msg("cache index loaded")
 			return
 		}
 		hints = f
@@ -202,7 +204,7 @@ func (m *Mirror) loadIndex(ctx context.Context) {
 		m.log.Error().Err(err).Msg("rebuild cache index from storage")
 	}
 	size, blobs := x.totals()
-	m.log.Info().Int64("size_bytes", size).Int("blobs", blobs).Dur("duration", time.Since(start)).
+	m.log.Info().Int64("size_bytes", size).Int("blobs", blobs).Str("duration", clitext.Span(time.Since(start))).
 		Msg("cache index rebuilt from storage")
 }
 

@@ -15,6 +15,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 // MaxManifestBytes bounds a manifest body read from an upstream (distribution's own limit).
@@ -189,7 +191,7 @@ func (c *client) do(ctx context.Context, method, repo, kind, ref string, hdr htt
 			resp, err := c.doShared(ctx, op, method, repo, kind, ref, hdr, want)
 			failed := sharedFailure(ctx, err)
 			if c.chain.breaker.done(probe, failed) {
-				c.chain.log.Warn().Err(err).Str("shared", c.chain.url.Host).Dur("for", BreakerOpen).
+				c.chain.log.Warn().Err(err).Str("shared", c.chain.url.Host).Str("for", clitext.Span(BreakerOpen)).
 					Msg("shared tier failing: pulling from the upstreams directly")
 			}
 			if !failed {
