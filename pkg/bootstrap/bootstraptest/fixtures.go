@@ -1,5 +1,6 @@
-// Package bootstraptest holds test helpers for the runtime writers: the shared fixtures folder
-// and a host root populated from it.
+// Package bootstraptest holds test helpers for the runtime writers: the repository's own
+// runtime-config corpus (Corpus, always there), the optional folder of third-party files
+// ($NODECACHE_FIXTURES, Fixtures) and host roots populated from either.
 package bootstraptest
 
 import (
