@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
@@ -108,46 +107,18 @@ func logFlags(lc *logConfig, human bool) []cli.Flag {
 	}
 }
 
-// logger builds the process logger; it writes to stderr.
+// logger builds the process logger (clitext.NewLogger) on out, default stderr.
 func (lc logConfig) logger() (zerolog.Logger, error) {
-	level, err := zerolog.ParseLevel(strings.ToLower(lc.level))
-	if err != nil || lc.level == "" {
-		return zerolog.Nop(), usagef("--log-level %q: want one of trace, debug, info, warn, error", lc.level)
-	}
 	out := lc.out
 	if out == nil {
 		out = os.Stderr
 	}
-	format := lc.format
-	if format == "" {
-		format = "json"
-		if isTerminal(out) {
-			format = "console"
-		}
-	}
-	var l zerolog.Logger
-	switch format {
-	case "json":
-		l = zerolog.New(out)
-	case "console":
-		l = zerolog.New(zerolog.ConsoleWriter{Out: out, TimeFormat: "15:04:05.000", NoColor: !isTerminal(out)})
-	default:
-		return zerolog.Nop(), usagef("--log-format %q: want json or console", lc.format)
-	}
-	return l.Level(level).Hook(timestamp), nil
+	l, err := clitext.NewLogger(lc.format, lc.level, out)
+	return l, withCode(exitUsage, err)
 }
 
-// timestamp adds the time with nanoseconds to every line, without touching zerolog's
-// package-level TimeFieldFormat (libraries share it).
-var timestamp = zerolog.HookFunc(func(e *zerolog.Event, _ zerolog.Level, _ string) {
-	e.Str(zerolog.TimestampFieldName, time.Now().UTC().Format(time.RFC3339Nano))
-})
-
-// isTerminal reports whether f is a terminal (colours and progress bars only there): go-isatty,
-// so /dev/null and other character devices that are not terminals do not count.
-func isTerminal(f *os.File) bool {
-	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
-}
+// isTerminal reports whether f is a terminal (clitext.IsTerminal).
+func isTerminal(f *os.File) bool { return clitext.IsTerminal(f) }
 
 // renderer is what a command prints: it renders itself as text and as JSON.
 type renderer interface {
