@@ -177,6 +177,8 @@ func TestChain(t *testing.T) {
 
 // TestChainPassesAnswersOn: 404, 401, 403 and 429 from the shared tier reach the client as
 // they are, and the upstream is not asked; a 5xx sends the request to the upstream directly.
+//
+//nolint:paralleltest // the subtests share the shared tier's injected status
 func TestChainPassesAnswersOn(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
