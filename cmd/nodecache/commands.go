@@ -17,6 +17,7 @@ func commands() []*cli.Command {
 		warmCommand(),
 		statusCommand(),
 		agentCommand(),
+		cacheCommand(),
 		versionCommand(),
 		completionCommand(),
 	}

@@ -222,6 +222,8 @@ func TestServeRefusesBadInput(t *testing.T) {
 		{"listen form", []string{"serve", "--listen", "nonsense"}, nil, "HOST:PORT"},
 		{"listen empty port", []string{"serve", "--listen", ":"}, nil, "--listen"},
 		{"metrics listen", []string{"serve", "--metrics-listen", "bogus"}, nil, "--metrics-listen"},
+		{"max-size decimal unit", []string{"serve", "--max-size", "30GB"}, nil, "did you mean 30GiB?"},
+		{"max-size share", []string{"serve", "--max-size", "150%"}, nil, "--max-size"},
 		{"extra argument", []string{"serve", "extra"}, nil, "takes no arguments"},
 		{"duration", []string{"serve", "--upstream-timeout", "abc"}, nil, `--upstream-timeout "abc": want a duration such as 500ms, 30s`},
 		{"unknown config key", []string{"serve", "--config", typoYAML}, nil, "lsiten"},

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	regname "github.com/nodecache/nodecache/pkg/name"
+)
+
+// TestCacheLsRm: cache ls lists what a real serve holds (text and JSON), cache rm evicts it
+// (then ls shows nothing and a second rm exits 1), bad input exits 2.
+func TestCacheLsRm(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 4096, 2, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	u, err := regname.ParseUpstream("upstream.test=" + up.URL.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirrortest.QuietLogrus()
+	m, err := mirror.New(t.Context(), mirror.Options{Root: t.TempDir(), Upstreams: []regname.Upstream{u}, MaxSize: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m)
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); srv.Close(); <-done; _ = m.Close() })
+	host := strings.TrimPrefix(srv.URL, "http://")
+	r, err := name.ParseReference(host+"/upstream.test/team/app:v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.Image(r, remote.WithContext(t.Context())); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+	spec := "upstream.test/team/app@" + d.String()
+
+	code, out, errOut := runApp(t, "cache", "ls", "--listen-url", srv.URL, "--output", "json")
+	var inv mirrorapi.CacheInventory
+	if code != 0 || json.Unmarshal([]byte(out), &inv) != nil {
+		t.Fatalf("cache ls --output json: exit %d\n%s%s", code, out, errOut)
+	}
+	if len(inv.Images) != 1 || inv.Images[0].Digest != d.String() || inv.MaxSizeBytes != 1<<30 || inv.SizeBytes <= 0 {
+		t.Fatalf("cache ls --output json = %+v, want one image %s, cap 1 GiB", inv, d)
+	}
+	code, out, _ = runApp(t, "cache", "ls", "--listen-url", srv.URL)
+	if code != 0 || !strings.Contains(out, spec) || !strings.Contains(out, "v1") || !strings.Contains(out, "cap 1.0 GiB") {
+		t.Fatalf("cache ls: exit %d, want a line with %s, tag v1 and the cap:\n%s", code, spec, out)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		says string
+	}{
+		{"no digest", []string{"cache", "rm", "--listen-url", srv.URL, "upstream.test/team/app:v1"}, 2, "UPSTREAM/REPOSITORY@DIGEST"},
+		{"bad digest", []string{"cache", "rm", "--listen-url", srv.URL, "upstream.test/team/app@sha256:12"}, 2, "digest"},
+		{"no argument", []string{"cache", "rm", "--listen-url", srv.URL}, 2, "takes one"},
+		{"listen url", []string{"cache", "ls", "--listen-url", "127.0.0.1:5000"}, 2, "--listen-url"},
+		{"output", []string{"cache", "ls", "--listen-url", srv.URL, "--output", "yaml"}, 2, "--output"},
+		{"unknown subcommand", []string{"cache", "purge"}, 2, "unknown command"},
+		{"rm", []string{"cache", "rm", "--listen-url", srv.URL, spec}, 0, "evicted " + spec},
+		{"rm again", []string{"cache", "rm", "--listen-url", srv.URL, spec}, 1, "not cached"},
+	} {
+		code, out, errOut := runApp(t, tc.args...)
+		if code != tc.code || !strings.Contains(out+errOut, tc.says) {
+			t.Errorf("%s: %v: exit %d, want %d saying %q:\n%s%s", tc.name, tc.args, code, tc.code, tc.says, out, errOut)
+		}
+	}
+	if code, out, _ := runApp(t, "cache", "ls", "--listen-url", srv.URL); code != 0 || !strings.HasPrefix(strings.Split(out, "\n")[1], "0 images") {
+		t.Errorf("cache ls after rm: exit %d:\n%s", code, out)
+	}
+}

@@ -1,0 +1,187 @@
+// Package inventory is the client of serve's cache inventory (mirrorapi.CachePath): list the
+// cached images, evict one. `nodecache cache ls|rm` renders what it returns.
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+)
+
+// ErrNotCached is returned by Remove when serve does not hold the image (404).
+var ErrNotCached = errors.New("not cached")
+
+// ErrInput marks a refused argument (listen URL, image spec).
+var ErrInput = errors.New("invalid input")
+
+// Client talks to one serve.
+type Client struct {
+	base *url.URL
+	http *http.Client
+}
+
+// New returns a client of the serve reached at listenURL (http://127.0.0.1:5000 or https://...).
+// hc nil: a client with a 30 s timeout. Errors wrap ErrInput.
+func New(listenURL string, hc *http.Client) (*Client, error) {
+	u, err := url.Parse(listenURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+		return nil, fmt.Errorf("%w: --listen-url %q: want http(s)://HOST:PORT, e.g. http://127.0.0.1:5000", ErrInput, listenURL)
+	}
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	return &Client{base: &url.URL{Scheme: u.Scheme, Host: u.Host}, http: hc}, nil
+}
+
+// List returns serve's inventory.
+func (c *Client) List(ctx context.Context) (*Listing, error) {
+	var inv mirrorapi.CacheInventory
+	if err := c.do(ctx, http.MethodGet, mirrorapi.CachePath, &inv); err != nil {
+		return nil, err
+	}
+	return &Listing{CacheInventory: inv}, nil
+}
+
+// ParseSpec checks "<upstream>/<repository>@<digest>" and returns it with the digest parsed.
+// Errors wrap ErrInput.
+func ParseSpec(spec string) (string, error) {
+	up, rest, ok1 := strings.Cut(spec, "/")
+	repo, d, ok2 := strings.Cut(rest, "@")
+	if !ok1 || !ok2 || up == "" || repo == "" {
+		return "", fmt.Errorf("%w: %q: want UPSTREAM/REPOSITORY@DIGEST as `nodecache cache ls` lists it, e.g. docker.io/library/alpine@sha256:...", ErrInput, spec)
+	}
+	if _, err := digest.Parse(d); err != nil {
+		return "", fmt.Errorf("%w: %q: digest %q: %w", ErrInput, spec, d, err)
+	}
+	return spec, nil
+}
+
+// RemoveArgs is Remove of the one spec in args (ErrInput unless there is exactly one).
+func (c *Client) RemoveArgs(ctx context.Context, args []string) (*Removal, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("%w: cache rm takes one UPSTREAM/REPOSITORY@DIGEST (as cache ls lists it), got %d arguments", ErrInput, len(args))
+	}
+	return c.Remove(ctx, args[0])
+}
+
+// Remove evicts the image spec ("<upstream>/<repository>@<digest>"); serve accepts it from
+// loopback only. Errors: ErrInput for a bad spec, ErrNotCached, serve's refusal or failure.
+func (c *Client) Remove(ctx context.Context, spec string) (*Removal, error) {
+	if _, err := ParseSpec(spec); err != nil {
+		return nil, err
+	}
+	var img mirrorapi.CachedImage
+	if err := c.do(ctx, http.MethodDelete, mirrorapi.CachePath+"/"+spec, &img); err != nil {
+		return nil, err
+	}
+	return &Removal{Image: img}, nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, out any) error {
+	u := *c.base
+	u.Path = path
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, u.String(), err)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, u.String(), err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: read answer: %w", method, u.String(), err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		msg := strings.TrimSpace(string(body))
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			msg = e.Error
+		}
+		err := fmt.Errorf("%s %s: %s: %s", method, u.String(), resp.Status, msg)
+		if resp.StatusCode == http.StatusNotFound && method == http.MethodDelete {
+			err = fmt.Errorf("%w: %w", ErrNotCached, err)
+		}
+		return err
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("%s %s: answer is not the inventory's JSON: %w", method, u.String(), err)
+	}
+	return nil
+}
+
+// Listing is `cache ls`'s report.
+type Listing struct{ mirrorapi.CacheInventory }
+
+// WriteJSON writes the inventory document as serve sent it.
+func (l *Listing) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(l.CacheInventory)
+}
+
+// WriteText writes one line per image (IMAGE, TAGS, SIZE, LAST PULLED), then the totals.
+func (l *Listing) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "IMAGE\tTAGS\tSIZE\tLAST PULLED")
+	for _, i := range l.Images {
+		tags := strings.Join(i.Tags, ",")
+		if tags == "" {
+			tags = "-"
+		}
+		fmt.Fprintf(tw, "%s/%s@%s\t%s\t%s\t%s\n", i.Upstream, i.Repository, i.Digest, tags, Bytes(i.SizeBytes), i.LastPulled.Format(time.RFC3339))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	limit := "no cap"
+	if l.MaxSizeBytes > 0 {
+		limit = "cap " + Bytes(l.MaxSizeBytes)
+	}
+	note := ""
+	if !l.Ready {
+		note = " (index being rebuilt from storage: images may be missing)"
+	}
+	_, err := fmt.Fprintf(w, "%d images, %d blobs, %s (%s)%s\n", len(l.Images), l.Blobs, Bytes(l.SizeBytes), limit, note)
+	return err
+}
+
+// Removal is `cache rm`'s report.
+type Removal struct{ Image mirrorapi.CachedImage }
+
+// WriteJSON writes the evicted image.
+func (r *Removal) WriteJSON(w io.Writer) error { return json.NewEncoder(w).Encode(r.Image) }
+
+// WriteText writes one line naming the evicted image.
+func (r *Removal) WriteText(w io.Writer) error {
+	_, err := fmt.Fprintf(w, "evicted %s/%s@%s (%s)\n", r.Image.Upstream, r.Image.Repository, r.Image.Digest, Bytes(r.Image.SizeBytes))
+	return err
+}
+
+// Bytes formats n bytes in binary units (1.5 GiB).
+func Bytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 3; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGT"[exp])
+}
