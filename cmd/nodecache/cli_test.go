@@ -34,8 +34,8 @@ func TestCLIMessages(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"command", []string{"serv"}, `unknown command "serv": did you mean serve? commands: serve, gen, warm, status, agent, version, completion (see nodecache --help)`},
-		{"command far off", []string{"bogus"}, `unknown command "bogus"; commands: serve, gen, warm, status, agent, version, completion (see nodecache --help)`},
+		{"command", []string{"serv"}, `unknown command "serv": did you mean serve? commands: serve, gen, warm, status, agent, cache, version, completion (see nodecache --help)`},
+		{"command far off", []string{"bogus"}, `unknown command "bogus"; commands: serve, gen, warm, status, agent, cache, version, completion (see nodecache --help)`},
 		{"subcommand", []string{"gen", "contianerd"}, `unknown command "contianerd" for gen: did you mean containerd? want one of: talos, containerd, crio`},
 		{"flag", []string{"serve", "--lsiten", ":5000"}, `unknown flag --lsiten: did you mean --listen?`},
 		{"flag of a subcommand", []string{"gen", "containerd", "--dryrun"}, `unknown flag --dryrun: did you mean --dry-run?`},
