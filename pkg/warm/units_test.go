@@ -3,15 +3,23 @@ package warm
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
 func plat(s string) *v1.Platform {
@@ -69,6 +77,14 @@ func TestPlatformMatcher(t *testing.T) {
 				}
 				ps = append(ps, nil) // an entry without platform never matches
 				got := newPlatformMatcher(want, rule).best(ps)
+				// containerd's own choice (images.Manifest over the same index) must agree.
+				cmp := platforms.Ordered(want)
+				if rule == PlatformMatchOnly {
+					cmp = platforms.Only(want)
+				}
+				if oracle := containerdChoice(t, tc.offered, cmp); oracle != got {
+					t.Fatalf("warm picks entry %d, containerd's images.Manifest picks %d", got, oracle)
+				}
 				switch {
 				case pick == "" && got >= 0:
 					t.Fatalf("picked %s, want none", formatV1Platform(ps[got]))
@@ -81,6 +97,61 @@ func TestPlatformMatcher(t *testing.T) {
 		}
 	}
 }
+
+// memProvider is a content.Provider over blobs in memory.
+type memProvider map[digest.Digest][]byte
+
+func (p memProvider) ReaderAt(_ context.Context, desc ocispec.Descriptor) (content.ReaderAt, error) {
+	b, ok := p[desc.Digest]
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", desc.Digest, errdefs.ErrNotFound)
+	}
+	return memReaderAt{bytes.NewReader(b)}, nil
+}
+
+type memReaderAt struct{ *bytes.Reader }
+
+func (memReaderAt) Close() error { return nil }
+
+// containerdChoice builds an OCI index with one manifest per offered platform and returns the
+// position of the one containerd's images.Manifest picks with cmp (-1: none).
+func containerdChoice(t *testing.T, offered []string, cmp platforms.MatchComparer) int {
+	t.Helper()
+	blobs := memProvider{}
+	put := func(mediaType string, v any) ocispec.Descriptor {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := digest.FromBytes(b)
+		blobs[d] = b
+		return ocispec.Descriptor{MediaType: mediaType, Digest: d, Size: int64(len(b))}
+	}
+	idx := ocispec.Index{Versioned: specsVersioned, MediaType: ocispec.MediaTypeImageIndex}
+	configs := map[digest.Digest]int{}
+	for i, s := range offered {
+		p, err := platforms.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := put(ocispec.MediaTypeImageConfig, map[string]any{"os": p.OS, "architecture": p.Architecture, "variant": p.Variant, "n": i})
+		configs[cfg.Digest] = i
+		m := put(ocispec.MediaTypeImageManifest, ocispec.Manifest{Versioned: specsVersioned, MediaType: ocispec.MediaTypeImageManifest, Config: cfg, Layers: []ocispec.Descriptor{}})
+		m.Platform = &p
+		idx.Manifests = append(idx.Manifests, m)
+	}
+	top := put(ocispec.MediaTypeImageIndex, idx)
+	got, err := images.Manifest(t.Context(), blobs, top, cmp)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return -1
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return configs[got.Config.Digest]
+}
+
+var specsVersioned = specs.Versioned{SchemaVersion: 2}
 
 func TestParsePlatformMatch(t *testing.T) {
 	t.Parallel()
