@@ -80,7 +80,7 @@ func TestWarmPrintTalosVersions(t *testing.T) {
 		want  []string
 		note  string
 	}{
-		{"v1.11.5", []string{"ghcr.io/siderolabs/kubelet:v1.34.1", "registry.k8s.io/kube-proxy:v1.34.1", "ghcr.io/siderolabs/flannel:v0.27.4"}, "pause image of Talos v1.11.5"},
+		{"v1.11.5", []string{"ghcr.io/siderolabs/kubelet:v1.34.1", "registry.k8s.io/kube-proxy:v1.34.1", "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.27.4"}, ""},
 		{"v1.12.4", []string{"ghcr.io/siderolabs/kubelet:v1.35.0", "registry.k8s.io/kube-proxy:v1.35.0", "ghcr.io/siderolabs/flannel:v0.27.4"}, "pause image of Talos v1.12.4"},
 		{"v1.13.8", []string{"ghcr.io/siderolabs/kubelet:v1.36.2", "registry.k8s.io/kube-proxy:v1.36.2", "registry.k8s.io/pause:3.10.1", "ghcr.io/siderolabs/flannel:v0.28.8"}, ""},
 	} {
@@ -91,8 +91,8 @@ func TestWarmPrintTalosVersions(t *testing.T) {
 			if code != 0 || stdout != want {
 				t.Fatalf("exit %d\nstdout:\n%s\nwant:\n%s\nstderr: %s", code, stdout, want, stderr)
 			}
-			if tc.note != "" && !strings.Contains(stderr, "note: ") || !strings.Contains(stderr, tc.note) {
-				t.Fatalf("stderr %q lacks the note %q", stderr, tc.note)
+			if hasNote := strings.Contains(stderr, "note: "); hasNote != (tc.note != "") || !strings.Contains(stderr, tc.note) {
+				t.Fatalf("stderr %q, want the note %q", stderr, tc.note)
 			}
 		})
 	}

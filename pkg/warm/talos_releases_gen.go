@@ -6,7 +6,7 @@ package warm
 // talosReleases are the Talos releases warm --talos-version knows, oldest first.
 var talosReleases = []talosRelease{
 	// machinery v1.11.5 constants: DefaultKubernetesVersion "1.34.1", FlannelVersion "v0.27.4".
-	{Version: "v1.11.5", Kubernetes: "v1.34.1", KubeletImage: "ghcr.io/siderolabs/kubelet", KubeProxyImage: "registry.k8s.io/kube-proxy", Flannel: "v0.27.4", Pause: ""},
+	{Version: "v1.11.5", Kubernetes: "v1.34.1", KubeletImage: "ghcr.io/siderolabs/kubelet", KubeProxyImage: "registry.k8s.io/kube-proxy", Flannel: "v0.27.4", Pause: "registry.k8s.io/pause:3.10"},
 	// machinery v1.12.4 constants: DefaultKubernetesVersion "1.35.0", FlannelVersion "v0.27.4".
 	{Version: "v1.12.4", Kubernetes: "v1.35.0", KubeletImage: "ghcr.io/siderolabs/kubelet", KubeProxyImage: "registry.k8s.io/kube-proxy", Flannel: "v0.27.4", Pause: ""},
 	// machinery v1.13.8 constants: DefaultKubernetesVersion "1.36.2", FlannelVersion "0.28.8".

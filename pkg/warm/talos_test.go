@@ -26,7 +26,7 @@ func TestTalosReleaseTable(t *testing.T) {
 	for _, tc := range []struct {
 		talos, k8s, flannel, pause string
 	}{
-		{"v1.11.5", "v1.34.1", "v0.27.4", ""},
+		{"v1.11.5", "v1.34.1", "v0.27.4", "registry.k8s.io/pause:3.10"},
 		{"1.12.4", "v1.35.0", "v0.27.4", ""},
 		{"v1.13.8", "v1.36.2", "v0.28.8", "registry.k8s.io/pause:3.10.1"},
 	} {

@@ -41,7 +41,10 @@ type release struct {
 // available from the module proxy when this was written). Another patch of a listed minor is
 // served from its entry with a note.
 var releases = []release{
-	{version: "v1.11.5"},
+	// Talos v1.11.5 ships containerd 2.1.5 (siderolabs/extensions#868, "Preparing for Talos
+	// 1.11.5"); Talos pins containerd's default sandbox image, which at containerd v2.1.5 is
+	// internal/cri/config DefaultSandboxImage = "registry.k8s.io/pause:3.10".
+	{version: "v1.11.5", pause: "registry.k8s.io/pause:3.10"},
 	{version: "v1.12.4"},
 	// pkg/images/list.go at v1.13.x: DefaultSandboxImage = "registry.k8s.io/pause:3.10.1".
 	{version: "v1.13.8", pause: "registry.k8s.io/pause:3.10.1"},
