@@ -206,3 +206,21 @@ func TestZerologSettingsUntouched(t *testing.T) {
 		t.Fatalf("only %d files checked: run from cmd/nodecache", checked)
 	}
 }
+
+// TestAgentFlags (issue 8 item 5): the agent takes gen's configure flags and refuses the ones
+// that make no sense for a DaemonSet (--dry-run, --remove, --output) with exit 2.
+func TestAgentFlags(t *testing.T) {
+	t.Parallel()
+	_, help, _ := runApp(t, "agent", "--help")
+	for _, f := range []string{"--migrate", "--containerd-version", "--crio-version", "--no-reload", "--registries-dir", "--crio-dir", "--mirror-ca", "--certs-dir"} {
+		if !regexp.MustCompile(`(?m)^\s+` + f + `\b`).MatchString(help) {
+			t.Errorf("agent --help lacks %s", f)
+		}
+	}
+	for _, f := range []string{"--dry-run", "--remove", "--output"} {
+		code, _, stderr := runApp(t, "agent", f, "x")
+		if want := "nodecache: unknown flag " + f + ": see nodecache agent --help\n"; code != exitUsage || stderr != want {
+			t.Errorf("agent %s: exit %d, stderr %q; want 2 and %q", f, code, stderr, want)
+		}
+	}
+}
