@@ -2,11 +2,15 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +18,8 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // genReport is what the matrix reads of `nodecache gen containerd --output json`.
@@ -296,4 +302,58 @@ func shortTempDir(t *testing.T) string {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(d) })
 	return d
+}
+
+// TestStatusPermissionDeniedRealContainerd: status run as an unprivileged user next to a real
+// containerd 2.4 whose socket only root may open: the runtime API refuses it, so the answer is
+// UNKNOWN (exit 3) saying permission denied — never ACTIVE on files and start time alone.
+func TestStatusPermissionDeniedRealContainerd(t *testing.T) {
+	t.Parallel()
+	bin := runtimetest.Binary(t, runtimetest.EnvContainerd24)
+	runtimetest.RequireRoot(t)
+	runtimetest.RequireLoopbackName(t, upstreamName)
+	upstream := mirrortest.NewRegistry(t)
+	host := upstreamHost(t, upstream)
+	nc := startNodecache(t, upstream)
+	dir := shortTempDir(t)
+	certs := filepath.Join(dir, "certs.d")
+	writeFile(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), fmt.Appendf(nil, "%s\nserver = \"http://%s\"\n\n[host.\"%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", mirrorapi.ManagedMarker, host, nc.URL))
+	c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{Dir: dir, ConfigPath: certs})
+	// Everything readable by others except the socket (containerd makes it 0660 root:root).
+	for _, p := range []string{dir, certs, filepath.Join(certs, name.HostDir(host))} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(c.ConfigFile(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := runStatus(t, c); r.Report.State != activation.Active {
+		t.Fatalf("as root: %s, want active (the setup is right)\n%s", r.Report.State, r.Raw)
+	}
+	// The test binary's own directory is root's; nobody runs a copy.
+	ncBin := filepath.Join(dir, "nodecache")
+	b, err := os.ReadFile(nodecacheBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ncBin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), ncBin, "status", "--runtime", "containerd",
+		"--containerd-config", c.ConfigFile(), "--containerd-socket", c.Socket(), "--output", "json")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("status as nobody: %v, want exit 3\n%s", err, out)
+	}
+	var rep activation.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("status output: %v\n%s", err, out)
+	}
+	if rep.State != activation.Unknown || !strings.Contains(rep.Reason, "permission denied") {
+		t.Fatalf("status as nobody: %s %q, want unknown saying permission denied", rep.State, rep.Reason)
+	}
+	t.Logf("as nobody: %s (%s)", rep.State, rep.Reason)
 }

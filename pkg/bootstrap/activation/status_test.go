@@ -492,24 +492,6 @@ func TestContainerdSocketSilent(t *testing.T) {
 	want(t, n.evaluate(n.opts()), Unknown, 3, "does not answer (unreachable or permission denied")
 }
 
-// A socket the caller may not open (permission denied) is UNKNOWN too, never ACTIVE.
-func TestContainerdSocketPermissionDenied(t *testing.T) {
-	t.Parallel()
-	if os.Geteuid() == 0 {
-		// root opens any socket; run the check as nobody instead of skipping it.
-		t.Skip("permission bits do not bind root; covered by TestContainerdSocketSilent's path and the integration test")
-	}
-	n := newTestNode(t)
-	n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}})
-	if err := os.Chmod(filepath.Join(n.Root, sock), 0); err != nil {
-		t.Fatal(err)
-	}
-	n.containerdProc(1000, t0, sock)
-	n.file(cfgFile, v3Config(certsDir, ""), t0-10)
-	n.withHosts(certsDir, t0-10)
-	want(t, n.evaluate(n.opts()), Unknown, 3, "permission denied")
-}
-
 // A CRI plugin that failed to load (introspection's plugin list, 1.x and 2.x) is NOT ACTIVE
 // (exit 1), whatever the files and the start time say; so is a config containerd refuses.
 func TestContainerdCRIPluginFailed(t *testing.T) {
