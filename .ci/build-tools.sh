@@ -14,6 +14,7 @@
 #   NODECACHE_CURL            curl (Debian package)
 #   NODECACHE_GOLANGCI_LINT   golangci-lint (what `make lint` runs; the Makefile builds the same path)
 #   NODECACHE_OCI_CONFORMANCE the OCI distribution-spec conformance suite (pkg/mirror's TestOCIConformance)
+#   NODECACHE_VERSITYGW       versitygw, an S3 gateway over a local directory (pkg/mirror's --storage s3 tests)
 #
 # Binaries live outside the clone and are reused across runs:
 #   ${NODECACHE_TOOLS:-$HOME/.cache/nodecache-ci}/containerd-<version>/containerd
@@ -28,6 +29,8 @@
 # The conformance suite is github.com/opencontainers/distribution-spec/conformance at
 # NODECACHE_OCI_CONFORMANCE_VERSION (v0.0.0-20260831232431-97274622c111), a main package built
 # with `go install` into ${NODECACHE_TOOLS}/oci-conformance-<version>/conformance.
+# versitygw is github.com/versity/versitygw/cmd/versitygw at NODECACHE_VERSITYGW_VERSION (v1.8.0),
+# built with `go install` into ${NODECACHE_TOOLS}/versitygw-<version>/versitygw.
 #
 # It also maps the test host names (upstream.test, registry.hub.test, auth.hub.test, cdn.test) to
 # 127.0.0.1 in /etc/hosts, once, so nothing a test dials leaves the machine, DNS included.
@@ -46,6 +49,8 @@ nodecache_build_tools() (
 	local lint="$tools/golangci-lint-$lintv/golangci-lint"
 	local ociv="${NODECACHE_OCI_CONFORMANCE_VERSION:-v0.0.0-20260831232431-97274622c111}"
 	local oci="$tools/oci-conformance-$ociv/conformance"
+	local vgwv="${NODECACHE_VERSITYGW_VERSION:-v1.8.0}"
+	local vgw="$tools/versitygw-$vgwv/versitygw"
 	local tags="no_btrfs no_devmapper no_zfs"
 	# The builds are standalone modules: never let a caller's go.work pull them into a workspace.
 	export GOWORK=off
@@ -115,6 +120,19 @@ nodecache_build_tools() (
 			return 1
 		fi
 		mv -f "$tmp/conformance" "$oci" || return 1
+		rm -rf "$tmp"
+	}
+
+	# build_vgw: go install of the S3 gateway into versitygw-VERSION/.
+	build_vgw() {
+		local tmp
+		tmp="$(dirname "$vgw")/.gobin"
+		rm -rf "$tmp" && mkdir -p "$tmp" || return 1
+		if ! GOBIN="$tmp" go install "github.com/versity/versitygw/cmd/versitygw@$vgwv"; then
+			rm -rf "$tmp"
+			return 1
+		fi
+		mv -f "$tmp/versitygw" "$vgw" || return 1
 		rm -rf "$tmp"
 	}
 
@@ -204,12 +222,29 @@ nodecache_build_tools() (
 		oci_pid=$!
 	fi
 
+	local vgw_pid=""
+	if [[ -x "$vgw" ]]; then
+		log "versitygw $vgwv: reusing $vgw"
+	else
+		while (($(jobs -rp | wc -l) >= 2)); do wait -n || true; done
+		mkdir -p "$(dirname "$vgw")" || return 1
+		log "versitygw $vgwv: building (log: $(dirname "$vgw")/build.log)"
+		build_vgw >"$(dirname "$vgw")/build.log" 2>&1 &
+		vgw_pid=$!
+	fi
+
 	local failed=0 i
 	for i in "${!pids[@]}"; do
 		wait "${pids[$i]}" || true
 	done
 	if [[ -n "$lint_pid" ]]; then wait "$lint_pid" || true; fi
 	if [[ -n "$oci_pid" ]]; then wait "$oci_pid" || true; fi
+	if [[ -n "$vgw_pid" ]]; then wait "$vgw_pid" || true; fi
+	if [[ ! -x "$vgw" ]]; then
+		log "versitygw $vgwv: BUILD FAILED; last lines of $(dirname "$vgw")/build.log:"
+		tail -n 30 "$(dirname "$vgw")/build.log" >&2 || true
+		failed=1
+	fi
 	if [[ ! -x "$oci" ]]; then
 		log "oci conformance $ociv: BUILD FAILED; last lines of $(dirname "$oci")/build.log:"
 		tail -n 30 "$(dirname "$oci")/build.log" >&2 || true
@@ -253,6 +288,9 @@ nodecache_build_tools() (
 		fi
 		if [[ -x "$oci" ]]; then
 			printf 'export NODECACHE_OCI_CONFORMANCE=%q\n' "$oci"
+		fi
+		if [[ -x "$vgw" ]]; then
+			printf 'export NODECACHE_VERSITYGW=%q\n' "$vgw"
 		fi
 	} >"$env.tmp"
 	mv -f "$env.tmp" "$env"

@@ -71,6 +71,13 @@ Examples:
 		Flags: append(mirrorFlags(&cfg, &lc, ":5000"),
 			stringFlag(&cfg.TLSCert, "tls-cert", "", "serve HTTPS (TLS 1.2+) on --listen with the PEM certificate (chain) in `FILE`; needs --tls-key; both read again when they change"),
 			stringFlag(&cfg.TLSKey, "tls-key", "", "PEM private key `FILE` of --tls-cert"),
+			stringFlag(&cfg.Storage, "storage", mirror.StorageFilesystem, "where the cache lives: filesystem (under --root) or s3 (a bucket several replicas may share; --root then holds only fills in flight)"),
+			stringFlag(&cfg.S3.Bucket, "s3-bucket", "", "S3 `BUCKET` of --storage s3"),
+			stringFlag(&cfg.S3.Region, "s3-region", "", "AWS `REGION` of the bucket; required unless --s3-endpoint"),
+			stringFlag(&cfg.S3.Endpoint, "s3-endpoint", "", "`URL` of an S3-compatible server (http(s)://HOST[:PORT]); default AWS"),
+			boolFlag(&cfg.S3.PathStyle, "s3-path-style", "address the bucket as ENDPOINT/BUCKET (most S3-compatible servers)"),
+			stringFlag(&cfg.S3.RootDirectory, "s3-root-directory", "", "key `PREFIX` inside the bucket"),
+			stringFlag(&cfg.S3Profile, "s3-profile", "", "AWS shared-config `PROFILE` for the bucket's credentials (sets AWS_PROFILE); credentials otherwise come from the AWS SDK's default chain: environment, shared credentials file, IRSA, instance roles"),
 		),
 		Action: func(c *cli.Context) error {
 			log, err := lc.logger()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -48,6 +49,13 @@ type Config struct {
 	TLSCert, TLSKey string
 	// Chain is --chain: http(s)://HOST[:PORT] of a shared nodecache, or empty.
 	Chain string
+	// Storage is --storage: filesystem (default, under Root) or s3.
+	Storage string
+	// S3 holds --s3-bucket, --s3-region, --s3-endpoint, --s3-path-style and
+	// --s3-root-directory; S3Profile is --s3-profile (the AWS shared-config profile: Options
+	// sets AWS_PROFILE and AWS_SDK_LOAD_CONFIG=1 in the process environment).
+	S3        S3Storage
+	S3Profile string
 }
 
 // Options checks c, loads the upstream credentials and CAs, and returns the registry's Options
@@ -93,6 +101,29 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	}
 	if o.MaxSize, err = ParseMaxSize(c.MaxSize, o.Root); err != nil {
 		return o, fmt.Errorf("--max-size %w", err)
+	}
+	o.Storage, o.S3 = c.Storage, c.S3
+	switch c.Storage {
+	case "", StorageFilesystem:
+		if c.S3 != (S3Storage{}) || c.S3Profile != "" {
+			return o, errors.New("--s3-*: only with --storage s3")
+		}
+	case StorageS3:
+		if err := c.S3.validate(); err != nil {
+			return o, err
+		}
+		if c.MaxSize != "" {
+			return o, errors.New(maxSizeS3)
+		}
+		if c.S3Profile != "" {
+			// The AWS SDK for Go v1 under distribution's s3 driver takes the profile only from
+			// the process environment.
+			if err := errors.Join(os.Setenv("AWS_PROFILE", c.S3Profile), os.Setenv("AWS_SDK_LOAD_CONFIG", "1")); err != nil {
+				return o, fmt.Errorf("--s3-profile: %w", err)
+			}
+		}
+	default:
+		return o, fmt.Errorf("--storage %q: want filesystem or s3", c.Storage)
 	}
 	if c.Chain != "" {
 		if o.Chain, err = name.ParseURL("--chain", c.Chain); err != nil {

@@ -140,20 +140,26 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 	if m.canary, err = newCanary(); err != nil {
 		return nil, fmt.Errorf("build canary image: %w", err)
 	}
-	m.log.Info().Str("root", opts.Root).Strs("upstreams", names(opts.Upstreams)).
+	m.log.Info().Str("root", opts.Root).Str("storage", opts.Storage).Str("s3_bucket", opts.S3.Bucket).Strs("upstreams", names(opts.Upstreams)).
 		Str("default_upstream", opts.DefaultUpstream).Str("upstream_timeout", clitext.Span(opts.UpstreamTimeout)).
 		Str("tag_ttl", clitext.Span(opts.TagTTL)).Str("chain", chainString(opts.Chain)).Str("instance_id", fetch.InstanceID()).
 		Msg("mirror configured")
 
 	appCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel = cancel
-	m.app = m.newApp(appCtx, opts.Root)
+	m.app = m.newApp(appCtx)
 	if m.store == nil {
 		cancel()
 		return nil, errors.New("distribution registry middleware was not applied")
 	}
-	// Uploads left by fills of an earlier run are never completed: drop them all now.
-	m.purgeUploads(ctx, m.opts.Clock())
+	// Uploads left by fills of an earlier run are never completed: drop them all now. A shared
+	// bucket also holds the uploads of other replicas' fills in flight: there only those older
+	// than the longest fill go.
+	if opts.Storage == StorageS3 {
+		m.purgeUploads(ctx, m.opts.Clock().Add(-m.opts.FillTimeout))
+	} else {
+		m.purgeUploads(ctx, m.opts.Clock())
+	}
 	return m, nil
 }
 

@@ -28,8 +28,13 @@ const (
 
 // Options configures a Mirror. The zero value of every optional field means its default.
 type Options struct {
-	// Root is the filesystem storage directory. Empty keeps everything in memory (tests).
+	// Root is the filesystem storage directory. Empty keeps everything in memory (tests). With
+	// Storage StorageS3 it holds only fills in flight and the cache index.
 	Root string
+	// Storage is StorageFilesystem (default) or StorageS3.
+	Storage string
+	// S3 is the bucket for StorageS3.
+	S3 S3Storage
 	// Upstreams are the registries pulled through; required, names unique.
 	Upstreams []name.Upstream
 	// DefaultUpstream is the upstream NAME used when a request carries neither ?ns= nor a
@@ -153,6 +158,20 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now
+	}
+	switch o.Storage {
+	case "":
+		o.Storage = StorageFilesystem
+	case StorageFilesystem:
+	case StorageS3:
+		if err := o.S3.validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if o.MaxSize > 0 {
+			errs = append(errs, errors.New(maxSizeS3))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("storage: %q is not a storage kind (want filesystem or s3)", o.Storage))
 	}
 	return errors.Join(errs...)
 }

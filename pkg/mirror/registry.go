@@ -44,16 +44,12 @@ func registerMiddleware() {
 	})
 }
 
-// newApp builds distribution's registry App over filesystem storage at root (in memory when root
-// is ""), read-only, with our namespace in front of its storage.
-func (m *Mirror) newApp(ctx context.Context, root string) *handlers.App {
+// newApp builds distribution's registry App over the storage of m.opts (storageConfig),
+// read-only, with our namespace in front of its storage.
+func (m *Mirror) newApp(ctx context.Context) *handlers.App {
 	registerMiddleware()
 	cfg := &configuration.Configuration{}
-	if root == "" {
-		cfg.Storage = configuration.Storage{"inmemory": configuration.Parameters{}}
-	} else {
-		cfg.Storage = configuration.Storage{"filesystem": configuration.Parameters{"rootdirectory": root}}
-	}
+	cfg.Storage = storageConfig(m.opts)
 	// No blob descriptor cache: distribution's is one per repository for manifests and blobs
 	// alike, so once cached a manifest digest answered at /blobs/ (200 instead of 404) and a
 	// blob digest at /manifests/ (500): answers then depended on what was cached.
