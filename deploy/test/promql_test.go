@@ -44,7 +44,7 @@ func freePort(t *testing.T) string {
 }
 
 // scrapeRunningNodecache starts the real nodecache agent (its registry serves the same metrics as
-// serve, plus the activation gauge) in front of a real registry on loopback
+// serve, plus the activation gauge; --metrics-listen in the chart's [HOST]:PORT form) in front of a real registry on loopback
 // (go-containerregistry's), pulls an image through it twice (a miss, then hits) and returns
 // the label names of every series /metrics then exposes, by series name (histograms expanded
 // to _bucket, _sum and _count).
@@ -69,7 +69,7 @@ func scrapeRunningNodecache(t *testing.T) map[string][]string {
 	writeFile(t, filepath.Join(host, "etc/containerd/config.toml"), "version = 3\n")
 	cmd := exec.CommandContext(t.Context(), binary, "agent",
 		"--host-root", host, "--runtime", "containerd",
-		"--root", t.TempDir(), "--listen", listen, "--metrics-listen", metricsListen,
+		"--root", t.TempDir(), "--listen", listen, "--metrics-listen", bracketed(t, metricsListen),
 		"--interval", "1s", "--upstream", "registry.test="+upstream.URL)
 	cmd.Env = append(os.Environ(), "NODECACHE_LOG_FORMAT=json")
 	var out bytes.Buffer
@@ -131,6 +131,14 @@ func scrapeRunningNodecache(t *testing.T) map[string][]string {
 	missing, _ := name.ParseReference(listen+"/registry.test/team/missing:v1", name.Insecure)
 	if _, err := remote.Head(missing, remote.WithContext(t.Context())); err == nil {
 		t.Fatal("a missing image was found")
+	}
+
+	// Client evidence stays on the registry listener (loopback and --allow): the metrics
+	// listener, which the chart puts on the node's address, does not serve it.
+	if resp, err := http.Get("http://" + metricsListen + "/nodecache/v1/clients"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("metrics listener /nodecache/v1/clients: %v %v, want 404", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 
 	var families map[string]*dto.MetricFamily
@@ -326,4 +334,15 @@ func TestPromQL(t *testing.T) {
 			return nil
 		})
 	}
+}
+
+// bracketed writes a listen address as the chart does, [HOST]:PORT (so an IPv6 node address
+// works too).
+func bracketed(t *testing.T, addr string) string {
+	t.Helper()
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "[" + host + "]:" + port
 }
