@@ -230,6 +230,8 @@ upstreams: ["docker.io=https://registry-1.docker.io", "registry.local:5000=http:
 extraArgs: ["--tag-ttl=5m", "--upstream-timeout=20s", "--log-level=debug"]
 upstreamAuth: {secretName: hub-pull, upstreams: [docker.io]}
 pullAllow: [10.0.0.0/8]
+maxSize: 30%
+chain: http://10.0.0.5:5000
 warm: {images: ["registry.k8s.io/pause:3.10.1", "nginx"]}
 metrics: {port: 9500, labels: {release: kube-prometheus-stack}, interval: 15s}
 agent:
@@ -251,6 +253,7 @@ mode: shared
 upstreams: ["ghcr.io=https://ghcr.io", "docker.io=https://registry-1.docker.io"]
 upstreamAuth: {secretName: regcred, upstreams: [ghcr.io, docker.io]}
 pullAllow: [10.0.0.0/8, "fd00::/8"]
+maxSize: 180GiB
 warm: {images: ["ghcr.io/siderolabs/kubelet:v1.35.0"], platform: linux/arm64, talos: true}
 metrics: {dashboard: {enabled: true}}
 shared:

@@ -76,6 +76,12 @@ prometheus.io/path: /metrics
 {{- range .Values.pullAllow }}
 - {{ printf "--pull-allow=%s" . | quote }}
 {{- end }}
+{{- with .Values.maxSize }}
+- {{ printf "--max-size=%s" . | quote }}
+{{- end }}
+{{- with .Values.chain }}
+- {{ printf "--chain=%s" . | quote }}
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}
