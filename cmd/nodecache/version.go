@@ -1,10 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
-	"text/tabwriter"
-
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
@@ -25,29 +21,10 @@ The library versions are the Go module versions linked into this binary.`,
 			if c.Args().Present() {
 				return usagef("version takes no arguments, got %q", c.Args().First())
 			}
-			info := buildinfo.Read()
-			switch out := output; out {
-			case "json":
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(info)
-			case "text":
-				w := tabwriter.NewWriter(c.App.Writer, 0, 0, 2, ' ', 0)
-				for _, row := range [][2]string{
-					{"nodecache", info.Version},
-					{"commit", info.Commit},
-					{"go", info.Go},
-					{"platform", info.Platform},
-					{"talos machinery", info.TalosMachinery},
-					{"containerd", info.Containerd},
-					{"distribution", info.Distribution},
-				} {
-					fmt.Fprintf(w, "%s\t%s\n", row[0], row[1])
-				}
-				return w.Flush()
-			default:
-				return usagef("--output %q: want text or json", out)
+			if err := outputFormat(output); err != nil {
+				return err
 			}
+			return render(c.App.Writer, output, buildinfo.Read())
 		},
 	}
 }

@@ -3,8 +3,12 @@
 package buildinfo
 
 import (
+	"encoding/json"
+	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
+	"text/tabwriter"
 )
 
 // version and commit are set with
@@ -116,4 +120,28 @@ func UserAgent(component string) string {
 		return "nodecache/" + Version()
 	}
 	return "nodecache-" + component + "/" + Version()
+}
+
+// WriteJSON writes info as one indented JSON object (nodecache version --output json).
+func (i Info) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(i)
+}
+
+// WriteText writes one aligned "name  value" line per field (nodecache version).
+func (i Info) WriteText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, row := range [][2]string{
+		{"nodecache", i.Version},
+		{"commit", i.Commit},
+		{"go", i.Go},
+		{"platform", i.Platform},
+		{"talos machinery", i.TalosMachinery},
+		{"containerd", i.Containerd},
+		{"distribution", i.Distribution},
+	} {
+		fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
+	}
+	return tw.Flush()
 }
