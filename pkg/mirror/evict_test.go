@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,12 +156,14 @@ func TestSizeCapEvictsLeastRecentlyPulled(t *testing.T) {
 	baseSize, _ := base.Size()
 	imgs := make([]v1.Image, 5)
 	digests := make([]string, 5)
+	uniques := make([]int64, 5)
 	var unique int64
 	for i := range imgs {
 		imgs[i] = imageOnBase(t, base, mirrortest.MiB)
 		up.PushImage(t, fmt.Sprintf("team/app%d", i), "v1", imgs[i])
 		digests[i] = digestOf(t, imgs[i])
-		unique = max(unique, uniqueBytes(t, imgs[i]))
+		uniques[i] = uniqueBytes(t, imgs[i])
+		unique = max(unique, uniques[i])
 	}
 	// Three images and half of a fourth: eviction to 90 % of it leaves exactly three.
 	capBytes := baseSize + 3*unique + unique/2
@@ -184,6 +188,27 @@ func TestSizeCapEvictsLeastRecentlyPulled(t *testing.T) {
 			t.Errorf("inventory image %d tags = %v, want [v1]", i, img.Tags)
 		}
 	}
+	for series, want := range map[string]float64{
+		`nodecache_evictions_total{reason="cap"}`:          2,
+		`nodecache_evictions_total{reason="api"}`:          0,
+		`nodecache_cache_size_bytes`:                       float64(inv.SizeBytes),
+		`nodecache_cache_max_size_bytes`:                   float64(capBytes),
+		`nodecache_cache_blobs`:                            float64(inv.Blobs),
+		`nodecache_evicted_bytes_total`:                    float64(uniques[0] + uniques[1]),
+		`nodecache_evictions_total{reason="unreferenced"}`: 0,
+	} {
+		if got := metricValue(t, h, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	for _, series := range []string{
+		`nodecache_first_byte_seconds_count{cache="miss",kind="manifest",upstream="upstream.test"}`,
+		`nodecache_first_byte_seconds_count{cache="miss",kind="blob",upstream="upstream.test"}`,
+	} {
+		if got := metricValue(t, h, series); got < 1 {
+			t.Errorf("%s = %v, want at least 1", series, got)
+		}
+	}
 	baseDigest, _ := base.Digest()
 	hex := baseDigest.Hex
 	if _, err := os.Stat(filepath.Join(h.m.Root(), "docker/registry/v2/blobs/sha256", hex[:2], hex, "data")); err != nil {
@@ -192,6 +217,9 @@ func TestSizeCapEvictsLeastRecentlyPulled(t *testing.T) {
 
 	up.Stop()
 	pullImage(t, h.host+"/upstream.test/team/app4:v1") // tag stale, everything else a hit
+	if got := metricValue(t, h, `nodecache_first_byte_seconds_count{cache="hit",kind="blob",upstream="upstream.test"}`); got < 2 {
+		t.Errorf("first-byte observations of blob hits = %v, want at least 2 (config and layers)", got)
+	}
 	for _, i := range []int{0, 1} {
 		code, _ := manifestStatus(t, fmt.Sprintf("http://%s/v2/upstream.test/team/app%d/manifests/%s", h.host, i, digests[i]))
 		if code == http.StatusOK || code >= 500 && code != http.StatusServiceUnavailable {
@@ -377,4 +405,21 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// metricValue is the value of the series "name{labels}" (labels as Prometheus writes them, ""
+// for none) on h's /metrics; -1 when it is not there.
+func metricValue(t *testing.T, h *harness, series string) float64 {
+	t.Helper()
+	_, body := get(t, http.MethodGet, fmtURL(h, "/metrics"), nil)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", series, err)
+			}
+			return f
+		}
+	}
+	return -1
 }

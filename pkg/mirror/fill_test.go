@@ -223,6 +223,9 @@ func TestResume(t *testing.T) {
 	if ranged == 0 {
 		t.Fatal("the broken stream was not resumed with a Range request")
 	}
+	if got := metricValue(t, f.h, `nodecache_upstream_resumes_total{upstream="upstream.test"}`); got != float64(ranged) {
+		t.Errorf("nodecache_upstream_resumes_total = %v, want %d (one per Range request)", got, ranged)
+	}
 	f.waitIdle(t)
 	f.up.Stop()
 	if resp, body := get(t, http.MethodGet, f.url(), nil); resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheHit || !bytes.Equal(body, f.data) {
@@ -252,6 +255,9 @@ func TestDigestMismatch(t *testing.T) {
 		t.Fatalf("client received a complete %d-byte body for a blob that fails its digest", len(body))
 	}
 	f.waitIdle(t)
+	if got := metricValue(t, f.h, `nodecache_digest_mismatches_total{kind="blob",upstream="upstream.test"}`); got != 1 {
+		t.Errorf("nodecache_digest_mismatches_total = %v, want 1", got)
+	}
 	f.up.Wrap(nil)
 	resp2, body2 := get(t, http.MethodGet, f.url(), nil)
 	if resp2.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheMiss || !bytes.Equal(body2, f.data) {

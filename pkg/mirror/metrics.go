@@ -12,6 +12,9 @@ type metrics struct {
 	// evictedBytes and evictions count what eviction removed (reason: EvictCap, ...).
 	evictedBytes prometheus.Counter
 	evictions    *prometheus.CounterVec
+	// firstByte is the time from a manifest or blob request to its response headers, which go
+	// out with (or, for a fill, at most a few seconds before) the first body byte.
+	firstByte *prometheus.HistogramVec // upstream, kind, cache
 }
 
 func newMetrics(reg prometheus.Registerer, cache *cacheState, maxSize int64) (*metrics, error) {
@@ -37,6 +40,11 @@ func newMetrics(reg prometheus.Registerer, cache *cacheState, maxSize int64) (*m
 		Name: "nodecache_evictions_total",
 		Help: "Evictions by reason: cap (an image, the cache was over --max-size), enospc (an image, a fill found the disk full), unreferenced (a blob no manifest references), api (an image, DELETE /nodecache/v1/cache/...).",
 	}, []string{"reason"})
+	m.firstByte = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "nodecache_first_byte_seconds",
+		Help:    "Seconds from a manifest or blob request to its response headers (sent with the first body byte), successful answers only, by upstream, kind and cache result.",
+		Buckets: []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+	}, []string{"upstream", "kind", "cache"})
 	sizeGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "nodecache_cache_size_bytes",
 		Help: "Bytes of blob and manifest data in the cache (uploads in progress excluded).",
@@ -56,7 +64,7 @@ func newMetrics(reg prometheus.Registerer, cache *cacheState, maxSize int64) (*m
 	for _, r := range []string{EvictCap, EvictENOSPC, EvictUnreferenced, EvictAPI} {
 		m.evictions.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.servedBytes, m.refused, m.evictedBytes, m.evictions, sizeGauge, blobsGauge, maxGauge} {
+	for _, c := range []prometheus.Collector{m.requests, m.servedBytes, m.refused, m.evictedBytes, m.evictions, m.firstByte, sizeGauge, blobsGauge, maxGauge} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -273,6 +273,9 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 	// Client evidence is recorded as the headers go out, before the client can see the answer.
 	rw.onHeader = func(code int) {
 		m.clients.record(r.RemoteAddr, r.UserAgent(), IsContent(r.Method, rt.kind, code), time.Now())
+		if code < 400 && rt.up != nil && (rt.kind == kindManifest || rt.kind == kindBlob) {
+			m.metrics.firstByte.WithLabelValues(rt.up.Name, rt.kind, st.cacheValue()).Observe(time.Since(start).Seconds())
+		}
 	}
 	defer func() {
 		rec := recover()

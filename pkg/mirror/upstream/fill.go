@@ -328,11 +328,13 @@ func (f *Fill) download(ctx context.Context) error {
 		}
 		r.f.log.Warn().Err(err).Str("upstream", r.Name).Str("digest", f.desc.Digest.String()).
 			Int64("offset", f.written).Bool("progressed", progressed).Int("attempt", attempt+1).Msg("blob stream broke; resuming")
+		r.f.metrics.resumes.WithLabelValues(r.Name).Inc()
 	}
 	if f.size < 0 || f.written != f.size {
 		return fmt.Errorf("got %d of %d bytes: %w", f.written, f.size, lastErr)
 	}
 	if got := digest.NewDigest(f.desc.Digest.Algorithm(), h); got != f.desc.Digest {
+		r.f.metrics.mismatches.WithLabelValues(r.Name, KindBlob).Inc()
 		return fmt.Errorf("upstream %s: blob %s: %w (got %s)", r.Name, f.desc.Digest, ErrDigestMismatch, got)
 	}
 	if err := file.Sync(); err != nil {

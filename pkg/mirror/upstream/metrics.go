@@ -17,6 +17,8 @@ type metrics struct {
 	upstreamBytes   *prometheus.CounterVec   // upstream, tier
 	upstreamSeconds *prometheus.HistogramVec // upstream, tier, kind, result
 	fillsInFlight   prometheus.Gauge
+	resumes         *prometheus.CounterVec // upstream
+	mismatches      *prometheus.CounterVec // upstream, kind
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -34,8 +36,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "nodecache_blob_fills_in_flight",
 			Help: "Blob fills from upstreams currently running.",
 		}),
+		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodecache_upstream_resumes_total",
+			Help: "Blob streams from an upstream that broke and were resumed (a new request, with Range from the byte reached).",
+		}, []string{"upstream"}),
+		mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodecache_digest_mismatches_total",
+			Help: "Manifests and blobs from an upstream whose bytes did not match their digest (nothing of them was stored), by kind (manifest, blob).",
+		}, []string{"upstream", "kind"}),
 	}
-	for _, c := range []prometheus.Collector{m.upstreamBytes, m.upstreamSeconds, m.fillsInFlight} {
+	for _, c := range []prometheus.Collector{m.upstreamBytes, m.upstreamSeconds, m.fillsInFlight, m.resumes, m.mismatches} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -137,6 +137,7 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 		// The digest is that of the bytes received; a digest asked for must match it.
 		if want != "" {
 			if got := want.Algorithm().FromBytes(body); got != want {
+				r.f.metrics.mismatches.WithLabelValues(r.Name, KindManifest).Inc()
 				return Manifest{}, fmt.Errorf("upstream %s: manifest %s: content digest %s does not match %s", r.Name, ref, got, want)
 			}
 		} else {
