@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/distribution/distribution/v3"
@@ -166,6 +167,9 @@ func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descri
 	}
 	if _, err := io.Copy(bw, src); err != nil {
 		_ = bw.Cancel(ctx)
+		if errors.Is(err, syscall.ENOSPC) {
+			r.m.cache.diskFull()
+		}
 		return fmt.Errorf("write blob: %w", err)
 	}
 	// Data moved into the blob store and linked under the lock eviction deletes data with.

@@ -210,6 +210,16 @@ func (m *Mirror) runCache(ctx context.Context) {
 	}
 }
 
+// diskFull asks the eviction loop to bring the cache to 90 % of the bytes it holds now (a fill
+// found the disk full).
+func (c *cacheState) diskFull() {
+	size, _ := c.idx.totals()
+	c.useMu.Lock()
+	c.enospcTarget = max(1, int64(float64(size)*evictLowWater))
+	c.useMu.Unlock()
+	c.wake()
+}
+
 // takeENOSPCTarget returns and clears the size a disk-full eviction asked for (0: none).
 func (c *cacheState) takeENOSPCTarget() int64 {
 	c.useMu.Lock()

@@ -176,8 +176,10 @@ func TestSizeCapEvictsLeastRecentlyPulled(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	inv := waitInventory(t, h.host, "three images under the cap", func(inv mirrorapi.CacheInventory) bool {
-		return len(inv.Images) == 3 && inv.SizeBytes <= capBytes
+	// Eviction is over when the cache is at 90 % of the cap and the second image is counted.
+	inv := waitInventory(t, h.host, "three images at 90% of the cap", func(inv mirrorapi.CacheInventory) bool {
+		return len(inv.Images) == 3 && inv.SizeBytes <= capBytes*9/10 &&
+			metricValue(t, h, `nodecache_evictions_total{reason="cap"}`) == 2
 	})
 	for i, img := range inv.Images {
 		want := fmt.Sprintf("team/app%d", 4-i)

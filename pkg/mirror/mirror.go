@@ -108,6 +108,7 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		UserAgent:   opts.UserAgent,
 		Logger:      opts.Logger,
 		Registerer:  opts.Registerer,
+		OnDiskFull:  cache.diskFull,
 		Clock:       opts.Clock,
 		Chain:       opts.Chain,
 		InstanceID:  opts.InstanceID,

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -60,6 +61,10 @@ type Fill struct {
 
 	mu       sync.Mutex
 	written  int64
+	// spillFrom is where the staging file ended when the disk filled (-1: it did not): bytes
+	// from there on are kept in spill, in memory, served from there and never stored.
+	spillFrom int64
+	spill     []byte
 	size     int64 // bytes of the blob; -1 until an upstream answer tells (written by run only)
 	verified bool
 	answered bool // an upstream GET answered 2xx: the blob is coming
@@ -217,7 +222,7 @@ func (r *Remote) StartFill(ctx context.Context, repo string, desc v1.Descriptor,
 	via := viaFrom(ctx)
 	return r.f.fills.start(key, func(path string) *Fill {
 		return &Fill{key: key, desc: desc, path: path, remote: r, repo: repo, commit: commit, via: via,
-			size: desc.Size, progress: make(chan struct{}), done: make(chan struct{})}
+			size: desc.Size, spillFrom: -1, progress: make(chan struct{}), done: make(chan struct{})}
 	}, (*Fill).run)
 }
 
@@ -269,6 +274,13 @@ func (f *Fill) run() {
 		return
 	}
 	f.finish(nil)
+	f.mu.Lock()
+	spilled := f.spillFrom >= 0
+	f.mu.Unlock()
+	if spilled {
+		log.Warn().Int64("bytes", f.size).Msg("disk full: blob fetched, verified and served, but not stored")
+		return
+	}
 	if err := f.commit(ctx, f.path, v1.Descriptor{Digest: f.desc.Digest, Size: f.size, MediaType: "application/octet-stream"}); err != nil {
 		log.Error().Err(err).Msg("blob fetched and served but not stored")
 		return
@@ -410,7 +422,7 @@ func (f *Fill) copyFrom(ctx context.Context, cancel context.CancelFunc, file *os
 			h.Write(chunk)
 			if pos+int64(n) > skipUntil {
 				from := max(0, skipUntil-pos)
-				if _, err := file.WriteAt(chunk[from:], pos+from); err != nil {
+				if err := f.store(file, chunk[from:], pos+from); err != nil {
 					return progressed, fmt.Errorf("write staging file: %w", err)
 				}
 				f.advance(int64(n) - from)
@@ -439,6 +451,50 @@ func (f *Fill) copyFrom(ctx context.Context, cancel context.CancelFunc, file *os
 		}
 	}
 	return progressed, nil
+}
+
+// store writes p at off of the staging file; once the disk is full (ENOSPC), in memory instead,
+// telling Options.OnDiskFull once.
+func (f *Fill) store(file *os.File, p []byte, off int64) error {
+	f.mu.Lock()
+	spilling := f.spillFrom >= 0
+	f.mu.Unlock()
+	if !spilling {
+		_, err := file.WriteAt(p, off)
+		if err == nil || !errors.Is(err, syscall.ENOSPC) {
+			return err
+		}
+		f.mu.Lock()
+		f.spillFrom = off
+		f.mu.Unlock()
+		f.remote.f.log.Warn().Str("upstream", f.remote.Name).Str("digest", f.desc.Digest.String()).Int64("offset", off).
+			Msg("disk full: the rest of this blob is served from memory and not stored")
+		if cb := f.remote.f.opts.OnDiskFull; cb != nil {
+			cb()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if want := f.spillFrom + int64(len(f.spill)); off != want {
+		return fmt.Errorf("disk full: out-of-order write at %d, want %d", off, want)
+	}
+	f.spill = append(f.spill, p...)
+	return nil
+}
+
+// readAt reads released bytes at off: from the staging file, or from memory past spillFrom.
+func (f *Fill) readAt(file *os.File, p []byte, off int64) (int, error) {
+	f.mu.Lock()
+	if f.spillFrom >= 0 && off+int64(len(p)) > f.spillFrom {
+		if off >= f.spillFrom {
+			n := copy(p, f.spill[off-f.spillFrom:])
+			f.mu.Unlock()
+			return n, nil
+		}
+		p = p[:f.spillFrom-off]
+	}
+	f.mu.Unlock()
+	return file.ReadAt(p, off)
 }
 
 // Serve streams the fill to one client, honouring Range (the requested range is served as it
@@ -585,7 +641,7 @@ func (rd *fillReader) Read(p []byte) (int, error) {
 		rd.f.mu.Unlock()
 		if rd.off < avail {
 			n := min(int64(len(p)), avail-rd.off)
-			got, err := rd.file.ReadAt(p[:n], rd.off)
+			got, err := rd.f.readAt(rd.file, p[:n], rd.off)
 			rd.off += int64(got)
 			rd.read += int64(got)
 			if err == io.EOF && got > 0 {

@@ -84,6 +84,9 @@ type Options struct {
 	// InstanceID names this nodecache in the Via entries of requests to shared nodecaches
 	// ("1.1 nodecache/<id>"). Default NewInstanceID().
 	InstanceID string
+	// OnDiskFull, when set, is called (from the fill's goroutine) when a fill's staging file
+	// hits ENOSPC: the fill then goes on in memory, is served and verified, but not stored.
+	OnDiskFull func()
 }
 
 // Fetcher reaches every configured upstream for the mirror. Its methods are safe for
