@@ -59,19 +59,19 @@ type Fill struct {
 	commit CommitFunc
 	via    []string // Via ids of the request that started it (WithVia)
 
-	mu       sync.Mutex
-	written  int64
+	mu      sync.Mutex
+	written int64
 	// spillFrom is where the staging file ended when the disk filled (-1: it did not): bytes
 	// from there on are kept in spill, in memory, served from there and never stored.
 	spillFrom int64
 	spill     []byte
-	size     int64 // bytes of the blob; -1 until an upstream answer tells (written by run only)
-	verified bool
-	answered bool // an upstream GET answered 2xx: the blob is coming
-	err      error
-	tier     string        // tier of the latest upstream answer (TierShared, TierUpstream)
-	progress chan struct{} // closed and replaced on every change
-	done     chan struct{} // closed when the fill is over (committed or failed)
+	size      int64 // bytes of the blob; -1 until an upstream answer tells (written by run only)
+	verified  bool
+	answered  bool // an upstream GET answered 2xx: the blob is coming
+	err       error
+	tier      string        // tier of the latest upstream answer (TierShared, TierUpstream)
+	progress  chan struct{} // closed and replaced on every change
+	done      chan struct{} // closed when the fill is over (committed or failed)
 }
 
 // released is how many bytes readers may see: all once verified, else all but the last byte
