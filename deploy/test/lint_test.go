@@ -32,7 +32,7 @@ func TestChartLint(t *testing.T) {
 }
 
 // TestChartSchemaRefuses: values.schema.json refuses bad values at render time with a message
-// naming the value; settings nodecache does not have yet (S3 storage) get no value (refused as unknown).
+// naming the value; a setting the chart has no value for (S3 storage) is refused as unknown.
 func TestChartSchemaRefuses(t *testing.T) {
 	t.Parallel()
 	c := loadChart(t)
@@ -62,7 +62,7 @@ shared: {persistence: {size: lots}}`, "size"},
 		{"max-size under agent", `agent: {maxSize: 30GiB}`, "maxSize"},
 		{"chain with a path", `chain: http://cache:5000/v2`, "chain"},
 		{"chain without scheme", `chain: cache:5000`, "chain"},
-		{"s3 storage not yet in this nodecache", `storage: s3`, "storage"},
+		{"storage is no chart value (regional S3 tier: issue 15)", `storage: s3`, "storage"},
 		{"upstream credentials as a map", `upstreamAuth: {docker.io: regcred}`, "docker.io"},
 		{"upstream credentials for NAME=URL", `upstreamAuth: {secretName: regcred, upstreams: ["docker.io=https://registry-1.docker.io"]}`, "upstreams"},
 		{"pull-allow without prefix length", `pullAllow: [10.0.0.1]`, "pullAllow"},

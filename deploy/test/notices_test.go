@@ -164,7 +164,27 @@ func TestThirdPartyNotices(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(got) != want {
-		t.Fatalf("THIRD_PARTY_NOTICES.md is not current for the modules linked into nodecache: run make notices")
+		heads := func(s string) []string {
+			var out []string
+			for line := range strings.SplitSeq(s, "\n") {
+				if strings.HasPrefix(line, "## ") {
+					out = append(out, line)
+				}
+			}
+			return out
+		}
+		var added, gone []string
+		for _, h := range heads(want) {
+			if !slices.Contains(heads(string(got)), h) {
+				added = append(added, strings.TrimPrefix(h, "## "))
+			}
+		}
+		for _, h := range heads(string(got)) {
+			if !slices.Contains(heads(want), h) {
+				gone = append(gone, strings.TrimPrefix(h, "## "))
+			}
+		}
+		t.Fatalf("THIRD_PARTY_NOTICES.md is not current for the modules linked into nodecache (run make notices and commit it after a dependency change); linked but not listed: %v; listed but not linked: %v", added, gone)
 	}
 	if !strings.Contains(want, "## github.com/siderolabs/talos/pkg/machinery ") || !strings.Contains(want, "License: MPL-2.0") {
 		t.Error("Talos machinery (MPL-2.0) is not among the notices")
