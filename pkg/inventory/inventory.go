@@ -59,7 +59,7 @@ func ParseSpec(spec string) (string, error) {
 	up, rest, ok1 := strings.Cut(spec, "/")
 	repo, d, ok2 := strings.Cut(rest, "@")
 	if !ok1 || !ok2 || up == "" || repo == "" {
-		return "", fmt.Errorf("%w: %q: want UPSTREAM/REPOSITORY@DIGEST as `nodecache cache ls` lists it, e.g. docker.io/library/alpine@sha256:...", ErrInput, spec)
+		return "", fmt.Errorf("%w: %q: want UPSTREAM/REPOSITORY@DIGEST as `nodecache cache ls` lists it, e.g. docker.io/library/alpine@sha256:<64 hex digits>", ErrInput, spec)
 	}
 	if _, err := digest.Parse(d); err != nil {
 		return "", fmt.Errorf("%w: %q: digest %q: %w", ErrInput, spec, d, err)

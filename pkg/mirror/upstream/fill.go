@@ -644,7 +644,7 @@ func (rd *fillReader) Read(p []byte) (int, error) {
 			got, err := rd.f.readAt(rd.file, p[:n], rd.off)
 			rd.off += int64(got)
 			rd.read += int64(got)
-			if err == io.EOF && got > 0 {
+			if errors.Is(err, io.EOF) && got > 0 {
 				err = nil
 			}
 			if err != nil {
