@@ -173,11 +173,12 @@ nodecache_build_tools() (
 		fi
 	}
 
-	# skopeo (CRI-O's client library), curl (the TLS listener tests) and patch (gen --dry-run
-	# diffs are applied with it), from Debian.
+	# skopeo (CRI-O's client library), curl (the TLS listener tests), patch (gen --dry-run
+	# diffs are applied with it) and zsh and fish (the completion scripts run in them), from
+	# Debian.
 	ensure_skopeo() {
 		local missing=() tool
-		for tool in skopeo curl patch; do
+		for tool in skopeo curl patch zsh fish; do
 			command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 		done
 		if ((${#missing[@]} == 0)); then

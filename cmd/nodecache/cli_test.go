@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,40 +65,86 @@ func TestCLIMessages(t *testing.T) {
 	}
 }
 
-// TestCompletionBash: the bash script completes commands and flags by asking the binary.
-func TestCompletionBash(t *testing.T) {
-	t.Parallel()
-	bash, err := exec.LookPath("bash")
+// needShell returns the path of a shell the completion tests run; without it the test is
+// skipped with the reason (and fails under CI=true, where .ci/build-tools.sh installs it).
+func needShell(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Skipf("bash not installed: %v", err)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s not installed (.ci/build-tools.sh installs it): %v", name, err)
+		}
+		t.Skipf("%s not installed (apt-get install %s): %v", name, name, err)
 	}
-	code, script, stderr := runApp(t, "completion", "bash")
-	if code != 0 {
-		t.Fatalf("completion bash: exit %d: %s", code, stderr)
+	return p
+}
+
+// TestCompletionScripts: `nodecache completion bash|zsh|fish` prints scripts that complete
+// commands and flags: bash and zsh by asking the binary (run here with the words typed so far),
+// fish from urfave/cli's static script (fish's own complete -C).
+func TestCompletionScripts(t *testing.T) {
+	t.Parallel()
+	path := "PATH=" + filepath.Dir(binary) + ":" + os.Getenv("PATH")
+	script := func(t *testing.T, shell string) string {
+		code, out, stderr := runApp(t, "completion", shell)
+		if code != 0 || !strings.Contains(out, "nodecache") {
+			t.Fatalf("completion %s: exit %d: %s", shell, code, stderr)
+		}
+		return out
 	}
-	for _, tc := range []struct {
+	run := func(t *testing.T, sh, prog, stdin string) []string {
+		cmd := exec.Command(sh, "-c", prog)
+		cmd.Stdin = strings.NewReader(stdin)
+		cmd.Env = append(os.Environ(), path)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", sh, err, out)
+		}
+		return strings.Fields(string(out))
+	}
+	cases := []struct {
 		line []string
 		want string
 	}{
 		{[]string{"nodecache", "se"}, "serve"},
 		{[]string{"nodecache", "serve", "--li"}, "--listen"},
 		{[]string{"nodecache", "gen", "co"}, "containerd"},
-	} {
-		prog := `source /dev/stdin; COMP_WORDS=(` + strings.Join(tc.line, " ") + `); COMP_CWORD=` + strconv.Itoa(len(tc.line)-1) + `; _nodecache_complete; printf '%s\n' "${COMPREPLY[@]}"`
-		cmd := exec.Command(bash, "-c", prog)
-		cmd.Stdin = strings.NewReader(script)
-		cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(binary)+":"+os.Getenv("PATH"))
-		out, err := cmd.CombinedOutput()
-		if err != nil || strings.TrimSpace(string(out)) != tc.want {
-			t.Errorf("%v: %q %v, want %q", tc.line, out, err, tc.want)
-		}
 	}
-	for _, shell := range []string{"zsh", "fish"} {
-		code, script, _ := runApp(t, "completion", shell)
-		if code != 0 || !strings.Contains(script, "nodecache") {
-			t.Errorf("completion %s: exit %d, script %q", shell, code, script)
+	t.Run("bash", func(t *testing.T) {
+		t.Parallel()
+		bash, s := needShell(t, "bash"), script(t, "bash")
+		for _, tc := range cases {
+			got := run(t, bash, `source /dev/stdin; COMP_WORDS=(`+strings.Join(tc.line, " ")+`); COMP_CWORD=`+strconv.Itoa(len(tc.line)-1)+
+				`; _nodecache_complete; printf '%s\n' "${COMPREPLY[@]}"`, s)
+			if strings.Join(got, " ") != tc.want {
+				t.Errorf("%v: %q, want %q", tc.line, got, tc.want)
+			}
 		}
-	}
+	})
+	t.Run("zsh", func(t *testing.T) {
+		t.Parallel()
+		zsh, s := needShell(t, "zsh"), script(t, "zsh")
+		for _, tc := range cases {
+			// compadd is zsh's to filter by the typed prefix; here it lists what it is offered.
+			got := run(t, zsh, `compdef() { :; }; source /dev/stdin; compadd() { shift; print -l -- ${(P)1}; }; words=(`+strings.Join(tc.line, " ")+
+				`); CURRENT=`+strconv.Itoa(len(tc.line))+`; _nodecache`, s)
+			if !slices.Contains(got, tc.want) {
+				t.Errorf("%v: offered %q, want %q among them", tc.line, got, tc.want)
+			}
+		}
+	})
+	t.Run("fish", func(t *testing.T) {
+		t.Parallel()
+		fish, s := needShell(t, "fish"), script(t, "fish")
+		for _, tc := range cases {
+			// One candidate per line, its description after a tab; files of the working
+			// directory may be offered too.
+			got := run(t, fish, `source; complete -C "`+strings.Join(tc.line, " ")+`" | cut -f1`, s)
+			if !slices.Contains(got, tc.want) {
+				t.Errorf("%v: offered %q, want %q among them", tc.line, got, tc.want)
+			}
+		}
+	})
 }
 
 // TestLogFormat: gen, status and warm log JSON when stderr is no terminal (here a pipe) and
