@@ -72,6 +72,8 @@ func getBlob(t *testing.T, h *harness, d string) string {
 // through A is served by B from the bucket (no upstream request, no 3xx); both restarted, the
 // cache survives; an object deleted behind nodecache's back is refetched and relinked; and
 // coalescing across replicas is measured: N replicas cost at most N upstream GETs of a blob.
+//
+//nolint:paralleltest // the subtests are steps in order over one bucket and one upstream (stopped and restarted)
 func TestS3SharedBucket(t *testing.T) {
 	s3 := mirrortest.NewS3(t)
 	// The AWS SDK's default credential chain: the environment first. No instance metadata

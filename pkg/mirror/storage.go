@@ -61,7 +61,7 @@ func (s S3Storage) validate() error {
 		}
 	}
 	if strings.Contains(s.RootDirectory, "..") {
-		errs = append(errs, fmt.Errorf("--s3-root-directory %q: want a key prefix without ..", s.RootDirectory))
+		errs = append(errs, fmt.Errorf("--s3-root-directory %q: want a key prefix without \"..\" in it", s.RootDirectory))
 	}
 	return errors.Join(errs...)
 }
