@@ -261,6 +261,15 @@ shared:
   service: {type: LoadBalancer, annotations: {metallb.universe.tf/loadBalancerIPs: 10.0.0.5}}
   priorityClassName: system-cluster-critical
 `},
+	{"shared s3 regional", "nodecache-regional", `
+mode: shared
+shared:
+  replicas: 3
+  storage:
+    type: s3
+    s3: {secretName: nodecache-s3, bucket: cache, endpoint: "https://minio.storage:9000", pathStyle: true, rootDirectory: nodecache}
+`},
+	{"agent chained", "nodecache", `chain: "http://nodecache-regional.nodecache.svc.cluster.local:5000"`},
 	{"cleanup default", "nodecache", `mode: cleanup`},
 	{"cleanup after custom agent", "edge", `
 mode: cleanup
@@ -292,6 +301,11 @@ func wantKinds(v map[string]any, monitoring bool) []string {
 		return []string{"DaemonSet"}
 	case "shared":
 		kinds = []string{"Deployment", "PersistentVolumeClaim", "Service"}
+		if sh, ok := v["shared"].(map[string]any); ok {
+			if st, ok := sh["storage"].(map[string]any); ok && st["type"] == "s3" {
+				kinds = []string{"Deployment", "Service"} // the cache is the bucket
+			}
+		}
 		if warm != nil {
 			kinds = append(kinds, "Job")
 		}
@@ -569,7 +583,7 @@ func allManifests(t *testing.T) map[string][]object {
 			out[fmt.Sprintf("chart %s monitoring=%v", vs.name, monitoring)] = render(t, vs.release, vals(t, vs.values), monitoring)
 		}
 	}
-	for _, dir := range []string{"examples/kubernetes", "examples/kubernetes/shared", "examples/kubernetes/cleanup"} {
+	for _, dir := range []string{"examples/kubernetes", "examples/kubernetes/shared", "examples/kubernetes/cleanup", "examples/kubernetes/regional"} {
 		out[dir] = kustomizeBuild(t, dir)
 	}
 	raw, err := os.ReadFile(filepath.Join(repoRoot, "examples", "kubernetes", "warm-job.yaml"))
