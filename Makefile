@@ -91,8 +91,16 @@ $(GOLANGCI_LINT):
 tidy:
 	$(GO) mod tidy
 
-bench:
+# bench: nodecache, distribution's stock proxy and an upstream registry as separate processes;
+# writes bench/RESULTS.md (commit it). Not run in CI. BENCH_CLIENTS=20,50 for a shorter run.
+REGISTRY      ?= $(TOOLS)/registry-v3.1.2/registry
+BENCH_CLIENTS ?= 20,50,200
+bench: build $(REGISTRY)
+	$(GO) run ./bench --nodecache $(BIN) --registry $(REGISTRY) --clients $(BENCH_CLIENTS) --out bench/RESULTS.md
 	$(GO) test -tags '$(GOTAGS)' -run '^$$' -bench . -benchmem ./pkg/mirror/...
+
+$(REGISTRY):
+	GOBIN=$(dir $@) GOWORK=off $(GO) install github.com/distribution/distribution/v3/cmd/registry@v3.1.2
 
 clean:
 	rm -rf bin .nodecache $(DIST)
