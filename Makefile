@@ -6,6 +6,10 @@
 #   make image   multi-arch container image with docker buildx (IMAGE_FLAGS=--push to publish)
 #   make test-deploy  the chart, manifests, dashboard, Dockerfile, release and systemd checks
 #                (their own module, deploy/test: Helm, kustomize, Prometheus, BuildKit stay out of go.mod)
+#   make bench   nodecache vs distribution's stock proxy (v3.1.2) as separate processes on loopback:
+#                cold/warm pulls, a throttled resetting upstream, start-up, eviction; writes
+#                bench/RESULTS.md (its own module, bench/: toxiproxy stays out of go.mod). Not in CI;
+#                a few minutes and ~12 GiB of free disk under $TMPDIR. `make lint` vets it.
 
 GO        ?= go
 BIN       ?= bin/nodecache
@@ -30,6 +34,9 @@ export NODECACHE_FIXTURES ?= $(abspath $(CURDIR)/../shared/fixtures)
 GOLANGCI_LINT_VERSION := v2.15.0
 TOOLS         ?= $(or $(NODECACHE_TOOLS),$(HOME)/.cache/nodecache-ci)
 GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
+# distribution's registry, the stock pull-through proxy make bench compares against.
+REGISTRY_VERSION := v3.1.2
+REGISTRY      := $(TOOLS)/registry-$(REGISTRY_VERSION)/registry
 
 .PHONY: all build run test test-deploy release image notices ci lint vet fmt tidy bench clean
 
@@ -84,6 +91,7 @@ lint: vet $(GOLANGCI_LINT)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GOLANGCI_LINT) run ./...
 	cd deploy/test && GOWORK=off $(GO) vet ./...
+	cd bench && GOWORK=off $(GO) vet ./...
 
 $(GOLANGCI_LINT):
 	GOBIN=$(dir $@) GOWORK=off $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
@@ -91,16 +99,14 @@ $(GOLANGCI_LINT):
 tidy:
 	$(GO) mod tidy
 
-# bench: nodecache, distribution's stock proxy and an upstream registry as separate processes;
-# writes bench/RESULTS.md (commit it). Not run in CI. BENCH_CLIENTS=20,50 for a shorter run.
-REGISTRY      ?= $(TOOLS)/registry-v3.1.2/registry
-BENCH_CLIENTS ?= 20,50,200
-bench: build $(REGISTRY)
-	$(GO) run ./bench --nodecache $(BIN) --registry $(REGISTRY) --clients $(BENCH_CLIENTS) --out bench/RESULTS.md
-	$(GO) test -tags '$(GOTAGS)' -run '^$$' -bench . -benchmem ./pkg/mirror/...
-
 $(REGISTRY):
-	GOBIN=$(dir $@) GOWORK=off $(GO) install github.com/distribution/distribution/v3/cmd/registry@v3.1.2
+	GOBIN=$(dir $@) GOWORK=off $(GO) install github.com/distribution/distribution/v3/cmd/registry@$(REGISTRY_VERSION)
+
+# BENCH_FLAGS=-only=cold,startup runs some scenarios (cold, throttled, startup, evict) to try one out.
+BENCH_FLAGS ?=
+bench: build $(REGISTRY)
+	cd bench && GOWORK=off $(GO) build -o ../bin/bench .
+	bin/bench -nodecache $(BIN) -registry $(REGISTRY) -commit $(COMMIT) -out bench/RESULTS.md $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin .nodecache $(DIST)
