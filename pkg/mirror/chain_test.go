@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	regname "github.com/nodecache/nodecache/pkg/name"
 )
@@ -30,6 +32,7 @@ type sharedTier struct {
 	front  *httptest.Server
 	status atomic.Int32 // != 0: answer every /v2/ request but the ping with it
 	seen   atomic.Int64 // requests that reached the front
+	auth   atomic.Int64 // of them, with an Authorization header
 }
 
 func newSharedTier(t *testing.T, up *mirrortest.Registry) *sharedTier {
@@ -37,6 +40,9 @@ func newSharedTier(t *testing.T, up *mirrortest.Registry) *sharedTier {
 	s := &sharedTier{h: newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})}
 	s.front = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.seen.Add(1)
+		if r.Header.Get("Authorization") != "" {
+			s.auth.Add(1)
+		}
 		if code := int(s.status.Load()); code != 0 && r.URL.Path != "/v2/" {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(code)
@@ -218,7 +224,8 @@ func TestChainPassesAnswersOn(t *testing.T) {
 }
 
 // TestChainBreaker: after 3 failures of the shared tier the node leaves it alone (requests go
-// directly without touching it) until 30 s passed; then one request probes it.
+// directly without touching it) until 30 s passed; then one request probes it: a failed probe
+// opens it for another 30 s, a successful one closes it.
 func TestChainBreaker(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
@@ -258,14 +265,24 @@ func TestChainBreaker(t *testing.T) {
 	mu.Lock()
 	now = now.Add(31 * time.Second)
 	mu.Unlock()
+	ask() // the probe: fails, opens the breaker for another 30 s
+	for range 3 {
+		ask()
+	}
+	if n := shared.seen.Load(); n != 4 {
+		t.Fatalf("after 30 s with the shared tier still failing: it saw %d requests, want 4 (one probe)", n)
+	}
+	mu.Lock()
+	now = now.Add(31 * time.Second)
+	mu.Unlock()
 	shared.status.Store(0)
 	ask() // the probe: succeeds, closes the breaker
-	if n := shared.seen.Load(); n != 4 {
-		t.Fatalf("after 30 s: shared tier saw %d requests, want 4 (one probe)", n)
+	if n := shared.seen.Load(); n != 5 {
+		t.Fatalf("after another 30 s: shared tier saw %d requests, want 5 (one probe)", n)
 	}
 	ask()
-	if n := shared.seen.Load(); n != 5 {
-		t.Fatalf("breaker closed again: shared tier saw %d requests, want 5", n)
+	if n := shared.seen.Load(); n != 6 {
+		t.Fatalf("breaker closed again: shared tier saw %d requests, want 6", n)
 	}
 }
 
@@ -346,5 +363,35 @@ func TestUpstreamAnnouncesNodecache(t *testing.T) {
 		if l["kind"] == "manifest" && l["tier"] != "shared" {
 			t.Fatalf("node's manifest answer has tier %v, want shared: %v", l["tier"], l)
 		}
+	}
+}
+
+// TestChainCredentialsOnlyDirect: with --chain, --upstream-auth credentials never reach the
+// shared tier (its 403 for a private repository is passed on); once the shared tier is down the
+// node pulls directly, with them.
+func TestChainCredentialsOnlyDirect(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewPrivateRegistry(t, testUser, testPassword)
+	up.PushImage(t, "team/private", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	shared := newSharedTier(t, up) // no credentials of its own
+	file := filepath.Join(t.TempDir(), "config.json")
+	writeDockerConfig(t, file, map[string]map[string]string{
+		up.Addr: {"auth": basicAuth(testUser, testPassword)},
+	})
+	node := newHarness(t, mirror.Options{
+		Upstreams:           []regname.Upstream{upstreamFor(t, "upstream.test", up)},
+		UpstreamCredentials: map[string]*upstream.Credentials{"upstream.test": loadCredentials(t, file, up.Addr)},
+		Chain:               mustURL(t, shared.front.URL),
+	})
+	url := fmtURL(node, "/v2/upstream.test/team/private/manifests/v1")
+	if resp, body := get(t, http.MethodGet, url, manifestAccept); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("through the shared tier without its own credentials: %d %s, want its 403 passed on", resp.StatusCode, body)
+	}
+	if n := shared.auth.Load(); n != 0 || shared.seen.Load() == 0 {
+		t.Fatalf("shared tier saw %d requests, %d with Authorization; want some, none", shared.seen.Load(), n)
+	}
+	shared.front.Close()
+	if resp, body := get(t, http.MethodGet, url, manifestAccept); resp.StatusCode != http.StatusOK {
+		t.Fatalf("direct with the node's credentials: %d %s, want 200", resp.StatusCode, body)
 	}
 }
