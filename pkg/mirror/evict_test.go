@@ -407,6 +407,16 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+
+	// Started over its cap, nodecache evicts at once: the least recently pulled image goes.
+	h3 := newHarness(t, mirror.Options{Root: root, Upstreams: ups, MaxSize: want.SizeBytes - 1})
+	runMirror(t, h3.m)
+	got := waitInventory(t, h3.host, "eviction at start", func(inv mirrorapi.CacheInventory) bool {
+		return inv.Ready && len(inv.Images) == 1 && inv.SizeBytes <= (want.SizeBytes-1)*9/10
+	})
+	if got.Images[0].Repository != "team/one" {
+		t.Errorf("after eviction at start: %s kept, want team/one (pulled last, by the loop above)", got.Images[0].Repository)
+	}
 }
 
 // metricValue is the value of the series "name{labels}" (labels as Prometheus writes them, ""

@@ -92,10 +92,19 @@ func (r *repository) keepManifest(ctx context.Context, fm upstream.Manifest) (an
 	if err != nil {
 		return nil, fmt.Errorf("open manifest store: %w", err)
 	}
-	if _, err := store.Put(ctx, man); err != nil {
+	// Stored and recorded under the lock eviction deletes blob data with, so an eviction of the
+	// same manifest (from another repository, or pulled again meanwhile) never deletes the data
+	// of a manifest being linked.
+	c := r.m.cache
+	c.storeMu.Lock()
+	_, err = store.Put(ctx, man)
+	if err == nil {
+		c.idx.addManifest(r.storageName(), fm.Digest, int64(len(fm.Raw)), manifestRefs(fm.Raw), r.m.opts.Clock())
+	}
+	c.storeMu.Unlock()
+	if err != nil {
 		return nil, fmt.Errorf("store manifest %s@%s: %w", r.repo, fm.Digest, err)
 	}
-	r.m.cache.idx.addManifest(r.storageName(), fm.Digest, int64(len(fm.Raw)), manifestRefs(fm.Raw), r.m.opts.Clock())
 	r.m.grew()
 	return man, nil
 }
