@@ -134,17 +134,33 @@ func describe(v any) string {
 }
 
 // Span renders a duration the way people read it in messages and log lines: Go's notation,
-// rounded to what matters ("350ms", "1.2s", "10s", "2m30s"). The access log's duration_ms
-// stays a number.
+// rounded to what matters and without trailing zero units: "<1ms" below a millisecond (never
+// microseconds with decimals), whole milliseconds below a second ("350ms"), tenths of a second
+// below a minute ("1.2s", "3s"), whole seconds above ("2m30s", "5m", "1h"). Zero is "0s"; a
+// negative duration is "-" and its magnitude. Every duration nodecache prints goes through it
+// (README, "Durations in messages"); the access log's duration_ms stays a number.
 func Span(d time.Duration) string {
+	var s string
 	switch {
+	case d == 0:
+		return "0s"
+	case d < 0:
+		return "-" + Span(-d)
 	case d < time.Millisecond:
-		return d.String()
+		return "<1ms"
 	case d < time.Second:
-		return d.Round(time.Millisecond).String()
+		s = d.Round(time.Millisecond).String()
 	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
+		s = d.Round(100 * time.Millisecond).String()
 	default:
-		return d.Round(time.Second).String()
+		s = d.Round(time.Second).String()
 	}
+	// time.Duration.String writes "5m0s" and "1h0m0s"; people write 5m and 1h.
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

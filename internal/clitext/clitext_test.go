@@ -12,6 +12,16 @@ func TestSpan(t *testing.T) {
 		want string
 	}{
 		{0, "0s"},
+		{time.Nanosecond, "<1ms"},
+		{108221 * time.Nanosecond, "<1ms"}, // "cache index rebuilt … duration" (newuser F10)
+		{315129 * time.Nanosecond, "<1ms"}, // warm's "0 B in 315.129µs" (newuser F10)
+		{999499 * time.Nanosecond, "<1ms"},
+		{time.Millisecond, "1ms"},
+		{-1500 * time.Millisecond, "-1.5s"},
+		{5 * time.Minute, "5m"},
+		{time.Hour, "1h"},
+		{90 * time.Minute, "1h30m"},
+		{time.Hour + 5*time.Second, "1h0m5s"},
 		{1500 * time.Microsecond, "2ms"},
 		{353190694 * time.Nanosecond, "353ms"},
 		{10 * time.Second, "10s"},

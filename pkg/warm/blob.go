@@ -17,6 +17,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
@@ -115,7 +116,7 @@ func (c *client) getBlob(ctx context.Context, ref Reference, desc v1.Descriptor,
 // attemptErr names a per-attempt timeout as such; the attempt is retried while parent lives.
 func (c *client) attemptErr(parent, attempt context.Context, timeout time.Duration, err error) error {
 	if parent.Err() == nil && errors.Is(attempt.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("blob timeout %s: %w", timeout, err)
+		return fmt.Errorf("blob timeout %s: %w", clitext.Span(timeout), err)
 	}
 	return err
 }

@@ -135,7 +135,7 @@ func (p *barProgress) draw() {
 	}
 	eta := "--"
 	if rate > 0 && total > done {
-		eta = time.Duration(float64(total-done) / rate * float64(time.Second)).Round(time.Second).String()
+		eta = clitext.Span(time.Duration(float64(total-done) / rate * float64(time.Second)).Round(time.Second))
 	} else if total > 0 && done >= total {
 		eta = "0s"
 	}

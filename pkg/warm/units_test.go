@@ -297,3 +297,27 @@ func TestBarProgress(t *testing.T) {
 		t.Errorf("rate after 1 MiB in 2 s missing: %q", out)
 	}
 }
+
+// TestReportTextDurations: the text report's durations read like 350ms or 2m30s, never
+// microseconds with decimals (newuser F10: "0 B in 315.129µs").
+func TestReportTextDurations(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		seconds float64
+		want    string
+	}{
+		{0.000315129, "0 B in <1ms"},
+		{0.35012, "0 B in 350ms"},
+		{150.4, "0 B in 2m30s"},
+		{300, "0 B in 5m"},
+	} {
+		rep := &Report{Images: []ImageReport{{Reference: "quay.io/foo/bar:1", Seconds: tc.seconds}}, Seconds: tc.seconds}
+		var b bytes.Buffer
+		if err := rep.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.String(); strings.Count(got, tc.want) != 2 || strings.Contains(got, "µs") {
+			t.Errorf("seconds %v: want %q on the image and the summary line, got:\n%s", tc.seconds, tc.want, got)
+		}
+	}
+}

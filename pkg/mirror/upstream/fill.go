@@ -445,7 +445,7 @@ func (f *Fill) copyFrom(ctx context.Context, cancel context.CancelFunc, file *os
 		}
 		if rerr != nil {
 			if ctx.Err() != nil {
-				return progressed, fmt.Errorf("upstream stream stalled for %s at byte %d: %w", timeout, pos, rerr)
+				return progressed, fmt.Errorf("upstream stream stalled for %s at byte %d: %w", clitext.Span(timeout), pos, rerr)
 			}
 			return progressed, fmt.Errorf("upstream stream broke at byte %d: %w", pos, rerr)
 		}
