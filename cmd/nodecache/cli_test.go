@@ -271,3 +271,34 @@ func TestAgentFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingCommand (newuser F4): a missing command is a usage error: the help goes to stderr
+// and the exit code is 2; asking for help (--help, help) prints it on stdout and exits 0.
+func TestMissingCommand(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args     []string
+		code     int
+		helpOnto string // "stdout" or "stderr"
+		want     string // a line of the help
+	}{
+		{nil, exitUsage, "stderr", "USAGE:"},
+		{[]string{"gen"}, exitUsage, "stderr", "USAGE:\n   nodecache gen"},
+		{[]string{"cache"}, exitUsage, "stderr", "USAGE:\n   nodecache cache"},
+		{[]string{"--help"}, exitOK, "stdout", "USAGE:"},
+		{[]string{"help"}, exitOK, "stdout", "USAGE:"},
+		{[]string{"gen", "--help"}, exitOK, "stdout", "USAGE:\n   nodecache gen"},
+	} {
+		t.Run(strings.Join(append([]string{"nodecache"}, tc.args...), " "), func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := runApp(t, tc.args...)
+			help, other := stdout, stderr
+			if tc.helpOnto == "stderr" {
+				help, other = stderr, stdout
+			}
+			if code != tc.code || !strings.Contains(help, tc.want) || other != "" {
+				t.Fatalf("exit %d, stdout %q, stderr %q\nwant exit %d and the help (%q) on %s only", code, stdout, stderr, tc.code, tc.want, tc.helpOnto)
+			}
+		})
+	}
+}

@@ -28,8 +28,8 @@ func commands() []*cli.Command {
 	return cmds
 }
 
-// refuseUnknownSubcommands makes a command with subcommands show its help when called bare and
-// refuse an unknown subcommand with exit 2 (urfave/cli would exit 3, which means "status cannot
+// refuseUnknownSubcommands makes a command with subcommands show its help on stderr when called
+// bare and refuse that, and an unknown subcommand, with exit 2 (urfave/cli would exit 3, which means "status cannot
 // tell" here).
 func refuseUnknownSubcommands(cmd *cli.Command) {
 	if len(cmd.Subcommands) == 0 || cmd.Action != nil {
@@ -43,7 +43,7 @@ func refuseUnknownSubcommands(cmd *cli.Command) {
 		if c.Args().Present() {
 			return usagef("unknown command %q for %s%s want one of: %s", c.Args().First(), cmd.Name, didYouMean(c.Args().First(), names), strings.Join(names, ", "))
 		}
-		return cli.ShowSubcommandHelp(c)
+		return helpOnStderr(c, cli.ShowSubcommandHelp)
 	}
 }
 

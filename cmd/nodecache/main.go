@@ -53,7 +53,8 @@ Exit codes: 0 success, 1 ran but the answer is negative or the work failed,
 	}
 }
 
-// unknownCommand shows the help without arguments and refuses anything else with exit 2.
+// unknownCommand refuses a missing or unknown command with exit 2: without arguments it shows
+// the help on stderr (nodecache --help shows it on stdout and exits 0).
 func unknownCommand(c *cli.Context) error {
 	if c.Args().Present() {
 		var names []string
@@ -64,5 +65,17 @@ func unknownCommand(c *cli.Context) error {
 		}
 		return usagef("unknown command %q%s commands: %s (see nodecache --help)", c.Args().First(), didYouMean(c.Args().First(), names), strings.Join(names, ", "))
 	}
-	return cli.ShowAppHelp(c)
+	return helpOnStderr(c, cli.ShowAppHelp)
+}
+
+// helpOnStderr shows a help (show writes it to c.App.Writer) on stderr instead and returns the
+// usage exit code: a command was missing, and that is refused like any other usage error.
+func helpOnStderr(c *cli.Context, show func(*cli.Context) error) error {
+	out := c.App.Writer
+	c.App.Writer = c.App.ErrWriter
+	defer func() { c.App.Writer = out }()
+	if err := show(c); err != nil {
+		return withCode(exitUsage, err)
+	}
+	return silentExit(exitUsage)
 }
