@@ -29,9 +29,9 @@ func agentCommand() *cli.Command {
 		stringFlag(&cc.RegistriesDir, "registries-dir", crio.DefaultRegistriesDir, "containers/image drop-in `DIR` (host path)"),
 		stringFlag(&cc.CrioDir, "crio-dir", crio.DefaultCrioDir, "CRI-O drop-in `DIR` (host path)"),
 		stringFlag(&cc.MirrorCA, "mirror-ca", "", "PEM CA `FILE` of an https mirror (host path, read under --host-root; refused for http)"),
-		durationFlag(&cfg.Interval, "interval", activation.DefaultInterval, "re-evaluate activation this often (read-only)"),
+		durationFlag(&cfg.Interval, "interval", activation.DefaultInterval, "re-evaluate activation every `DURATION` (read-only)"),
 		stringSliceFlag(&cfg.Warm, "warm", nil, "`IMAGE` to pre-fill once at start, repeatable"),
-		stringFlag(&cfg.Readiness, "readiness", activation.ReadinessServing, "what /readyz reports: serving (the mirror can serve) or activation (and the runtime configuration is ACTIVE)"),
+		stringFlag(&cfg.Readiness, "readiness", activation.ReadinessServing, "what /readyz reports, a `MODE`: serving (the mirror can serve) or activation (and the runtime configuration is ACTIVE)"),
 		stringFlag(&cfg.ReadyFile, "ready-file", "", "`FILE` that exists exactly while /readyz would answer 200 (for exec probes)"),
 	)
 	return withConfig(&cli.Command{

@@ -14,7 +14,7 @@ func cacheCommand() *cli.Command {
 		var listenURL, output string
 		return withConfig(&cli.Command{Name: name, Usage: usage, ArgsUsage: args,
 			Description: "Exit codes: 0 done; 1 not cached, serve unreachable or refused; 2 a flag or argument refused.",
-			Flags:       []cli.Flag{stringFlag(&listenURL, "listen-url", "http://127.0.0.1:5000", "`URL` where nodecache serve listens"), stringFlag(&output, "output", "text", "report format: text or json")},
+			Flags:       []cli.Flag{stringFlag(&listenURL, "listen-url", "http://127.0.0.1:5000", "`URL` where nodecache serve listens"), stringFlag(&output, "output", "text", "report `FORMAT`: text or json")},
 			Action: func(c *cli.Context) error {
 				cl, err := inventory.New(listenURL, nil)
 				if err = errors.Join(err, outputFormat(output)); err == nil {

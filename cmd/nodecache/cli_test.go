@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 )
@@ -300,5 +303,36 @@ func TestMissingCommand(t *testing.T) {
 				t.Fatalf("exit %d, stdout %q, stderr %q\nwant exit %d and the help (%q) on %s only", code, stdout, stderr, tc.code, tc.want, tc.helpOnto)
 			}
 		})
+	}
+}
+
+// TestFlagMetavars (newuser F5): every flag that takes a value names what it takes in the help
+// (--upstream-timeout DURATION, --log-format FORMAT, --storage TYPE), never urfave/cli's "value".
+func TestFlagMetavars(t *testing.T) {
+	t.Parallel()
+	var walk func(path string, cmds []*cli.Command)
+	check := func(path string, flags []cli.Flag) {
+		for _, f := range flags {
+			line := fmt.Sprint(f)
+			if v, ok := f.(cli.DocGenerationFlag); ok && v.TakesValue() && strings.Contains(strings.SplitN(line, "\t", 2)[0], " value") {
+				t.Errorf("%s: %q has no metavar (a `WORD` in its usage)", path, line)
+			}
+		}
+	}
+	walk = func(path string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			check(path+" "+c.Name, c.Flags)
+			walk(path+" "+c.Name, c.Subcommands)
+		}
+	}
+	app := newApp()
+	check("nodecache", app.Flags)
+	walk("nodecache", app.Commands)
+	// The help shows it too (what the user reads).
+	_, help, _ := runApp(t, "serve", "--help")
+	for _, want := range []string{"--upstream-timeout DURATION", "--tag-ttl DURATION", "--fill-timeout DURATION", "--log-format FORMAT", "--log-level LEVEL", "--storage TYPE"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("serve --help lacks %q:\n%s", want, help)
+		}
 	}
 }

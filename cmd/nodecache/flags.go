@@ -97,13 +97,13 @@ type logConfig struct {
 // collectors); gen, status and warm (human) log console lines when stderr is a terminal and
 // JSON otherwise.
 func logFlags(lc *logConfig, human bool) []cli.Flag {
-	format, usage := "json", "log line format: json or console"
+	format, usage := "json", "log line `FORMAT`: json or console"
 	if human {
-		format, usage = "", "log line format: json or console (default: console when stderr is a terminal, else json)"
+		format, usage = "", "log line `FORMAT`: json or console (default: console when stderr is a terminal, else json)"
 	}
 	return []cli.Flag{
 		stringFlag(&lc.format, "log-format", format, usage),
-		stringFlag(&lc.level, "log-level", "info", "lowest level logged: trace, debug, info, warn, error"),
+		stringFlag(&lc.level, "log-level", "info", "lowest `LEVEL` logged: trace, debug, info, warn, error"),
 	}
 }
 

@@ -10,10 +10,10 @@ import (
 // statusFlags are the evidence flags shared by status and agent, bound into o.
 func statusFlags(o *activation.Flags) []cli.Flag {
 	return []cli.Flag{
-		stringFlag(&o.Runtime, "runtime", activation.RuntimeAuto, "runtime to examine: auto (Talos first, else containerd and CRI-O as present), containerd, crio or talos"),
-		stringFlag(&o.HostRoot, "host-root", activation.DefaultHostRoot, "prefix of every host path (a pod with the host's / mounted at /host passes /host); /proc must be the host's (hostPID)"),
+		stringFlag(&o.Runtime, "runtime", activation.RuntimeAuto, "`RUNTIME` to examine: auto (Talos first, else containerd and CRI-O as present), containerd, crio or talos"),
+		stringFlag(&o.HostRoot, "host-root", activation.DefaultHostRoot, "`DIR` prefixed to every host path (a pod with the host's / mounted at /host passes /host); /proc must be the host's (hostPID)"),
 		stringFlag(&o.ContainerdConfig, "containerd-config", "", "containerd's main config `FILE` (host path; default: the daemon's --config, else /etc/containerd/config.toml)"),
-		stringFlag(&o.ContainerdSocket, "containerd-socket", "/run/containerd/containerd.sock", "socket of the containerd that serves the kubelet (host path); picks the daemon when several run, as on Talos"),
+		stringFlag(&o.ContainerdSocket, "containerd-socket", "/run/containerd/containerd.sock", "socket `PATH` of the containerd that serves the kubelet (a host path); picks the daemon when several run, as on Talos"),
 	}
 }
 
@@ -27,7 +27,7 @@ func statusCommand() *cli.Command {
 	flags := append(statusFlags(&f),
 		stringFlag(&mirror, "mirror", "", "the mirror's `URL` http(s)://host:port: it must come first, and its client evidence is asked whether this node's runtime pulled through it"),
 		boolFlag(&canary, "canary", "pull a fresh canary image that only the mirror serves through the runtime's CRI socket, then remove it (needs --mirror)"),
-		stringFlag(&output, "output", "text", "report format: text or json"),
+		stringFlag(&output, "output", "text", "report `FORMAT`: text or json"),
 	)
 	return withConfig(&cli.Command{
 		Name:  "status",
