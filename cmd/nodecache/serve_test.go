@@ -285,7 +285,7 @@ func TestHelp(t *testing.T) {
 		{[]string{"help"}, "serve"},
 		{[]string{"help", "serve"}, "--upstream-timeout"},
 		{[]string{"serve", "--help"}, "--default-upstream"},
-		{[]string{"gen"}, "containerd"},
+		{[]string{"gen", "--help"}, "containerd"},
 		{[]string{"--version"}, "nodecache version"},
 	} {
 		out, err := exec.Command(binary, tc.args...).CombinedOutput()
