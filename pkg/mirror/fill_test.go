@@ -265,6 +265,30 @@ func TestDigestMismatch(t *testing.T) {
 	}
 }
 
+// TestUpstreamSeriesAtStart: before any traffic, every configured upstream has its resume and
+// digest mismatch series on /metrics at 0 (a CounterVec shows no series until its labels are
+// used, and a dashboard or alert on them would say "no data" instead of "none").
+func TestUpstreamSeriesAtStart(t *testing.T) {
+	t.Parallel()
+	ups := []string{"one.test", "two.test"}
+	opts := mirror.Options{}
+	for _, u := range ups {
+		opts.Upstreams = append(opts.Upstreams, name.Upstream{Name: u, URL: mustURL(t, "http://"+u)})
+	}
+	h := newHarness(t, opts)
+	for _, u := range ups {
+		for _, series := range []string{
+			`nodecache_upstream_resumes_total{upstream="` + u + `"}`,
+			`nodecache_digest_mismatches_total{kind="blob",upstream="` + u + `"}`,
+			`nodecache_digest_mismatches_total{kind="manifest",upstream="` + u + `"}`,
+		} {
+			if got := metricValue(t, h, series); got != 0 {
+				t.Errorf("%s = %v at start, want 0 (-1: not exposed)", series, got)
+			}
+		}
+	}
+}
+
 // TestLeaderDisconnect: the client that started a fill going away does not abort the fill.
 func TestLeaderDisconnect(t *testing.T) {
 	t.Parallel()

@@ -53,6 +53,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// initUpstream puts upstream's resume and digest mismatch series on /metrics at 0, so a
+// dashboard or alert shows "none yet" rather than "no data" before the first one happens.
+func (m *metrics) initUpstream(upstream string) {
+	m.resumes.WithLabelValues(upstream)
+	for _, kind := range []string{KindManifest, KindBlob} {
+		m.mismatches.WithLabelValues(upstream, kind)
+	}
+}
+
 func (m *metrics) observe(upstream, tier, kind string, start time.Time, err error) {
 	result := "ok"
 	if err != nil {

@@ -106,7 +106,8 @@ type Fetcher struct {
 	abandon context.CancelFunc
 }
 
-// New builds a Fetcher for regs. It contacts no upstream. ctx's values (not its cancellation)
+// New builds a Fetcher for regs. It contacts no upstream. Each registry's resume and digest
+// mismatch counters are on /metrics from the start, at 0. ctx's values (not its cancellation)
 // reach the fills; Close abandons them.
 //
 // Errors: a missing StagingDir, UserAgent or Registerer, a registry URL host that is not a
@@ -168,6 +169,7 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 			return nil, err
 		}
 		f.remotes[reg.Name] = &Remote{Registry: reg, f: f, client: c}
+		met.initUpstream(reg.Name)
 	}
 	f.fillCtx, f.abandon = context.WithCancel(context.WithoutCancel(ctx))
 	return f, nil
