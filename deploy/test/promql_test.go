@@ -284,7 +284,7 @@ func queries(t *testing.T) map[string]string {
 func TestPromQL(t *testing.T) {
 	t.Parallel()
 	series := scrapeRunningNodecache(t)
-	for _, must := range []string{"nodecache_requests_total", "nodecache_served_bytes_total", "nodecache_upstream_fetched_bytes_total", "nodecache_runtime_config_active", "nodecache_cache_size_bytes", "nodecache_evictions_total"} {
+	for _, must := range []string{"nodecache_requests_total", "nodecache_served_bytes_total", "nodecache_upstream_fetched_bytes_total", "nodecache_runtime_config_active", "nodecache_cache_size_bytes", "nodecache_evictions_total", "nodecache_upstream_resumes_total", "nodecache_digest_mismatches_total"} {
 		if _, ok := series[must]; !ok {
 			t.Fatalf("the running nodecache exposes no %s after pulls: the check below would be too weak; exposed: %v", must, slices.Sorted(maps.Keys(series)))
 		}
