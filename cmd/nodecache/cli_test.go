@@ -337,3 +337,40 @@ func TestFlagMetavars(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvValues (newuser F9): an environment value that does not parse is refused in the words
+// of the flag form, naming the variable (exit 2), unless the flag is given on the command line,
+// which wins (flag > env > file > default). Not parallel: it sets the process environment.
+func TestEnvValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		code int
+		want string // stderr, whole
+	}{
+		{"duration", map[string]string{"NODECACHE_UPSTREAM_TIMEOUT": "abc"}, []string{"serve"}, exitUsage,
+			`nodecache: NODECACHE_UPSTREAM_TIMEOUT="abc" (--upstream-timeout): want a duration such as 500ms, 30s, 5m or 1h30m` + "\n"},
+		{"every bad one", map[string]string{"NODECACHE_UPSTREAM_TIMEOUT": "abc", "NODECACHE_TAG_TTL": "5"}, []string{"serve"}, exitUsage,
+			`nodecache: NODECACHE_UPSTREAM_TIMEOUT="abc" (--upstream-timeout): want a duration such as 500ms, 30s, 5m or 1h30m; ` +
+				`NODECACHE_TAG_TTL="5" (--tag-ttl): want a duration such as 500ms, 30s, 5m or 1h30m` + "\n"},
+		{"number", map[string]string{"NODECACHE_CONCURRENCY": "four"}, []string{"warm", "--print", "nginx"}, exitUsage,
+			`nodecache: NODECACHE_CONCURRENCY="four" (--concurrency): want a whole number such as 4` + "\n"},
+		{"boolean", map[string]string{"NODECACHE_TALOS": "maybe"}, []string{"warm", "--print", "nginx"}, exitUsage,
+			`nodecache: NODECACHE_TALOS="maybe" (--talos): want true or false` + "\n"},
+		{"flag wins over a bad duration", map[string]string{"NODECACHE_WAIT": "abc"}, []string{"warm", "--wait", "1s", "--print", "nginx"}, exitOK, ""},
+		{"flag wins over a bad number", map[string]string{"NODECACHE_CONCURRENCY": "four"}, []string{"warm", "--concurrency=2", "--print", "nginx"}, exitOK, ""},
+		{"flag wins over a bad boolean", map[string]string{"NODECACHE_TALOS": "maybe"}, []string{"warm", "--talos=false", "--print", "nginx"}, exitOK, ""},
+		{"good value", map[string]string{"NODECACHE_CONCURRENCY": "2", "NODECACHE_WAIT": "1s"}, []string{"warm", "--print", "nginx"}, exitOK, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			code, _, stderr := runApp(t, tc.args...)
+			if code != tc.code || stderr != tc.want {
+				t.Fatalf("exit %d, stderr %q\nwant exit %d and %q", code, stderr, tc.code, tc.want)
+			}
+		})
+	}
+}

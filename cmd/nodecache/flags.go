@@ -29,15 +29,15 @@ func stringFlag(dst *string, name, value, usage string, aliases ...string) cli.F
 }
 
 func boolFlag(dst *bool, name, usage string) cli.Flag {
-	return altsrc.NewBoolFlag(&cli.BoolFlag{Name: name, Usage: usage, EnvVars: envVars(name), Destination: dst})
+	return &clitext.BoolFlag{BoolFlag: altsrc.NewBoolFlag(&cli.BoolFlag{Name: name, Usage: usage, EnvVars: envVars(name), Destination: dst})}
 }
 
 func intFlag(dst *int, name string, value int, usage string) cli.Flag {
-	return altsrc.NewIntFlag(&cli.IntFlag{Name: name, Value: value, Usage: usage, EnvVars: envVars(name), Destination: dst})
+	return &clitext.IntFlag{IntFlag: altsrc.NewIntFlag(&cli.IntFlag{Name: name, Value: value, Usage: usage, EnvVars: envVars(name), Destination: dst})}
 }
 
 func durationFlag(dst *time.Duration, name string, value time.Duration, usage string) cli.Flag {
-	return altsrc.NewDurationFlag(&cli.DurationFlag{Name: name, Value: value, Usage: usage, EnvVars: envVars(name), Destination: dst})
+	return &clitext.DurationFlag{DurationFlag: altsrc.NewDurationFlag(&cli.DurationFlag{Name: name, Value: value, Usage: usage, EnvVars: envVars(name), Destination: dst})}
 }
 
 // listFlag is a repeatable string flag bound to dst (set by withConfig's Before).
@@ -67,6 +67,9 @@ func withConfig(cmd *cli.Command) *cli.Command {
 	cmd.Before = func(c *cli.Context) error {
 		if !takesArgs && c.Args().Present() {
 			return usagef("%s takes no arguments, got %q (flags go before arguments; see nodecache %s --help)", cmd.Name, c.Args().First(), cmd.Name)
+		}
+		if err := clitext.EnvError(c, cmd.Flags); err != nil {
+			return usagef("%v", err)
 		}
 		if file := c.String(configFlag); file != "" {
 			if err := clitext.CheckSettings(file, cmd.Flags, configFlag); err != nil {

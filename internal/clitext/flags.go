@@ -16,11 +16,11 @@ import (
 // KindOf is the kind of value flag f takes.
 func KindOf(f cli.Flag) Kind {
 	switch f.(type) {
-	case *altsrc.DurationFlag, *cli.DurationFlag:
+	case *DurationFlag, *altsrc.DurationFlag, *cli.DurationFlag:
 		return Duration
-	case *altsrc.IntFlag, *cli.IntFlag:
+	case *IntFlag, *altsrc.IntFlag, *cli.IntFlag:
 		return Number
-	case *altsrc.BoolFlag, *cli.BoolFlag:
+	case *BoolFlag, *altsrc.BoolFlag, *cli.BoolFlag:
 		return Boolean
 	}
 	if s, ok := f.(interface{ IsSliceFlag() bool }); ok && s.IsSliceFlag() {
