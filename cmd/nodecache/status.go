@@ -26,6 +26,7 @@ func statusCommand() *cli.Command {
 	)
 	flags := append(statusFlags(&f),
 		stringFlag(&mirror, "mirror", "", "the mirror's `URL` http(s)://host:port: it must come first, and its client evidence is asked whether this node's runtime pulled through it"),
+		stringSliceFlag(&f.Upstreams, "upstream", nil, "registry `NAME` (or NAME=URL as gen takes it) that must pull through the mirror, repeatable (default: containerd and Talos: every registry whose hosts.toml nodecache wrote or adopted or names the mirror; CRI-O: the prefixes of nodecache's drop-in)"),
 		boolFlag(&canary, "canary", "pull a fresh canary image that only the mirror serves through the runtime's CRI socket, then remove it (needs --mirror)"),
 		stringFlag(&output, "output", "text", "report `FORMAT`: text or json"),
 	)
@@ -45,6 +46,7 @@ and no runtime configuration, or the --runtime asked for is not on this node: no
 Examples:
    nodecache status
    nodecache status --mirror http://127.0.0.1:5000 --canary --output json
+   nodecache status --mirror http://127.0.0.1:5000 --upstream docker.io --upstream registry.local:5000
    nodecache status --host-root /host --containerd-socket /run/containerd/containerd.sock`,
 		Flags: append(flags, logFlags(&lc, true)...),
 		Action: func(c *cli.Context) error {

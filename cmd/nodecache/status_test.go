@@ -27,6 +27,7 @@ func TestStatusAgentRefusals(t *testing.T) {
 		{"status host root is a file", []string{"status", "--host-root", file}, []string{`--host-root "` + file + `" is not a directory`}},
 		{"status relative containerd config", []string{"status", "--host-root", root, "--containerd-config", "etc/containerd/config.toml"}, []string{"--containerd-config", "absolute"}},
 		{"status runtime", []string{"status", "--host-root", root, "--runtime", "docker"}, []string{`--runtime "docker"`, "auto, containerd, crio or talos"}},
+		{"status upstream", []string{"status", "--host-root", root, "--upstream", "https://docker.io"}, []string{"--upstream: ", `registry name "https://docker.io": want a host such as ghcr.io`}},
 		{"agent host root missing", []string{"agent", "--host-root", missing}, []string{`--host-root "` + missing + `" does not exist`}},
 		{"agent interval zero", []string{"agent", "--host-root", root, "--interval", "0"}, []string{"--interval 0s", "positive duration"}},
 		{"agent interval negative", []string{"agent", "--host-root", root, "--interval", "-5s"}, []string{"--interval -5s", "positive duration"}},

@@ -255,7 +255,7 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 	// The registries the on-disk files route through the mirror: what a canary pulls under
 	// when the verdict is decided before the hosts check (a daemon that has not loaded them
 	// yet is exactly where the canary's answer matters).
-	rep.upstreams = e.upstreamsOr(e.onDiskRegistries(onDisk))
+	rep.upstreams = e.upstreamsOr(e.onDiskRegistries(ctx, onDisk))
 
 	if !view.known {
 		// Start time against the newest change of the configuration (2.0–2.3, or no answer).
@@ -272,7 +272,7 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 			rep.State, rep.Reason, rep.Remedy = NotActive, why+": the running daemon has not loaded the current configuration", remedyRestartContainerd
 			if restart.Order == Ambiguous {
 				rep.Reason, rep.Remedy = ambiguousStart(restart, "containerd", "restart containerd", remedyRestartContainerd, "",
-					e.mirrorHint(ctx, splitConfigPath(onDisk), rep.upstreams))
+					e.mirrorHint(ctx, splitConfigPath(onDisk)))
 			}
 			rep.Pending, rep.startTimeOnly = true, true
 			e.warn("containerd: the configuration changed after containerd started: pending until containerd restarts")
@@ -332,69 +332,78 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		}
 	}
 
-	return e.judgeHosts(ctx, rep, rt, roots, true)
+	return e.judgeHosts(ctx, rep, rt, roots)
 }
 
-// judgeHosts runs the hosts.toml check under roots and sets the runtime's state.
-func (e *evaluator) judgeHosts(ctx context.Context, rep RuntimeReport, rt string, roots []string, onlyManaged bool) RuntimeReport {
-	ups := e.opts.Upstreams
-	if len(ups) == 0 {
-		found, err := registryDirs(e.h, roots, onlyManaged)
-		if err != nil {
-			e.add(rt, "hosts", Unread, "%v", err)
-			rep.State, rep.Reason = Unknown, err.Error()
-			return rep
-		}
-		ups = found
-	}
-	if len(ups) == 0 {
-		what := "no hosts.toml written by nodecache"
-		if !onlyManaged {
-			what = "no registry mirror configured (no hosts.toml)"
-		}
-		e.add(rt, "hosts", Fail, "%s under %s", what, strings.Join(roots, ", "))
-		rep.State, rep.Reason = NotActive, what+" under "+strings.Join(roots, ", ")
-		if rt == RuntimeTalos {
-			rep.Remedy = "apply the machine-config patch from nodecache gen talos"
-		} else {
-			rep.Remedy = "run nodecache gen containerd (the agent does this at start)"
-		}
+// judgeHosts runs the hosts.toml check under roots and sets the runtime's state. The registries
+// judged are Options.Upstreams, else every registry whose hosts.toml nodecache wrote or adopted
+// or names the mirror (judgedRegistries): the verdict follows what containerd's parser does with
+// the files, not who wrote them.
+func (e *evaluator) judgeHosts(ctx context.Context, rep RuntimeReport, rt string, roots []string) RuntimeReport {
+	files, err := scanHosts(ctx, e.h, roots)
+	if err != nil {
+		e.add(rt, "hosts", Unread, "%v", err)
+		rep.State, rep.Reason = Unknown, err.Error()
 		return rep
 	}
+	mirrors := mirrorsOf(e.opts.Mirror, files)
+	ups := e.opts.Upstreams
+	if len(ups) == 0 {
+		var skipped []hostsFile
+		ups, skipped = judgedRegistries(files, mirrors)
+		for _, f := range skipped {
+			if mirrors.known() {
+				e.add(rt, "hosts "+f.Registry, Info, "%s: does not name the mirror %s: not judged (status --upstream %s requires it)", f.summary(), mirrors, f.Registry)
+			}
+		}
+	}
+	if len(ups) == 0 {
+		return e.noMirrorHosts(rep, rt, roots, files, mirrors)
+	}
 	rep.upstreams = ups
-	verdicts := checkHosts(ctx, e.h, roots, ups, e.opts.Mirror)
-	var bad []string
+	verdicts := checkHosts(ctx, e.h, roots, ups, mirrors)
+	var bad, undecided []hostsVerdict
 	for _, v := range verdicts {
-		if v.OK {
+		switch {
+		case v.OK:
 			e.add(rt, "hosts "+v.Upstream, Pass, "%s", v.Reason)
 			if rep.Mirror == "" {
 				rep.Mirror = v.First
 			}
-		} else {
+		case v.Undecided:
+			e.add(rt, "hosts "+v.Upstream, Unread, "%s", v.Reason)
+			undecided = append(undecided, v)
+		default:
 			e.add(rt, "hosts "+v.Upstream, Fail, "%s", v.Reason)
-			bad = append(bad, v.Upstream)
+			bad = append(bad, v)
 		}
 	}
-	if len(bad) > 0 {
+	switch {
+	case len(bad) > 0:
 		rep.State = NotActive
-		rep.Reason = fmt.Sprintf("%d of %d registries do not go through the mirror (%s)", len(bad), len(verdicts), strings.Join(bad, ", "))
-		if rt == RuntimeTalos {
-			rep.Remedy = "apply the machine-config patch from nodecache gen talos"
-		} else {
-			rep.Remedy = "run nodecache gen containerd (hosts.toml files are re-read on every pull; no restart needed for them)"
+		rep.Reason = fmt.Sprintf("%d of %d registries do not go through the mirror (%s): %s", len(bad), len(verdicts), upstreamNames(bad), bad[0].Reason)
+		if len(bad) > 1 {
+			rep.Reason += "; …"
 		}
+		rep.Remedy = remedyHosts(rt)
+		return rep
+	case len(undecided) > 0:
+		rep.State = Unknown
+		rep.Reason = fmt.Sprintf("cannot tell whether %s go through the mirror: %s, so which host is the mirror is not known (%s)", upstreamNames(undecided), noMirrorKnown, undecided[0].Reason)
+		rep.Remedy = "pass --mirror URL (the mirror the runtime is pointed at)"
 		return rep
 	}
 	rep.State = Active
+	first := fmt.Sprintf("containerd's hosts.toml parser puts the mirror first for %s", strings.Join(ups, ", "))
 	switch rep.Evidence {
 	case "introspection":
-		rep.Reason = "the running containerd loaded config_path " + *rep.LoadedConfigPath + " (introspection) and every hosts.toml puts the mirror first"
+		rep.Reason = "the running containerd loaded config_path " + *rep.LoadedConfigPath + " (introspection) and " + first
 	case "cri-status":
-		rep.Reason = "the running containerd loaded config_path " + *rep.LoadedConfigPath + " (CRI status) and every hosts.toml puts the mirror first"
+		rep.Reason = "the running containerd loaded config_path " + *rep.LoadedConfigPath + " (CRI status) and " + first
 	case "start-time":
-		rep.Reason = "containerd started after its configuration last changed, config_path " + *rep.LoadedConfigPath + ", and every hosts.toml puts the mirror first"
+		rep.Reason = "containerd started after its configuration last changed, config_path " + *rep.LoadedConfigPath + ", and " + first
 	default:
-		rep.Reason = "every hosts.toml puts the mirror first"
+		rep.Reason = first
 	}
 	if rep.Pending {
 		rep.Remedy = "a configuration change is pending: " + remedyRestartContainerd
@@ -402,16 +411,76 @@ func (e *evaluator) judgeHosts(ctx context.Context, rep RuntimeReport, rt string
 	return rep
 }
 
-// onDiskRegistries lists the registries with a nodecache-written hosts.toml under the on-disk
-// config_path (best effort: unreadable directories give none).
-func (e *evaluator) onDiskRegistries(configPath string) []string {
+// noMirrorHosts is the verdict when no hosts.toml under roots is nodecache's or names the
+// mirror: NotActive when there is none, when the mirror is known and none names it, or when
+// every file sends containerd to the registry itself; Unknown when files put other hosts first
+// and nothing tells which host the mirror is. The reason names the files.
+func (e *evaluator) noMirrorHosts(rep RuntimeReport, rt string, roots []string, files []hostsFile, mirrors mirrorSet) RuntimeReport {
+	where := strings.Join(roots, ", ")
+	var seen []string
+	direct := true
+	for _, f := range files {
+		seen = append(seen, f.summary())
+		if f.Err == nil && len(f.Hosts) > 0 && !ownEndpoint(f.Hosts[0], f.Registry) {
+			direct = false
+		}
+	}
+	listed := ""
+	if len(seen) > 0 {
+		if len(seen) > 3 {
+			seen = append(seen[:3], fmt.Sprintf("and %d more", len(seen)-3))
+		}
+		listed = " (" + strings.Join(seen, "; ") + ")"
+	}
+	rep.State, rep.Remedy = NotActive, remedyHosts(rt)
+	switch {
+	case len(files) == 0 && rt == RuntimeTalos:
+		rep.Reason = "no registry mirror configured (no hosts.toml under " + where + ")"
+	case len(files) == 0:
+		rep.Reason = "no hosts.toml under " + where + ": containerd pulls from every registry directly"
+		rep.Remedy = "run nodecache gen containerd (the agent does this at start)"
+	case mirrors.known():
+		rep.Reason = fmt.Sprintf("no hosts.toml under %s names the mirror %s%s", where, mirrors, listed)
+	case direct:
+		rep.Reason = fmt.Sprintf("no hosts.toml under %s puts a mirror first%s", where, listed)
+	default:
+		rep.State = Unknown
+		rep.Reason = fmt.Sprintf("%s, so which host is the mirror is not known: the hosts.toml files under %s are a site's%s", noMirrorKnown, where, listed)
+		rep.Remedy = "pass --mirror URL (the mirror the runtime is pointed at)"
+		e.add(rt, "hosts", Unread, "%s", rep.Reason)
+		return rep
+	}
+	e.add(rt, "hosts", Fail, "%s", rep.Reason)
+	return rep
+}
+
+// remedyHosts is the remedy for hosts.toml files that do not put the mirror first.
+func remedyHosts(rt string) string {
+	if rt == RuntimeTalos {
+		return "apply the machine-config patch from nodecache gen talos"
+	}
+	return "run nodecache gen containerd (hosts.toml files are re-read on every pull; no restart needed for them)"
+}
+
+func upstreamNames(vs []hostsVerdict) string {
+	names := make([]string, 0, len(vs))
+	for _, v := range vs {
+		names = append(names, v.Upstream)
+	}
+	return strings.Join(names, ", ")
+}
+
+// onDiskRegistries lists the registries judgeHosts would judge under the on-disk config_path
+// (best effort: unreadable directories give none).
+func (e *evaluator) onDiskRegistries(ctx context.Context, configPath string) []string {
 	if configPath == "" {
 		return nil
 	}
-	found, err := registryDirs(e.h, splitConfigPath(configPath), true)
+	files, err := scanHosts(ctx, e.h, splitConfigPath(configPath))
 	if err != nil {
 		return nil
 	}
+	found, _ := judgedRegistries(files, mirrorsOf(e.opts.Mirror, files))
 	return found
 }
 

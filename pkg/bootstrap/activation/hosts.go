@@ -15,8 +15,10 @@ import (
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/containerd/v2/core/remotes/docker/config"
 	"github.com/containerd/errdefs"
+	"github.com/pelletier/go-toml/v2"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -25,11 +27,12 @@ import (
 type hostsVerdict struct {
 	Upstream string
 	OK       bool
-	Reason   string
+	// Undecided: the first host is neither the upstream itself nor known to be the mirror, and
+	// nothing tells which host the mirror is (no Options.Mirror, no file nodecache wrote).
+	Undecided bool
+	Reason    string
 	// First is the first host containerd would try, as scheme://host[path].
 	First string
-	// Managed is true when the hosts.toml that decided starts with mirrorapi.ManagedMarker.
-	Managed bool
 }
 
 // hostDirFunc resolves a registry host to its directory the way containerd does for a list of
@@ -59,10 +62,10 @@ func hostDirFunc(h *bootstrap.Host, roots []string) func(string) (string, error)
 }
 
 // checkHosts asks containerd's parser (core/remotes/docker/config.ConfigureHosts) which host it
-// tries first for each upstream, under the given roots. The mirror is the expected first host
-// (scheme and host:port; nil accepts any first host other than the upstream's own endpoint when
-// the deciding file is ours).
-func checkHosts(ctx context.Context, h *bootstrap.Host, roots []string, upstreams []string, mirror *url.URL) []hostsVerdict {
+// tries first for each upstream, under the given roots (containerd's directory lookup). The
+// first host must be one of mirrors (scheme and host:port); with no mirror known, a first host
+// other than the upstream's own endpoint is undecided.
+func checkHosts(ctx context.Context, h *bootstrap.Host, roots []string, upstreams []string, mirrors mirrorSet) []hostsVerdict {
 	dirOf := hostDirFunc(h, roots)
 	hostRoot := h.Root()
 	hosts := config.ConfigureHosts(ctx, config.HostOptions{HostDir: dirOf})
@@ -71,10 +74,11 @@ func checkHosts(ctx context.Context, h *bootstrap.Host, roots []string, upstream
 		v := hostsVerdict{Upstream: up}
 		dir, derr := dirOf(up)
 		file := ""
+		var syntax error
 		if derr == nil {
 			file = filepath.Join(dir, "hosts.toml")
 			if b, err := os.ReadFile(file); err == nil {
-				v.Managed = mirrorapi.Managed(b)
+				syntax = tomlSyntax(b)
 			}
 		}
 		list, err := hosts(up)
@@ -91,14 +95,19 @@ func checkHosts(ctx context.Context, h *bootstrap.Host, roots []string, upstream
 				v.Reason = fmt.Sprintf("no hosts.toml for %s under %s: containerd pulls from %s directly", up, strings.Join(roots, ", "), v.First)
 			case first.Capabilities&docker.HostCapabilityPull == 0:
 				v.Reason = fmt.Sprintf("%s: first host %s lacks the pull capability", displayPath(hostRoot, file), v.First)
-			case !isMirror(first, up, mirror, v.Managed):
-				v.Reason = fmt.Sprintf("%s: first host is %s, not the mirror%s", displayPath(hostRoot, file), v.First, mirrorSuffix(mirror))
-			default:
+			case mirrors.has(first):
 				v.OK = true
 				v.Reason = fmt.Sprintf("%s: containerd tries %s first", displayPath(hostRoot, file), v.First)
 				if first.Capabilities&docker.HostCapabilityResolve == 0 {
 					v.Reason += " for blobs only (no resolve capability: tags are resolved upstream)"
 				}
+			case !mirrors.known() && !ownEndpoint(first, up):
+				v.Undecided = true
+				v.Reason = fmt.Sprintf("%s: containerd tries %s first; %s, so whether that is the mirror cannot be told", displayPath(hostRoot, file), v.First, noMirrorKnown)
+			case syntax != nil:
+				v.Reason = fmt.Sprintf("%s does not parse (%v): containerd ignores it and tries %s first, not the mirror %s", displayPath(hostRoot, file), syntax, v.First, mirrors)
+			default:
+				v.Reason = fmt.Sprintf("%s: first host is %s, not the mirror %s", displayPath(hostRoot, file), v.First, mirrors)
 			}
 		}
 		out = append(out, v)
@@ -106,21 +115,206 @@ func checkHosts(ctx context.Context, h *bootstrap.Host, roots []string, upstream
 	return out
 }
 
-func mirrorSuffix(mirror *url.URL) string {
-	if mirror == nil {
-		return ""
-	}
-	return " " + mirror.Scheme + "://" + mirror.Host
+// tomlSyntax is the TOML error of a hosts.toml, nil when it parses: containerd logs such a file
+// and ignores it (the registry's own endpoint is used), so its parser returns no error to tell.
+func tomlSyntax(data []byte) error {
+	var doc map[string]any
+	return toml.Unmarshal(data, &doc)
 }
 
-// isMirror reports whether h is the mirror: same scheme and host:port as mirror, or, with no
-// mirror given, a host other than the upstream's own endpoint in a file nodecache wrote.
-func isMirror(h docker.RegistryHost, upstream string, mirror *url.URL, managed bool) bool {
-	if mirror != nil {
-		return strings.EqualFold(h.Scheme, mirror.Scheme) && strings.EqualFold(h.Host, mirror.Host)
-	}
+// noMirrorKnown says why a mirrorSet is empty.
+const noMirrorKnown = "no --mirror was given and no hosts.toml was written by nodecache"
+
+// ownEndpoint reports whether h is the upstream registry itself (its host, or docker.io's
+// registry-1.docker.io): a first host that cannot be a mirror, whoever wrote the file.
+func ownEndpoint(h docker.RegistryHost, upstream string) bool {
 	own := strings.TrimPrefix(name.RegistryURL(upstream), "https://")
-	return managed && !strings.EqualFold(h.Host, own)
+	return strings.EqualFold(h.Host, own) || strings.EqualFold(h.Host, upstream)
+}
+
+// mirrorSet tells which hosts are the mirror: the scheme://host:port of Options.Mirror, or,
+// without it, the mirrors of the hosts.toml files nodecache wrote — the first host of its own
+// files (mirrorapi.ManagedMarker) and the host gen added to a site's file it adopted
+// (containerd.AdoptedMirror). Empty when neither tells.
+type mirrorSet struct {
+	hosts map[string]bool // lower-case scheme://host:port
+	from  string          // where the set came from, for reasons ("" for --mirror)
+}
+
+func (m mirrorSet) known() bool { return len(m.hosts) > 0 }
+
+func (m mirrorSet) has(h docker.RegistryHost) bool {
+	return m.hosts[strings.ToLower(h.Scheme+"://"+h.Host)]
+}
+
+// String is the mirror for messages: "http://127.0.0.1:5000", with where it was learnt when not
+// from --mirror.
+func (m mirrorSet) String() string {
+	if !m.known() {
+		return "(unknown: " + noMirrorKnown + ")"
+	}
+	s := strings.Join(m.list(), ", ")
+	if m.from != "" {
+		s += " (" + m.from + ")"
+	}
+	return s
+}
+
+func (m mirrorSet) list() []string {
+	out := make([]string, 0, len(m.hosts))
+	for h := range m.hosts {
+		out = append(out, h)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (m mirrorSet) addURL(raw string) {
+	if u, err := url.Parse(raw); err == nil && u.Scheme != "" && u.Host != "" {
+		m.hosts[strings.ToLower(u.Scheme+"://"+u.Host)] = true
+	}
+}
+
+// hostsFile is one registry directory's hosts.toml under a config_path root, read on its own with
+// containerd's parser for the registry its directory names.
+type hostsFile struct {
+	// Registry is the registry host the directory is for (containerd's host_port_ form converted
+	// back).
+	Registry string
+	// Path is the hosts.toml's host path.
+	Path string
+	data []byte
+	// Managed: nodecache wrote it (mirrorapi.ManagedMarker). Adopted: the mirror URL gen added to
+	// this site file, "" when it did not.
+	Managed bool
+	Adopted string
+	// Hosts are the hosts containerd tries for Registry with this directory, in order; Err is
+	// the parser's error instead. Syntax is the file's TOML error (containerd then ignores it).
+	Hosts  []docker.RegistryHost
+	Err    error
+	Syntax error
+}
+
+// ours reports whether nodecache wrote the file or added its mirror to it.
+func (f hostsFile) ours() bool { return f.Managed || f.Adopted != "" }
+
+// namesMirror reports whether containerd's parser finds one of mirrors among the file's hosts
+// (anywhere: first or not, the verdict is checkHosts'), or, for a file it cannot parse, whether
+// the file's text mentions one.
+func (f hostsFile) namesMirror(mirrors mirrorSet) bool {
+	for _, h := range f.Hosts {
+		if mirrors.has(h) {
+			return true
+		}
+	}
+	if f.Err != nil || f.Syntax != nil {
+		text := strings.ToLower(string(f.data))
+		for h := range mirrors.hosts {
+			if _, hostPort, ok := strings.Cut(h, "://"); ok && strings.Contains(text, hostPort) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// summary says what containerd does with the file: "<path> tries <first host> first".
+func (f hostsFile) summary() string {
+	switch {
+	case f.Err != nil:
+		return fmt.Sprintf("%s: containerd's parser fails (%v)", f.Path, f.Err)
+	case len(f.Hosts) == 0:
+		return fmt.Sprintf("%s names no host", f.Path)
+	case f.Syntax != nil:
+		return fmt.Sprintf("%s does not parse (%v): containerd ignores it and tries %s first", f.Path, f.Syntax, hostURL(f.Hosts[0]))
+	}
+	return fmt.Sprintf("%s tries %s first", f.Path, hostURL(f.Hosts[0]))
+}
+
+// scanHosts reads every registry directory's hosts.toml under the roots (_default skipped), each
+// parsed on its own by containerd's ConfigureHosts, in root order then name order.
+func scanHosts(ctx context.Context, h *bootstrap.Host, roots []string) ([]hostsFile, error) {
+	var out []hostsFile
+	for _, r := range roots {
+		entries, err := h.ReadDir(r)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list registry directories %s: %w", r, err)
+		}
+		for _, e := range entries {
+			dir := path.Join(r, e.Name())
+			if e.Name() == "_default" || !h.IsDir(dir) {
+				continue
+			}
+			f := hostsFile{Registry: name.HostFromDir(e.Name()), Path: path.Join(dir, "hosts.toml")}
+			if f.data, err = h.ReadFile(f.Path); err != nil {
+				continue
+			}
+			f.Managed = mirrorapi.Managed(f.data)
+			f.Syntax = tomlSyntax(f.data)
+			if u, ok := bcontainerd.AdoptedMirror(f.data); ok {
+				f.Adopted = u
+			}
+			local, err := h.Local(dir)
+			if err != nil {
+				f.Err = err
+			} else {
+				hosts := config.ConfigureHosts(ctx, config.HostOptions{HostDir: func(string) (string, error) { return local, nil }})
+				f.Hosts, f.Err = hosts(f.Registry)
+			}
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// mirrorsOf is the mirror set for judging files: mirror when given, else learnt from the files
+// nodecache wrote.
+func mirrorsOf(mirror *url.URL, files []hostsFile) mirrorSet {
+	m := mirrorSet{hosts: map[string]bool{}}
+	if mirror != nil {
+		m.addURL(mirror.String())
+		return m
+	}
+	m.from = "the mirror of nodecache's hosts.toml files"
+	for _, f := range files {
+		switch {
+		case f.Adopted != "":
+			m.addURL(f.Adopted)
+		case f.Managed && len(f.Hosts) > 0 && !ownEndpoint(f.Hosts[0], f.Registry):
+			m.addURL(hostURL(f.Hosts[0]))
+		}
+	}
+	return m
+}
+
+// judgedRegistries picks the registries whose hosts.toml decides the verdict when no upstream
+// list is given: every one with a file nodecache wrote or adopted, or a file that names the
+// mirror as containerd's parser reads it (hand-written, or a site's) — who wrote it does not
+// matter, what containerd does with it does. skipped are the other files, for an info row.
+func judgedRegistries(files []hostsFile, mirrors mirrorSet) (judged []string, skipped []hostsFile) {
+	seen := map[string]bool{}
+	for _, f := range files {
+		if !f.ours() && !f.namesMirror(mirrors) {
+			skipped = append(skipped, f)
+			continue
+		}
+		if !seen[f.Registry] {
+			seen[f.Registry] = true
+			judged = append(judged, f.Registry)
+		}
+	}
+	sort.Strings(judged)
+	// A registry judged through one of its directories is not "skipped" through another.
+	kept := skipped[:0]
+	for _, f := range skipped {
+		if !seen[f.Registry] {
+			kept = append(kept, f)
+		}
+	}
+	return judged, kept
 }
 
 func hostURL(h docker.RegistryHost) string {
@@ -136,40 +330,4 @@ func displayPath(hostRoot, p string) string {
 		return filepath.Join("/", rel)
 	}
 	return p
-}
-
-// registryDirs lists the registry hosts that have a hosts.toml under the roots (directory
-// names converted back from containerd's host_port_ form; _default skipped). With onlyManaged,
-// only hosts whose hosts.toml starts with mirrorapi.ManagedMarker.
-func registryDirs(h *bootstrap.Host, roots []string, onlyManaged bool) ([]string, error) {
-	seen := map[string]bool{}
-	var out []string
-	for _, r := range roots {
-		entries, err := h.ReadDir(r)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list registry directories %s: %w", r, err)
-		}
-		for _, e := range entries {
-			if e.Name() == "_default" || !h.IsDir(path.Join(r, e.Name())) {
-				continue
-			}
-			b, err := h.ReadFile(path.Join(r, e.Name(), "hosts.toml"))
-			if err != nil {
-				continue
-			}
-			if onlyManaged && !mirrorapi.Managed(b) {
-				continue
-			}
-			host := name.HostFromDir(e.Name())
-			if !seen[host] {
-				seen[host] = true
-				out = append(out, host)
-			}
-		}
-	}
-	sort.Strings(out)
-	return out, nil
 }

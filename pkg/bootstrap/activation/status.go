@@ -15,7 +15,12 @@
 //     (the start-time rule, see StartOrder), files that do not put the mirror first, an
 //     unreachable mirror.
 //   - Unknown (exit 3): the runtime's API unreachable or permission denied, evidence unreadable,
-//     no daemon visible next to its configuration. Never Active without runtime evidence.
+//     no daemon visible next to its configuration, hosts.toml files that put a host other than
+//     the registry first while nothing tells which host is the mirror (no Options.Mirror, no
+//     file nodecache wrote or adopted). Never Active without runtime evidence.
+//   - Which hosts.toml files count (containerd, Talos): Options.Upstreams, else every registry
+//     whose file nodecache wrote or adopted or that names the mirror as containerd's
+//     ConfigureHosts reads it; a site's file that does not name it is listed, not judged.
 //   - The start-time rule (StartOrder, shared with gen's restart_required): loaded when the
 //     daemon started at least StartTolerance (10 ms) after the last change; ambiguous within
 //     ±10 ms (NotActive); changed after otherwise. Start times are exact to one clock tick
@@ -91,11 +96,16 @@ type Options struct {
 	CRIOConfig, CRIODropInDir string
 	// TalosHostsDir is where Talos writes hosts.toml files. Default /etc/cri/conf.d/hosts.
 	TalosHostsDir string
-	// Upstreams are the registry names that must go through the mirror. Empty: every registry
-	// with a nodecache-written hosts.toml or drop-in (Talos: every configured registry).
+	// Upstreams are the registry names that must go through the mirror. Empty: containerd and
+	// Talos judge every registry whose hosts.toml nodecache wrote (mirrorapi.ManagedMarker) or
+	// adopted (gen's marked block in a site's file) or names the mirror as containerd's
+	// ConfigureHosts reads it — who wrote a file does not matter, what containerd does with it
+	// does; CRI-O judges the prefixes of nodecache's drop-in.
 	Upstreams []string
 	// Mirror is the mirror's URL (scheme://host:port) that must come first, and the endpoint
-	// asked for client evidence. Nil: the first host of nodecache's own files, no traffic check.
+	// asked for client evidence. Nil: the mirror of nodecache's own and adopted files, no
+	// traffic check; with neither, a file that puts another host first is Unknown ("pass
+	// --mirror").
 	Mirror *url.URL
 	// Canary pulls a fresh canary image through the runtime's CRI socket (needs Mirror).
 	Canary bool
@@ -302,15 +312,15 @@ func ambiguousStart(ev *RestartEvidence, daemon, restart, fix, detail, mirror st
 	return reason, remedy
 }
 
-// mirrorHint is the mirror URL to suggest: Options.Mirror, else the first host of the first
-// hosts.toml under roots that points at a mirror, else a placeholder.
-func (e *evaluator) mirrorHint(ctx context.Context, roots, upstreams []string) string {
+// mirrorHint is the mirror URL to suggest: Options.Mirror, else the mirror of the hosts.toml
+// files nodecache wrote or adopted under roots, else a placeholder.
+func (e *evaluator) mirrorHint(ctx context.Context, roots []string) string {
 	if e.opts.Mirror != nil {
 		return e.opts.Mirror.String()
 	}
-	for _, v := range checkHosts(ctx, e.h, roots, upstreams, nil) {
-		if u, err := url.Parse(v.First); v.OK && err == nil && u.Host != "" {
-			return u.Scheme + "://" + u.Host
+	if files, err := scanHosts(ctx, e.h, roots); err == nil {
+		if m := mirrorsOf(nil, files).list(); len(m) > 0 {
+			return m[0]
 		}
 	}
 	return "http://HOST:PORT"

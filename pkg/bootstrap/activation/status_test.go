@@ -538,7 +538,7 @@ func TestContainerdHosts(t *testing.T) {
 		{name: "mirror matches --mirror", setup: func(n *testNode) { n.withHosts(certsDir, t0) }, mirror: mirrorURL, state: Active},
 		{name: "another mirror", setup: func(n *testNode) { n.withHosts(certsDir, t0) }, mirror: "http://127.0.0.1:5001", state: NotActive, has: "(docker.io, ghcr.io)"},
 		{name: "upstream without hosts.toml", setup: func(n *testNode) { n.withHosts(certsDir, t0) }, upstreams: []string{"docker.io", "quay.io"}, state: NotActive, has: "quay.io"},
-		{name: "no nodecache files", setup: func(n *testNode) {}, state: NotActive, has: "no hosts.toml written by nodecache"},
+		{name: "no hosts.toml", setup: func(n *testNode) {}, state: NotActive, has: "no hosts.toml under " + certsDir + ": containerd pulls from every registry directly"},
 		{name: "hosts.toml that does not parse", setup: func(n *testNode) {
 			n.withHosts(certsDir, t0)
 			n.file(certsDir+"/ghcr.io/hosts.toml", "# managed by nodecache\n[host.\"http://127.0.0.1:5000\"\n", t0)

@@ -12,5 +12,5 @@ func (e *evaluator) talos(ctx context.Context) RuntimeReport {
 	e.add(RuntimeTalos, "live", Info, "Talos writes %s/<registry>/hosts.toml from the machine config; containerd re-reads them on every pull (no restart involved)", root)
 	dir := root
 	rep.LoadedConfigPath = &dir
-	return e.judgeHosts(ctx, rep, RuntimeTalos, []string{root}, false)
+	return e.judgeHosts(ctx, rep, RuntimeTalos, []string{root})
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // Flags are the evidence flags status and agent share, as given on the command line.
@@ -17,6 +18,10 @@ type Flags struct {
 	// ContainerdConfig and ContainerdSocket are --containerd-config and --containerd-socket:
 	// absolute host paths, or empty for the defaults.
 	ContainerdConfig, ContainerdSocket string
+	// Upstreams are status' --upstream values, NAME or NAME=URL as gen takes them (only NAME is
+	// used): the registries that must go through the mirror (Options.Upstreams). Empty: the
+	// default of Options.Upstreams.
+	Upstreams []string
 }
 
 // Options checks f and returns the Options it gives, with the host view built
@@ -40,6 +45,15 @@ func (f Flags) Options() (Options, error) {
 	for _, c := range []struct{ flag, value string }{{"--containerd-config", o.ContainerdConfig}, {"--containerd-socket", o.ContainerdSocket}} {
 		if c.value != "" && !filepath.IsAbs(c.value) {
 			errs = append(errs, fmt.Errorf("%s %q: want an absolute host path (read under --host-root)", c.flag, c.value))
+		}
+	}
+	if len(f.Upstreams) > 0 {
+		ups, err := name.ParseUpstreams(f.Upstreams)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--upstream: %w", err))
+		}
+		for _, u := range ups {
+			o.Upstreams = append(o.Upstreams, u.Name)
 		}
 	}
 	return o, errors.Join(errs...)

@@ -196,28 +196,60 @@ const (
 	adoptEnd   = "# nodecache: end of mirror"
 )
 
-// stripAdopted returns data without the block gen added (and the blank line after it), and
-// whether there was one.
-func stripAdopted(data []byte) ([]byte, bool) {
-	begin := -1
+// adoptedBlock finds the block gen added to a site's hosts.toml: data[begin:end] runs from its
+// first marker line through its end marker line and the blank line after it. ok is false when
+// data has no complete block.
+func adoptedBlock(data []byte) (begin, end int, ok bool) {
+	begin = -1
 	if bytes.HasPrefix(data, []byte(adoptBegin+"\n")) {
 		begin = 0
 	} else if i := bytes.Index(data, []byte("\n"+adoptBegin+"\n")); i >= 0 {
 		begin = i + 1
 	}
 	if begin < 0 {
-		return data, false
+		return 0, 0, false
 	}
 	rel := bytes.Index(data[begin:], []byte("\n"+adoptEnd+"\n"))
 	if rel < 0 {
-		return data, false
+		return 0, 0, false
 	}
-	end := begin + rel + len("\n"+adoptEnd+"\n")
+	end = begin + rel + len("\n"+adoptEnd+"\n")
 	if end < len(data) && data[end] == '\n' {
 		end++
 	}
-	out := append(slices.Clone(data[:begin]), data[end:]...)
-	return out, true
+	return begin, end, true
+}
+
+// stripAdopted returns data without the block gen added (and the blank line after it), and
+// whether there was one.
+func stripAdopted(data []byte) ([]byte, bool) {
+	begin, end, ok := adoptedBlock(data)
+	if !ok {
+		return data, false
+	}
+	return append(slices.Clone(data[:begin]), data[end:]...), true
+}
+
+// AdoptedMirror returns the mirror URL (scheme://host:port, as gen wrote it) of the [host] table
+// `gen containerd` added to a site's hosts.toml between its marker comment lines, and whether
+// data holds such a block with exactly one [host] table that parses. A site file gen adopted
+// carries no mirrorapi.ManagedMarker; this is how status tells it was written with nodecache's
+// mirror.
+func AdoptedMirror(data []byte) (string, bool) {
+	begin, end, ok := adoptedBlock(data)
+	if !ok {
+		return "", false
+	}
+	var doc struct {
+		Host map[string]map[string]any `toml:"host"`
+	}
+	if err := toml.Unmarshal(data[begin:end], &doc); err != nil || len(doc.Host) != 1 {
+		return "", false
+	}
+	for u := range doc.Host {
+		return u, true
+	}
+	return "", false
 }
 
 // insertAdopted adds the mirror's [host] table to a site's hosts.toml as the first host table:
