@@ -1,12 +1,9 @@
 package main
 
 import (
-	"errors"
-
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodecache/nodecache/pkg/agent"
-	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
@@ -57,10 +54,7 @@ and /activez say "restart containerd or cycle the node".`,
 			}
 			cfg.Stdout = c.App.Writer
 			err = agent.Run(c.Context, cfg)
-			if errors.Is(err, bootstrap.ErrRefused) {
-				return withCode(exitUsage, err)
-			}
-			return withCode(exitNegative, err)
+			return withCode(startCode(err), err)
 		},
 	})
 }

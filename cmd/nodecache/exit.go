@@ -8,6 +8,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/mirror"
 )
 
 // Exit codes shared by every command (DESIGN.md, Contracts: exit codes).
@@ -38,6 +40,15 @@ func withCode(code int, err error) error {
 		return nil
 	}
 	return &exitError{code: code, err: err}
+}
+
+// startCode is the exit code of a serve or agent run that failed with err: 2 for input refused
+// and for a --root another process holds, else 1.
+func startCode(err error) int {
+	if errors.Is(err, bootstrap.ErrRefused) || errors.Is(err, mirror.ErrRootInUse) {
+		return exitUsage
+	}
+	return exitNegative
 }
 
 // silentExit exits with code and prints nothing more: the command already reported its answer.

@@ -96,7 +96,7 @@ Examples:
 			mirror.ForwardDistributionLogs(log)
 			m, err := mirror.New(c.Context, opts)
 			if err != nil {
-				return withCode(exitNegative, err)
+				return withCode(startCode(err), err)
 			}
 			log.Info().Str("version", buildinfo.Version()).Msg("nodecache serve")
 			err = mirror.Serve(c.Context, m, mirror.ServeOptions{Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, Logger: log, TLS: cert})

@@ -53,6 +53,7 @@ type Mirror struct {
 	canary          *canary
 	cache           *cacheState // index, eviction
 	cancel          context.CancelFunc
+	rootLock        *os.File // flock on <root>/nodecache/lock (filesystem storage), released by Close
 }
 
 // configured is a configured upstream with its storage key and its upstream side.
@@ -65,10 +66,25 @@ type configured struct {
 // New builds a Mirror from opts. It creates the storage root if needed but contacts no
 // upstream: it starts, and serves what it has, while every upstream is down.
 //
-// Errors: an invalid Options (every problem, joined), an unusable root.
-func New(ctx context.Context, opts Options) (*Mirror, error) {
+// Errors: an invalid Options (every problem, joined), an unusable root, ErrRootInUse when another
+// process holds a filesystem root (see lockRoot).
+func New(ctx context.Context, opts Options) (_ *Mirror, err error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
+	}
+	// One process per filesystem root, taken before anything under it is touched (the staging
+	// cleanup below would drop the other process's fills in flight). A shared s3 bucket is the
+	// supported way for several replicas to share one cache.
+	var rootLock *os.File
+	if opts.Root != "" && opts.Storage != StorageS3 {
+		if rootLock, err = lockRoot(opts.Root); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				_ = rootLock.Close()
+			}
+		}()
 	}
 	if opts.UserAgent == "" {
 		opts.UserAgent = buildinfo.UserAgent("")
@@ -127,6 +143,7 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		clients:   newClientLog(opts.ClientEvidenceAllow),
 		pull:      pullGate{allow: opts.PullAllow},
 		cache:     cache,
+		rootLock:  rootLock,
 	}
 	for _, u := range opts.Upstreams {
 		key := storageKey(u.Name)
@@ -204,6 +221,9 @@ func (m *Mirror) Close() error {
 	m.cancel()
 	if m.opts.Root == "" {
 		_ = os.RemoveAll(m.fetch.StagingDir())
+	}
+	if m.rootLock != nil {
+		_ = m.rootLock.Close() // after the index is written: the next process reads a clean one
 	}
 	return err
 }
