@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -142,7 +144,61 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 func (b *blobStore) serveLocal(ctx context.Context, w http.ResponseWriter, r *http.Request, dgst digest.Digest) error {
 	release := b.r.m.cache.acquire(dgst)
 	defer release()
+	if b.serveFile(ctx, w, r, dgst) {
+		return nil
+	}
 	return b.BlobStore.ServeBlob(ctx, w, r, dgst)
+}
+
+// serveFile serves a blob linked into this repository from its data file on filesystem storage:
+// the file as an *os.File through http.ServeContent (Range, HEAD, conditional requests and 416
+// are its), written to the request's own response writer, so that net/http hands the file to the
+// kernel (sendfile) instead of distribution's buffered reader making 32 KiB writes through its
+// response-writer wrapper, which hides io.ReaderFrom. The headers are those distribution's blob
+// server sets (registry/storage linkedblobstore.go and blobserver.go, v3.1.2): Content-Type
+// (the descriptor's media type), ETag, Cache-Control, Docker-Content-Digest, Content-Length.
+// It reports false, having written nothing, when the storage is not local files (s3, memory),
+// the blob is not linked in this repository (distribution then answers with its error) or its
+// data file cannot be opened with the descriptor's size; the caller lets distribution serve it.
+func (b *blobStore) serveFile(ctx context.Context, w http.ResponseWriter, r *http.Request, dgst digest.Digest) bool {
+	m := b.r.m
+	if m.opts.Storage == StorageS3 || m.opts.Root == "" {
+		return false
+	}
+	desc, err := b.BlobStore.Stat(ctx, dgst) // the repository's link: the per-repository rule
+	if err != nil {
+		return false
+	}
+	f, err := os.Open(filepath.Join(m.opts.Root, filepath.FromSlash(blobDataPath(desc.Digest))))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != desc.Size {
+		return false
+	}
+	out := w
+	st := stateFrom(ctx)
+	if st.w != nil {
+		out = st.w
+	}
+	h := out.Header()
+	if desc.MediaType != "" {
+		h.Set("Content-Type", desc.MediaType)
+	}
+	h.Set("ETag", `"`+desc.Digest.String()+`"`)
+	h.Set("Cache-Control", "max-age=31536000")
+	if h.Get("Docker-Content-Digest") == "" {
+		h.Set("Docker-Content-Digest", desc.Digest.String())
+	}
+	if h.Get("Content-Type") == "" {
+		h.Set("Content-Type", desc.MediaType)
+	}
+	if h.Get("Content-Length") == "" {
+		h.Set("Content-Length", strconv.FormatInt(desc.Size, 10))
+	}
+	http.ServeContent(out, r, desc.Digest.String(), time.Time{}, f)
+	return true
 }
 
 // commitBlob stores a verified fill's staging file as a blob linked into r's repository

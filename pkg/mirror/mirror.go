@@ -290,6 +290,7 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	st := &reqState{}
 	rw := &responseWriter{ResponseWriter: w, st: st}
+	st.w = rw
 	rt, apiErr := route{kind: kindOther}, (*apiError)(nil)
 	// Client evidence is recorded as the headers go out, before the client can see the answer.
 	rw.onHeader = func(code int) {

@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"net/http"
 	"sync"
 
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
@@ -34,6 +35,9 @@ type reqState struct {
 	// tier is where the latest upstream answer for this request came from (upstream.TierShared,
 	// upstream.TierUpstream); "" when no upstream was asked.
 	tier string
+	// w is the request's response writer as serveRegistry wraps it (it passes io.ReaderFrom on to
+	// the server's connection); distribution hands its handlers a wrapper that hides ReadFrom.
+	w http.ResponseWriter
 }
 
 type pendingTag struct {
