@@ -37,7 +37,7 @@ func main() {
 	flag.StringVar(&o.startupDir, "startup-dir", defaultStartupDir(), "directory for the 100,000-blob start-up layout (default: /dev/shm when it is a directory, else the work directory)")
 	flag.StringVar(&o.commit, "commit", "unknown", "commit measured")
 	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "bound on the whole run")
-	only := flag.String("only", "cold,throttled,startup,evict", "comma-separated scenarios to run (for trying one out; the committed table runs all)")
+	only := flag.String("only", "cold,throttled,startup,evict", "comma-separated scenarios to run, of cold (which includes warm), warm (warm throughput alone), throttled, startup, evict (for trying one out; the committed table runs all)")
 	flag.Parse()
 	if o.registry == "" || flag.NArg() != 0 {
 		fmt.Fprintln(os.Stderr, "usage: bench -registry PATH [-nodecache PATH] [-out FILE] [-commit SHA]")
