@@ -102,7 +102,7 @@ tidy:
 $(REGISTRY):
 	GOBIN=$(dir $@) GOWORK=off $(GO) install github.com/distribution/distribution/v3/cmd/registry@$(REGISTRY_VERSION)
 
-# BENCH_FLAGS=-only=cold,startup runs some scenarios (cold, throttled, startup, evict) to try one out.
+# BENCH_FLAGS=-only=cold,startup runs some scenarios (cold — which includes warm —, warm alone, throttled, startup, evict) to try one out.
 BENCH_FLAGS ?=
 bench: build $(REGISTRY)
 	cd bench && GOWORK=off $(GO) build -o ../bin/bench .
