@@ -106,9 +106,12 @@ func (c *fileCountingConn) ReadFrom(r io.Reader) (int64, error) {
 }
 
 // TestWarmBlobReachesSendfile: a cached blob on filesystem storage reaches the connection as an
-// *os.File through io.ReaderFrom (sendfile), for a whole GET and for a Range, with the same
-// headers, body and access-log bytes as before; a repository the blob is not linked in gets none
-// of it.
+// *os.File through io.ReaderFrom (sendfile), for a whole GET and for a Range; every answer
+// (HEAD, If-None-Match, a Range past the end, a repository the blob is not linked in) has the
+// status, headers and body of distribution's own blob server (a nodecache on in-memory storage),
+// the access log the bytes sent, and the unlinked repository gets nothing from the file.
+//
+//nolint:paralleltest // the subtests run in order: the listener counts one request at a time
 func TestWarmBlobReachesSendfile(t *testing.T) {
 	t.Parallel()
 	const size = 2 << 20
