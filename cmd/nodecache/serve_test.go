@@ -222,6 +222,7 @@ func TestServeRefusesBadInput(t *testing.T) {
 		{"listen form", []string{"serve", "--listen", "nonsense"}, nil, "HOST:PORT"},
 		{"listen empty port", []string{"serve", "--listen", ":"}, nil, "--listen"},
 		{"metrics listen", []string{"serve", "--metrics-listen", "bogus"}, nil, "--metrics-listen"},
+		{"metrics listen on the listen port", []string{"serve", "--listen", "127.0.0.1:5024", "--metrics-listen", "127.0.0.1:5024"}, nil, "would bind the same port"},
 		{"max-size decimal unit", []string{"serve", "--max-size", "30GB"}, nil, "did you mean 30GiB?"},
 		{"max-size share", []string{"serve", "--max-size", "150%"}, nil, "--max-size"},
 		{"extra argument", []string{"serve", "extra"}, nil, "takes no arguments"},

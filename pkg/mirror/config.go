@@ -137,6 +137,10 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 			}
 		}
 	}
+	if c.MetricsListen != "" && sameListener(c.Listen, c.MetricsListen) {
+		return o, fmt.Errorf("--metrics-listen %q and --listen %q would bind the same port: give --metrics-listen another port (e.g. :9464), or leave it empty, since --listen serves /metrics and the probes too",
+			c.MetricsListen, c.Listen)
+	}
 	if o.UpstreamTimeout <= 0 {
 		return o, fmt.Errorf("--upstream-timeout %s: want a positive duration such as 10s", o.UpstreamTimeout)
 	}
@@ -219,11 +223,39 @@ func checkListen(addr string) error {
 	if err != nil {
 		return errors.New("want HOST:PORT or :PORT, e.g. :5000 or 127.0.0.1:5000")
 	}
+	if strings.HasPrefix(addr, "[]") {
+		return errors.New("empty brackets (an unset variable such as $(HOST_IP)?) would listen on every interface: want [IPv6]:PORT, HOST:PORT, or :PORT for every interface")
+	}
 	n, err := strconv.Atoi(port)
 	if err != nil || n < 0 || n > 65535 {
 		return fmt.Errorf("port %q: want a number from 0 to 65535", port)
 	}
 	return nil
+}
+
+// sameListener reports whether two checked listen addresses would bind one port: the same
+// non-zero port on the same host, or on any host when either is a wildcard (empty, 0.0.0.0,
+// ::; Go listens dual-stack there), where the second bind fails with "address already in use".
+func sameListener(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	na, _ := strconv.Atoi(pa)
+	nb, _ := strconv.Atoi(pb)
+	if na == 0 || na != nb {
+		return false
+	}
+	wildcard := func(h string) bool {
+		ip := net.ParseIP(h)
+		return h == "" || (ip != nil && ip.IsUnspecified())
+	}
+	if wildcard(ha) || wildcard(hb) {
+		return true
+	}
+	ia, ib := net.ParseIP(ha), net.ParseIP(hb)
+	if ia != nil && ib != nil {
+		return ia.Equal(ib)
+	}
+	return strings.EqualFold(ha, hb)
 }
 
 // SplitList accepts repeated values and comma-separated lists alike (the environment and YAML
