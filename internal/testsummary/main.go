@@ -7,8 +7,10 @@
 //
 //	go run ./internal/testsummary [-v] -- go test -json [go test flags] ./...
 //
-// Counts include subtests. A package that failed without a failing test (a build failure, a
-// panic in TestMain, a timeout) counts as one failed test named after the package. The exit
+// Counts include subtests. A test without a result when its package ends (the binary crashed or
+// timed out first) is a failure marked [no result], printed with its output (the crash
+// included); in a package that passed, it passed. A package that failed without a failing test
+// (a build failure, a panic in TestMain) counts as one failed test named after the package. The exit
 // status is 1 when anything failed or the command itself failed, 2 for a usage error, else 0.
 // With -v every line of test output is printed as it arrives, as `go test -v` would.
 package main
@@ -203,7 +205,29 @@ func (s *summary) handlePackage(ev event) {
 		if s.verbose || (ev.Output != "PASS\n" && ev.Output != "FAIL\n" && !strings.HasPrefix(ev.Output, "=== ")) {
 			fmt.Fprint(s.w, ev.Output)
 		}
+	case "pass":
+		// A package that passed passed every test, also those whose result line test2json
+		// could not read.
+		for _, k := range s.open(ev.Package) {
+			s.passed++
+			delete(s.output, k)
+		}
 	case "fail":
+		// Tests without a result in a failed package: the binary ended before them (a panic,
+		// a crash, a timeout). Each is a failure; its output is printed, the crash included.
+		for _, k := range s.open(ev.Package) {
+			if !s.verbose {
+				fmt.Fprintf(s.w, "--- NO RESULT: %s (the test binary ended first)\n", k.test)
+				for _, l := range s.output[k] {
+					if !strings.HasPrefix(l, "=== ") {
+						fmt.Fprint(s.w, l)
+					}
+				}
+			}
+			s.failedList = append(s.failedList, s.name(k.pkg, k.test)+" [no result]")
+			s.pkgFailed[ev.Package] = true
+			delete(s.output, k)
+		}
 		if !s.pkgFailed[ev.Package] {
 			what := s.name(ev.Package, "")
 			if ev.FailedBuild != "" {
@@ -213,6 +237,18 @@ func (s *summary) handlePackage(ev event) {
 			s.pkgFailed[ev.Package] = true
 		}
 	}
+}
+
+// open returns the tests of pkg that started but have no result yet, sorted.
+func (s *summary) open(pkg string) []testKey {
+	var keys []testKey
+	for k := range s.output {
+		if k.pkg == pkg {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b testKey) int { return strings.Compare(a.test, b.test) })
+	return keys
 }
 
 // skipReason is the last message a test logged before its --- SKIP line (t.Skip's message), with

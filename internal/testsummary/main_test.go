@@ -10,7 +10,7 @@ import (
 
 // writeModule writes a throwaway module whose tests pass, fail, skip (with and without a reason,
 // as a subtest, with a multi-line reason) and a package that does not compile.
-func writeModule(t *testing.T, withFailures bool) string {
+func writeModule(t *testing.T, withFailures, withCrash bool) string {
 	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{
@@ -49,6 +49,32 @@ func TestPasses(t *testing.T) {}
 `
 		files["c/c_test.go"] = "package c\n\nimport \"testing\"\n\nfunc TestX(t *testing.T) { undefinedThing() }\n"
 	}
+	if withCrash {
+		files = map[string]string{
+			"go.mod": files["go.mod"],
+			"d/d_test.go": `package d
+
+import (
+	"testing"
+	"time"
+)
+
+func TestFine(t *testing.T) {}
+
+func TestCrash(t *testing.T) {
+	t.Parallel()
+	go func() { panic("kaboom") }()
+	time.Sleep(5 * time.Second)
+}
+
+func TestWaiting(t *testing.T) {
+	t.Parallel()
+	t.Log("waiting")
+	time.Sleep(5 * time.Second)
+}
+`,
+		}
+	}
 	for name, body := range files {
 		p := filepath.Join(dir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -66,6 +92,7 @@ func TestRunRealGoTest(t *testing.T) {
 	tests := []struct {
 		name         string
 		withFailures bool
+		withCrash    bool
 		wantCode     int
 		wantTail     []string
 		wantContains []string
@@ -96,10 +123,29 @@ func TestRunRealGoTest(t *testing.T) {
 			},
 		},
 	}
+	tests = append(tests, struct {
+		name         string
+		withFailures bool
+		withCrash    bool
+		wantCode     int
+		wantTail     []string
+		wantContains []string
+	}{
+		name:      "a crash leaves tests without a result",
+		withCrash: true,
+		wantCode:  1,
+		wantTail: []string{
+			"fail: example.test/sum/d.TestCrash [no result]",
+			"fail: example.test/sum/d.TestWaiting [no result]",
+			"",
+			"1 passed, 2 failed, 0 skipped",
+		},
+		wantContains: []string{"--- NO RESULT: TestCrash", "panic: kaboom", "--- NO RESULT: TestWaiting"},
+	})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := writeModule(t, tc.withFailures)
+			dir := writeModule(t, tc.withFailures, tc.withCrash)
 			var out, errOut bytes.Buffer
 			code := run([]string{"--", "go", "test", "-C", dir, "-json", "-count=1", "./..."}, &out, &errOut)
 			got := out.String()
