@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -19,7 +20,8 @@ import (
 // documentation shows, and the "host_port_" form — with server = "http://…". `nodecache gen
 // containerd` (the binary) adds the mirror to that hosts.toml and creates no directory that would
 // shadow it; a CRI pull goes through nodecache; with nodecache down the next pull goes to the
-// user's http server as before gen; `--remove` gives back the user's file byte for byte.
+// user's http server as before gen; `--remove` gives back the user's file byte for byte. status
+// says NOT ACTIVE naming the user's file before gen, ACTIVE after gen and a CRI pull.
 func TestGenContainerdAdoptsSiteDirectory(t *testing.T) {
 	t.Parallel()
 	for _, form := range []string{"colon", "host_port_"} {
@@ -45,6 +47,11 @@ func TestGenContainerdAdoptsSiteDirectory(t *testing.T) {
 			userHosts := "# our lab registry speaks plain http\nserver = \"http://" + host + "\"\n"
 			writeFile(t, userFile, []byte(userHosts))
 			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs})
+
+			// Before gen: the user's file does not name the mirror; status says so, naming it.
+			if r := runStatus(t, c, "--mirror", nc.URL); r.Report.State != activation.NotActive || !strings.Contains(r.Report.Reason, userFile) {
+				t.Fatalf("status before gen: %s (%s), want NOT ACTIVE naming %s\n%s", r.Report.State, r.Report.Reason, userFile, r.Raw)
+			}
 
 			args := []string{"gen", "containerd", "--mirror", nc.URL, "--upstream", host,
 				"--containerd-config", c.ConfigFile(), "--containerd-version", c.Version(), "--output", "json"}
@@ -74,6 +81,14 @@ func TestGenContainerdAdoptsSiteDirectory(t *testing.T) {
 				t.Fatalf("containerd %s after gen: %v\nhosts.toml:\n%s", c.Version(), err, readFile(t, userFile))
 			}
 			checkAccessLog(t, nc.requests(t), c.UserAgent(), host)
+			// status judges the adopted site file as containerd reads it (newuser F7: it said "no
+			// hosts.toml written by nodecache" and asked for the gen just run): ACTIVE with
+			// --mirror, with --upstream, and without --mirror (the mirror read from gen's block).
+			for _, extra := range [][]string{{"--mirror", nc.URL}, {"--mirror", nc.URL, "--upstream", host}, nil} {
+				if r := runStatus(t, c, extra...); r.Report.State != activation.Active || r.Exit != 0 {
+					t.Fatalf("status %v after gen and a CRI pull: %s exit %d, want ACTIVE\n%s", extra, r.Report.State, r.Exit, r.Raw)
+				}
+			}
 
 			// The mirror down: the user's own http server, as before gen.
 			nc.Close()

@@ -353,7 +353,7 @@ func (e *evaluator) judgeHosts(ctx context.Context, rep RuntimeReport, rt string
 		ups, skipped = judgedRegistries(files, mirrors)
 		for _, f := range skipped {
 			if mirrors.known() {
-				e.add(rt, "hosts "+f.Registry, Info, "%s: does not name the mirror %s: not judged (status --upstream %s requires it)", f.summary(), mirrors, f.Registry)
+				e.add(rt, "hosts "+f.Registry, Info, "%s: not judged, it does not name the mirror %s (status --upstream %s judges it)", f.summary(), mirrors, f.Registry)
 			}
 		}
 	}
@@ -389,7 +389,7 @@ func (e *evaluator) judgeHosts(ctx context.Context, rep RuntimeReport, rt string
 		return rep
 	case len(undecided) > 0:
 		rep.State = Unknown
-		rep.Reason = fmt.Sprintf("cannot tell whether %s go through the mirror: %s, so which host is the mirror is not known (%s)", upstreamNames(undecided), noMirrorKnown, undecided[0].Reason)
+		rep.Reason = fmt.Sprintf("cannot tell whether %s pull through the mirror: %s", upstreamNames(undecided), undecided[0].Reason)
 		rep.Remedy = "pass --mirror URL (the mirror the runtime is pointed at)"
 		return rep
 	}
@@ -445,7 +445,7 @@ func (e *evaluator) noMirrorHosts(rep RuntimeReport, rt string, roots []string, 
 		rep.Reason = fmt.Sprintf("no hosts.toml under %s puts a mirror first%s", where, listed)
 	default:
 		rep.State = Unknown
-		rep.Reason = fmt.Sprintf("%s, so which host is the mirror is not known: the hosts.toml files under %s are a site's%s", noMirrorKnown, where, listed)
+		rep.Reason = fmt.Sprintf("cannot tell which host is the mirror: no --mirror was given and no hosts.toml under %s was written by nodecache%s", where, listed)
 		rep.Remedy = "pass --mirror URL (the mirror the runtime is pointed at)"
 		e.add(rt, "hosts", Unread, "%s", rep.Reason)
 		return rep

@@ -69,10 +69,10 @@ func TestContainerdSiteHosts(t *testing.T) {
 		}, mirror: mirrorURL, state: Active, has: "puts the mirror first for docker.io"},
 		{name: "hand-written, mirror first, no --mirror", setup: func(n *testNode) {
 			n.file(dockerFile, siteDockerHosts+"\n[host.\"http://127.0.0.1:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n", t0)
-		}, state: Unknown, has: "no --mirror was given and no hosts.toml was written by nodecache, so which host is the mirror is not known"},
+		}, state: Unknown, has: "cannot tell which host is the mirror: no --mirror was given and no hosts.toml under " + certsDir + " was written by nodecache (" + dockerFile + " tries http://127.0.0.1:5000/v2 first)"},
 		{name: "hand-written, --upstream, no --mirror", setup: func(n *testNode) {
 			n.file(dockerFile, siteDockerHosts+"\n[host.\"http://127.0.0.1:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n", t0)
-		}, upstreams: []string{"docker.io"}, state: Unknown, has: "cannot tell whether docker.io go through the mirror"},
+		}, upstreams: []string{"docker.io"}, state: Unknown, has: "cannot tell whether docker.io pull through the mirror: " + dockerFile + ": containerd tries http://127.0.0.1:5000/v2 first; no --mirror was given"},
 		{name: "hand-written, mirror second", setup: func(n *testNode) {
 			n.file(dockerFile, siteDockerHosts+"\n[host.\"https://corp.example\"]\n  capabilities = [\"pull\", \"resolve\"]\n\n[host.\"http://127.0.0.1:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n", t0)
 		}, mirror: mirrorURL, state: NotActive, has: dockerFile + ": first host is https://corp.example/v2, not the mirror " + mirrorURL},
@@ -92,7 +92,7 @@ func TestContainerdSiteHosts(t *testing.T) {
 			n.withHosts(certsDir, t0)
 			n.file(certsDir+"/registry.local:5000/hosts.toml", "server = \"http://registry.local:5000\"\n", t0)
 		}, mirror: mirrorURL, state: Active, has: "docker.io, ghcr.io",
-			rowName: "hosts registry.local:5000", row: "does not name the mirror " + mirrorURL + ": not judged (status --upstream registry.local:5000 requires it)"},
+			rowName: "hosts registry.local:5000", row: "registry.local:5000/hosts.toml tries http://registry.local:5000/v2 first: not judged, it does not name the mirror " + mirrorURL + " (status --upstream registry.local:5000 judges it)"},
 		{name: "site registry beside ours, named by --upstream", setup: func(n *testNode) {
 			n.withHosts(certsDir, t0)
 			n.file(certsDir+"/registry.local:5000/hosts.toml", "server = \"http://registry.local:5000\"\n", t0)

@@ -590,6 +590,9 @@ func TestTalos(t *testing.T) {
 	r := n.evaluate(n.opts())
 	want(t, r, NotActive, 1, "no registry mirror configured")
 	n.file(DefaultTalosHostsDir+"/docker.io/hosts.toml", "server = \"https://registry-1.docker.io\"\n\n[host.\"http://127.0.0.1:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n", t0+50)
+	// Talos' files carry no nodecache marker: without --mirror nothing tells which host is the
+	// mirror (before: a false NOT ACTIVE "not the mirror").
+	want(t, n.evaluate(n.opts()), Unknown, 3, "cannot tell which host is the mirror")
 	o := n.opts()
 	o.Mirror = parseMirror(t, mirrorURL)
 	o.HTTPClient = &http.Client{Transport: answer{}}
