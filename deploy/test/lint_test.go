@@ -59,6 +59,9 @@ shared: {persistence: {size: lots}}`, "size"},
 		{"typo", `agnet: {readiness: serving}`, "agnet"},
 		{"max-size in decimal units", `maxSize: 30GB`, "maxSize"},
 		{"max-size over 100%", `maxSize: 130%`, "maxSize"},
+		{"max-size in PiB (serve has no PiB)", `maxSize: 1PiB`, "maxSize"},
+		{"max-size share of zero", `maxSize: "0%"`, "maxSize"},
+		{"max-size with a space", `maxSize: 30 GiB`, "maxSize"},
 		{"max-size under agent", `agent: {maxSize: 30GiB}`, "maxSize"},
 		{"chain with a path", `chain: http://cache:5000/v2`, "chain"},
 		{"chain without scheme", `chain: cache:5000`, "chain"},
@@ -76,6 +79,59 @@ shared: {persistence: {size: lots}}`, "size"},
 			}
 			if !strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error does not name the schema and %q: %v", tc.want, err)
+			}
+		})
+	}
+}
+
+// TestChartMaxSizeAgreesWithServe (newuser F11): one table of maxSize values goes to the chart's
+// schema and to the binary's --max-size parser (serve with a bad --listen, which is checked
+// after --max-size, so nothing starts); both must accept or both refuse, or a value the schema
+// lets through would crash-loop the pods. The one difference allowed is named: sizes of 8 EiB
+// and more, which the pattern cannot bound and serve refuses.
+func TestChartMaxSizeAgreesWithServe(t *testing.T) {
+	t.Parallel()
+	c := loadChart(t)
+	for _, tc := range []struct {
+		value    string
+		accept   bool
+		overflow bool
+	}{
+		{"", true, false}, {"0", true, false}, {"0B", true, false}, {"0GiB", true, false},
+		{"1048576", true, false}, {"1048576B", true, false}, {"512KiB", true, false}, {"500MiB", true, false},
+		{"30GiB", true, false}, {"1.5TiB", true, false}, {"1TiB", true, false},
+		{"1%", true, false}, {"30%", true, false}, {"99.5%", true, false}, {"100%", true, false},
+		{"100.0%", true, false}, {"0.5%", true, false}, {"05%", true, false},
+		{"1PiB", false, false}, {"1EiB", false, false}, {"30GB", false, false}, {"30G", false, false},
+		{"2Gi", false, false}, {"30gib", false, false}, {"30 GiB", false, false}, {" 30GiB", false, false},
+		{"1e3GiB", false, false}, {"+1GiB", false, false}, {"-1GiB", false, false}, {".5GiB", false, false},
+		{"1.GiB", false, false}, {"GiB", false, false}, {"0%", false, false}, {"0.0%", false, false},
+		{"100.5%", false, false}, {"101%", false, false}, {"130%", false, false}, {"1e1%", false, false},
+		{"30 %", false, false}, {"%", false, false}, {"-5%", false, false},
+		{"8388608TiB", false, true},
+	} {
+		t.Run(tc.value, func(t *testing.T) {
+			t.Parallel()
+			_, _, err := renderValues(c, "nodecache", "nodecache", map[string]any{"maxSize": tc.value}, false)
+			schema := err == nil
+			if err != nil && !strings.Contains(err.Error(), "maxSize") {
+				t.Fatalf("render with maxSize %q failed for another reason: %v", tc.value, err)
+			}
+			out, _ := exec.Command(binary, "serve", "--root", t.TempDir(), "--listen", "127.0.0.1:99999",
+				"--max-size", tc.value).CombinedOutput()
+			var serve bool
+			switch {
+			case strings.Contains(string(out), "--max-size"):
+			case strings.Contains(string(out), "--listen"):
+				serve = true
+			default:
+				t.Fatalf("serve --max-size %q: neither --max-size nor --listen refused:\n%s", tc.value, out)
+			}
+			if serve != tc.accept {
+				t.Errorf("serve --max-size %q accepted=%v, want %v:\n%s", tc.value, serve, tc.accept, out)
+			}
+			if want := tc.accept || tc.overflow; schema != want {
+				t.Errorf("chart schema maxSize %q accepted=%v, want %v (serve: %v)", tc.value, schema, want, serve)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -25,20 +26,25 @@ var decimalUnits = map[string]string{
 	"Ti": "TiB", "Gi": "GiB", "Mi": "MiB", "Ki": "KiB",
 }
 
+// sizeNumber is the number of a --max-size: decimal digits with an optional fraction (no sign,
+// exponent, hex or spaces). charts/nodecache/values.schema.json's maxSize pattern accepts exactly
+// what ParseMaxSize does (deploy/test TestChartMaxSizeAgreesWithServe).
+var sizeNumber = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+
 // ParseMaxSize parses --max-size: a size in binary units (500MiB, 30GiB, 1.5TiB, 1024KiB, or
 // plain bytes such as 1048576 or 1048576B), or a share of the total size of the filesystem
 // holding root ("30%", statfs; root or, while it does not exist, its nearest existing parent).
-// "" and "0" mean no cap (0). Errors: decimal units (30GB: the message names 30GiB), a share
-// outside (0, 100], a size that is not a number, statfs failures.
+// "", "0" and any zero size (0B, 0GiB) mean no cap (0). Errors: decimal units (30GB: the message
+// names 30GiB), a share outside (0, 100], a size that is not sizeNumber followed directly by a
+// unit, a size of 8 EiB or more, statfs failures.
 func ParseMaxSize(s, root string) (int64, error) {
-	s = strings.TrimSpace(s)
 	if s == "" || s == "0" {
 		return 0, nil
 	}
 	accepted := "want a size in binary units such as 500MiB, 30GiB or 1TiB, or a share of the filesystem holding --root such as 30%"
 	if pct, ok := strings.CutSuffix(s, "%"); ok {
-		p, err := strconv.ParseFloat(strings.TrimSpace(pct), 64)
-		if err != nil || p <= 0 || p > 100 || math.IsNaN(p) {
+		p, err := strconv.ParseFloat(pct, 64)
+		if err != nil || !sizeNumber.MatchString(pct) || p <= 0 || p > 100 || math.IsNaN(p) {
 			return 0, fmt.Errorf("%q: a share must be more than 0%% and at most 100%%: %s", s, accepted)
 		}
 		total, err := filesystemSize(root)
@@ -48,7 +54,7 @@ func ParseMaxSize(s, root string) (int64, error) {
 		return int64(float64(total) * p / 100), nil
 	}
 	num := strings.TrimRightFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
-	unit := strings.TrimSpace(s[len(num):])
+	unit := s[len(num):]
 	if bin, ok := decimalUnits[unit]; ok {
 		return 0, fmt.Errorf("%q: decimal and short units are not accepted; did you mean %s%s? (%s)", s, num, bin, accepted)
 	}
@@ -65,7 +71,7 @@ func ParseMaxSize(s, root string) (int64, error) {
 		return 0, fmt.Errorf("%q: unknown unit %q: %s", s, unit, accepted)
 	}
 	v, err := strconv.ParseFloat(num, 64)
-	if err != nil || v < 0 || math.IsInf(v, 0) || v*float64(mult) >= math.MaxInt64 {
+	if err != nil || !sizeNumber.MatchString(num) || v < 0 || math.IsInf(v, 0) || v*float64(mult) >= math.MaxInt64 {
 		return 0, fmt.Errorf("%q: not a size: %s", s, accepted)
 	}
 	return int64(v * float64(mult)), nil

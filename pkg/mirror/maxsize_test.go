@@ -39,6 +39,14 @@ func TestParseMaxSize(t *testing.T) {
 		{name: "unknown unit", in: "3 bananas", errHas: "unknown unit"},
 		{name: "not a number", in: "GiB", errHas: "not a size"},
 		{name: "negative", in: "-1GiB", errHas: "not a size"},
+		{name: "zero with a unit is no cap", in: "0GiB", want: 0},
+		{name: "PiB is no unit of ours", in: "1PiB", errHas: "unknown unit"},
+		{name: "exponent", in: "1e3GiB", errHas: "not a size"},
+		{name: "sign", in: "+1GiB", errHas: "not a size"},
+		{name: "space before the unit", in: "30 GiB", errHas: "unknown unit"},
+		{name: "share with an exponent", in: "1e1%", errHas: "at most 100%"},
+		{name: "share zero point zero", in: "0.0%", errHas: "more than 0%"},
+		{name: "8 EiB", in: "8388608TiB", errHas: "not a size"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
