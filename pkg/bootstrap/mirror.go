@@ -17,7 +17,7 @@ func UpstreamNames(values []string) ([]string, error) {
 	}
 	ups, err := name.ParseUpstreams(values)
 	if err != nil {
-		return nil, &RefusedError{Reason: "--upstream: " + err.Error()}
+		return nil, &RefusedError{Reason: err.Error()} // names --upstream (name.ParseUpstreams)
 	}
 	out := make([]string, 0, len(ups))
 	for _, u := range ups {
@@ -38,7 +38,7 @@ func UpstreamNames(values []string) ([]string, error) {
 func Fallbacks(values []string) (map[string]string, error) {
 	ups, err := name.ParseUpstreams(values)
 	if err != nil {
-		return nil, &RefusedError{Reason: "--upstream: " + err.Error()}
+		return nil, &RefusedError{Reason: err.Error()} // names --upstream (name.ParseUpstreams)
 	}
 	out := map[string]string{}
 	for i, u := range ups {

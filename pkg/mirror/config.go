@@ -63,7 +63,7 @@ type Config struct {
 func (c Config) Options(log zerolog.Logger) (Options, error) {
 	ups, err := name.ParseUpstreams(SplitList(c.Upstreams))
 	if err != nil {
-		return Options{}, fmt.Errorf("--upstream: %w", err)
+		return Options{}, err // names --upstream (name.ParseUpstreams)
 	}
 	allow, err := parseCIDRs("allow", c.Allow)
 	if err != nil {

@@ -124,18 +124,22 @@ func TestParseUpstreams(t *testing.T) {
 	}{
 		{"name only", []string{"GHCR.io", "docker.io"}, []string{"ghcr.io=https://ghcr.io", "docker.io=https://registry-1.docker.io"}, ""},
 		{"name and url", []string{"registry.local:5000=HTTP://10.0.0.9:5000/"}, []string{"registry.local:5000=http://10.0.0.9:5000"}, ""},
-		{"twice", []string{"ghcr.io", "GHCR.IO=http://x:1"}, nil, `upstream[1]: "ghcr.io" is configured twice`},
-		{"alias twice", []string{"docker.io", "index.docker.io=http://x:1"}, nil, `"index.docker.io" is configured twice (as "docker.io"`},
-		{"bad name", []string{"ghcr.io/x=http://x:1"}, nil, `upstream[0]: upstream "ghcr.io/x=http://x:1": registry name`},
-		{"url path", []string{"ghcr.io=http://x:1/v2"}, nil, `url "http://x:1/v2": path "/v2" is not accepted`},
-		{"url no scheme", []string{"ghcr.io=10.0.0.5:5000"}, nil, `url "10.0.0.5:5000": no scheme: did you mean http://10.0.0.5:5000?`},
-		{"url port", []string{"ghcr.io=http://x:0"}, nil, `port 0 is out of range`},
+		// Each thing said once (newuser F3: was `--upstream: upstream[0]: upstream "docker.io=ftp://x":
+		// url "ftp://x": scheme ...`); the refused value is the whole message but for the reason.
+		{"twice", []string{"ghcr.io", "GHCR.IO=http://x:1"}, nil, `--upstream: "ghcr.io" is configured twice`},
+		{"alias twice", []string{"docker.io", "index.docker.io=http://x:1"}, nil, `--upstream: "index.docker.io" is configured twice (as "docker.io": the same registry)`},
+		{"bad name", []string{"ghcr.io/x=http://x:1"}, nil, `--upstream: registry name "ghcr.io/x": want a host such as ghcr.io, registry.local:5000 or [::1]:5000 (no scheme, path or credentials)`},
+		{"url scheme", []string{"docker.io=ftp://x"}, nil, `--upstream docker.io: URL "ftp://x": scheme "ftp": want http://HOST[:PORT] or https://HOST[:PORT]`},
+		{"url path", []string{"ghcr.io=http://x:1/v2"}, nil, `--upstream ghcr.io: URL "http://x:1/v2": path "/v2" is not accepted: want http://HOST[:PORT] or https://HOST[:PORT] (the registry API is at /v2/ of the host)`},
+		{"url no scheme", []string{"ghcr.io=10.0.0.5:5000"}, nil, `--upstream ghcr.io: URL "10.0.0.5:5000": no scheme: did you mean http://10.0.0.5:5000?`},
+		{"url credentials not echoed", []string{"ghcr.io=http://me:s3cret@x"}, nil, `--upstream ghcr.io: URL "http://me:xxxxx@x": credentials`},
+		{"url port", []string{"ghcr.io=http://x:0"}, nil, `--upstream ghcr.io: URL "http://x:0": port 0 is out of range`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ups, err := name.ParseUpstreams(tc.in)
 			if tc.refused != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.refused) {
+				if err == nil || !strings.HasPrefix(err.Error(), tc.refused) || strings.Contains(err.Error(), "s3cret") {
 					t.Fatalf("ParseUpstreams(%q) err %v, want %q", tc.in, err, tc.refused)
 				}
 				return

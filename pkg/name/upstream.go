@@ -20,45 +20,54 @@ type Upstream struct {
 func (u Upstream) String() string { return u.Name + "=" + u.URL.String() }
 
 // ParseUpstream parses one --upstream value: "NAME=URL" (serve, agent) or a bare "NAME", whose URL
-// is the real registry's (RegistryURL). NAME follows ParseRegistry, URL ParseURL. Errors name the
-// whole value and the part refused.
+// is the real registry's (RegistryURL). NAME follows ParseRegistry, URL ParseURL. An error names
+// the part refused once: ParseRegistry's `registry name "ghcr.io/x": ...`, or for the URL the
+// name and the URL error: `docker.io: URL "ftp://x": scheme "ftp": want ...` (*URLError inside;
+// credentials in the URL are never echoed).
 func ParseUpstream(s string) (Upstream, error) {
 	nameStr, rawURL, hasURL := strings.Cut(strings.TrimSpace(s), "=")
 	n, err := ParseRegistry(nameStr)
 	if err != nil {
-		return Upstream{}, fmt.Errorf("upstream %q: %w", s, err)
+		return Upstream{}, err
 	}
 	if !hasURL {
 		rawURL = RegistryURL(n)
 	}
-	u, err := ParseURL("url", rawURL)
+	u, err := ParseURL("URL", rawURL)
 	if err != nil {
-		return Upstream{}, fmt.Errorf("upstream %q: %w", s, err)
+		return Upstream{}, fmt.Errorf("%s: %w", n, err)
 	}
 	return Upstream{Name: n, URL: u}, nil
 }
 
 // ParseUpstreams parses every value (ParseUpstream) and refuses a registry configured twice,
 // aliases included (docker.io and index.docker.io are one registry: Canonical). Errors are
-// joined, one per refused value, each with its index: `upstream[1]: ...`.
+// joined, one per refused value, each naming the flag once: `--upstream docker.io: URL "ftp://x":
+// scheme "ftp": want ...`, `--upstream: registry name "ghcr.io/x": ...`, `--upstream: "ghcr.io"
+// is configured twice`.
 func ParseUpstreams(in []string) ([]Upstream, error) {
 	var (
 		out  []Upstream
 		errs []error
 		seen = map[string]string{}
 	)
-	for i, s := range in {
+	for _, s := range in {
 		u, err := ParseUpstream(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("upstream[%d]: %w", i, err))
+		var ue *URLError
+		switch {
+		case errors.As(err, &ue):
+			errs = append(errs, fmt.Errorf("--upstream %w", err))
+			continue
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--upstream: %w", err))
 			continue
 		}
 		c := Canonical(u.Name)
 		if prev, dup := seen[c]; dup {
 			if prev == u.Name {
-				errs = append(errs, fmt.Errorf("upstream[%d]: %q is configured twice", i, u.Name))
+				errs = append(errs, fmt.Errorf("--upstream: %q is configured twice", u.Name))
 			} else {
-				errs = append(errs, fmt.Errorf("upstream[%d]: %q is configured twice (as %q: the same registry)", i, u.Name, prev))
+				errs = append(errs, fmt.Errorf("--upstream: %q is configured twice (as %q: the same registry)", u.Name, prev))
 			}
 			continue
 		}
