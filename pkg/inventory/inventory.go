@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -44,7 +45,9 @@ func New(listenURL string, hc *http.Client) (*Client, error) {
 	return &Client{base: &url.URL{Scheme: u.Scheme, Host: u.Host}, http: hc}, nil
 }
 
-// List returns serve's inventory.
+// List returns serve's inventory. When nothing answers at the listen URL (a dial error) the
+// error says so and asks whether serve runs there: "connect: connection refused: is nodecache
+// serve running at http://127.0.0.1:5000? (--listen-url)".
 func (c *Client) List(ctx context.Context) (*Listing, error) {
 	var inv mirrorapi.CacheInventory
 	if err := c.do(ctx, http.MethodGet, mirrorapi.CachePath, &inv); err != nil {
@@ -76,7 +79,9 @@ func (c *Client) RemoveArgs(ctx context.Context, args []string) (*Removal, error
 }
 
 // Remove evicts the image spec ("<upstream>/<repository>@<digest>"); serve accepts it from
-// loopback only. Errors: ErrInput for a bad spec, ErrNotCached, serve's refusal or failure.
+// loopback only. Errors: ErrInput for a bad spec, ErrNotCached ("not cached: SPEC"), serve's
+// refusal or failure; when nothing answers at the listen URL, the error asks whether serve runs
+// there (--listen-url), as List's does.
 func (c *Client) Remove(ctx context.Context, spec string) (*Removal, error) {
 	if _, err := ParseSpec(spec); err != nil {
 		return nil, err
@@ -96,6 +101,10 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 		return fmt.Errorf("%s %s: %w", method, u.String(), err)
 	}
 	resp, err := c.http.Do(req)
+	var dial *net.OpError
+	if errors.As(err, &dial) && dial.Op == "dial" {
+		return fmt.Errorf("%w: is nodecache serve running at %s? (--listen-url)", dial.Err, c.base)
+	}
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, u.String(), err)
 	}
@@ -112,11 +121,11 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			msg = e.Error
 		}
-		err := fmt.Errorf("%s %s: %s: %s", method, u.String(), resp.Status, msg)
 		if resp.StatusCode == http.StatusNotFound && method == http.MethodDelete {
-			err = fmt.Errorf("%w: %w", ErrNotCached, err)
+			// serve says "not cached: UPSTREAM/REPOSITORY@DIGEST"; say it once.
+			return fmt.Errorf("%w: %s", ErrNotCached, strings.TrimPrefix(msg, ErrNotCached.Error()+": "))
 		}
-		return err
+		return fmt.Errorf("%s %s: %s: %s", method, u.String(), resp.Status, msg)
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		return fmt.Errorf("%s %s: answer is not the inventory's JSON: %w", method, u.String(), err)
