@@ -1,0 +1,93 @@
+package test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// TestReadmeChartValuesExist (newuser F21): every chart value README's Kubernetes sections name
+// exists in charts/nodecache/values.yaml, so `helm install --set NAME=…` as written is not refused
+// by the schema. A value name is a backticked camelCase path (agent.resources, upstreamAuth.secretName,
+// mode=shared, shared.storage.s3.*); a single name resolves at the top level or under the
+// nearest `PATH.*` named before it in the same paragraph (`shared.storage.s3.*` (`bucket`, …)).
+func TestReadmeChartValuesExist(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "charts", "nodecache", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	exists := func(path string) bool {
+		var cur any = values
+		for _, k := range strings.Split(path, ".") {
+			m, ok := cur.(map[string]any)
+			if !ok {
+				return false
+			}
+			if cur, ok = m[k]; !ok {
+				return false
+			}
+		}
+		return true
+	}
+	text := string(readme)
+	start := strings.Index(text, "### Kubernetes: agent on every node")
+	end := strings.Index(text, "\n## serve")
+	if start < 0 || end < start {
+		t.Fatal("README: the Kubernetes sections (### Kubernetes: agent on every node … ## serve) are gone; update this test")
+	}
+	valueName := regexp.MustCompile("`([a-z][A-Za-z]*(?:\\.[a-z][A-Za-z0-9]*)*)(\\.\\*|=[^`]*)?`")
+	checked := 0
+	for _, para := range strings.Split(text[start:end], "\n\n") {
+		prefix := ""
+		for _, m := range valueName.FindAllStringSubmatch(para, -1) {
+			path, suffix := m[1], m[2]
+			if strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".json") {
+				continue // values.yaml, values.schema.json
+			}
+			if !strings.Contains(path, ".") && suffix == "" && !exists(path) && !(prefix != "" && exists(prefix+"."+path)) {
+				// A single lowercase word that is no value anywhere here (a command, a kind) is no
+				// value name; one that is a value under a section is the README's mistake.
+				if !existsNested(values, path) {
+					continue
+				}
+				t.Errorf("README names chart value %q, which is no top-level value (values.yaml has it only nested; write its full path)", path)
+				continue
+			}
+			if strings.Contains(path, ".") && !exists(path) {
+				t.Errorf("README names chart value %q, which values.yaml does not have", path)
+			}
+			if suffix == ".*" {
+				prefix = path
+			}
+			checked++
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("only %d chart value names found in README's Kubernetes sections; the pattern no longer matches", checked)
+	}
+}
+
+// existsNested reports whether key is a key of any map below the top level of v.
+func existsNested(v map[string]any, key string) bool {
+	for _, child := range v {
+		if m, ok := child.(map[string]any); ok {
+			if _, ok := m[key]; ok || existsNested(m, key) {
+				return true
+			}
+		}
+	}
+	return false
+}
