@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"os"
 	"strings"
 	"time"
@@ -120,27 +119,5 @@ func (lc logConfig) logger() (zerolog.Logger, error) {
 	return l, withCode(exitUsage, err)
 }
 
-// isTerminal reports whether f is a terminal (clitext.IsTerminal).
-func isTerminal(f *os.File) bool { return clitext.IsTerminal(f) }
-
-// renderer is what a command prints: it renders itself as text and as JSON.
-type renderer interface {
-	WriteText(w io.Writer) error
-	WriteJSON(w io.Writer) error
-}
-
-// render writes rep as JSON (--output json) or text.
-func render(w io.Writer, output string, rep renderer) error {
-	if output == "json" {
-		return rep.WriteJSON(w)
-	}
-	return rep.WriteText(w)
-}
-
-// outputFormat validates --output.
-func outputFormat(o string) error {
-	if o != "text" && o != "json" {
-		return usagef("--output %q: want text or json", o)
-	}
-	return nil
-}
+// outputFormat validates --output (clitext.CheckOutput); a bad one exits 2.
+func outputFormat(o string) error { return withCode(exitUsage, clitext.CheckOutput(o)) }

@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/urfave/cli/v2"
 
+	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/pkg/bootstrap/configure"
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
@@ -39,7 +40,7 @@ func hostRootFlag(dst *string) cli.Flag {
 
 // genAction checks --output and the log flags, runs one configure pass and renders its report.
 // A refusal exits 2, any other failure 1.
-func genAction[R renderer](common *configure.Common, output *string, lc *logConfig, run func(*cli.Context) (R, error)) cli.ActionFunc {
+func genAction[R clitext.Renderer](common *configure.Common, output *string, lc *logConfig, run func(*cli.Context) (R, error)) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		if err := outputFormat(*output); err != nil {
 			return err
@@ -55,7 +56,7 @@ func genAction[R renderer](common *configure.Common, output *string, lc *logConf
 		} else if err != nil {
 			return withCode(exitNegative, err)
 		}
-		return withCode(exitNegative, render(c.App.Writer, *output, rep))
+		return withCode(exitNegative, clitext.Render(c.App.Writer, *output, rep))
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/urfave/cli/v2"
 
+	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -73,7 +74,7 @@ Examples:
 			if err != nil {
 				return usagef("%v", err)
 			}
-			if err := render(c.App.Writer, output, rep); err != nil {
+			if err := clitext.Render(c.App.Writer, output, rep); err != nil {
 				return withCode(exitUnknown, err)
 			}
 			return silentExit(rep.ExitCode())

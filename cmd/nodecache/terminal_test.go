@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 // openPTY opens a pseudo-terminal pair and returns its terminal side.
@@ -72,7 +74,7 @@ func TestTerminalChecks(t *testing.T) {
 			if got := writerIsTerminal(w); got != tc.want {
 				t.Fatalf("writerIsTerminal = %v, want %v", got, tc.want)
 			}
-			if f, ok := w.(*os.File); ok && isTerminal(f) != tc.want {
+			if f, ok := w.(*os.File); ok && clitext.IsTerminal(f) != tc.want {
 				t.Fatalf("isTerminal = %v, want %v", !tc.want, tc.want)
 			}
 		})

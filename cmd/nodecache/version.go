@@ -4,6 +4,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 func versionCommand() *cli.Command {
@@ -24,7 +25,7 @@ The library versions are the Go module versions linked into this binary.`,
 			if err := outputFormat(output); err != nil {
 				return err
 			}
-			return render(c.App.Writer, output, buildinfo.Read())
+			return clitext.Render(c.App.Writer, output, buildinfo.Read())
 		},
 	}
 }

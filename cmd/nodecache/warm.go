@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/pkg/warm"
 )
 
@@ -67,7 +68,7 @@ the mirror not ready within --wait, or --deadline reached; 2 a flag or IMAGE ref
 						fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
 					}
 				}
-				return render(c.App.Writer, output, &warm.ImageList{Talos: opts.Talos, Images: opts.Sources, Notes: opts.Notes})
+				return clitext.Render(c.App.Writer, output, &warm.ImageList{Talos: opts.Talos, Images: opts.Sources, Notes: opts.Notes})
 			}
 			if opts.Logger, err = lc.logger(); err != nil {
 				return err
@@ -93,7 +94,7 @@ func runWarm(c *cli.Context, output string, opts warm.Options) error {
 	if rep == nil {
 		return withCode(exitNegative, err)
 	}
-	if err := render(c.App.Writer, output, rep); err != nil {
+	if err := clitext.Render(c.App.Writer, output, rep); err != nil {
 		return withCode(exitNegative, err)
 	}
 	if !rep.Warm || rep.Error != "" {
@@ -106,5 +107,5 @@ func runWarm(c *cli.Context, output string, opts warm.Options) error {
 // anything else (pipe, file, buffer) gets one line per blob.
 func writerIsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	return ok && isTerminal(f)
+	return ok && clitext.IsTerminal(f)
 }

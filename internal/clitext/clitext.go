@@ -5,6 +5,7 @@ package clitext
 
 import (
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"time"
@@ -163,4 +164,26 @@ func Span(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+// Renderer is what a command prints (a report): it renders itself as text and as JSON.
+type Renderer interface {
+	WriteText(w io.Writer) error
+	WriteJSON(w io.Writer) error
+}
+
+// Render writes rep as JSON when output is "json" (--output json), else as text.
+func Render(w io.Writer, output string, rep Renderer) error {
+	if output == "json" {
+		return rep.WriteJSON(w)
+	}
+	return rep.WriteText(w)
+}
+
+// CheckOutput refuses an --output value other than text or json, saying what is accepted.
+func CheckOutput(o string) error {
+	if o != "text" && o != "json" {
+		return fmt.Errorf("--output %q: want text or json", o)
+	}
+	return nil
 }
