@@ -21,6 +21,10 @@ GOTAGS    ?= containers_image_openpgp,exclude_graphdriver_btrfs
 TESTFLAGS ?= -count=1 -timeout 30m
 ROOT      ?= $(CURDIR)/.nodecache
 LISTEN    ?= 127.0.0.1:5000
+# make local-registry: distribution's registry for trying serve offline, its storage (and the
+# config written for it) in REGISTRY_ROOT.
+REGISTRY_LISTEN ?= 127.0.0.1:5001
+REGISTRY_ROOT   ?= $(CURDIR)/.registry
 DIST      ?= dist
 # darwin builds serve gen talos and warm users; status and agent exit 2 there ("Linux only").
 PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
@@ -38,7 +42,7 @@ GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 REGISTRY_VERSION := v3.1.2
 REGISTRY      := $(TOOLS)/registry-$(REGISTRY_VERSION)/registry
 
-.PHONY: all build run test test-deploy release image notices ci lint vet fmt tidy bench clean
+.PHONY: all build run local-registry test test-deploy release image notices ci lint vet fmt tidy bench clean
 
 all: build
 
@@ -63,6 +67,14 @@ image:
 
 run: build
 	$(BIN) serve --root $(ROOT) --listen $(LISTEN) --log-format console
+
+# An upstream on this machine (no internet needed once built): push images to it, then
+# NODECACHE_UPSTREAM=docker.io=http://127.0.0.1:5001 make run pulls through it.
+local-registry: $(REGISTRY)
+	mkdir -p '$(REGISTRY_ROOT)'
+	printf 'version: 0.1\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: "%s"}\n' \
+		'$(REGISTRY_ROOT)/data' '$(REGISTRY_LISTEN)' > '$(REGISTRY_ROOT)/config.yml'
+	exec $(REGISTRY) serve '$(REGISTRY_ROOT)/config.yml'
 
 # test ends with one `skip: <test>: <reason>` line per skipped test and `N passed, N failed,
 # N skipped` (internal/testsummary over `go test -json`); failing tests print their whole output.
