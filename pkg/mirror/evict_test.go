@@ -176,10 +176,15 @@ func TestSizeCapEvictsLeastRecentlyPulled(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Eviction is over when the cache is at 90 % of the cap and the second image is counted.
+	// Eviction is over when the cache is at 90 % of the cap, the second image is counted and its
+	// blobs are gone: an image is counted before its blobs are deleted, so the blob gauge and the
+	// evicted bytes are waited for too (read in the same poll as the inventory they must match).
 	inv := waitInventory(t, h.host, "three images at 90% of the cap", func(inv mirrorapi.CacheInventory) bool {
 		return len(inv.Images) == 3 && inv.SizeBytes <= capBytes*9/10 &&
-			metricValue(t, h, `nodecache_evictions_total{reason="cap"}`) == 2
+			metricValue(t, h, `nodecache_evictions_total{reason="cap"}`) == 2 &&
+			metricValue(t, h, `nodecache_evicted_bytes_total`) == float64(uniques[0]+uniques[1]) &&
+			metricValue(t, h, `nodecache_cache_blobs`) == float64(inv.Blobs) &&
+			metricValue(t, h, `nodecache_cache_size_bytes`) == float64(inv.SizeBytes)
 	})
 	for i, img := range inv.Images {
 		want := fmt.Sprintf("team/app%d", 4-i)
