@@ -19,7 +19,7 @@ func mirrorFlags(c *mirror.Config, lc *logConfig, listenDefault string) []cli.Fl
 		stringFlag(&c.Listen, "listen", listenDefault, "registry listen `ADDR`"),
 		stringFlag(&c.Root, "root", mirror.DefaultRoot, "storage `DIR` (filesystem); created if missing"),
 		stringSliceFlag(&c.Upstreams, "upstream", defaults,
-			"`NAME=URL` of a registry to pull through, repeatable; replaces the default set. NAME is the registry host as written in image references (containerd sends it as ?ns=), URL where its API is reached"),
+			"`NAME[=URL]` of a registry to pull through, repeatable; replaces the default set. NAME is the registry host as written in image references (containerd sends it as ?ns=), URL where its API is reached; a bare NAME pulls from that registry itself (https://NAME; Docker Hub: https://registry-1.docker.io)"),
 		stringFlag(&c.DefaultUpstream, "default-upstream", "", "upstream `NAME` for requests with neither ?ns= nor a /v2/<NAME>/ prefix (default: docker.io when configured, else none)"),
 		durationFlag(&c.UpstreamTimeout, "upstream-timeout", mirror.DefaultUpstreamTimeout, "`DURATION` bound on an upstream answer (headers) and a stalled blob stream; then a cached tag is served as stale"),
 		durationFlag(&c.TagTTL, "tag-ttl", 0, "serve a cached tag for this `DURATION` without asking the upstream (0: revalidate on every request)"),

@@ -61,3 +61,25 @@ func TestListenAddresses(t *testing.T) {
 		})
 	}
 }
+
+// TestBareUpstream (newuser F2): serve's --upstream NAME without =URL is the real registry
+// called NAME (https://NAME; Docker Hub's API host for docker.io), as README and --help say.
+func TestBareUpstream(t *testing.T) {
+	t.Parallel()
+	c := mirror.Config{Listen: ":5000", Root: t.TempDir(), UpstreamTimeout: time.Second,
+		Upstreams: []string{"docker.io", "ghcr.io", "registry.local:5005", "quay.io=http://127.0.0.1:5001"}}
+	o, err := c.Options(zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"docker.io": "https://registry-1.docker.io", "ghcr.io": "https://ghcr.io",
+		"registry.local:5005": "https://registry.local:5005", "quay.io": "http://127.0.0.1:5001"}
+	if len(o.Upstreams) != len(want) {
+		t.Fatalf("upstreams %v, want %v", o.Upstreams, want)
+	}
+	for _, u := range o.Upstreams {
+		if got := strings.TrimSuffix(u.URL.String(), "/"); got != want[u.Name] {
+			t.Errorf("--upstream %s: URL %s, want %s", u.Name, got, want[u.Name])
+		}
+	}
+}
