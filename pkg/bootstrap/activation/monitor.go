@@ -60,6 +60,9 @@ type Monitor struct {
 	last  *Report
 	ready bool
 	seen  map[string]State // last logged state per runtime
+	// noRuntime is set while no runtime is present (every one not_applicable), after the one
+	// warning that says so: without it a pod with a wrong host mount sat NotReady with a silent log.
+	noRuntime bool
 }
 
 // NewMonitor checks the options and registers the gauge. It starts nothing: call Run.
@@ -181,6 +184,30 @@ func (m *Monitor) publish(rep *Report) {
 		}
 		ev.Msg("runtime activation changed")
 	}
+	if len(present) > 0 {
+		m.noRuntime = false
+		return
+	}
+	if m.noRuntime {
+		return
+	}
+	m.noRuntime = true
+	var looked []string
+	for _, rt := range rep.Runtimes {
+		looked = append(looked, rt.Runtime+": "+rt.Reason)
+	}
+	if len(looked) == 0 {
+		looked = append(looked, rep.Reason)
+	}
+	ev := log.Warn().Str("state", string(rep.State)).Strs("looked_at", looked)
+	if h := m.opts.Evaluate.Host; h != nil {
+		ev = ev.Str("host_root", h.Root()).Str("proc_root", h.ProcRoot())
+	}
+	if m.opts.Readiness == ReadinessActivation {
+		ev = ev.Str("readiness", "/readyz stays 503 until a runtime pulls through the cache")
+	}
+	ev.Str("remedy", "mount the node's / at --host-root and run in the host's PID namespace (the chart does both)").
+		Msg("no container runtime found on this node")
 }
 
 func (m *Monitor) setReady(ready bool) {
