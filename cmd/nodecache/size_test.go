@@ -9,11 +9,11 @@ import (
 )
 
 // TestCommandIsThin keeps cmd/nodecache a thin layer over the packages (issue 8): its non-test
-// .go files total fewer than 1,050 lines (1,000 before the cache command of issue 12) and each has fewer than 250. Work that makes a file
-// grow belongs in a package under pkg/.
+// .go files total fewer than 1,000 lines and each has fewer than 250, as issue 8 asks. Work that
+// makes a file grow belongs in a package under pkg/ (or internal/clitext for rendering).
 func TestCommandIsThin(t *testing.T) {
 	t.Parallel()
-	const maxFile, maxTotal = 250, 1050
+	const maxFile, maxTotal = 250, 1000
 	files, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
