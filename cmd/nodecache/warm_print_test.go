@@ -80,6 +80,7 @@ func TestWarmPrintTalosVersions(t *testing.T) {
 		want  []string
 		note  string
 	}{
+		{"v1.10.6", []string{"ghcr.io/siderolabs/kubelet:v1.33.3", "registry.k8s.io/kube-proxy:v1.33.3", "ghcr.io/siderolabs/flannel:v0.26.7"}, "pause image of Talos v1.10.6"},
 		{"v1.11.5", []string{"ghcr.io/siderolabs/kubelet:v1.34.1", "registry.k8s.io/kube-proxy:v1.34.1", "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.27.4"}, ""},
 		{"v1.12.4", []string{"ghcr.io/siderolabs/kubelet:v1.35.0", "registry.k8s.io/kube-proxy:v1.35.0", "ghcr.io/siderolabs/flannel:v0.27.4"}, "pause image of Talos v1.12.4"},
 		{"v1.13.8", []string{"ghcr.io/siderolabs/kubelet:v1.36.2", "registry.k8s.io/kube-proxy:v1.36.2", "registry.k8s.io/pause:3.10.1", "ghcr.io/siderolabs/flannel:v0.28.8"}, ""},
@@ -99,7 +100,7 @@ func TestWarmPrintTalosVersions(t *testing.T) {
 	t.Run("unknown release", func(t *testing.T) {
 		t.Parallel()
 		code, _, stderr := runAppStdin(t, "", "warm", "--print", "--talos-version", "v1.9.6")
-		if code != exitUsage || !strings.Contains(stderr, "known: v1.11.5, v1.12.4, v1.13.8") {
+		if code != exitUsage || !strings.Contains(stderr, "known: v1.10.6, v1.11.5, v1.12.4, v1.13.8") {
 			t.Fatalf("exit %d, stderr %q; want 2 listing the known releases", code, stderr)
 		}
 	})

@@ -5,6 +5,8 @@ package warm
 
 // talosReleases are the Talos releases warm --talos-version knows, oldest first.
 var talosReleases = []talosRelease{
+	// machinery v1.10.6 constants: DefaultKubernetesVersion "1.33.3", FlannelVersion "v0.26.7".
+	{Version: "v1.10.6", Kubernetes: "v1.33.3", KubeletImage: "ghcr.io/siderolabs/kubelet", KubeProxyImage: "registry.k8s.io/kube-proxy", Flannel: "v0.26.7", Pause: ""},
 	// machinery v1.11.5 constants: DefaultKubernetesVersion "1.34.1", FlannelVersion "v0.27.4".
 	{Version: "v1.11.5", Kubernetes: "v1.34.1", KubeletImage: "ghcr.io/siderolabs/kubelet", KubeProxyImage: "registry.k8s.io/kube-proxy", Flannel: "v0.27.4", Pause: "registry.k8s.io/pause:3.10"},
 	// machinery v1.12.4 constants: DefaultKubernetesVersion "1.35.0", FlannelVersion "v0.27.4".

@@ -26,6 +26,7 @@ func TestTalosReleaseTable(t *testing.T) {
 	for _, tc := range []struct {
 		talos, k8s, flannel, pause string
 	}{
+		{"v1.10.6", "v1.33.3", "v0.26.7", ""},
 		{"v1.11.5", "v1.34.1", "v0.27.4", "registry.k8s.io/pause:3.10"},
 		{"1.12.4", "v1.35.0", "v0.27.4", ""},
 		{"v1.13.8", "v1.36.2", "v0.28.8", "registry.k8s.io/pause:3.10.1"},
@@ -58,7 +59,7 @@ func TestTalosJoinImagesFor(t *testing.T) {
 	}{
 		{name: "another patch of a known minor", talos: "v1.12.9", wantVersion: "v1.12.4", wantFirst: "ghcr.io/siderolabs/kubelet:v1.35.0", wantNote: "Talos v1.12.9 is not in this build's table; using the images of v1.12.4"},
 		{name: "kubernetes override", talos: "v1.11.5", k8s: "1.34.3", wantVersion: "v1.11.5", wantFirst: "ghcr.io/siderolabs/kubelet:v1.34.3"},
-		{name: "unknown minor", talos: "v1.9.6", wantErr: `--talos-version "v1.9.6" refused: not a Talos release this build knows; known: v1.11.5, v1.12.4, v1.13.8`},
+		{name: "unknown minor", talos: "v1.9.6", wantErr: `--talos-version "v1.9.6" refused: not a Talos release this build knows; known: v1.10.6, v1.11.5, v1.12.4, v1.13.8`},
 		{name: "malformed", talos: "v1.12", wantErr: "want vMAJOR.MINOR.PATCH"},
 		{name: "newline", talos: "v1.12.4\nid", wantErr: `--talos-version "v1.12.4\nid" refused`},
 		{name: "bad kubernetes", talos: "v1.12.4", k8s: "latest", wantErr: "--kubernetes-version"},

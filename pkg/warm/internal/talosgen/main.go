@@ -37,10 +37,10 @@ type release struct {
 	pause string
 }
 
-// releases: one patch of each minor from v1.11 to v1.13 (v1.10's machinery modules were not
-// available from the module proxy when this was written). Another patch of a listed minor is
+// releases: one patch of each minor from v1.10 to v1.13. Another patch of a listed minor is
 // served from its entry with a note.
 var releases = []release{
+	{version: "v1.10.6"},
 	// Talos v1.11.5 ships containerd 2.1.5 (siderolabs/extensions#868, "Preparing for Talos
 	// 1.11.5"); Talos pins containerd's default sandbox image, which at containerd v2.1.5 is
 	// internal/cri/config DefaultSandboxImage = "registry.k8s.io/pause:3.10".
