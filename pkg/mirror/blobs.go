@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -183,19 +182,13 @@ func (b *blobStore) serveFile(ctx context.Context, w http.ResponseWriter, r *htt
 		out = st.w
 	}
 	h := out.Header()
-	if desc.MediaType != "" {
-		h.Set("Content-Type", desc.MediaType)
-	}
+	// Set even when empty, as distribution does: a present Content-Type keeps ServeContent from
+	// sniffing the body. Content-Length is ServeContent's (the range's size on a 206).
+	h.Set("Content-Type", desc.MediaType)
 	h.Set("ETag", `"`+desc.Digest.String()+`"`)
 	h.Set("Cache-Control", "max-age=31536000")
 	if h.Get("Docker-Content-Digest") == "" {
 		h.Set("Docker-Content-Digest", desc.Digest.String())
-	}
-	if h.Get("Content-Type") == "" {
-		h.Set("Content-Type", desc.MediaType)
-	}
-	if h.Get("Content-Length") == "" {
-		h.Set("Content-Length", strconv.FormatInt(desc.Size, 10))
 	}
 	http.ServeContent(out, r, desc.Digest.String(), time.Time{}, f)
 	return true
