@@ -71,7 +71,8 @@ func TestWarmPrint(t *testing.T) {
 }
 
 // TestWarmPrintTalosVersions: --print --talos-version for the releases the table knows, with
-// kubelet, kube-proxy, pause (when known) and flannel, then --installer-image.
+// kubelet, kube-proxy, pause and flannel, then --installer-image; another patch of a known minor
+// with a note naming the release used.
 func TestWarmPrintTalosVersions(t *testing.T) {
 	t.Parallel()
 	installer := "factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:v1.12.4"
@@ -80,9 +81,10 @@ func TestWarmPrintTalosVersions(t *testing.T) {
 		want  []string
 		note  string
 	}{
-		{"v1.10.6", []string{"ghcr.io/siderolabs/kubelet:v1.33.3", "registry.k8s.io/kube-proxy:v1.33.3", "ghcr.io/siderolabs/flannel:v0.26.7"}, "pause image of Talos v1.10.6"},
+		{"v1.10.6", []string{"ghcr.io/siderolabs/kubelet:v1.33.3", "registry.k8s.io/kube-proxy:v1.33.3", "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.26.7"}, ""},
 		{"v1.11.5", []string{"ghcr.io/siderolabs/kubelet:v1.34.1", "registry.k8s.io/kube-proxy:v1.34.1", "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.27.4"}, ""},
-		{"v1.12.4", []string{"ghcr.io/siderolabs/kubelet:v1.35.0", "registry.k8s.io/kube-proxy:v1.35.0", "ghcr.io/siderolabs/flannel:v0.27.4"}, "pause image of Talos v1.12.4"},
+		{"v1.12.4", []string{"ghcr.io/siderolabs/kubelet:v1.35.0", "registry.k8s.io/kube-proxy:v1.35.0", "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.27.4"}, ""},
+		{"v1.12.9", []string{"ghcr.io/siderolabs/kubelet:v1.35.0", "registry.k8s.io/kube-proxy:v1.35.0", "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.27.4"}, "Talos v1.12.9 is not in this build's table; using the images of v1.12.4"},
 		{"v1.13.8", []string{"ghcr.io/siderolabs/kubelet:v1.36.2", "registry.k8s.io/kube-proxy:v1.36.2", "registry.k8s.io/pause:3.10.1", "ghcr.io/siderolabs/flannel:v0.28.8"}, ""},
 	} {
 		t.Run(tc.talos, func(t *testing.T) {

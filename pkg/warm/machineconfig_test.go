@@ -101,8 +101,8 @@ func TestMachineConfigImages(t *testing.T) {
 			patches: []string{"cluster:\n  proxy:\n    disabled: true\n  coreDNS:\n    disabled: true\n  network:\n    cni:\n      name: none\n"},
 			want:    []string{"ghcr.io/siderolabs/kubelet:v1.35.2", installer, "registry.k8s.io/pause:3.10.1"}},
 		{name: "release from --talos-version", typ: machine.TypeWorker, installer: "factory.example/installer/abc:custom", talos: "v1.12.4",
-			want: []string{"ghcr.io/siderolabs/kubelet:v1.35.2", "registry.k8s.io/kube-proxy:v1.35.2", "registry.k8s.io/coredns/coredns:", "factory.example/installer/abc:custom", "ghcr.io/siderolabs/flannel:v0.27.4"},
-			note: "pause image of Talos v1.12.4 is not in this build's table"},
+			want: []string{"ghcr.io/siderolabs/kubelet:v1.35.2", "registry.k8s.io/kube-proxy:v1.35.2", "registry.k8s.io/coredns/coredns:", "factory.example/installer/abc:custom", "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.27.4"},
+			note: "defaults of Talos v1.12.4, from --talos-version"},
 	}
 	for _, tc := range tests {
 		for _, form := range []string{"config", "resource"} {

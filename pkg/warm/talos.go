@@ -32,7 +32,8 @@ type talosRelease struct {
 	KubeletImage, KubeProxyImage string
 	// Flannel is machinery's FlannelVersion with a v prefix, e.g. "v0.27.4".
 	Flannel string
-	// Pause is the sandbox image of the release ("" when the table does not know it).
+	// Pause is the release's pause (sandbox) image, Talos' images.DefaultSandboxImage
+	// (github.com/siderolabs/talos pkg/images/list.go), e.g. "registry.k8s.io/pause:3.10".
 	Pause string
 }
 
@@ -46,7 +47,7 @@ type TalosJoinSet struct {
 	// Images are the references, in pull order: kubelet, kube-proxy, pause, flannel.
 	Images []string `json:"images"`
 	// Note says what the set could not follow exactly: another patch of a known minor served
-	// from the release the table knows, or a pause image the table does not know.
+	// from the release the table knows.
 	Note string `json:"note,omitempty"`
 	// roles names each of Images: kubelet, kube-proxy, pause, flannel.
 	roles []string
@@ -116,11 +117,7 @@ func TalosJoinImagesFor(talosVersion, kubernetesVersion string) (TalosJoinSet, e
 	set := TalosJoinSet{TalosVersion: rel.Version, KubernetesVersion: k8s}
 	set.add("kubelet", rel.KubeletImage+":"+k8s)
 	set.add("kube-proxy", rel.KubeProxyImage+":"+k8s)
-	if rel.Pause != "" {
-		set.add("pause", rel.Pause)
-	} else {
-		note = strings.TrimPrefix(note+"; ", "; ") + fmt.Sprintf("the pause image of Talos %s is not in this build's table: name it with --images-from or as an IMAGE", rel.Version)
-	}
+	set.add("pause", rel.Pause)
 	set.add("flannel", talosFlannelRepository+":"+rel.Flannel)
 	set.Note = note
 	return set, nil

@@ -1,11 +1,17 @@
 // Command talosgen writes pkg/warm's table of Talos releases (talos_releases_gen.go): for each
 // release below, the Kubernetes and flannel versions and the kubelet and kube-proxy repositories
-// read from that release's machinery constants, plus the values machinery does not hold.
+// read from that release's machinery constants, and the pause (sandbox) image read from the
+// release's own module, which Talos pins there and not in machinery.
 //
-// Run by `go generate ./pkg/warm` (network: the Go module proxy, for the machinery modules it does
-// not have yet). Each release's module is fetched with
-// `go mod download -json github.com/siderolabs/talos/pkg/machinery@<release>` and
-// constants/constants.go is parsed with go/parser; nothing is executed.
+// Run by `go generate ./pkg/warm` (network: the Go module proxy, for the modules it does not have
+// yet). Each release's modules are fetched with `go mod download -json MODULE@<release>`:
+//
+//   - github.com/siderolabs/talos/pkg/machinery: constants/constants.go gives
+//     DefaultKubernetesVersion, FlannelVersion, KubeletImage and KubeProxyImage;
+//   - github.com/siderolabs/talos: pkg/images/list.go gives DefaultSandboxImage, the pause image
+//     the release's CRI runs pods with.
+//
+// The files are parsed with go/parser; nothing is executed.
 package main
 
 import (
@@ -25,29 +31,33 @@ import (
 	"strings"
 )
 
-const machinery = "github.com/siderolabs/talos/pkg/machinery"
+const (
+	machinery = "github.com/siderolabs/talos/pkg/machinery"
+	talos     = "github.com/siderolabs/talos"
+)
 
-// release is one Talos release the table knows, with what machinery does not say.
+// release is one Talos release the table knows.
 type release struct {
 	version string
-	// pause is the sandbox image the release's containerd pulls: Talos pins it as
-	// images.DefaultSandboxImage in github.com/siderolabs/talos pkg/images/list.go (not in
-	// machinery). Empty when not checked for that release: the join set then leaves pause out
-	// and says so.
-	pause string
+	// pauseBetween, when set, names the two nearest patches of the same minor whose talos module
+	// the Go module proxy serves, one older and one newer: it is for a release whose own talos
+	// module the proxy refuses ("This module version is not available"), while its machinery
+	// module is served. The pause image is then read from both and must be the same in both;
+	// the generator fails otherwise. A constant equal on both sides of a patch range is the
+	// constant of every patch between them unless it was changed and changed back, which
+	// Talos' patch releases (backports) do not do to the sandbox image.
+	pauseBetween [2]string
 }
 
 // releases: one patch of each minor from v1.10 to v1.13. Another patch of a listed minor is
 // served from its entry with a note.
 var releases = []release{
 	{version: "v1.10.6"},
-	// Talos v1.11.5 ships containerd 2.1.5 (siderolabs/extensions#868, "Preparing for Talos
-	// 1.11.5"); Talos pins containerd's default sandbox image, which at containerd v2.1.5 is
-	// internal/cri/config DefaultSandboxImage = "registry.k8s.io/pause:3.10".
-	{version: "v1.11.5", pause: "registry.k8s.io/pause:3.10"},
-	{version: "v1.12.4"},
-	// pkg/images/list.go at v1.13.x: DefaultSandboxImage = "registry.k8s.io/pause:3.10.1".
-	{version: "v1.13.8", pause: "registry.k8s.io/pause:3.10.1"},
+	{version: "v1.11.5"},
+	// The proxy serves machinery v1.12.4 but not talos v1.12.4 (nor v1.12.2, v1.12.3, v1.12.5);
+	// it serves talos v1.12.1 and v1.12.6.
+	{version: "v1.12.4", pauseBetween: [2]string{"v1.12.1", "v1.12.6"}},
+	{version: "v1.13.8"},
 }
 
 func main() {
@@ -70,14 +80,20 @@ package warm
 var talosReleases = []talosRelease{
 `)
 	for _, r := range releases {
-		c, err := readConstants(r.version)
+		c, err := readConstants(machinery, r.version, "constants/constants.go",
+			"DefaultKubernetesVersion", "FlannelVersion", "KubeletImage", "KubeProxyImage")
+		if err != nil {
+			return err
+		}
+		pause, source, err := readPause(r)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(&b, "\t// machinery %s constants: DefaultKubernetesVersion %q, FlannelVersion %q.\n", r.version, c["DefaultKubernetesVersion"], c["FlannelVersion"])
+		fmt.Fprintf(&b, "\t// %s.\n", source)
 		fmt.Fprintf(&b, "\t{Version: %q, Kubernetes: %q, KubeletImage: %q, KubeProxyImage: %q, Flannel: %q, Pause: %q},\n",
 			r.version, "v"+strings.TrimPrefix(c["DefaultKubernetesVersion"], "v"), c["KubeletImage"], c["KubeProxyImage"],
-			"v"+strings.TrimPrefix(c["FlannelVersion"], "v"), r.pause)
+			"v"+strings.TrimPrefix(c["FlannelVersion"], "v"), pause)
 	}
 	b.WriteString("}\n")
 	src, err := format.Source(b.Bytes())
@@ -87,26 +103,76 @@ var talosReleases = []talosRelease{
 	return os.WriteFile(out, src, 0o644)
 }
 
-// readConstants downloads machinery@version (module cache or proxy) and returns the string
-// constants warm needs from constants/constants.go.
-func readConstants(version string) (map[string]string, error) {
-	cmd := exec.Command("go", "mod", "download", "-json", machinery+"@"+version)
+// readPause returns r's pause image and a sentence naming where it was read: the release's own
+// talos module, or the two patches of r.pauseBetween, which must agree.
+func readPause(r release) (pause, source string, err error) {
+	read := func(version string) (string, error) {
+		c, err := readConstants(talos, version, "pkg/images/list.go", "DefaultSandboxImage")
+		if err != nil {
+			return "", err
+		}
+		return c["DefaultSandboxImage"], nil
+	}
+	if r.pauseBetween == [2]string{} {
+		pause, err := read(r.version)
+		if err != nil {
+			return "", "", err
+		}
+		return pause, fmt.Sprintf("talos %s pkg/images/list.go: DefaultSandboxImage %q", r.version, pause), nil
+	}
+	lo, hi := r.pauseBetween[0], r.pauseBetween[1]
+	if !patchBefore(lo, r.version) || !patchBefore(r.version, hi) {
+		return "", "", fmt.Errorf("%s: pauseBetween %s and %s must be older and newer patches of its minor", r.version, lo, hi)
+	}
+	loPause, err := read(lo)
+	if err != nil {
+		return "", "", err
+	}
+	hiPause, err := read(hi)
+	if err != nil {
+		return "", "", err
+	}
+	if loPause != hiPause {
+		return "", "", fmt.Errorf("%s: talos %s says pause %q and %s says %q: the pause image of the patches between is unknown", r.version, lo, loPause, hi, hiPause)
+	}
+	return loPause, fmt.Sprintf("talos %s and %s pkg/images/list.go both: DefaultSandboxImage %q (talos %s is not on the Go module proxy)", lo, hi, loPause, r.version), nil
+}
+
+// patchBefore reports whether a and b are vMAJOR.MINOR.PATCH of one minor with a's patch lower.
+func patchBefore(a, b string) bool {
+	var am, an, ap, bm, bn, bp int
+	if _, err := fmt.Sscanf(a, "v%d.%d.%d", &am, &an, &ap); err != nil {
+		return false
+	}
+	if _, err := fmt.Sscanf(b, "v%d.%d.%d", &bm, &bn, &bp); err != nil {
+		return false
+	}
+	return am == bm && an == bn && ap < bp
+}
+
+// readConstants downloads module@version (module cache or proxy) and returns the string
+// constants names from the Go file at file (slash-separated, relative to the module root).
+func readConstants(module, version, file string, names ...string) (map[string]string, error) {
+	cmd := exec.Command("go", "mod", "download", "-json", module+"@"+version)
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
 	outb, runErr := cmd.Output() // on failure the JSON still carries the reason in Error
 	var mod struct{ Dir, Error string }
 	if err := json.Unmarshal(outb, &mod); err != nil {
-		return nil, fmt.Errorf("go mod download %s@%s: %w", machinery, version, errors.Join(runErr, err))
+		return nil, fmt.Errorf("go mod download %s@%s: %w", module, version, errors.Join(runErr, err))
 	}
 	if mod.Dir == "" {
-		return nil, fmt.Errorf("go mod download %s@%s: %s", machinery, version, mod.Error)
+		return nil, fmt.Errorf("go mod download %s@%s: %s", module, version, mod.Error)
 	}
-	path := filepath.Join(mod.Dir, "constants", "constants.go")
+	path := filepath.Join(mod.Dir, filepath.FromSlash(file))
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, path, nil, 0)
 	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", path, err)
 	}
-	want := map[string]string{"DefaultKubernetesVersion": "", "FlannelVersion": "", "KubeletImage": "", "KubeProxyImage": ""}
+	want := make(map[string]string, len(names))
+	for _, n := range names {
+		want[n] = ""
+	}
 	for _, d := range f.Decls {
 		g, ok := d.(*ast.GenDecl)
 		if !ok || g.Tok != token.CONST {
