@@ -374,3 +374,48 @@ func TestEnvValues(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedSettingsFile (newuser F18): a settings file named by NODECACHE_CONFIG reaches every
+// command, so each one reads its own keys from it and ignores the keys of other commands' flags
+// (serve's listen and upstream-auth for warm), while a key no command has is still refused and
+// --config, which names a file for one command, stays strict. Not parallel: it sets the process
+// environment.
+func TestSharedSettingsFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	shared := write("shared.yaml", "listen: \":5000\"\nupstream-auth: /etc/nodecache/auth.json\ntalos-version: v1.12.4\n")
+	typo := write("typo.yaml", "listen: \":5000\"\nlsiten: \":5001\"\n")
+	own := write("own.yaml", "talos-version: v1.11.5\n")
+	for _, tc := range []struct {
+		name, env string
+		args      []string
+		code      int
+		stdout    string // prefix
+		stderr    string // contains
+	}{
+		{"other commands' keys ignored, own key read", shared, []string{"warm", "--print"}, exitOK,
+			"ghcr.io/siderolabs/kubelet:v1.35.0\n", ""},
+		{"a key of no command refused", typo, []string{"warm", "--print", "nginx"}, exitUsage,
+			"", "NODECACHE_CONFIG=" + typo + ": unknown keys lsiten (did you mean listen?)"},
+		{"--config stays strict", "", []string{"warm", "--config", shared, "--print"}, exitUsage,
+			"", "--config " + shared + ": unknown keys listen, upstream-auth: keys are this command's flag names"},
+		{"--config wins over the environment", shared, []string{"warm", "--config", own, "--print"}, exitOK,
+			"ghcr.io/siderolabs/kubelet:v1.34.1\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("NODECACHE_CONFIG", tc.env)
+			}
+			code, stdout, stderr := runApp(t, tc.args...)
+			if code != tc.code || !strings.HasPrefix(stdout, tc.stdout) || !strings.Contains(stderr, tc.stderr) {
+				t.Fatalf("exit %d\nstdout %q\nstderr %q\nwant exit %d, stdout starting %q, stderr containing %q", code, stdout, stderr, tc.code, tc.stdout, tc.stderr)
+			}
+		})
+	}
+}

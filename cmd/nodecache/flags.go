@@ -56,10 +56,10 @@ func stringSliceFlag(dst *[]string, name string, value []string, usage string) c
 // withConfig adds --config and the flag > env > file > default precedence to a command, binds
 // the list flags, and turns flag errors into exit code 2.
 func withConfig(cmd *cli.Command) *cli.Command {
+	env := envVars(configFlag)[0] // read by clitext.Settings, not as EnvVars: see there
 	cmd.Flags = append(cmd.Flags, &cli.StringFlag{
-		Name:    configFlag,
-		Usage:   "YAML settings `FILE`; keys are flag names (e.g. \"listen: :5000\", lists as YAML sequences)",
-		EnvVars: envVars(configFlag),
+		Name:  configFlag,
+		Usage: "YAML settings `FILE`; keys are this command's flag names (lists as YAML sequences). $" + env + " names one file for every command, which ignores the keys of other commands' flags",
 	})
 	load := altsrc.InitInputSourceWithContext(cmd.Flags, altsrc.NewYamlSourceFromFlagFunc(configFlag))
 	takesArgs := cmd.ArgsUsage != ""
@@ -70,13 +70,8 @@ func withConfig(cmd *cli.Command) *cli.Command {
 		if err := clitext.EnvError(c, cmd.Flags); err != nil {
 			return usagef("%v", err)
 		}
-		if file := c.String(configFlag); file != "" {
-			if err := clitext.CheckSettings(file, cmd.Flags, configFlag); err != nil {
-				return usagef("--config %s: %v", file, err)
-			}
-			if err := load(c); err != nil {
-				return usagef("--config %s: %v", file, err)
-			}
+		if err := clitext.Settings(c, cmd, configFlag, env, load); err != nil {
+			return usagef("%v", err)
 		}
 		for _, f := range cmd.Flags {
 			if l, ok := f.(*listFlag); ok {

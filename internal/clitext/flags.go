@@ -32,8 +32,10 @@ func KindOf(f cli.Flag) Kind {
 // CheckSettings refuses a YAML settings file whose top-level keys are not names of flags (a
 // typo would otherwise be ignored silently; a close one is named: "lsiten (did you mean
 // listen?)") or whose values are of the wrong kind (CheckValues: said in words, not as Go
-// types). skip is a flag name that is no key (the --config flag itself).
-func CheckSettings(file string, flags []cli.Flag, skip string) error {
+// types). skip is a flag name that is no key (the --config flag itself). shared names the flags
+// of the other commands when the file is one several commands read (NODECACHE_CONFIG): their
+// keys are then ignored, not refused; nil when the file is this command's alone.
+func CheckSettings(file string, flags []cli.Flag, skip string, shared []string) error {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return err
@@ -52,8 +54,8 @@ func CheckSettings(file string, flags []cli.Flag, skip string) error {
 	}
 	var unknown []string
 	for k := range doc {
-		if _, ok := kinds[k]; !ok {
-			if s := Suggest(k, names); s != "" {
+		if _, ok := kinds[k]; !ok && !slices.Contains(shared, k) {
+			if s := Suggest(k, append(names, shared...)); s != "" {
 				k += " (did you mean " + s + "?)"
 			}
 			unknown = append(unknown, k)
@@ -64,6 +66,53 @@ func CheckSettings(file string, flags []cli.Flag, skip string) error {
 		return fmt.Errorf("unknown keys %s: keys are this command's flag names without dashes (see --help)", strings.Join(unknown, ", "))
 	}
 	return CheckValues(doc, kinds)
+}
+
+// Settings reads cmd's settings file into c through load (altsrc's loader of the file the flag
+// named flag holds). The file is the one --<flag> names, checked strictly (CheckSettings); else
+// the one the environment variable env names, which reaches every command of c.App (serve's
+// settings and a `cache ls` in the same shell or pod): there the keys of other commands' flags
+// are ignored. No file, no error. Errors name the source: `--config FILE: …` or
+// `NODECACHE_CONFIG=FILE: …`.
+func Settings(c *cli.Context, cmd *cli.Command, flag, env string, load cli.BeforeFunc) error {
+	file, from, shared := c.String(flag), "--"+flag+" ", []string(nil)
+	if v := os.Getenv(env); file == "" && v != "" {
+		file, from, shared = v, env+"=", otherFlagNames(c.App, cmd)
+		if err := c.Set(flag, file); err != nil {
+			return fmt.Errorf("%s%s: %w", from, file, err)
+		}
+	}
+	if file == "" {
+		return nil
+	}
+	if err := CheckSettings(file, cmd.Flags, flag, shared); err != nil {
+		return fmt.Errorf("%s%s: %w", from, file, err)
+	}
+	if err := load(c); err != nil {
+		return fmt.Errorf("%s%s: %w", from, file, err)
+	}
+	return nil
+}
+
+// otherFlagNames are the flag names of app's commands other than cmd, subcommands included;
+// never nil.
+func otherFlagNames(app *cli.App, cmd *cli.Command) []string {
+	names := []string{}
+	var walk func([]*cli.Command)
+	walk = func(cmds []*cli.Command) {
+		for _, o := range cmds {
+			if o != cmd {
+				for _, f := range o.Flags {
+					names = append(names, f.Names()...)
+				}
+			}
+			walk(o.Subcommands)
+		}
+	}
+	if app != nil {
+		walk(app.Commands)
+	}
+	return names
 }
 
 // flagValueRE and unknownFlagRE match the flag package's reports (one dash, and no word on
