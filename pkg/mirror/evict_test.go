@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -422,6 +423,62 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 	if got.Images[0].Repository != "team/one" {
 		t.Errorf("after eviction at start: %s kept, want team/one (pulled last, by the loop above)", got.Images[0].Repository)
 	}
+}
+
+// TestServesBeforeIndexReady: a restarted mirror serves pulls from its storage before its cache
+// index is loaded or rebuilt (Run not started, as while the rebuild still walks storage): the
+// inventory says not ready, the image pulls with the upstream gone, and nothing is evicted
+// though the cap is below the cache's size. Once Run has rebuilt the index, eviction follows the
+// cap and the inventory is ready.
+func TestServesBeforeIndexReady(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	up.PushImage(t, "team/one", "v1", mirrortest.Image(t, 64<<10, 2, "linux/amd64"))
+	up.PushImage(t, "team/two", "v1", mirrortest.Image(t, 64<<10, 2, "linux/amd64"))
+	root := t.TempDir()
+	ups := []name.Upstream{upstreamFor(t, "upstream.test", up)}
+	h := newHarness(t, mirror.Options{Root: root, Upstreams: ups})
+	stop := runMirror(t, h.m)
+	pullImage(t, h.host+"/upstream.test/team/one:v1")
+	pullImage(t, h.host+"/upstream.test/team/two:v1")
+	if err := h.m.WaitIdle(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	full := waitInventory(t, h.host, "two images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
+	stop()
+	h.srv.Close()
+	if err := h.m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(root, "nodecache", "index.json")); err != nil {
+		t.Fatal(err) // no index file: the next start must rebuild from storage
+	}
+	up.Stop()
+
+	h2 := newHarness(t, mirror.Options{Root: root, Upstreams: ups, MaxSize: full.SizeBytes - 1})
+	if inv := inventory(t, h2.host); inv.Ready {
+		t.Fatalf("inventory ready before the index was loaded: %+v", inv)
+	}
+	for range 2 {
+		pullImage(t, h2.host+"/upstream.test/team/one:v1")
+		pullImage(t, h2.host+"/upstream.test/team/two:v1")
+	}
+	var blobs int
+	if err := filepath.WalkDir(filepath.Join(root, "docker", "registry", "v2", "blobs"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == "data" {
+			blobs++
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if blobs != full.Blobs {
+		t.Fatalf("%d blobs on disk while the index was not ready, want all %d (nothing evicted before the index is known)", blobs, full.Blobs)
+	}
+	runMirror(t, h2.m)
+	waitInventory(t, h2.host, "the rebuilt index, then eviction to the cap", func(inv mirrorapi.CacheInventory) bool {
+		return inv.Ready && len(inv.Images) == 1 && inv.SizeBytes < full.SizeBytes
+	})
 }
 
 // metricValue is the value of the series "name{labels}" (labels as Prometheus writes them, ""
