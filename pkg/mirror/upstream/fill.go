@@ -16,6 +16,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/internal/clitext"
 )
@@ -255,6 +256,23 @@ func (f *Fill) Desc() v1.Descriptor {
 	return d
 }
 
+// fillErrorLevel is the level a failed fill is logged at: debug when the upstream answered
+// that the blob does not exist (a client's question, answered 404 and in the access log), warn
+// when it refused access (the node falls back with its own credentials), error otherwise (the
+// upstream unavailable, a broken or wrong stream: something an operator acts on).
+func fillErrorLevel(err error) zerolog.Level {
+	var ue *Error
+	switch {
+	case !errors.As(err, &ue) || ue.Unavailable():
+		return zerolog.ErrorLevel
+	case ue.NotFound():
+		return zerolog.DebugLevel
+	case ue.Status == http.StatusUnauthorized || ue.Status == http.StatusForbidden:
+		return zerolog.WarnLevel
+	}
+	return zerolog.ErrorLevel
+}
+
 // run fetches f's blob from the upstream into its staging file, resuming with Range when the
 // stream breaks, verifies the digest, releases the last byte to readers, and commits it.
 func (f *Fill) run() {
@@ -269,7 +287,7 @@ func (f *Fill) run() {
 	err := f.download(ctx)
 	r.f.metrics.observe(r.Name, f.tierOr(), KindBlob, start, err)
 	if err != nil {
-		log.Error().Err(err).Int64("bytes", f.written).Msg("blob fill failed; nothing cached")
+		log.WithLevel(fillErrorLevel(err)).Err(err).Int64("bytes", f.written).Msg("blob fill failed; nothing cached")
 		f.finish(err)
 		return
 	}

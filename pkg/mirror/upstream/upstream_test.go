@@ -19,6 +19,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 )
 
@@ -351,5 +352,29 @@ func TestFillGivesUpWithoutProgress(t *testing.T) {
 				t.Errorf("%d upstream GETs, want %d", g, tc.wantGets)
 			}
 		})
+	}
+}
+
+// TestFillErrorLevel (newuser F15): a blob the upstream says does not exist is a client's
+// question answered 404, logged at debug (the access log has the request); refused access is a
+// warning; an unavailable upstream or a broken stream is an error.
+func TestFillErrorLevel(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want zerolog.Level
+	}{
+		{&Error{Upstream: "docker.io", Op: "GET blob", Status: http.StatusNotFound}, zerolog.DebugLevel},
+		{fmt.Errorf("fill: %w", &Error{Upstream: "docker.io", Op: "GET blob", Status: http.StatusNotFound}), zerolog.DebugLevel},
+		{&Error{Upstream: "docker.io", Op: "GET blob", Status: http.StatusUnauthorized}, zerolog.WarnLevel},
+		{&Error{Upstream: "docker.io", Op: "GET blob", Status: http.StatusForbidden}, zerolog.WarnLevel},
+		{&Error{Upstream: "docker.io", Op: "GET blob", Status: http.StatusTooManyRequests}, zerolog.ErrorLevel},
+		{&Error{Upstream: "docker.io", Op: "GET blob", Status: http.StatusBadGateway}, zerolog.ErrorLevel},
+		{&Error{Upstream: "docker.io", Op: "GET blob", Err: context.DeadlineExceeded}, zerolog.ErrorLevel},
+		{errors.New("digest mismatch"), zerolog.ErrorLevel},
+	} {
+		if got := fillErrorLevel(tc.err); got != tc.want {
+			t.Errorf("fillErrorLevel(%v) = %s, want %s", tc.err, got, tc.want)
+		}
 	}
 }
