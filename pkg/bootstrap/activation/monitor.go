@@ -92,7 +92,7 @@ func NewMonitor(opts MonitorOptions) (*Monitor, error) {
 	m := &Monitor{opts: opts, seen: map[string]State{}}
 	m.gauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "nodecache_runtime_config_active",
-		Help: "1 while the runtime's running configuration pulls through this mirror (ACTIVE), 0 while it does not or cannot be told; runtimes not present on the node are absent.",
+		Help: "1 while the runtime's running configuration pulls through this mirror (ACTIVE), 0 while it does not or cannot be told; runtimes not present on the node are absent, and runtime=\"" + NoRuntimeLabel + "\" is 0 while no runtime is found at all.",
 	}, []string{"runtime"})
 	if opts.Registerer != nil {
 		if err := opts.Registerer.Register(m.gauge); err != nil {
@@ -185,9 +185,14 @@ func (m *Monitor) publish(rep *Report) {
 		ev.Msg("runtime activation changed")
 	}
 	if len(present) > 0 {
+		m.gauge.DeleteLabelValues(NoRuntimeLabel)
 		m.noRuntime = false
 		return
 	}
+	// No runtime at all is a node that does not pull through the cache either (often the
+	// agent's host root or PID namespace is not the node's): say so as a 0, so that an alert on
+	// the gauge fires instead of finding no series.
+	m.gauge.WithLabelValues(NoRuntimeLabel).Set(0)
 	if m.noRuntime {
 		return
 	}
@@ -209,6 +214,10 @@ func (m *Monitor) publish(rep *Report) {
 	ev.Str("remedy", "mount the node's / at --host-root and run in the host's PID namespace (the chart does both)").
 		Msg("no container runtime found on this node")
 }
+
+// NoRuntimeLabel is the runtime label of nodecache_runtime_config_active while no container
+// runtime is found on the node (its value is then 0).
+const NoRuntimeLabel = "none"
 
 func (m *Monitor) setReady(ready bool) {
 	m.mu.Lock()

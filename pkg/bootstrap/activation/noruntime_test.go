@@ -3,11 +3,14 @@ package activation
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
 
@@ -19,8 +22,9 @@ func TestMonitorWarnsNoRuntime(t *testing.T) {
 	t.Parallel()
 	n := newTestNode(t)
 	var logs syncBuffer
+	reg := prometheus.NewRegistry()
 	m, err := NewMonitor(MonitorOptions{Evaluate: n.opts(), Readiness: ReadinessActivation,
-		Serving: func(context.Context) error { return nil }, Logger: zerolog.New(&logs)})
+		Serving: func(context.Context) error { return nil }, Logger: zerolog.New(&logs), Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,6 +44,9 @@ func TestMonitorWarnsNoRuntime(t *testing.T) {
 			t.Fatalf("empty node: state %s, ready %v", rep.State, m.Ready())
 		}
 	}
+	if got := gaugeSeries(t, reg); got != `none=0` {
+		t.Fatalf("gauge series with no runtime: %q, want none=0 (an alert on == 0 must fire)", got)
+	}
 	w := warnings()
 	if len(w) != 1 {
 		t.Fatalf("%d no-runtime warnings after two checks, want 1:\n%s", len(w), logs.String())
@@ -56,6 +63,9 @@ func TestMonitorWarnsNoRuntime(t *testing.T) {
 	if rep := m.Check(t.Context()); rep.State == NotApplicable {
 		t.Fatalf("with %s: still not_applicable", cfgFile)
 	}
+	if got := gaugeSeries(t, reg); got != `containerd=0` {
+		t.Fatalf("gauge series with containerd configured, not running: %q, want containerd=0 only", got)
+	}
 	if err := os.Remove(filepath.Join(n.Root, cfgFile)); err != nil {
 		t.Fatal(err)
 	}
@@ -63,4 +73,28 @@ func TestMonitorWarnsNoRuntime(t *testing.T) {
 	if w := warnings(); len(w) != 2 {
 		t.Fatalf("%d no-runtime warnings after the runtime went again, want 2:\n%s", len(w), logs.String())
 	}
+	if got := gaugeSeries(t, reg); got != `none=0` {
+		t.Fatalf("gauge series after the runtime went: %q, want none=0", got)
+	}
+}
+
+// gaugeSeries is nodecache_runtime_config_active in reg as "runtime=value" pairs, sorted and
+// space-separated.
+func gaugeSeries(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, mf := range mfs {
+		if mf.GetName() != "nodecache_runtime_config_active" {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			out = append(out, fmt.Sprintf("%s=%g", mt.GetLabel()[0].GetValue(), mt.GetGauge().GetValue()))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
 }
