@@ -70,6 +70,8 @@ func TestCacheLsRm(t *testing.T) {
 		{"no digest", []string{"cache", "rm", "--listen-url", srv.URL, "upstream.test/team/app:v1"}, 2, "UPSTREAM/REPOSITORY@DIGEST"},
 		{"bad digest", []string{"cache", "rm", "--listen-url", srv.URL, "upstream.test/team/app@sha256:12"}, 2, "digest"},
 		{"no argument", []string{"cache", "rm", "--listen-url", srv.URL}, 2, "takes one"},
+		{"flag after the argument (newuser F16)", []string{"cache", "rm", "--listen-url", srv.URL, spec, "--output", "json"}, 2,
+			`argument "--output" looks like a flag: flags go before UPSTREAM/REPOSITORY@DIGEST, e.g. nodecache cache rm --output json `},
 		{"listen url", []string{"cache", "ls", "--listen-url", "127.0.0.1:5000"}, 2, "--listen-url"},
 		{"output", []string{"cache", "ls", "--listen-url", srv.URL, "--output", "yaml"}, 2, "--output"},
 		{"unknown subcommand", []string{"cache", "purge"}, 2, "unknown command"},

@@ -70,8 +70,15 @@ func ParseSpec(spec string) (string, error) {
 	return spec, nil
 }
 
-// RemoveArgs is Remove of the one spec in args (ErrInput unless there is exactly one).
+// RemoveArgs is Remove of the one spec in args (ErrInput unless there is exactly one). A flag
+// given after the spec arrives here as an argument (flags end at the first argument): it is
+// named, with where it goes.
 func (c *Client) RemoveArgs(ctx context.Context, args []string) (*Removal, error) {
+	for _, a := range args {
+		if strings.HasPrefix(a, "-") {
+			return nil, fmt.Errorf("%w: argument %q looks like a flag: flags go before UPSTREAM/REPOSITORY@DIGEST, e.g. nodecache cache rm --output json docker.io/library/alpine@sha256:<64 hex digits>", ErrInput, a)
+		}
+	}
 	if len(args) != 1 {
 		return nil, fmt.Errorf("%w: cache rm takes one UPSTREAM/REPOSITORY@DIGEST (as cache ls lists it), got %d arguments", ErrInput, len(args))
 	}
