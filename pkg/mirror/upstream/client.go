@@ -103,11 +103,34 @@ func newClient(up Registry, base http.RoundTripper, timeout time.Duration, userA
 	if up.Credentials != nil {
 		base = credentialGuard{name: up.Name, upstream: up.URL, next: base}
 	}
+	if up.URL.Scheme == "http" {
+		base = plainHTTPOnly{host: up.URL.Host, next: base}
+	}
 	return &client{
 		up: up, reg: reg, base: base, timeout: timeout, userAgent: userAgent,
 		now: now, repos: repos, creds: up.Credentials,
 		chain: ch, instanceID: instanceID, nodecache: seen,
 	}, nil
+}
+
+// plainHTTPOnly refuses https requests to an http:// upstream's own host. go-containerregistry
+// pings an insecure registry over https first and takes https when it answers, http only after
+// (transport.Ping); the configured scheme is the contract, so the https attempt fails here, before
+// any connection: no TLS handshake reaches a plain-HTTP upstream, and a host that also answers
+// https elsewhere (port 443 of an "http://host" upstream) is never used in its place.
+type plainHTTPOnly struct {
+	host string
+	next http.RoundTripper
+}
+
+func (t plainHTTPOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "https" && req.URL.Host == t.host {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, fmt.Errorf("upstream is configured as http://%s: https is not used", t.host)
+	}
+	return t.next.RoundTrip(req)
 }
 
 type retryAfterKey struct{}

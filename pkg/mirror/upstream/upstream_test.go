@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -181,6 +182,68 @@ func TestTransportsAreLeastRecentlyUsed(t *testing.T) {
 	get("repo0")
 	if pings.Load() != before+1 {
 		t.Error("a transport older than repoTransportTTL was reused")
+	}
+}
+
+// tlsCountingListener counts the connections whose first byte opens a TLS record (0x16, a
+// handshake): what an https attempt sends to a plain-HTTP server.
+type tlsCountingListener struct {
+	net.Listener
+	hellos *atomic.Int64
+}
+
+func (l tlsCountingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &firstByteConn{Conn: c, hellos: l.hellos}, nil
+}
+
+type firstByteConn struct {
+	net.Conn
+	hellos *atomic.Int64
+	seen   bool
+}
+
+func (c *firstByteConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && !c.seen {
+		c.seen = true
+		if p[0] == 0x16 {
+			c.hellos.Add(1)
+		}
+	}
+	return n, err
+}
+
+// TestHTTPUpstreamNeverHTTPS (newuser F14): an upstream configured as http:// is pinged and
+// authenticated over http only; go-containerregistry's ping tries https first for insecure
+// registries, and no TLS handshake may reach the upstream.
+func TestHTTPUpstreamNeverHTTPS(t *testing.T) {
+	t.Parallel()
+	var hellos, pings atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/" {
+			pings.Add(1)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	srv.Listener = tlsCountingListener{Listener: srv.Listener, hellos: &hellos}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	c := testFetcher(t, srv, Options{}).Remote("upstream.test").client
+	for _, repo := range []string{"team/one", "team/two"} {
+		if _, err := c.transport(t.Context(), repo); err != nil {
+			t.Fatalf("transport %s: %v", repo, err)
+		}
+	}
+	if n := pings.Load(); n != 2 {
+		t.Fatalf("%d pings over http, want 2 (one per repository)", n)
+	}
+	if n := hellos.Load(); n != 0 {
+		t.Fatalf("%d TLS handshakes reached the http:// upstream, want none", n)
 	}
 }
 
