@@ -181,6 +181,39 @@ func TestChain(t *testing.T) {
 	})
 }
 
+// TestChainWaitsForSharedTier: with the upstream black-holed, the shared tier answers a cached
+// tag as stale after its own upstream timeout; a node with the same timeout waits for that answer
+// (SharedTierTimeout) instead of giving up when its own timeout ends, getting nothing and
+// counting the shared tier as failed. Three such requests leave the breaker closed.
+func TestChainWaitsForSharedTier(t *testing.T) {
+	t.Parallel()
+	const timeout = time.Second
+	up := mirrortest.NewRegistry(t)
+	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	ups := []regname.Upstream{upstreamFor(t, "upstream.test", up)}
+	shared := newHarness(t, mirror.Options{Upstreams: ups, UpstreamTimeout: timeout})
+	pullImage(t, shared.host+"/upstream.test/team/app:v1")
+	up.Wrap(func(http.Handler) http.Handler { // black hole: no answer until the client leaves
+		return http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	})
+	node := newHarness(t, mirror.Options{Upstreams: ups, UpstreamTimeout: timeout, Chain: mustURL(t, "http://"+shared.host)})
+	for i := range 3 {
+		start := time.Now()
+		resp, body := get(t, http.MethodGet, fmtURL(node, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("request %d after %s: %d %s, want 200: the shared tier's stale answer", i, time.Since(start).Round(time.Millisecond), resp.StatusCode, body)
+		}
+	}
+	for _, l := range node.logs.requests(t) {
+		if l["kind"] == "manifest" && l["tier"] != upstream.TierShared {
+			t.Errorf("node answered from tier %v, want shared: %v", l["tier"], l)
+		}
+	}
+	if strings.Contains(node.logs.String(), "shared tier failing") {
+		t.Errorf("the breaker opened:\n%s", node.logs.String())
+	}
+}
+
 // TestChainPassesAnswersOn: 404, 401, 403 and 429 from the shared tier reach the client as
 // they are, and the upstream is not asked; a 5xx sends the request to the upstream directly.
 //

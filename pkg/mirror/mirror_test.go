@@ -47,6 +47,12 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	return s.b.Write(p)
 }
 
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // requests returns the access-log lines ("message":"request").
 func (s *syncBuffer) requests(t *testing.T) []map[string]any {
 	t.Helper()

@@ -193,8 +193,11 @@ func (b *breaker) done(probe, failed bool) (opened bool) {
 
 // chain is the shared tier all upstreams are reached through (Options.Chain).
 type chain struct {
-	url     *url.URL
-	base    http.RoundTripper
+	url  *url.URL
+	base http.RoundTripper
+	// own is base when New made it (Options.Transport with SharedTierTimeout for headers), to
+	// be closed with the Fetcher; nil when base is Options.Transport itself.
+	own     *http.Transport
 	breaker *breaker
 	log     zerolog.Logger
 }

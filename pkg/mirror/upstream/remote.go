@@ -52,7 +52,7 @@ type tiered[T any] struct {
 
 // blobStat is BlobStat's exchange, with the tier that answered.
 func (r *Remote) blobStat(ctx context.Context, repo string, dgst digest.Digest, probe bool) (v1.Descriptor, string, error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.opts.Timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.exchangeTimeout())
 	defer cancel()
 	ctx, tier := trackTier(ctx)
 	desc := v1.Descriptor{Digest: dgst, Size: -1, MediaType: "application/octet-stream"}
@@ -115,7 +115,7 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 	leader := false
 	v, err, _ := r.f.flight.Do("manifest\x00"+r.Name+"\x00"+repo+"\x00"+ref, func() (any, error) {
 		leader = true
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.opts.Timeout+30*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.exchangeTimeout()+30*time.Second)
 		defer cancel()
 		ctx, tier := trackTier(ctx)
 		start := time.Now()
@@ -177,7 +177,7 @@ type TagAnswer struct {
 // no digest the manifest is fetched and handed to keep.
 func (r *Remote) Tag(ctx context.Context, repo, tag string, keep KeepFunc) (TagAnswer, error) {
 	v, err, _ := r.f.flight.Do("tag\x00"+r.Name+"\x00"+repo+"\x00"+tag, func() (any, error) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.opts.Timeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.exchangeTimeout())
 		defer cancel()
 		ctx, tier := trackTier(ctx)
 		start := time.Now()
@@ -259,7 +259,7 @@ func (r *Remote) Tags(ctx context.Context, repo string) ([]string, error) {
 // tagPage fetches one tags/list page (query "" or "?n=…&last=…") and returns its tags and the
 // query of the next page ("" when the upstream announced none).
 func (r *Remote) tagPage(ctx context.Context, repo, query string) (tags []string, next string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, r.f.opts.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, r.f.exchangeTimeout())
 	defer cancel()
 	resp, err := r.client.do(ctx, http.MethodGet, repo, "tags", "list"+query, nil, http.StatusOK)
 	if err != nil {

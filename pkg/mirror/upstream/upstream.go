@@ -59,7 +59,9 @@ type Options struct {
 	// StagingDir holds blobs being filled (required); files "fill-*" in it belong to fills.
 	StagingDir string
 	// Timeout bounds an upstream exchange up to response headers, a whole tag revalidation and
-	// a stall of a blob stream. Default DefaultTimeout.
+	// a stall of a blob stream. Default DefaultTimeout. With Chain, the shared tier's answer
+	// is waited for SharedTierTimeout(Timeout) (when Transport is an *http.Transport), and an
+	// exchange may take that plus Timeout for the direct attempt after it.
 	Timeout time.Duration
 	// TagTTL is how long a tag confirmed upstream counts as fresh. 0 (default): never.
 	TagTTL time.Duration
@@ -99,6 +101,7 @@ type Fetcher struct {
 	flight  singleflight.Group
 	metrics *metrics
 	fresh   *expirable.LRU[string, time.Time] // nil when TagTTL is 0
+	chain   *chain                            // nil without Options.Chain
 
 	// fillCtx is the parent of every fill, detached from the requests that start them;
 	// abandon cancels it.
@@ -142,6 +145,11 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 			return nil, fmt.Errorf("upstream: chain URL %q: want http:// or https://HOST[:PORT]", opts.Chain)
 		}
 		ch = &chain{url: opts.Chain, base: opts.Transport, breaker: &breaker{now: opts.Clock}, log: opts.Logger}
+		if t, ok := opts.Transport.(*http.Transport); ok {
+			t = t.Clone()
+			t.ResponseHeaderTimeout = SharedTierTimeout(opts.Timeout)
+			ch.base, ch.own = t, t
+		}
 	}
 	met, err := newMetrics(opts.Registerer)
 	if err != nil {
@@ -153,6 +161,7 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 		remotes: map[string]*Remote{},
 		fills:   newFillSet(opts.StagingDir),
 		metrics: met,
+		chain:   ch,
 	}
 	if opts.TagTTL > 0 {
 		// The LRU drops entries TagTTL after they were added (in real time) and bounds the
@@ -264,7 +273,27 @@ func (f *Fetcher) Drain(ctx context.Context) int {
 // Close abandons the fills in flight and waits until they stopped.
 func (f *Fetcher) Close() error {
 	f.abandon()
-	return f.fills.wait(context.Background())
+	err := f.fills.wait(context.Background())
+	if f.chain != nil && f.chain.own != nil {
+		f.chain.own.CloseIdleConnections()
+	}
+	return err
+}
+
+// SharedTierTimeout is how long a node waits for a shared nodecache's response headers (--chain)
+// when its upstream timeout is timeout: three of them. The shared tier may itself spend one
+// upstream timeout authenticating and one on the request before it answers from its cache (a
+// stale tag while the upstream is down); a node that gave up after one timeout would miss that
+// answer and go around the tier that exists for slow upstreams.
+func SharedTierTimeout(timeout time.Duration) time.Duration { return 3 * timeout }
+
+// exchangeTimeout bounds one upstream exchange (a tag, a blob HEAD, a tags/list page): the
+// upstream timeout, plus SharedTierTimeout for the shared tier's attempt when there is one.
+func (f *Fetcher) exchangeTimeout() time.Duration {
+	if f.chain == nil {
+		return f.opts.Timeout
+	}
+	return f.opts.Timeout + SharedTierTimeout(f.opts.Timeout)
 }
 
 // RemoveStaging drops leftovers of an interrupted run in dir ("fill-*" files are never valid
