@@ -183,8 +183,8 @@ func TestChain(t *testing.T) {
 
 // TestChainWaitsForSharedTier: with the upstream black-holed, the shared tier answers a cached
 // tag as stale after its own upstream timeout; a node with the same timeout waits for that answer
-// (SharedTierTimeout) instead of giving up when its own timeout ends, getting nothing and
-// counting the shared tier as failed. Three such requests leave the breaker closed.
+// (SharedTierTimeout, 1.5 s here) instead of giving up when its own timeout ends, getting
+// nothing and counting the shared tier as failed. Three such requests leave the breaker closed.
 func TestChainWaitsForSharedTier(t *testing.T) {
 	t.Parallel()
 	const timeout = time.Second

@@ -281,11 +281,13 @@ func (f *Fetcher) Close() error {
 }
 
 // SharedTierTimeout is how long a node waits for a shared nodecache's response headers (--chain)
-// when its upstream timeout is timeout: three of them. The shared tier may itself spend one
-// upstream timeout authenticating and one on the request before it answers from its cache (a
-// stale tag while the upstream is down); a node that gave up after one timeout would miss that
-// answer and go around the tier that exists for slow upstreams.
-func SharedTierTimeout(timeout time.Duration) time.Duration { return 3 * timeout }
+// when its upstream timeout is timeout: one and a half of them. A shared tier with the same
+// timeout answers a tag within it, authentication included, and from its cache (stale) when its
+// upstream did not answer in time; a node that gave up after one timeout would miss that answer
+// at the same moment and go around the tier that exists for slow upstreams. With the direct
+// attempt after it, a manifest exchange stays within 2.5 timeouts (25 s at the default), below
+// containerd's 30 s wait for response headers.
+func SharedTierTimeout(timeout time.Duration) time.Duration { return timeout + timeout/2 }
 
 // exchangeTimeout bounds one upstream exchange (a tag, a blob HEAD, a tags/list page): the
 // upstream timeout, plus SharedTierTimeout for the shared tier's attempt when there is one.
