@@ -422,6 +422,13 @@ func checkSelectors(t *testing.T, objs []object) {
 			if !selects(w.Spec.Selector.MatchLabels, w.Spec.Template.Labels) {
 				t.Errorf("%s: selector %v does not match its pod labels %v", o.key(), w.Spec.Selector.MatchLabels, w.Spec.Template.Labels)
 			}
+			if a := w.Spec.Template.Spec.Affinity; a != nil && a.PodAntiAffinity != nil {
+				for _, term := range a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+					if sel := term.PodAffinityTerm.LabelSelector; sel == nil || !selects(sel.MatchLabels, w.Spec.Template.Labels) {
+						t.Errorf("%s: pod anti-affinity %v does not select its own pods %v", o.key(), sel, w.Spec.Template.Labels)
+					}
+				}
+			}
 		case *corev1.Service:
 			pods := selecting(w.Spec.Selector)
 			if len(pods) != 1 {
@@ -828,4 +835,58 @@ func TestUpstreamAuthMounted(t *testing.T) {
 			t.Errorf("%s: %v, want a refusal naming upstreamAuth", half, err)
 		}
 	}
+}
+
+// TestSharedS3Spread: a shared tier on s3 (replicas share the bucket) rolls out with no replica
+// missing (maxUnavailable 0, maxSurge 1) and prefers one replica per node unless shared.affinity
+// is given, which replaces that; a filesystem tier (one ReadWriteOnce owner) is recreated and
+// gets no affinity of its own.
+func TestSharedS3Spread(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, values, strategy, affinity string
+	}{
+		{"s3 default", `{mode: shared, shared: {replicas: 2, storage: {type: s3}}}`,
+			`{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":0,"maxSurge":1}}`,
+			`{"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,"podAffinityTerm":{"labelSelector":{"matchLabels":{"app.kubernetes.io/component":"shared","app.kubernetes.io/instance":"tier","app.kubernetes.io/name":"nodecache"}},"topologyKey":"kubernetes.io/hostname"}}]}}`},
+		{"s3 affinity given", `{mode: shared, shared: {replicas: 3, storage: {type: s3}, affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: zone, operator: In, values: [a]}]}]}}}}}`,
+			`{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":0,"maxSurge":1}}`,
+			`{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"zone","operator":"In","values":["a"]}]}]}}}`},
+		{"filesystem", `{mode: shared}`, `{"type":"Recreate"}`, `null`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var dep *appsv1.Deployment
+			for _, o := range render(t, "tier", vals(t, tc.values), false) {
+				if d, ok := o.Typed.(*appsv1.Deployment); ok {
+					dep = d
+				}
+			}
+			if dep == nil {
+				t.Fatal("no Deployment rendered")
+			}
+			for _, f := range []struct {
+				what string
+				got  any
+				want string
+			}{{"strategy", dep.Spec.Strategy, tc.strategy}, {"affinity", dep.Spec.Template.Spec.Affinity, tc.affinity}} {
+				got, err := json.Marshal(f.got)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := cmp.Diff(jsonValue(t, f.want), jsonValue(t, string(got))); d != "" {
+					t.Errorf("%s (-want +got):\n%s", f.what, d)
+				}
+			}
+		})
+	}
+}
+
+func jsonValue(t *testing.T, s string) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		t.Fatalf("%s: %v", s, err)
+	}
+	return v
 }
