@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -150,12 +152,17 @@ func (l *Listing) WriteJSON(w io.Writer) error {
 	return enc.Encode(l.CacheInventory)
 }
 
-// WriteText writes one line per image (IMAGE, TAGS, SIZE, LAST PULLED), then the totals.
+// WriteText writes one line per image (IMAGE, TAGS, SIZE, LAST PULLED; a tag of a child manifest
+// is marked "(child)"), then the totals.
 func (l *Listing) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "IMAGE\tTAGS\tSIZE\tLAST PULLED")
 	for _, i := range l.Images {
-		tags := strings.Join(i.Tags, ",")
+		names := slices.Clone(i.Tags)
+		for _, t := range slices.Sorted(maps.Keys(i.ChildTags)) {
+			names = append(names, t+"(child)") // a tag has no "(": the mark cannot be misread
+		}
+		tags := strings.Join(names, ",")
 		if tags == "" {
 			tags = "-"
 		}

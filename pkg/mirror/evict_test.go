@@ -350,17 +350,31 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
 	up.PushImage(t, "team/one", "v1", mirrortest.Image(t, 64<<10, 2, "linux/amd64"))
-	up.PushIndex(t, "team/multi", "v2", mirrortest.MultiPlatformIndex(t, 64<<10, 1))
+	multi := mirrortest.MultiPlatformIndex(t, 64<<10, 1)
+	up.PushIndex(t, "team/multi", "v2", multi)
+	im, err := multi.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := multi.Image(im.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.PushImage(t, "team/multi", "amd64", child) // a tag of the index's child: kept as a child tag
 	root := t.TempDir()
 	ups := []name.Upstream{upstreamFor(t, "upstream.test", up)}
 	h := newHarness(t, mirror.Options{Root: root, Upstreams: ups})
 	stop := runMirror(t, h.m)
 	pullImage(t, h.host+"/upstream.test/team/one:v1")
 	pullIndexGGCR(t, ref(t, h.host+"/upstream.test/team/multi:v2"))
+	pullImage(t, h.host+"/upstream.test/team/multi:amd64")
 	if err := h.m.WaitIdle(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	want := waitInventory(t, h.host, "two images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
+	if want.Images[0].ChildTags["amd64"] != im.Manifests[0].Digest.String() {
+		t.Fatalf("child tag amd64 not on the index's row: %+v", want.Images)
+	}
 	stop()
 	h.srv.Close()
 	if err := h.m.Close(); err != nil {
@@ -402,7 +416,8 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 		}
 		for i := range min(len(got.Images), len(want.Images)) {
 			g, w := got.Images[i], want.Images[i]
-			if g.Repository != w.Repository || g.Digest != w.Digest || g.SizeBytes != w.SizeBytes || fmt.Sprint(g.Tags) != fmt.Sprint(w.Tags) {
+			if g.Repository != w.Repository || g.Digest != w.Digest || g.SizeBytes != w.SizeBytes || fmt.Sprint(g.Tags) != fmt.Sprint(w.Tags) ||
+				fmt.Sprint(g.ChildTags) != fmt.Sprint(w.ChildTags) {
 				t.Errorf("%s: image %d = %+v, want %+v", tc.name, i, g, w)
 			}
 		}

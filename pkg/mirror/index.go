@@ -120,14 +120,37 @@ func (x *cacheIndex) addManifest(repo string, d digest.Digest, size int64, refs 
 	x.dirty = true
 }
 
-// touch records a pull (GET or HEAD) of manifest d of repo.
+// touch records a pull (GET or HEAD, by tag or digest) of manifest d of repo. A pull of a child
+// manifest (an index's image, pulled by digest or through a tag of its own such as "amd64") is
+// a use of every manifest of repo that references it, directly or through nested indexes: they
+// are pulled at the same time, so eviction never takes an image whose child was just pulled.
 func (x *cacheIndex) touch(repo string, d digest.Digest, at time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if r := x.repos[repo]; r != nil {
+	r := x.repos[repo]
+	if r == nil {
+		return
+	}
+	seen := map[digest.Digest]bool{}
+	stack := []digest.Digest{d}
+	for len(stack) > 0 {
+		d := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
 		if e := r.manifests[d]; e != nil && at.After(e.LastPulled) {
 			e.LastPulled = at
 			x.dirty = true
+		}
+		if r.childRefs[d] == 0 {
+			continue
+		}
+		for p, e := range r.manifests {
+			if !seen[p] && slices.Contains(e.Refs, d) {
+				stack = append(stack, p)
+			}
 		}
 	}
 }
@@ -308,7 +331,9 @@ func (x *cacheIndex) dropBlob(d digest.Digest) int64 {
 }
 
 // images lists the images of the index, most recently pulled first. name maps a storage
-// repository to its upstream name and repository ("" when unknown).
+// repository to its upstream name and repository ("" when unknown). A tag naming a child
+// manifest of an image (an index's "amd64" image tagged on its own) is listed in that image's
+// ChildTags: the image is what holds the child and what eviction removes with it.
 func (x *cacheIndex) images(name func(storageRepo string) (upstream, repo string)) []mirrorapi.CachedImage {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -318,30 +343,37 @@ func (x *cacheIndex) images(name func(storageRepo string) (upstream, repo string
 		if up == "" {
 			continue
 		}
+		tagsOf := map[digest.Digest][]string{}
+		for tag, td := range r.tags {
+			tagsOf[td] = append(tagsOf[td], tag)
+		}
 		for d, e := range r.manifests {
 			if r.childRefs[d] > 0 {
 				continue
 			}
 			img := mirrorapi.CachedImage{Upstream: up, Repository: repo, Digest: d.String(), LastPulled: e.LastPulled.UTC()}
-			for tag, td := range r.tags {
-				if td == d {
-					img.Tags = append(img.Tags, tag)
-				}
-			}
-			slices.Sort(img.Tags)
+			img.Tags = slices.Sorted(slices.Values(tagsOf[d]))
 			seen := map[digest.Digest]bool{}
 			var walk func(digest.Digest)
-			walk = func(d digest.Digest) {
-				if seen[d] {
+			walk = func(c digest.Digest) {
+				if seen[c] {
 					return
 				}
-				seen[d] = true
-				if b := x.blobs[d]; b != nil {
+				seen[c] = true
+				if b := x.blobs[c]; b != nil {
 					img.SizeBytes += b.Size
 				}
-				if m := r.manifests[d]; m != nil {
-					for _, c := range m.Refs {
-						walk(c)
+				if m := r.manifests[c]; m != nil {
+					if c != d {
+						for _, tag := range tagsOf[c] {
+							if img.ChildTags == nil {
+								img.ChildTags = map[string]string{}
+							}
+							img.ChildTags[tag] = c.String()
+						}
+					}
+					for _, cc := range m.Refs {
+						walk(cc)
 					}
 				}
 			}

@@ -30,10 +30,16 @@ type CachedImage struct {
 	Upstream   string `json:"upstream"`
 	Repository string `json:"repository"`
 	// Tags are the cached tags that point at Digest.
-	Tags   []string `json:"tags,omitempty"`
-	Digest string   `json:"digest"`
+	Tags []string `json:"tags,omitempty"`
+	// ChildTags are the cached tags that point at one of its child manifests (an index's
+	// platform image tagged on its own, like alpine:amd64 in the 3.20 index): tag → that
+	// child's digest. Such a tag has no row of its own: the image holds the child, a pull through
+	// the tag counts as a pull of the image, and evicting the image takes the tag with it.
+	ChildTags map[string]string `json:"child_tags,omitempty"`
+	Digest    string            `json:"digest"`
 	// SizeBytes is the data of its manifests and blobs; a blob shared by images counts in each.
 	SizeBytes int64 `json:"size_bytes"`
-	// LastPulled is the last GET or HEAD of its top-level manifest (or when it was stored).
+	// LastPulled is the last GET or HEAD (by tag or digest) of its top-level manifest or of any
+	// child manifest it references (or when it was stored).
 	LastPulled time.Time `json:"last_pulled"`
 }
