@@ -39,20 +39,21 @@ func refuseUnknownSubcommands(cmd *cli.Command) {
 	for _, s := range cmd.Subcommands {
 		names = append(names, s.Name)
 	}
+	unknown := func(typed string) error {
+		return usagef("unknown command %q for %s%s want one of: %s", typed, cmd.Name, clitext.DidYouMean(typed, names), strings.Join(names, ", "))
+	}
 	cmd.Action = func(c *cli.Context) error {
 		if c.Args().Present() {
-			return usagef("unknown command %q for %s%s want one of: %s", c.Args().First(), cmd.Name, didYouMean(c.Args().First(), names), strings.Join(names, ", "))
+			return unknown(c.Args().First())
 		}
 		return helpOnStderr(c, cli.ShowSubcommandHelp)
 	}
-}
-
-// didYouMean is ": did you mean X?" for the name closest to typed, else ";".
-func didYouMean(typed string, names []string) string {
-	if s := clitext.Suggest(typed, names); s != "" {
-		return ": did you mean " + s + "?"
-	}
-	return ";"
+	cmd.Before = clitext.RefuseHelpTopic(func(_ *cli.Context, topic string) error {
+		if cmd.Command(topic) != nil {
+			return nil
+		}
+		return unknown(topic)
+	})
 }
 
 func completionCommand() *cli.Command {
@@ -74,7 +75,7 @@ the shell looks: /etc/bash_completion.d/nodecache, _nodecache in a directory of 
 			}
 			script, err := clitext.Completion(shell, fish)
 			if err != nil {
-				return usagef("completion: %v%s", err, strings.TrimSuffix(didYouMean(shell, clitext.Shells), ";"))
+				return usagef("completion: %v%s", err, strings.TrimSuffix(clitext.DidYouMean(shell, clitext.Shells), ";"))
 			}
 			_, err = io.WriteString(c.App.Writer, script)
 			return err

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
+	"github.com/nodecache/nodecache/internal/clitext"
 )
 
 func main() {
@@ -49,7 +50,13 @@ Exit codes: 0 success, 1 ran but the answer is negative or the work failed,
 		ExitErrHandler:       func(*cli.Context, error) {}, // main decides the exit code
 		OnUsageError:         usageError,
 		Commands:             commands(),
-		Action:               unknownCommand,
+		Before: clitext.RefuseHelpTopic(func(c *cli.Context, topic string) error {
+			if c.App.Command(topic) != nil {
+				return nil
+			}
+			return unknownAppCommand(c.App, topic)
+		}),
+		Action: unknownCommand,
 	}
 }
 
@@ -57,15 +64,20 @@ Exit codes: 0 success, 1 ran but the answer is negative or the work failed,
 // the help on stderr (nodecache --help shows it on stdout and exits 0).
 func unknownCommand(c *cli.Context) error {
 	if c.Args().Present() {
-		var names []string
-		for _, cmd := range c.App.VisibleCommands() {
-			if cmd.Name != "help" {
-				names = append(names, cmd.Name)
-			}
-		}
-		return usagef("unknown command %q%s commands: %s (see nodecache --help)", c.Args().First(), didYouMean(c.Args().First(), names), strings.Join(names, ", "))
+		return unknownAppCommand(c.App, c.Args().First())
 	}
 	return helpOnStderr(c, cli.ShowAppHelp)
+}
+
+// unknownAppCommand refuses typed as a command of app, suggesting only a close name.
+func unknownAppCommand(app *cli.App, typed string) error {
+	var names []string
+	for _, cmd := range app.VisibleCommands() {
+		if cmd.Name != "help" {
+			names = append(names, cmd.Name)
+		}
+	}
+	return usagef("unknown command %q%s commands: %s (see nodecache --help)", typed, clitext.DidYouMean(typed, names), strings.Join(names, ", "))
 }
 
 // helpOnStderr shows a help (show writes it to c.App.Writer) on stderr instead and returns the

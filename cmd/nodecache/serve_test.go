@@ -207,12 +207,21 @@ func TestServeRefusesBadInput(t *testing.T) {
 	if err := os.WriteFile(typoYAML, []byte("lsiten: \":5000\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	rootFile := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(rootFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
 		env  []string
 		want string
 	}{
+		{"empty upstream", []string{"serve", "--upstream", ""}, nil, "--upstream is empty (an empty --upstream or NODECACHE_UPSTREAM= gives none): want NAME[=URL]"},
+		{"empty upstream from env", []string{"serve"}, []string{"NODECACHE_UPSTREAM="}, "--upstream is empty"},
+		{"root is a file", []string{"serve", "--root", rootFile}, nil, "--root " + rootFile + ": is a regular file, not a directory: want a directory (created if missing)"},
+		{"root under a file", []string{"serve", "--root", rootFile + "/cache"}, nil, "a part of the path is not a directory"},
+		{"fill-timeout zero", []string{"serve", "--fill-timeout", "0s"}, nil, "--fill-timeout 0s: want a positive duration such as 2h"},
 		{"upstream scheme", []string{"serve", "--upstream", "ghcr.io=ftp://ghcr.io"}, nil, "scheme"},
 		{"upstream name", []string{"serve", "--upstream", "bad name=https://x"}, nil, "registry name"},
 		{"upstream from env", []string{"serve"}, []string{"NODECACHE_UPSTREAM=a.test=http://127.0.0.1:1,a.test=http://127.0.0.1:2"}, "configured twice"},
@@ -230,6 +239,9 @@ func TestServeRefusesBadInput(t *testing.T) {
 		{"unknown config key", []string{"serve", "--config", typoYAML}, nil, "lsiten"},
 		{"unknown command", []string{"bogus"}, nil, "unknown command"},
 		{"unknown gen command", []string{"gen", "bogus"}, nil, "unknown command"},
+		{"unknown help topic", []string{"help", "nosuch"}, nil, `nodecache: unknown command "nosuch"; commands: serve, gen,`},
+		{"unknown gen help topic", []string{"gen", "help", "nosuch"}, nil, `nodecache: unknown command "nosuch" for gen; want one of: talos, containerd, crio` + "\n"},
+		{"close help topic", []string{"help", "serv"}, nil, `unknown command "serv": did you mean serve?`},
 		{"unknown flag", []string{"serve", "--no-such-flag"}, nil, "no-such-flag"},
 		{"config file", []string{"serve", "--config", badYAML}, nil, "--config"},
 		{"missing config file", []string{"serve", "--config", "/nonexistent/nodecache.yaml"}, nil, "--config"},
@@ -273,6 +285,9 @@ func TestBaremetalExampleConfig(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), `"upstreams":["docker.io","ghcr.io","registry.k8s.io","quay.io","gcr.io"]`) {
 		t.Fatalf("example upstreams not in effect:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), `"tag_ttl":"0s","fill_timeout":"2h"`) { // newuser2 item 18: the start log names it
+		t.Fatalf("start log lacks fill_timeout:\n%s", out.String())
 	}
 }
 

@@ -53,7 +53,7 @@ func config(t *testing.T, hostRoot string, log *syncBuffer) Config {
 	t.Helper()
 	return Config{
 		Registry: mirror.Config{Listen: freeAddr(t), Root: t.TempDir(), Upstreams: []string{"docker.io=https://registry-1.docker.io"},
-			UpstreamTimeout: 10 * time.Second},
+			UpstreamTimeout: 10 * time.Second, FillTimeout: 2 * time.Hour},
 		Status:    activation.Flags{Runtime: activation.RuntimeContainerd, HostRoot: hostRoot, ContainerdSocket: "/run/containerd/containerd.sock"},
 		Mirror:    "http://10.0.0.5:5000",
 		Interval:  time.Minute,

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -32,7 +33,8 @@ type Config struct {
 	DefaultUpstream string
 	// UpstreamTimeout (positive) and TagTTL (0 or positive) are --upstream-timeout and --tag-ttl.
 	UpstreamTimeout, TagTTL time.Duration
-	// FillTimeout is --fill-timeout: the longest one blob fill may take (0: the default, 2h).
+	// FillTimeout is --fill-timeout: the longest one blob fill may take; positive (0 and
+	// negative values are refused: the flag's default is upstream.DefaultFillTimeout).
 	FillTimeout time.Duration
 	// MaxSize is --max-size: binary units (30GiB) or a share of --root's filesystem (30%);
 	// empty: no cap. See ParseMaxSize.
@@ -64,6 +66,9 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	ups, err := name.ParseUpstreams(SplitList(c.Upstreams))
 	if err != nil {
 		return Options{}, err // names --upstream (name.ParseUpstreams)
+	}
+	if len(ups) == 0 {
+		return Options{}, errors.New("--upstream is empty (an empty --upstream or NODECACHE_UPSTREAM= gives none): want NAME[=URL], repeatable or comma-separated, e.g. docker.io or ghcr.io=https://ghcr.io; leave it unset for the default set")
 	}
 	allow, err := parseCIDRs("allow", c.Allow)
 	if err != nil {
@@ -98,6 +103,9 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 		UpstreamTimeout: c.UpstreamTimeout, TagTTL: c.TagTTL, FillTimeout: c.FillTimeout, ClientEvidenceAllow: allow}
 	if o.Root == "" {
 		return o, errors.New("--root: a storage directory is required")
+	}
+	if err := checkRoot(o.Root); err != nil {
+		return o, err
 	}
 	if o.MaxSize, err = ParseMaxSize(c.MaxSize, o.Root); err != nil {
 		return o, fmt.Errorf("--max-size %w", err)
@@ -147,7 +155,7 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	if o.TagTTL < 0 {
 		return o, fmt.Errorf("--tag-ttl %s: want 0 or a positive duration", o.TagTTL)
 	}
-	if o.FillTimeout < 0 {
+	if o.FillTimeout <= 0 {
 		return o, fmt.Errorf("--fill-timeout %s: want a positive duration such as 2h", o.FillTimeout)
 	}
 	if o.DefaultUpstream != "" {
@@ -166,6 +174,36 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 		}
 	}
 	return o, nil
+}
+
+// checkRoot refuses a --root that can never be the storage directory: an existing file that is
+// no directory, or a path through one (ENOTDIR). A missing directory is fine (created).
+func checkRoot(root string) error {
+	fi, err := os.Stat(root)
+	switch {
+	case err == nil && !fi.IsDir():
+		return fmt.Errorf("--root %s: is a %s, not a directory: want a directory (created if missing)", root, fileKind(fi.Mode()))
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("--root %s: a part of the path is not a directory: want a directory (created if missing)", root)
+	}
+	return nil
+}
+
+// fileKind names a non-directory file mode in words.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "regular file"
+	case m&os.ModeSymlink != 0:
+		return "symbolic link"
+	case m&os.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&os.ModeSocket != 0:
+		return "socket"
+	case m&os.ModeDevice != 0:
+		return "device"
+	}
+	return "non-directory file"
 }
 
 // TLS loads --tls-cert and --tls-key (both or neither: nil for plain HTTP).

@@ -37,7 +37,7 @@ func TestListenAddresses(t *testing.T) {
 		t.Run(tc.listen+"_"+tc.metrics, func(t *testing.T) {
 			t.Parallel()
 			c := mirror.Config{Listen: tc.listen, MetricsListen: tc.metrics, Root: t.TempDir(),
-				Upstreams: []string{"ghcr.io=https://ghcr.io"}, UpstreamTimeout: time.Second}
+				Upstreams: []string{"ghcr.io=https://ghcr.io"}, UpstreamTimeout: time.Second, FillTimeout: time.Hour}
 			_, err := c.Options(zerolog.Nop())
 			if tc.want != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -66,7 +66,7 @@ func TestListenAddresses(t *testing.T) {
 // called NAME (https://NAME; Docker Hub's API host for docker.io), as README and --help say.
 func TestBareUpstream(t *testing.T) {
 	t.Parallel()
-	c := mirror.Config{Listen: ":5000", Root: t.TempDir(), UpstreamTimeout: time.Second,
+	c := mirror.Config{Listen: ":5000", Root: t.TempDir(), UpstreamTimeout: time.Second, FillTimeout: time.Hour,
 		Upstreams: []string{"docker.io", "ghcr.io", "registry.local:5005", "quay.io=http://127.0.0.1:5001"}}
 	o, err := c.Options(zerolog.Nop())
 	if err != nil {

@@ -202,7 +202,7 @@ func TestS3SharedBucket(t *testing.T) {
 func TestS3Options(t *testing.T) {
 	t.Parallel()
 	base := mirror.Config{Listen: ":5000", Root: t.TempDir(), Upstreams: []string{"ghcr.io=https://ghcr.io"},
-		UpstreamTimeout: time.Second}
+		UpstreamTimeout: time.Second, FillTimeout: time.Hour}
 	for _, tc := range []struct {
 		name string
 		mod  func(*mirror.Config)
