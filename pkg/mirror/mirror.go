@@ -294,6 +294,13 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 	rt, apiErr := route{kind: kindOther}, (*apiError)(nil)
 	// Client evidence is recorded as the headers go out, before the client can see the answer.
 	rw.onHeader = func(code int) {
+		st.mu.Lock()
+		if code < 400 && st.cache == "" && st.tier == "" {
+			// Answered without any upstream answer and without the services saying how (the
+			// base /v2/ check, a tags/list with n=0): a hit by the header's definition.
+			st.cache = mirrorapi.CacheHit
+		}
+		st.mu.Unlock()
 		m.clients.record(r.RemoteAddr, r.UserAgent(), IsContent(r.Method, rt.kind, code), time.Now())
 		if code < 400 && rt.up != nil && (rt.kind == kindManifest || rt.kind == kindBlob) {
 			m.metrics.firstByte.WithLabelValues(rt.up.Name, rt.kind, st.cacheValue()).Observe(time.Since(start).Seconds())

@@ -109,8 +109,9 @@ func (t *tagService) Tag(context.Context, string, v1.Descriptor) error {
 }
 func (t *tagService) Untag(context.Context, string) error { return distribution.ErrUnsupported }
 
-// All lists the upstream repository's tags (every page, merged, in lexical order); when the
-// upstream fails, times out or answers 429/5xx, the tags stored locally ("stale").
+// All lists the upstream repository's tags (every page, merged, in lexical order; "miss": it is
+// fetched for every request); when the upstream fails, times out or answers 429/5xx, the tags
+// stored locally ("stale").
 //
 // Errors: distribution.ErrRepositoryUnknown for a repository the upstream does not know (404
 // NAME_UNKNOWN), a 502 UNKNOWN when the upstream sends more than upstream.MaxTagPages pages,
@@ -119,6 +120,7 @@ func (t *tagService) All(ctx context.Context) ([]string, error) {
 	st := stateFrom(ctx)
 	tags, err := t.r.up.remote.Tags(ctx, t.r.repo)
 	if err == nil {
+		st.setCache(mirrorapi.CacheMiss) // asked upstream now: a listing is never kept nor shared
 		return tags, nil
 	}
 	var ue *upstream.Error

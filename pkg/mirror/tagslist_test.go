@@ -18,6 +18,7 @@ import (
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
@@ -176,8 +177,27 @@ func TestTagsList(t *testing.T) {
 	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "NAME_UNKNOWN") || !strings.Contains(string(body), "upstream.test/team/nothing") {
 		t.Errorf("unknown repository: %d %s", resp.StatusCode, body)
 	}
-	// The access log has the statuses sent and no stack trace.
+	// The access log has the statuses sent and no stack trace. A listing, asked upstream each
+	// time, is a miss in the header and the log; n=0, answered without asking, and the base
+	// check are hits (no upstream contact).
+	for _, tc := range []struct{ path, want string }{
+		{"/v2/upstream.test/team/app/tags/list", mirrorapi.CacheMiss},
+		{"/v2/upstream.test/team/app/tags/list?n=0", mirrorapi.CacheHit},
+		{"/v2/", mirrorapi.CacheHit},
+	} {
+		resp, _ = get(t, http.MethodGet, fmtURL(h, tc.path), nil)
+		if c := resp.Header.Get(mirrorapi.HeaderCache); resp.StatusCode != http.StatusOK || c != tc.want {
+			t.Errorf("%s: %d %s=%q, want 200 %q", tc.path, resp.StatusCode, mirrorapi.HeaderCache, c, tc.want)
+		}
+	}
 	for _, l := range h.logs.requests(t) {
+		want := mirrorapi.CacheMiss
+		if strings.Contains(fmt.Sprint(l["query"]), "n=0") {
+			want = mirrorapi.CacheHit
+		}
+		if l["kind"] == "tags" && l["status"] == float64(http.StatusOK) && l["cache"] != want {
+			t.Errorf("access log of a 200 tags/list: cache=%v, want %q: %v", l["cache"], want, l)
+		}
 		if l["kind"] == "tags" && l["status"] == float64(http.StatusOK) && strings.Contains(fmt.Sprint(l["query"]), "n=-1") {
 			t.Errorf("access log records 200 for a refused n=-1: %v", l)
 		}
