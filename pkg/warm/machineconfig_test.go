@@ -72,27 +72,40 @@ func genMachineConfig(t *testing.T, typ machine.Type, version, k8s, installer, f
 }
 
 // TestMachineConfigImages: machine configs produced by machinery, in both input forms, give the
-// images the node pulls: what the config names, plus the pause and flannel of the release its
-// installer image names.
+// images the node pulls: what the config names (always winning, even when it equals this build's
+// default), and for what it leaves unset the defaults of the release its installer image (or
+// --talos-version) names — kubelet, kube-proxy (a worker's at the kubelet's Kubernetes version),
+// CoreDNS, control-plane components and etcd, pause and flannel — never this build's.
 func TestMachineConfigImages(t *testing.T) {
 	t.Parallel()
 	const installer = "ghcr.io/siderolabs/installer:v1.13.8"
 	worker := []string{
-		"ghcr.io/siderolabs/kubelet:v1.35.2", "registry.k8s.io/kube-proxy:v1.35.2", "registry.k8s.io/coredns/coredns:",
+		"ghcr.io/siderolabs/kubelet:v1.35.2", "registry.k8s.io/kube-proxy:v1.35.2", "registry.k8s.io/coredns/coredns:v1.14.6",
 		installer, "registry.k8s.io/pause:3.10.1", "ghcr.io/siderolabs/flannel:v0.28.8",
 	}
 	controlPlane := []string{
 		"ghcr.io/siderolabs/kubelet:v1.35.2", "registry.k8s.io/kube-apiserver:v1.35.2", "registry.k8s.io/kube-controller-manager:v1.35.2",
-		"registry.k8s.io/kube-scheduler:v1.35.2", "registry.k8s.io/etcd:", "registry.k8s.io/kube-proxy:v1.35.2", "registry.k8s.io/coredns/coredns:",
+		"registry.k8s.io/kube-scheduler:v1.35.2", "registry.k8s.io/etcd:v3.6.12", "registry.k8s.io/kube-proxy:v1.35.2", "registry.k8s.io/coredns/coredns:v1.14.6",
 		installer, "registry.k8s.io/pause:3.10.1", "ghcr.io/siderolabs/flannel:v0.28.8",
 	}
+	// Patches leaving the images to defaults (machinery's generator names them).
+	const (
+		noKubelet      = `[{"op": "remove", "path": "/machine/kubelet/image"}]`
+		noControlPlane = `[{"op": "remove", "path": "/machine/kubelet/image"}, {"op": "remove", "path": "/cluster/apiServer/image"},` +
+			` {"op": "remove", "path": "/cluster/controllerManager/image"}, {"op": "remove", "path": "/cluster/scheduler/image"},` +
+			` {"op": "remove", "path": "/cluster/proxy/image"}]`
+		installer1115 = "ghcr.io/siderolabs/installer:v1.11.5"
+		custom        = "factory.example/installer/abc:custom"
+	)
 	tests := []struct {
 		name      string
 		typ       machine.Type
+		contract  string // Talos contract the config is generated for; default v1.13.0
 		installer string
 		talos     string
 		patches   []string
-		want      []string // prefixes, in order
+		want      []string // exactly, in order
+		from      []string // each image's source after "--machine-config PATH", when checked
 		note      string
 	}{
 		{name: "worker", typ: machine.TypeWorker, installer: installer, want: worker, note: "defaults of Talos v1.13.8, from the tag of machine.install.image"},
@@ -100,34 +113,69 @@ func TestMachineConfigImages(t *testing.T) {
 		{name: "no proxy, no coredns, another CNI", typ: machine.TypeWorker, installer: installer,
 			patches: []string{"cluster:\n  proxy:\n    disabled: true\n  coreDNS:\n    disabled: true\n  network:\n    cni:\n      name: none\n"},
 			want:    []string{"ghcr.io/siderolabs/kubelet:v1.35.2", installer, "registry.k8s.io/pause:3.10.1"}},
-		{name: "release from --talos-version", typ: machine.TypeWorker, installer: "factory.example/installer/abc:custom", talos: "v1.12.4",
-			want: []string{"ghcr.io/siderolabs/kubelet:v1.35.2", "registry.k8s.io/kube-proxy:v1.35.2", "registry.k8s.io/coredns/coredns:", "factory.example/installer/abc:custom", "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.27.4"},
+		{name: "release from --talos-version", typ: machine.TypeWorker, installer: custom, talos: "v1.12.4",
+			want: []string{"ghcr.io/siderolabs/kubelet:v1.35.2", "registry.k8s.io/kube-proxy:v1.35.2", "registry.k8s.io/coredns/coredns:v1.13.2", custom, "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.27.4"},
 			note: "defaults of Talos v1.12.4, from --talos-version"},
+		// newuser2 #3: installer v1.11.5, no kubelet image named: Talos v1.11.5's defaults.
+		{name: "worker of v1.11.5 naming no kubelet", typ: machine.TypeWorker, contract: "v1.11.0", installer: installer1115, patches: []string{noKubelet},
+			want: []string{"ghcr.io/siderolabs/kubelet:v1.34.1", "registry.k8s.io/kube-proxy:v1.34.1", "registry.k8s.io/coredns/coredns:v1.12.4", installer1115, "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.27.4"},
+			from: []string{": Talos v1.11.5 default (kubelet)", ": Talos v1.11.5 default (kube-proxy)", ": Talos v1.11.5 default (coredns)", " (machine.install.image)", ": Talos v1.11.5 default (pause)", ": Talos v1.11.5 default (flannel)"},
+			note: "defaults of Talos v1.11.5, from the tag of machine.install.image"},
+		{name: "control plane of v1.11.5 naming no image", typ: machine.TypeControlPlane, contract: "v1.11.0", installer: installer1115, patches: []string{noControlPlane},
+			want: []string{"ghcr.io/siderolabs/kubelet:v1.34.1", "registry.k8s.io/kube-apiserver:v1.34.1", "registry.k8s.io/kube-controller-manager:v1.34.1",
+				"registry.k8s.io/kube-scheduler:v1.34.1", "gcr.io/etcd-development/etcd:v3.6.5", "registry.k8s.io/kube-proxy:v1.34.1", "registry.k8s.io/coredns/coredns:v1.12.4",
+				installer1115, "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.27.4"},
+			note: "defaults of Talos v1.11.5"},
+		// newuser2 #3, explicit --talos-version v1.10.6.
+		{name: "worker naming no kubelet with --talos-version v1.10.6", typ: machine.TypeWorker, contract: "v1.10.0", installer: custom, talos: "v1.10.6", patches: []string{noKubelet},
+			want: []string{"ghcr.io/siderolabs/kubelet:v1.33.3", "registry.k8s.io/kube-proxy:v1.33.3", "registry.k8s.io/coredns/coredns:v1.12.1", custom, "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.26.7"},
+			note: "defaults of Talos v1.10.6, from --talos-version"},
+		{name: "control plane naming no image with --talos-version v1.10.6", typ: machine.TypeControlPlane, contract: "v1.10.0", installer: custom, talos: "v1.10.6", patches: []string{noControlPlane},
+			want: []string{"ghcr.io/siderolabs/kubelet:v1.33.3", "registry.k8s.io/kube-apiserver:v1.33.3", "registry.k8s.io/kube-controller-manager:v1.33.3",
+				"registry.k8s.io/kube-scheduler:v1.33.3", "gcr.io/etcd-development/etcd:v3.5.21", "registry.k8s.io/kube-proxy:v1.33.3", "registry.k8s.io/coredns/coredns:v1.12.1",
+				custom, "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.26.7"}},
+		// What the config names wins over the release's defaults, even this build's default
+		// kubelet (v1.36.2, Talos v1.13.8's) on a v1.11.5 node; kube-proxy follows that kubelet.
+		{name: "v1.11.5 worker naming its own kubelet and coredns", typ: machine.TypeWorker, contract: "v1.11.0", installer: installer1115,
+			patches: []string{"machine:\n  kubelet:\n    image: ghcr.io/siderolabs/kubelet:v1.36.2\ncluster:\n  coreDNS:\n    image: registry.example/coredns:v1.11.9\n"},
+			want:    []string{"ghcr.io/siderolabs/kubelet:v1.36.2", "registry.k8s.io/kube-proxy:v1.36.2", "registry.example/coredns:v1.11.9", installer1115, "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.27.4"},
+			from:    []string{" (kubelet)", ": Talos v1.11.5 default (kube-proxy)", " (coredns)", " (machine.install.image)", ": Talos v1.11.5 default (pause)", ": Talos v1.11.5 default (flannel)"},
+			note:    "defaults of Talos v1.11.5"},
+		{name: "v1.11.5 control plane naming its own images", typ: machine.TypeControlPlane, contract: "v1.11.0", installer: installer1115,
+			patches: []string{"cluster:\n  etcd:\n    image: registry.example/etcd:v3.5.9\n"},
+			want: []string{"ghcr.io/siderolabs/kubelet:v1.35.2", "registry.k8s.io/kube-apiserver:v1.35.2", "registry.k8s.io/kube-controller-manager:v1.35.2",
+				"registry.k8s.io/kube-scheduler:v1.35.2", "registry.example/etcd:v3.5.9", "registry.k8s.io/kube-proxy:v1.35.2", "registry.k8s.io/coredns/coredns:v1.12.4",
+				installer1115, "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.27.4"}},
 	}
 	for _, tc := range tests {
 		for _, form := range []string{"config", "resource"} {
 			t.Run(tc.name+"/"+form, func(t *testing.T) {
 				t.Parallel()
-				path := genMachineConfig(t, tc.typ, "v1.13.0", "1.35.2", tc.installer, form, tc.patches...)
+				contract := tc.contract
+				if contract == "" {
+					contract = "v1.13.0"
+				}
+				path := genMachineConfig(t, tc.typ, contract, "1.35.2", tc.installer, form, tc.patches...)
 				c := baseConfig()
 				c.MachineConfig, c.TalosVersion = path, tc.talos
 				opts, err := c.Options(nil)
 				if err != nil {
 					t.Fatal(err)
 				}
-				var got []string
+				var got, from []string
 				for _, s := range opts.Sources {
 					got = append(got, s.Reference)
-					if !strings.HasPrefix(s.From[0], "--machine-config "+path) {
+					f, ok := strings.CutPrefix(s.From[0], "--machine-config "+path)
+					if !ok {
 						t.Errorf("%s named by %v", s.Reference, s.From)
 					}
+					from = append(from, f)
 				}
-				ok := len(got) == len(tc.want)
-				for i := 0; ok && i < len(got); i++ {
-					ok = strings.HasPrefix(got[i], tc.want[i])
+				if !slices.Equal(got, tc.want) {
+					t.Fatalf("images\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
 				}
-				if !ok {
-					t.Fatalf("images\n  %s\nwant (prefixes)\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
+				if tc.from != nil && !slices.Equal(from, tc.from) {
+					t.Fatalf("sources\n  %s\nwant\n  %s", strings.Join(from, "\n  "), strings.Join(tc.from, "\n  "))
 				}
 				if !slices.ContainsFunc(opts.Notes, func(n string) bool { return strings.Contains(n, tc.note) }) {
 					t.Fatalf("notes %q lack %q", opts.Notes, tc.note)

@@ -28,8 +28,13 @@ type talosRelease struct {
 	Version string
 	// Kubernetes is machinery's DefaultKubernetesVersion with a v prefix, e.g. "v1.35.0".
 	Kubernetes string
-	// KubeletImage and KubeProxyImage are machinery's repositories (no tag).
-	KubeletImage, KubeProxyImage string
+	// KubeletImage, KubeProxyImage, APIServerImage, ControllerManagerImage and SchedulerImage
+	// are machinery's repositories (no tag), tagged with Kubernetes where a config names none.
+	KubeletImage, KubeProxyImage, APIServerImage, ControllerManagerImage, SchedulerImage string
+	// CoreDNS and Etcd are the whole default references, as machinery's accessors join them for
+	// an unset field: CoreDNSImage:DefaultCoreDNSVersion and EtcdImage:DefaultEtcdVersion, e.g.
+	// "registry.k8s.io/coredns/coredns:v1.12.4" and "gcr.io/etcd-development/etcd:v3.6.5".
+	CoreDNS, Etcd string
 	// Flannel is machinery's FlannelVersion with a v prefix, e.g. "v0.27.4".
 	Flannel string
 	// Pause is the release's pause (sandbox) image, Talos' images.DefaultSandboxImage
@@ -76,39 +81,9 @@ func TalosReleases() []string {
 // *RefusedError: a malformed version, or a release the table does not know (the message lists
 // the known ones).
 func TalosJoinImagesFor(talosVersion, kubernetesVersion string) (TalosJoinSet, error) {
-	if talosVersion == "" {
-		return TalosJoinImages(kubernetesVersion)
-	}
-	known := strings.Join(TalosReleases(), ", ")
-	refuse := func(reason string) (TalosJoinSet, error) {
-		return TalosJoinSet{}, &RefusedError{What: "--talos-version", Value: talosVersion, Reason: reason}
-	}
-	if bad := checkChars(talosVersion, 64); bad != "" {
-		return refuse(bad + "; want vMAJOR.MINOR.PATCH, e.g. v1.12.4")
-	}
-	m := talosVersionRe.FindStringSubmatch(talosVersion)
-	if m == nil {
-		return refuse("want vMAJOR.MINOR.PATCH, e.g. v1.12.4")
-	}
-	want := "v" + strings.TrimPrefix(talosVersion, "v")
-	minor := "v" + m[1] + "." + m[2] + "."
-	var rel *talosRelease
-	note := ""
-	for i := range talosReleases {
-		r := &talosReleases[i]
-		if r.Version == want {
-			rel = r
-			break
-		}
-		if strings.HasPrefix(r.Version, minor) {
-			rel = r // the table's release of that minor (the last one listed wins)
-		}
-	}
-	switch {
-	case rel == nil:
-		return refuse("not a Talos release this build knows; known: " + known + " (another patch of one of their minors is served from it)")
-	case rel.Version != want:
-		note = fmt.Sprintf("Talos %s is not in this build's table; using the images of %s, the %sx release it knows", want, rel.Version, minor)
+	rel, note, err := talosReleaseFor(talosVersion)
+	if err != nil {
+		return TalosJoinSet{}, err
 	}
 	k8s, err := kubernetesTag(kubernetesVersion, rel.Kubernetes)
 	if err != nil {
@@ -121,6 +96,64 @@ func TalosJoinImagesFor(talosVersion, kubernetesVersion string) (TalosJoinSet, e
 	set.add("flannel", talosFlannelRepository+":"+rel.Flannel)
 	set.Note = note
 	return set, nil
+}
+
+// talosReleaseFor returns the defaults of a Talos release ("v1.12.4" or "1.12.4"): its row of the
+// generated table, or for another patch of a minor the table knows that minor's row with a note
+// naming it. An empty talosVersion is linkedRelease. Errors are *RefusedError: a malformed
+// version, or a release the table does not know (the message lists the known ones).
+func talosReleaseFor(talosVersion string) (talosRelease, string, error) {
+	if talosVersion == "" {
+		return linkedRelease(), "", nil
+	}
+	refuse := func(reason string) (talosRelease, string, error) {
+		return talosRelease{}, "", &RefusedError{What: "--talos-version", Value: talosVersion, Reason: reason}
+	}
+	if bad := checkChars(talosVersion, 64); bad != "" {
+		return refuse(bad + "; want vMAJOR.MINOR.PATCH, e.g. v1.12.4")
+	}
+	m := talosVersionRe.FindStringSubmatch(talosVersion)
+	if m == nil {
+		return refuse("want vMAJOR.MINOR.PATCH, e.g. v1.12.4")
+	}
+	want := "v" + strings.TrimPrefix(talosVersion, "v")
+	minor := "v" + m[1] + "." + m[2] + "."
+	var rel *talosRelease
+	for i := range talosReleases {
+		r := &talosReleases[i]
+		if r.Version == want {
+			return *r, "", nil
+		}
+		if strings.HasPrefix(r.Version, minor) {
+			rel = r // the table's release of that minor (the last one listed wins)
+		}
+	}
+	if rel == nil {
+		return refuse("not a Talos release this build knows; known: " + strings.Join(TalosReleases(), ", ") + " (another patch of one of their minors is served from it)")
+	}
+	return *rel, fmt.Sprintf("Talos %s is not in this build's table; using the images of %s, the %sx release it knows", want, rel.Version, minor), nil
+}
+
+// linkedRelease is the row of the Talos machinery this build links
+// (github.com/siderolabs/talos/pkg/machinery/constants, the version in go.mod), joined as its
+// v1alpha1 accessors join the defaults of unset fields; the pause image is talosPauseImage.
+// TestTalosReleaseTable checks it equals the generated row of that release.
+func linkedRelease() talosRelease {
+	return talosRelease{
+		Version:                strings.TrimSpace(gendata.VersionTag),
+		Kubernetes:             "v" + strings.TrimPrefix(constants.DefaultKubernetesVersion, "v"),
+		KubeletImage:           constants.KubeletImage,
+		KubeProxyImage:         constants.KubeProxyImage,
+		APIServerImage:         constants.KubernetesAPIServerImage,
+		ControllerManagerImage: constants.KubernetesControllerManagerImage,
+		SchedulerImage:         constants.KubernetesSchedulerImage,
+		CoreDNS:                constants.CoreDNSImage + ":" + constants.DefaultCoreDNSVersion,
+		Etcd:                   constants.EtcdImage + ":" + constants.DefaultEtcdVersion,
+		// Talos mirrors flannel to ghcr.io/siderolabs and tags it vX.Y.Z; machinery's
+		// FlannelVersion carries the bare X.Y.Z since 1.13.
+		Flannel: "v" + strings.TrimPrefix(constants.FlannelVersion, "v"),
+		Pause:   talosPauseImage,
+	}
 }
 
 func (s *TalosJoinSet) add(role, ref string) {
@@ -156,16 +189,5 @@ func kubernetesTag(kubernetesVersion, def string) (string, error) {
 // kubernetesVersion ("v1.36.2" or "1.36.2") overrides constants.DefaultKubernetesVersion; empty
 // keeps the default. A malformed version is a *RefusedError.
 func TalosJoinImages(kubernetesVersion string) (TalosJoinSet, error) {
-	k8s, err := kubernetesTag(kubernetesVersion, constants.DefaultKubernetesVersion)
-	if err != nil {
-		return TalosJoinSet{}, err
-	}
-	set := TalosJoinSet{TalosVersion: strings.TrimSpace(gendata.VersionTag), KubernetesVersion: k8s}
-	set.add("kubelet", fmt.Sprintf("%s:%s", constants.KubeletImage, k8s))
-	set.add("kube-proxy", fmt.Sprintf("%s:%s", constants.KubeProxyImage, k8s))
-	set.add("pause", talosPauseImage)
-	// Talos mirrors flannel to ghcr.io/siderolabs and tags it vX.Y.Z; machinery's FlannelVersion
-	// carries the bare X.Y.Z since 1.13.
-	set.add("flannel", talosFlannelRepository+":v"+strings.TrimPrefix(constants.FlannelVersion, "v"))
-	return set, nil
+	return TalosJoinImagesFor("", kubernetesVersion)
 }

@@ -3,18 +3,19 @@
 
 package warm
 
-// talosReleases are the Talos releases warm --talos-version knows, oldest first.
+// talosReleases are the Talos releases warm --talos-version and --machine-config know, oldest
+// first.
 var talosReleases = []talosRelease{
-	// machinery v1.10.6 constants: DefaultKubernetesVersion "1.33.3", FlannelVersion "v0.26.7".
+	// machinery v1.10.6 constants: DefaultKubernetesVersion "1.33.3", FlannelVersion "v0.26.7", DefaultCoreDNSVersion "v1.12.1", DefaultEtcdVersion "v3.5.21".
 	// talos v1.10.6 pkg/images/list.go: DefaultSandboxImage "registry.k8s.io/pause:3.10".
-	{Version: "v1.10.6", Kubernetes: "v1.33.3", KubeletImage: "ghcr.io/siderolabs/kubelet", KubeProxyImage: "registry.k8s.io/kube-proxy", Flannel: "v0.26.7", Pause: "registry.k8s.io/pause:3.10"},
-	// machinery v1.11.5 constants: DefaultKubernetesVersion "1.34.1", FlannelVersion "v0.27.4".
+	{Version: "v1.10.6", Kubernetes: "v1.33.3", KubeletImage: "ghcr.io/siderolabs/kubelet", KubeProxyImage: "registry.k8s.io/kube-proxy", APIServerImage: "registry.k8s.io/kube-apiserver", ControllerManagerImage: "registry.k8s.io/kube-controller-manager", SchedulerImage: "registry.k8s.io/kube-scheduler", CoreDNS: "registry.k8s.io/coredns/coredns:v1.12.1", Etcd: "gcr.io/etcd-development/etcd:v3.5.21", Flannel: "v0.26.7", Pause: "registry.k8s.io/pause:3.10"},
+	// machinery v1.11.5 constants: DefaultKubernetesVersion "1.34.1", FlannelVersion "v0.27.4", DefaultCoreDNSVersion "v1.12.4", DefaultEtcdVersion "v3.6.5".
 	// talos v1.11.5 pkg/images/list.go: DefaultSandboxImage "registry.k8s.io/pause:3.10".
-	{Version: "v1.11.5", Kubernetes: "v1.34.1", KubeletImage: "ghcr.io/siderolabs/kubelet", KubeProxyImage: "registry.k8s.io/kube-proxy", Flannel: "v0.27.4", Pause: "registry.k8s.io/pause:3.10"},
-	// machinery v1.12.4 constants: DefaultKubernetesVersion "1.35.0", FlannelVersion "v0.27.4".
+	{Version: "v1.11.5", Kubernetes: "v1.34.1", KubeletImage: "ghcr.io/siderolabs/kubelet", KubeProxyImage: "registry.k8s.io/kube-proxy", APIServerImage: "registry.k8s.io/kube-apiserver", ControllerManagerImage: "registry.k8s.io/kube-controller-manager", SchedulerImage: "registry.k8s.io/kube-scheduler", CoreDNS: "registry.k8s.io/coredns/coredns:v1.12.4", Etcd: "gcr.io/etcd-development/etcd:v3.6.5", Flannel: "v0.27.4", Pause: "registry.k8s.io/pause:3.10"},
+	// machinery v1.12.4 constants: DefaultKubernetesVersion "1.35.0", FlannelVersion "v0.27.4", DefaultCoreDNSVersion "v1.13.2", DefaultEtcdVersion "v3.6.7".
 	// talos v1.12.1 and v1.12.6 pkg/images/list.go both: DefaultSandboxImage "registry.k8s.io/pause:3.10" (talos v1.12.4 is not on the Go module proxy).
-	{Version: "v1.12.4", Kubernetes: "v1.35.0", KubeletImage: "ghcr.io/siderolabs/kubelet", KubeProxyImage: "registry.k8s.io/kube-proxy", Flannel: "v0.27.4", Pause: "registry.k8s.io/pause:3.10"},
-	// machinery v1.13.8 constants: DefaultKubernetesVersion "1.36.2", FlannelVersion "0.28.8".
+	{Version: "v1.12.4", Kubernetes: "v1.35.0", KubeletImage: "ghcr.io/siderolabs/kubelet", KubeProxyImage: "registry.k8s.io/kube-proxy", APIServerImage: "registry.k8s.io/kube-apiserver", ControllerManagerImage: "registry.k8s.io/kube-controller-manager", SchedulerImage: "registry.k8s.io/kube-scheduler", CoreDNS: "registry.k8s.io/coredns/coredns:v1.13.2", Etcd: "registry.k8s.io/etcd:v3.6.7", Flannel: "v0.27.4", Pause: "registry.k8s.io/pause:3.10"},
+	// machinery v1.13.8 constants: DefaultKubernetesVersion "1.36.2", FlannelVersion "0.28.8", DefaultCoreDNSVersion "v1.14.6", DefaultEtcdVersion "v3.6.12".
 	// talos v1.13.8 pkg/images/list.go: DefaultSandboxImage "registry.k8s.io/pause:3.10.1".
-	{Version: "v1.13.8", Kubernetes: "v1.36.2", KubeletImage: "ghcr.io/siderolabs/kubelet", KubeProxyImage: "registry.k8s.io/kube-proxy", Flannel: "v0.28.8", Pause: "registry.k8s.io/pause:3.10.1"},
+	{Version: "v1.13.8", Kubernetes: "v1.36.2", KubeletImage: "ghcr.io/siderolabs/kubelet", KubeProxyImage: "registry.k8s.io/kube-proxy", APIServerImage: "registry.k8s.io/kube-apiserver", ControllerManagerImage: "registry.k8s.io/kube-controller-manager", SchedulerImage: "registry.k8s.io/kube-scheduler", CoreDNS: "registry.k8s.io/coredns/coredns:v1.14.6", Etcd: "registry.k8s.io/etcd:v3.6.12", Flannel: "v0.28.8", Pause: "registry.k8s.io/pause:3.10.1"},
 }

@@ -1,13 +1,20 @@
 // Command talosgen writes pkg/warm's table of Talos releases (talos_releases_gen.go): for each
-// release below, the Kubernetes and flannel versions and the kubelet and kube-proxy repositories
-// read from that release's machinery constants, and the pause (sandbox) image read from the
-// release's own module, which Talos pins there and not in machinery.
+// release below, the defaults a node of that release fills in for what its machine config leaves
+// unset — the Kubernetes version and the kubelet, kube-proxy, kube-apiserver,
+// kube-controller-manager and kube-scheduler repositories, the CoreDNS and etcd images, the
+// flannel version — read from that release's machinery constants, and the pause (sandbox) image
+// read from the release's own module, which Talos pins there and not in machinery.
 //
 // Run by `go generate ./pkg/warm` (network: the Go module proxy, for the modules it does not have
 // yet). Each release's modules are fetched with `go mod download -json MODULE@<release>`:
 //
 //   - github.com/siderolabs/talos/pkg/machinery: constants/constants.go gives
-//     DefaultKubernetesVersion, FlannelVersion, KubeletImage and KubeProxyImage;
+//     DefaultKubernetesVersion, FlannelVersion, KubeletImage, KubeProxyImage,
+//     KubernetesAPIServerImage, KubernetesControllerManagerImage, KubernetesSchedulerImage,
+//     CoreDNSImage with DefaultCoreDNSVersion, and EtcdImage with DefaultEtcdVersion (every
+//     release of the table has all of them; the generator fails when one is missing). The CoreDNS
+//     and etcd images are joined as the release's v1alpha1 accessors join them for an unset
+//     field ("IMAGE:VERSION", the versions carrying their v);
 //   - github.com/siderolabs/talos: pkg/images/list.go gives DefaultSandboxImage, the pause image
 //     the release's CRI runs pods with.
 //
@@ -76,12 +83,15 @@ func run(out string) error {
 
 package warm
 
-// talosReleases are the Talos releases warm --talos-version knows, oldest first.
+// talosReleases are the Talos releases warm --talos-version and --machine-config know, oldest
+// first.
 var talosReleases = []talosRelease{
 `)
 	for _, r := range releases {
 		c, err := readConstants(machinery, r.version, "constants/constants.go",
-			"DefaultKubernetesVersion", "FlannelVersion", "KubeletImage", "KubeProxyImage")
+			"DefaultKubernetesVersion", "FlannelVersion", "KubeletImage", "KubeProxyImage",
+			"KubernetesAPIServerImage", "KubernetesControllerManagerImage", "KubernetesSchedulerImage",
+			"CoreDNSImage", "DefaultCoreDNSVersion", "EtcdImage", "DefaultEtcdVersion")
 		if err != nil {
 			return err
 		}
@@ -89,10 +99,13 @@ var talosReleases = []talosRelease{
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(&b, "\t// machinery %s constants: DefaultKubernetesVersion %q, FlannelVersion %q.\n", r.version, c["DefaultKubernetesVersion"], c["FlannelVersion"])
+		fmt.Fprintf(&b, "\t// machinery %s constants: DefaultKubernetesVersion %q, FlannelVersion %q, DefaultCoreDNSVersion %q, DefaultEtcdVersion %q.\n",
+			r.version, c["DefaultKubernetesVersion"], c["FlannelVersion"], c["DefaultCoreDNSVersion"], c["DefaultEtcdVersion"])
 		fmt.Fprintf(&b, "\t// %s.\n", source)
-		fmt.Fprintf(&b, "\t{Version: %q, Kubernetes: %q, KubeletImage: %q, KubeProxyImage: %q, Flannel: %q, Pause: %q},\n",
+		fmt.Fprintf(&b, "\t{Version: %q, Kubernetes: %q, KubeletImage: %q, KubeProxyImage: %q, APIServerImage: %q, ControllerManagerImage: %q, SchedulerImage: %q, CoreDNS: %q, Etcd: %q, Flannel: %q, Pause: %q},\n",
 			r.version, "v"+strings.TrimPrefix(c["DefaultKubernetesVersion"], "v"), c["KubeletImage"], c["KubeProxyImage"],
+			c["KubernetesAPIServerImage"], c["KubernetesControllerManagerImage"], c["KubernetesSchedulerImage"],
+			c["CoreDNSImage"]+":"+c["DefaultCoreDNSVersion"], c["EtcdImage"]+":"+c["DefaultEtcdVersion"],
 			"v"+strings.TrimPrefix(c["FlannelVersion"], "v"), pause)
 	}
 	b.WriteString("}\n")
