@@ -32,7 +32,7 @@ func warmCommand() *cli.Command {
 		boolFlag(&cfg.Talos, "talos", "warm the Talos worker join set (kubelet, kube-proxy, pause, flannel) of the Talos version this build knows"),
 		stringFlag(&cfg.KubernetesVersion, "kubernetes-version", "", "with --talos: the Kubernetes `vX.Y.Z` of kubelet and kube-proxy (default: Talos' default)"),
 		stringFlag(&cfg.TalosVersion, "talos-version", "", "warm the worker join set of this Talos release `vX.Y.Z` (implies --talos; known: "+strings.Join(warm.TalosReleases(), ", ")+", and other patches of their minors)"),
-		stringFlag(&cfg.MachineConfig, "machine-config", "", "also warm what a node with this machine config `FILE` pulls (talosctl read /system/state/config.yaml, or talosctl get machineconfig -o yaml): the images it names (control-plane ones too) and its Talos release's pause and flannel"),
+		stringFlag(&cfg.MachineConfig, "machine-config", "", "also warm what a node with this machine config `FILE` pulls (talosctl read /system/state/config.yaml, or talosctl get machineconfig -o yaml): the images it names (control-plane ones too), its Talos release's defaults for those it leaves unset (never this build's), and that release's pause and flannel"),
 		stringFlag(&cfg.InstallerImage, "installer-image", "", "also warm the Talos installer `REF` an upgrade pulls (machine.install.image, e.g. an image factory reference)"),
 		stringFlag(&cfg.ImagesFrom, "images-from", "", "also warm the references in `FILE` (one per line; # comments and blank lines skipped; - reads standard input), after --talos and before IMAGE"),
 		boolFlag(&cfg.Print, "print", "print the normalised references that would be warmed, one per line (with --output json: with their sources), and exit; nothing is contacted and --mirror is optional"),

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -106,4 +108,83 @@ func TestWarmPrintTalosVersions(t *testing.T) {
 			t.Fatalf("exit %d, stderr %q; want 2 listing the known releases", code, stderr)
 		}
 	})
+}
+
+// TestWarmPrintMachineConfigRelease (newuser2 #3): a hand-written node config naming no kubelet,
+// CoreDNS or control-plane image gets the defaults of its installer's Talos release (or of
+// --talos-version), not this build's (Talos v1.13.8: kubelet v1.36.2, CoreDNS v1.14.6).
+func TestWarmPrintMachineConfigRelease(t *testing.T) {
+	t.Parallel()
+	const (
+		installer1115 = "ghcr.io/siderolabs/installer:v1.11.5"
+		factory       = "factory.talos.dev/installer/376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba:custom"
+	)
+	node := func(typ, installer string) string {
+		return "version: v1alpha1\nmachine:\n  type: " + typ + "\n  install:\n    disk: /dev/sda\n    image: " + installer +
+			"\ncluster:\n  controlPlane:\n    endpoint: https://10.5.0.2:6443\n"
+	}
+	for _, tc := range []struct {
+		name, config string
+		args         []string
+		want         []string
+		note         string
+	}{
+		{"worker of v1.11.5", node("worker", installer1115), nil,
+			[]string{"ghcr.io/siderolabs/kubelet:v1.34.1", "registry.k8s.io/kube-proxy:v1.34.1", "registry.k8s.io/coredns/coredns:v1.12.4",
+				installer1115, "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.27.4"},
+			"note: defaults of Talos v1.11.5, from the tag of machine.install.image\n"},
+		{"control plane of v1.11.5", node("controlplane", installer1115), nil,
+			[]string{"ghcr.io/siderolabs/kubelet:v1.34.1", "registry.k8s.io/kube-apiserver:v1.34.1", "registry.k8s.io/kube-controller-manager:v1.34.1",
+				"registry.k8s.io/kube-scheduler:v1.34.1", "gcr.io/etcd-development/etcd:v3.6.5", "registry.k8s.io/kube-proxy:v1.34.1",
+				"registry.k8s.io/coredns/coredns:v1.12.4", installer1115, "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.27.4"},
+			"note: defaults of Talos v1.11.5, from the tag of machine.install.image\n"},
+		{"worker with --talos-version v1.10.6", node("worker", factory), []string{"--talos-version", "v1.10.6"},
+			[]string{"ghcr.io/siderolabs/kubelet:v1.33.3", "registry.k8s.io/kube-proxy:v1.33.3", "registry.k8s.io/coredns/coredns:v1.12.1",
+				factory, "registry.k8s.io/pause:3.10", "ghcr.io/siderolabs/flannel:v0.26.7"},
+			"note: defaults of Talos v1.10.6, from --talos-version\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "node.yaml")
+			if err := os.WriteFile(path, []byte(tc.config), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			code, stdout, stderr := runAppStdin(t, "", append([]string{"warm", "--print", "--machine-config", path}, tc.args...)...)
+			want := strings.Join(tc.want, "\n") + "\n"
+			if code != 0 || stdout != want || stderr != tc.note {
+				t.Fatalf("exit %d\nstdout:\n%s\nwant:\n%s\nstderr: %q, want %q", code, stdout, want, stderr, tc.note)
+			}
+		})
+	}
+}
+
+// TestWarmEmptyList (newuser2 #19): an image list with no image and nothing else named is
+// nothing to warm: exit 2 with the same words with and without --print, and nothing is sent.
+func TestWarmEmptyList(t *testing.T) {
+	t.Parallel()
+	mirror := mirrortest.NewRegistry(t)
+	t.Cleanup(func() {
+		if reqs := mirror.Requests(); len(reqs) != 0 {
+			t.Errorf("an empty list sent %d requests: %+v", len(reqs), reqs)
+		}
+	})
+	const want = "nothing to warm: --images-from - lists no image (it is empty, or only blank lines and # comments)"
+	for _, tc := range []struct {
+		name, list string
+		args       []string
+	}{
+		{"empty", "", nil},
+		{"empty, --print", "", []string{"--print"}},
+		{"comments only", "# none yet\n\n", nil},
+		{"comments only, --print", "# none yet\n\n", []string{"--print"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"warm", "--mirror", mirror.URL.String(), "--images-from", "-", "--wait", "0"}, tc.args...)
+			code, stdout, stderr := runAppStdin(t, tc.list, args...)
+			if code != exitUsage || stdout != "" || !strings.Contains(stderr, want) || strings.Contains(stderr, `IMAGE ""`) {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want 2 saying %q", code, stdout, stderr, want)
+			}
+		})
+	}
 }

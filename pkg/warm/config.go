@@ -96,10 +96,12 @@ func (c Config) Options(args []string) (Options, error) {
 	if c.InstallerImage != "" {
 		inputs = append(inputs, input{text: c.InstallerImage, from: "--installer-image"})
 	}
+	listRead := false
 	if c.ImagesFrom != "" {
 		list, err := c.readImagesFrom()
 		errs = append(errs, err)
 		inputs = append(inputs, list...)
+		listRead = err == nil
 	}
 	for i, a := range args {
 		if strings.HasPrefix(a, "-") {
@@ -108,8 +110,16 @@ func (c Config) Options(args []string) (Options, error) {
 		}
 		inputs = append(inputs, input{text: a, from: fmt.Sprintf("argument %d", i+1)})
 	}
-	if len(inputs) == 0 && !c.Talos && c.TalosVersion == "" && c.ImagesFrom == "" && c.MachineConfig == "" {
-		errs = append(errs, errors.New("no IMAGE given: name at least one image, or use --images-from or --talos"))
+	// Nothing to warm is refused alike with and without --print: an image list that is empty
+	// (or only blank lines and comments) and nothing else named. A source that failed already
+	// said why.
+	if len(inputs) == 0 {
+		switch {
+		case c.ImagesFrom == "" && !c.Talos && c.TalosVersion == "" && c.MachineConfig == "":
+			errs = append(errs, errors.New("nothing to warm: no IMAGE given; "+nameSomething))
+		case listRead && !c.Talos && c.TalosVersion == "" && c.MachineConfig == "":
+			errs = append(errs, fmt.Errorf("nothing to warm: --images-from %s lists no image (it is empty, or only blank lines and # comments); put references in it, name an IMAGE, or use --talos, --talos-version or --machine-config", c.ImagesFrom))
+		}
 	}
 	refs, srcs, refErrs := sources(inputs)
 	opts.Images, opts.Sources = refs, srcs
@@ -140,6 +150,9 @@ func (c Config) Options(args []string) (Options, error) {
 	}
 	return opts, nil
 }
+
+// nameSomething says what gives warm images.
+const nameSomething = "name at least one IMAGE, or use --images-from, --talos, --talos-version or --machine-config"
 
 // readImagesFrom reads --images-from (a file, or Stdin for "-"). A file that cannot be opened is
 // refused, naming it.

@@ -45,9 +45,15 @@ func TestImagesFromStdin(t *testing.T) {
 			wantRefs: append(slices.Clone(mustTalos(t).Images), "docker.io/library/nginx:latest", "docker.io/library/alpine:latest"),
 		},
 		{
-			name:     "an empty list and no other source",
+			name:     "an empty list and no other source is nothing to warm",
 			list:     "# nothing yet\n\n",
-			wantRefs: nil,
+			wantErrs: []string{"nothing to warm: --images-from - lists no image"},
+		},
+		{
+			name:     "an empty list beside an IMAGE",
+			list:     "# nothing yet\n",
+			args:     []string{"nginx"},
+			wantRefs: []string{"docker.io/library/nginx:latest"},
 		},
 	}
 	for _, tc := range tests {

@@ -105,7 +105,7 @@ func (o *Options) setDefaults() error {
 		errs = append(errs, &RefusedError{What: "--mirror", Value: "", Reason: "required; want http(s)://host[:port]"})
 	}
 	if len(o.Images) == 0 {
-		errs = append(errs, &RefusedError{What: "IMAGE", Value: "", Reason: "no image given; name at least one IMAGE or use --talos"})
+		errs = append(errs, fmt.Errorf("%w: nothing to warm: Options.Images is empty; name at least one image", ErrRefused))
 	}
 	if o.Concurrency < 0 {
 		errs = append(errs, &RefusedError{What: "--concurrency", Value: fmt.Sprint(o.Concurrency), Reason: "want at least 1"})
