@@ -166,6 +166,15 @@ func TestDifferential(t *testing.T) {
 			diffRequest{"manifest digest at blobs", m, "blobs/" + manDigest, nil},
 			diffRequest{"unknown blob", m, "blobs/" + missing, nil},
 			diffRequest{"malformed blob digest", m, "blobs/sha256:xyz", nil},
+			// Names, tags and digests outside the grammar of distribution's routes: its router
+			// answers a plain 404 "page not found" before any handler runs.
+			diffRequest{"uppercase repository", m, "/v2/team/APP/manifests/v1", all},
+			diffRequest{"uppercase repository, blob", m, "/v2/team/APP/blobs/" + blob, nil},
+			diffRequest{"200-character tag", m, "manifests/" + strings.Repeat("t", 200), all},
+			diffRequest{"129-character tag", m, "manifests/" + strings.Repeat("t", 129), all},
+			diffRequest{"128-character tag", m, "manifests/" + strings.Repeat("t", 128), all},
+			diffRequest{"blob reference that is no digest", m, "blobs/nodigest", nil},
+			diffRequest{"repository name over 255 characters", m, "/v2/team/" + strings.Repeat("a", 250) + "/manifests/v1", all},
 		)
 	}
 	for _, q := range []string{"", "n=1", "n=1&last=multi", "n=2", "n=0", "n=-1", "last=zzz", "n=x"} {
@@ -175,7 +184,8 @@ func TestDifferential(t *testing.T) {
 		}
 		reqs = append(reqs, diffRequest{"tags " + q, http.MethodGet, p, nil})
 	}
-	reqs = append(reqs, diffRequest{"tags of an unknown repository", http.MethodGet, "/v2/team/nothing/tags/list", nil})
+	reqs = append(reqs, diffRequest{"tags of an unknown repository", http.MethodGet, "/v2/team/nothing/tags/list", nil},
+		diffRequest{"tags of an uppercase repository", http.MethodGet, "/v2/team/APP/tags/list", nil})
 
 	newCache := func() *harness {
 		return newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})

@@ -101,10 +101,10 @@ func (m *Mirror) resolve(r *http.Request) (route, *apiError) {
 		return rt, errNotFound("UNSUPPORTED", "the referrers API is not served by this cache")
 	}
 	if kind == kindManifest && !tagOrDigestRe.MatchString(ref) {
-		return rt, errNotFound("MANIFEST_UNKNOWN", "invalid tag or digest "+quote(ref)+": a tag is [A-Za-z0-9_][A-Za-z0-9._-]{0,127}, a digest algorithm:hex")
+		return rt, errNoRoute("invalid tag or digest " + quote(ref) + ": a tag is [A-Za-z0-9_][A-Za-z0-9._-]{0,127}, a digest algorithm:hex")
 	}
 	if kind == kindBlob && !digestRe.MatchString(ref) {
-		return rt, &apiError{Status: http.StatusBadRequest, Code: "DIGEST_INVALID", Message: "invalid digest " + quote(ref)}
+		return rt, errNoRoute("invalid digest " + quote(ref))
 	}
 	if rt.up == nil && len(comps) > 1 {
 		switch up := m.configuredAs(comps[0]); {
@@ -126,6 +126,11 @@ func (m *Mirror) resolve(r *http.Request) (route, *apiError) {
 		comps = []string{"library", comps[0]}
 	}
 	rt.repo = strings.Join(comps, "/")
+	if !routeNameRe.MatchString(rt.repo) {
+		// Not a name distribution's router matches (an upper-case path component, an empty
+		// one): its plain 404, as the upstream would answer /v2/<repo>/....
+		return rt, errNoRoute("invalid repository name " + quote(rt.repo))
+	}
 	if _, err := reference.WithName(rt.up.storageKey + "/" + rt.repo); err != nil {
 		return rt, &apiError{Status: http.StatusBadRequest, Code: "NAME_INVALID", Message: "invalid repository name " + quote(rt.repo) + ": " + err.Error()}
 	}
@@ -170,8 +175,11 @@ func (m *Mirror) upstreamList() string {
 
 var (
 	// OCI distribution spec, "Pulling manifests": tag and digest grammars.
-	tagOrDigestRe   = regexp.MustCompile(`^(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+)$`)
-	digestRe        = regexp.MustCompile(`^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$`)
+	tagOrDigestRe = regexp.MustCompile(`^(?:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+)$`)
+	digestRe      = regexp.MustCompile(`^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$`)
+	// routeNameRe is the {name} of distribution's routes (api/v2 descriptors): an optional
+	// domain, then lower-case path components.
+	routeNameRe     = regexp.MustCompile(`^(?:` + reference.NameRegexp.String() + `)$`)
 	invalidKeyChars = regexp.MustCompile(`[^a-z0-9.-]+`)
 	componentRe     = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*$`)
 )

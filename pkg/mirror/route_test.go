@@ -42,14 +42,16 @@ func TestResolve(t *testing.T) {
 		{"ns selects, path component is a repo", "/v2/ghcr.io/x/manifests/v1?ns=docker.io", "docker.io", "ghcr.io/x", kindManifest, "v1", 0, 0},
 		{"unknown ns", "/v2/a/manifests/v1?ns=evil.example", "", "", kindManifest, "v1", 1, 404},
 		{"ns with path", "/v2/a/manifests/v1?ns=evil.example/x", "", "", kindManifest, "v1", 1, 404},
-		{"bad repository", "/v2/ghcr.io/UPPER/manifests/v1", "", "", kindManifest, "v1", 1, 400},
+		{"upper-case repository (distribution's router: plain 404)", "/v2/ghcr.io/UPPER/manifests/v1", "", "", kindManifest, "v1", 1, 404},
+		{"upper-case repository by ns", "/v2/library/ALPINE/manifests/3.20?ns=docker.io", "", "", kindManifest, "3.20", 1, 404},
+		{"repository too long (NAME_INVALID)", "/v2/ghcr.io/x/" + strings.Repeat("a", 260) + "/manifests/v1", "", "", kindManifest, "v1", 1, 400},
 		{"not an API path", "/v2/ghcr.io/x/other/v1", "", "", kindOther, "", 1, 404},
 		{"base", "/v2/", "", "", kindBase, "", 0, 0},
 		{"referrers", "/v2/ghcr.io/x/referrers/sha256:ab", "", "", kindReferrers, "sha256:ab", 1, 404},
 		{"tag too long", "/v2/ghcr.io/x/manifests/" + strings.Repeat("a", 129), "", "", kindManifest, "", 1, 404},
 		{"tag longest", "/v2/ghcr.io/x/manifests/" + strings.Repeat("a", 128), "ghcr.io", "x", kindManifest, strings.Repeat("a", 128), 0, 0},
 		{"tag bad start", "/v2/ghcr.io/x/manifests/.v1", "", "", kindManifest, "", 1, 404},
-		{"blob not a digest", "/v2/ghcr.io/x/blobs/latest", "", "", kindBlob, "", 1, 400},
+		{"blob not a digest", "/v2/ghcr.io/x/blobs/latest", "", "", kindBlob, "", 1, 404},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
