@@ -246,3 +246,54 @@ func runNodecacheJSON(t *testing.T, bin string, args []string, out any) {
 		t.Fatalf("nodecache %s: stdout is not JSON: %v\n%s", strings.Join(args, " "), err, stdout.String())
 	}
 }
+
+// TestGenContainerdNativeSchema (newuser2 items 10 and 11): the config.toml gen writes when
+// there is none, or when it has no setting at all (empty: every containerd runs on its
+// defaults), is one each real containerd loads without migrating: `containerd config dump` logs
+// neither "Configuration migrated from version N" (2.x, whose version.ConfigVersion is 4 from
+// 2.3) nor the 1.x deprecation of version 1, and reads config_path from it. Only the config is
+// loaded; no daemon starts, so no root is needed.
+func TestGenContainerdNativeSchema(t *testing.T) {
+	t.Parallel()
+	nodecacheBin := nodecacheBinary(t)
+	for _, v := range runtimetest.Containerds() {
+		for _, existing := range []string{"none", "empty"} {
+			t.Run("containerd-"+v.Name+"-"+existing, func(t *testing.T) {
+				t.Parallel()
+				bin := runtimetest.Binary(t, v.Env)
+				out, err := exec.CommandContext(t.Context(), bin, "--version").Output()
+				if err != nil {
+					t.Fatalf("%s --version: %v", bin, err)
+				}
+				version := strings.Fields(string(out))[2] // "containerd <repo> v2.4.2 <commit>"
+				root := t.TempDir()
+				if existing == "empty" {
+					if err := os.MkdirAll(filepath.Join(root, "etc/containerd"), 0o755); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.WriteFile(filepath.Join(root, "etc/containerd/config.toml"), nil, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var rep struct {
+					Schema int `json:"schema"`
+				}
+				runNodecacheJSON(t, nodecacheBin, []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000",
+					"--upstream", "docker.io", "--containerd-version", version, "--output", "json", "--log-level", "error"}, &rep)
+				cfg := filepath.Join(root, "etc/containerd/config.toml")
+				dump := exec.CommandContext(t.Context(), bin, "--config", cfg, "config", "dump")
+				var stdout, stderr bytes.Buffer
+				dump.Stdout, dump.Stderr = &stdout, &stderr
+				if err := dump.Run(); err != nil {
+					t.Fatalf("containerd %s config dump: %v\n%s", version, err, stderr.String())
+				}
+				if strings.Contains(stderr.String(), "level=warning") {
+					t.Errorf("containerd %s warns on the config gen wrote (schema %d):\n%s\n%s", version, rep.Schema, stderr.String(), readFile(t, cfg))
+				}
+				if !strings.Contains(stdout.String(), "config_path = '/etc/containerd/certs.d'") && !strings.Contains(stdout.String(), `config_path = "/etc/containerd/certs.d"`) {
+					t.Errorf("containerd %s does not read config_path /etc/containerd/certs.d from it:\n%s", version, stdout.String())
+				}
+			})
+		}
+	}
+}

@@ -21,7 +21,7 @@ type corpusCase struct {
 const certsD = "/etc/containerd/certs.d"
 
 var corpusCases = []corpusCase{
-	{shape: "containerd/schema1-no-version", daemon: "1.7", want: outcome{refused: "containerd config migrate"}},
+	{shape: "containerd/schema1-no-version", daemon: "1.7", want: outcome{refused: "reads it as the deprecated version 1: add `version = 2` as its first line"}},
 	{shape: "containerd/schema1-no-version", daemon: "2.4", want: outcome{refused: "containerd config migrate"}},
 	{shape: "containerd/schema2-no-registry", daemon: "1.7", want: outcome{action: containerd.ConfigPathSet, hostsDir: certsD, edited: true}},
 	{shape: "containerd/schema2-no-registry", daemon: "2.4", want: outcome{action: containerd.ConfigPathSet, hostsDir: certsD, edited: true}},

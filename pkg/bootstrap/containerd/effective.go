@@ -356,6 +356,23 @@ func configsWithTLS(reg map[string]any) []string {
 	return out
 }
 
+// tomlKind names the kind of a decoded TOML value in words (for a key of the wrong type).
+func tomlKind(v any) string {
+	switch v := v.(type) {
+	case string:
+		return fmt.Sprintf("the text %q (quoted)", v)
+	case float64:
+		return fmt.Sprintf("the fraction %v", v)
+	case bool:
+		return fmt.Sprintf("%v (a boolean)", v)
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a table"
+	}
+	return "a date or time"
+}
+
 // loadFiles reads the main file and its imports in containerd's order: breadth first, each path
 // once, imports relative to the importing file's directory, a path with '*' globbed.
 func loadFiles(fsys fs.FS, mainPath string) ([]ConfigFile, error) {
@@ -394,9 +411,13 @@ func loadFiles(fsys fs.FS, mainPath string) ([]ConfigFile, error) {
 			}
 			return nil, bootstrap.Refusedf("%s does not parse as TOML: %v", p, err)
 		}
-		f.Schema = 1
-		if v, ok := f.tree["version"].(int64); ok {
+		f.Schema = 1 // containerd reads a file without `version` as version 1 (0 counts as 1)
+		switch v := f.tree["version"].(type) {
+		case nil:
+		case int64:
 			f.Schema = int(v)
+		default:
+			return nil, bootstrap.Refusedf("%s: `version` must be a whole number such as %d, got %s: containerd would not start", p, 2, tomlKind(v))
 		}
 		loaded[p] = true
 		out = append(out, f)

@@ -1,12 +1,16 @@
 package containerd_test
 
 import (
+	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	srvconfig "github.com/containerd/containerd/v2/cmd/containerd/server/config"
+	srvversion "github.com/containerd/containerd/v2/version"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
@@ -136,37 +140,44 @@ func TestImportRules(t *testing.T) {
 		}
 	})
 
-	t.Run("no config.toml: created for the known version", func(t *testing.T) {
+	// newuser2 items 10 and 11: a config.toml gen creates, or finds without any setting (empty,
+	// comments only: containerd runs on its defaults), gets the version the release loads
+	// without migrating (version.ConfigVersion: 2 for 1.x, 3 for 2.0-2.2, 4 from 2.3; 2.4.2 warned
+	// "Configuration migrated from version 3" at every start) and config_path in its table.
+	for _, existing := range []struct {
+		name string
+		data []byte // nil: no file
+	}{{"no config.toml", nil}, {"empty config.toml", []byte{}}, {"config.toml of comments", []byte("# site: defaults\n")}} {
+		t.Run(existing.name+": written for the known version", func(t *testing.T) {
+			t.Parallel()
+			testConfigForVersion(t, m, existing.data)
+		})
+	}
+
+	t.Run("version of the wrong type refused as such", func(t *testing.T) {
 		t.Parallel()
 		root := t.TempDir()
-		for _, v := range []bootstrap.Version{v17, v24} {
-			rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rep.ConfigPathAction != containerd.ConfigPathCreated || !rep.RestartRequired {
-				t.Fatalf("%v: %+v", v, rep)
-			}
-			if want := map[int]int{1: 2, 2: 3}[v.Major]; rep.Schema != want {
-				t.Fatalf("%v: created config reported as schema %d, want %d (the version it is written with)", v, rep.Schema, want)
-			}
-			var cfg srvconfig.Config
-			dir := t.TempDir()
-			for _, c := range rep.Changes {
-				if c.Path == containerd.DefaultConfig {
-					bootstraptest.WriteHostFile(t, dir, "config.toml", c.New)
-				}
-			}
-			if err := srvconfig.LoadConfig(t.Context(), filepath.Join(dir, "config.toml"), &cfg); err != nil {
-				t.Fatal(err)
-			}
-			plugin := containerd.PluginImages
-			if v.Major < 2 {
-				plugin = containerd.PluginCRIv1
-			}
-			var p criPlugin
-			if _, err := cfg.Decode(t.Context(), plugin, &p); err != nil || p.Registry.ConfigPath != containerd.DefaultCertsDir {
-				t.Fatalf("%v: created config reads config_path %q (%v)", v, p.Registry.ConfigPath, err)
+		bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte("version = \"2\"\n"))
+		_, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v24})
+		if want := containerd.DefaultConfig + ": `version` must be a whole number such as 2, got the text \"2\" (quoted): containerd would not start"; err == nil || err.Error() != want || !errors.Is(err, bootstrap.ErrRefused) {
+			t.Fatalf("err %v\nwant refused: %s", err, want)
+		}
+	})
+
+	t.Run("settings without version: the way out of each release", func(t *testing.T) {
+		t.Parallel()
+		root := t.TempDir()
+		bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte("[plugins.cri]\n  sandbox_image = 'registry.k8s.io/pause:3.10'\n"))
+		for _, tc := range []struct {
+			v             bootstrap.Version
+			want, wantNot string
+		}{
+			{v17, "containerd v1.7.35 reads it as the deprecated version 1: add `version = 2` as its first line", "config migrate"},
+			{v24, "containerd v2.4.2 reads it as version 1 and migrates it at every start: convert it with `containerd config migrate > /etc/containerd/config.toml.new`", "cannot load"},
+		} {
+			_, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: tc.v})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), tc.wantNot) || !errors.Is(err, bootstrap.ErrRefused) {
+				t.Errorf("%v: err %v\nwant refused, saying %q, not %q", tc.v, err, tc.want, tc.wantNot)
 			}
 		}
 	})
@@ -190,4 +201,54 @@ func TestImportRules(t *testing.T) {
 			t.Fatal("Talos accepted")
 		}
 	})
+}
+
+// testConfigForVersion plans gen over a host whose config.toml holds existing (nil: none) for
+// containerd 1.7, 2.2, 2.3 and 2.4 and checks the file written: the version that release loads
+// natively, config_path in that schema's table as containerd's own loader reads it, the
+// existing bytes kept in front.
+func testConfigForVersion(t *testing.T, m name.Mirror, existing []byte) {
+	root := t.TempDir()
+	if existing != nil {
+		bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, existing)
+	}
+	for _, tc := range []struct {
+		v      bootstrap.Version
+		schema int
+	}{{v17, 2}, {bootstrap.Version{Major: 2, Minor: 2}, 3}, {bootstrap.Version{Major: 2, Minor: 3, Patch: 7}, 4}, {v24, srvversion.ConfigVersion}} {
+		rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: tc.v})
+		if err != nil {
+			t.Fatalf("%v: %v", tc.v, err)
+		}
+		if want := map[bool]containerd.ConfigPathAction{true: containerd.ConfigPathCreated, false: containerd.ConfigPathSet}[existing == nil]; rep.ConfigPathAction != want || !rep.RestartRequired {
+			t.Fatalf("%v: action %s, want %s: %+v", tc.v, rep.ConfigPathAction, want, rep)
+		}
+		if rep.Schema != tc.schema {
+			t.Fatalf("%v: config reported as schema %d, want %d (the version it is written with)", tc.v, rep.Schema, tc.schema)
+		}
+		dir := t.TempDir()
+		for _, c := range rep.Changes {
+			if c.Path == containerd.DefaultConfig {
+				if existing != nil && (!bytes.HasPrefix(c.New, existing) || c.Backup == "") {
+					t.Fatalf("%v: the existing bytes %q are not kept in front, or no backup: %+v", tc.v, existing, c)
+				}
+				bootstraptest.WriteHostFile(t, dir, "config.toml", c.New)
+			}
+		}
+		var cfg srvconfig.Config
+		if err := srvconfig.LoadConfig(t.Context(), filepath.Join(dir, "config.toml"), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Version != tc.schema {
+			t.Fatalf("%v: file has version %d, want %d", tc.v, cfg.Version, tc.schema)
+		}
+		plugin := containerd.PluginImages
+		if tc.v.Major < 2 {
+			plugin = containerd.PluginCRIv1
+		}
+		var p criPlugin
+		if _, err := cfg.Decode(t.Context(), plugin, &p); err != nil || p.Registry.ConfigPath != containerd.DefaultCertsDir {
+			t.Fatalf("%v: config reads config_path %q (%v)", tc.v, p.Registry.ConfigPath, err)
+		}
+	}
 }

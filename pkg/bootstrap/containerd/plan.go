@@ -98,8 +98,9 @@ type Report struct {
 	Upstreams []string `json:"upstreams,omitempty"`
 	// Config is the main config file.
 	Config string `json:"config"`
-	// Schema is the main file's version; for a config.toml gen creates, the version it is
-	// created with (2 for containerd 1.x, 3 for 2.x). 0: no file (PlanRemove after it went).
+	// Schema is the main file's version; for a config.toml gen creates (or finds without any
+	// setting), the version it is written with: the daemon's own (2 for containerd 1.x, 3 for
+	// 2.0-2.2, 4 from 2.3). 0: no file (PlanRemove after it went).
 	Schema int `json:"schema"`
 	// Daemon is the containerd release whose rules were applied; DaemonAssumed when guessed.
 	Daemon        string `json:"containerd_version"`
@@ -176,8 +177,8 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	rep.EditedFile = cp.edited
 	rep.ConfigPath = cp.after.ConfigPath
 	rep.ConfigPathAction = cp.action
-	if cp.action == ConfigPathCreated {
-		rep.Schema = cp.after.Schema // the schema the created file is written with
+	if cp.action == ConfigPathCreated || eff.Schema != cp.after.Schema {
+		rep.Schema = cp.after.Schema // the schema the file is written with (created, or empty before)
 	}
 	rep.HostsDir = cp.hostsDir
 	rep.TransferService = cp.after.TransferService
@@ -392,8 +393,10 @@ func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 		return cp, checkAfter(after, cp.hostsDir)
 	}
 	switch {
+	case eff.Schema == 1 && len(eff.Files) == 1 && len(eff.Files[0].tree) == 0:
+		return planEmptyConfig(fsys, eff, opts)
 	case eff.Schema == 1:
-		return nil, bootstrap.Refusedf("%s has no `version` key, so it is schema 1, which containerd 2.x cannot load: convert it with `containerd config migrate > %s.new`, review it, move it in place, then run gen again", opts.Config, opts.Config)
+		return nil, refuseVersion1(eff, opts.Config)
 	case eff.Schema > 4:
 		return nil, bootstrap.Refusedf("%s: version = %d is not a containerd config schema this gen knows (2, 3, 4)", opts.Config, eff.Schema)
 	case eff.Schema > d.configVersion() && !eff.DaemonAssumed:
@@ -563,23 +566,68 @@ func checkAfter(after *Effective, hostsDir string) error {
 	return nil
 }
 
-// minimalConfig is the config.toml created when there is none: the Marker, the schema for the
-// daemon and the registry config_path, encoded from typed values.
+// minimalConfig is the config.toml created when there is none: the Marker, then minimalDoc.
 func minimalConfig(d daemon, certsDir string) ([]byte, []string, error) {
-	version := 2
-	if d.v2() {
-		version = 3
-	}
+	b, table, err := minimalDoc(d, certsDir)
+	out := []byte(mirrorapi.ManagedMarker + "\n# Created by `nodecache gen containerd` because there was no config.toml; `gen --remove` deletes it.\n")
+	return append(out, b...), table, err
+}
+
+// minimalDoc is the schema the daemon loads without migrating (its version.ConfigVersion: 2 for
+// 1.x, 3 for 2.0-2.2, 4 from 2.3, so containerd logs no "Configuration migrated" at start) and
+// the registry config_path in that schema's table, encoded from typed values.
+func minimalDoc(d daemon, certsDir string) ([]byte, []string, error) {
 	doc := map[string]any{
-		"version": version,
+		"version": d.configVersion(),
 		"plugins": map[string]any{d.pluginID(): map[string]any{"registry": map[string]any{"config_path": certsDir}}},
 	}
 	b, err := toml.Marshal(doc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode minimal config.toml: %w", err)
 	}
-	out := []byte(mirrorapi.ManagedMarker + "\n# Created by `nodecache gen containerd` because there was no config.toml; `gen --remove` deletes it.\n")
-	return append(out, b...), []string{"plugins", d.pluginID(), "registry"}, nil
+	return b, []string{"plugins", d.pluginID(), "registry"}, nil
+}
+
+// planEmptyConfig plans the edit of a config.toml without keys (empty, or comments only), which
+// every containerd runs on its defaults: minimalDoc is appended (its comments stay), so the file
+// gets the schema the daemon loads natively and config_path; the original is backed up.
+func planEmptyConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
+	if eff.DaemonAssumed {
+		return nil, bootstrap.Refusedf("%s has no settings and the containerd version is unknown: pass --containerd-version (the file then gets that release's `version` and config_path)", opts.Config)
+	}
+	f := eff.Files[0]
+	body, table, err := minimalDoc(daemon{v: eff.Daemon}, opts.CertsDir)
+	if err != nil {
+		return nil, err
+	}
+	old := append([]byte{}, f.data...)
+	data := append([]byte{}, old...)
+	if len(data) > 0 && data[len(data)-1] != '\n' {
+		data = append(data, '\n')
+	}
+	data = append(data, body...)
+	after, err := Load(bootstrap.Overlay{Base: fsys, Files: map[string][]byte{f.Path: data}}, opts.Config, LoadOptions{Daemon: eff.Daemon})
+	if err != nil {
+		return nil, fmt.Errorf("re-read %s after editing: %w", opts.Config, err)
+	}
+	cp := &configPlan{table: table, edited: f.Path, action: ConfigPathSet, hostsDir: opts.CertsDir, after: after,
+		changes: []bootstrap.Change{bootstrap.PlanEdit(f.Path, old, data)}}
+	return cp, checkAfter(after, cp.hostsDir)
+}
+
+// refuseVersion1 refuses a config.toml with settings but no `version` key, which containerd reads
+// as the deprecated version 1 (1.7 warns at every start, 2.x migrates it at every start), with
+// the way out for the release at hand: 1.x has no `containerd config migrate`.
+func refuseVersion1(eff *Effective, file string) error {
+	const v2 = "add `version = 2` as its first line and name its plugin tables by their full IDs (plugins.cri -> plugins.\"io.containerd.grpc.v1.cri\")"
+	migrate := fmt.Sprintf("convert it with `containerd config migrate > %s.new` (containerd 2.x), review it, move it in place", file)
+	switch {
+	case eff.DaemonAssumed:
+		return bootstrap.Refusedf("%s has no `version` key, so containerd reads it as the deprecated version 1: on containerd 2.x %s; on 1.x %s; then run gen again", file, migrate, v2)
+	case eff.Daemon.Major < 2:
+		return bootstrap.Refusedf("%s has no `version` key, so containerd %s reads it as the deprecated version 1: %s, then run gen again", file, eff.Daemon, v2)
+	}
+	return bootstrap.Refusedf("%s has no `version` key, so containerd %s reads it as version 1 and migrates it at every start: %s, then run gen again", file, eff.Daemon, migrate)
 }
 
 // refuseForeign refuses configurations another tool renders: k3s and RKE2 (config.toml.tmpl
