@@ -1,0 +1,228 @@
+// Package inputfile reads the files nodecache is pointed at — the ones a user names in a flag or
+// a settings file (machine configs, PEM certificates and keys, docker config.json, the YAML
+// settings file, image lists) and the host files it inspects or edits (containerd and CRI-O
+// configs and drop-ins, hosts.toml, /etc/os-release, procfs) — with two guards, so that no such
+// input can block the process or exhaust its memory:
+//
+//   - Only a regular file is read (symbolic links followed). A directory, a named pipe (FIFO),
+//     a character or block device or a socket is refused after a stat and before any open, so a
+//     FIFO never blocks the caller; the file is then opened non-blocking and checked again on the
+//     open descriptor, so a file swapped in between cannot block either. A Kind may allow pipes
+//     (the image list, so that `--images-from <(cmd)` works): the read then waits for the writer,
+//     as the user asked.
+//   - At most Kind.Limit bytes are read. A file whose stat says more is refused unread; one that
+//     reports a smaller size and grows, or a procfs file (which reports size 0), is read up to
+//     the limit plus one byte, and refused when that byte arrives.
+//
+// Refusals are *Error (errors.Is(err, ErrRefused)): the file, what was wrong, and what is
+// accepted. A file that cannot be stat'ed, opened or read returns the *fs.PathError of that step
+// unchanged, so errors.Is(err, fs.ErrNotExist) still tells a missing file.
+package inputfile
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// Binary size units, in bytes.
+const (
+	KiB int64 = 1 << 10
+	MiB int64 = 1 << 20
+	GiB int64 = 1 << 30
+)
+
+// ErrRefused matches every *Error: an input that is not a file of the accepted kind. The CLI
+// exits 2 (input refused) for it.
+var ErrRefused = errors.New("input file refused")
+
+// Kind is one kind of input file: what it holds (for messages), the most bytes read, and
+// whether a pipe is accepted besides a regular file.
+type Kind struct {
+	// Name says what the file should hold, as an article-less noun phrase: "Talos machine
+	// config (YAML)".
+	Name string
+	// Limit is the most bytes read, > 0; a larger file is refused.
+	Limit int64
+	// Pipes also accepts a named pipe or an inherited pipe (/dev/fd/N, /dev/stdin), read until
+	// its writer closes it, still bounded by Limit.
+	Pipes bool
+}
+
+// The kinds nodecache reads. Limits are far above any real file of the kind (a Talos machine
+// config is ~20 KiB, a containerd config.toml ~10 KiB, a certificate chain ~10 KiB) and far below
+// what would strain a node.
+var (
+	// MachineConfig is a node's Talos machine config (--machine-config of gen talos and warm).
+	MachineConfig = Kind{Name: "Talos machine config (YAML)", Limit: 4 * MiB}
+	// Patch is the existing content of gen talos -o FILE, read to diff and to check ownership.
+	Patch = Kind{Name: "Talos machine-config patch (YAML) that gen wrote before", Limit: 4 * MiB}
+	// RuntimeConfig is a container runtime's config file under --host-root: containerd's
+	// config.toml and its imports, hosts.toml, CRI-O's crio.conf and drop-ins,
+	// registries.conf(.d), and the backups gen keeps of them.
+	RuntimeConfig = Kind{Name: "container runtime config file", Limit: 4 * MiB}
+	// OSRelease is the host's /etc/os-release.
+	OSRelease = Kind{Name: "os-release file", Limit: 64 * KiB}
+	// PEM is a PEM certificate (chain), CA bundle or private key (--tls-cert, --tls-key,
+	// --upstream-ca, --mirror-ca).
+	PEM = Kind{Name: "PEM file", Limit: 1 * MiB}
+	// DockerConfig is a docker config.json or Kubernetes .dockerconfigjson (--upstream-auth).
+	DockerConfig = Kind{Name: "docker config.json or .dockerconfigjson", Limit: 4 * MiB}
+	// Settings is the YAML settings file (--config, NODECACHE_CONFIG).
+	Settings = Kind{Name: "YAML settings file", Limit: 1 * MiB}
+	// ImageList is --images-from FILE: one image reference per line; a pipe is accepted.
+	ImageList = Kind{Name: "image list (one reference per line)", Limit: 16 * MiB, Pipes: true}
+	// Proc is a procfs file (/proc/<pid>/…): regular files that report size 0.
+	Proc = Kind{Name: "procfs file", Limit: 4 * MiB}
+	// Index is the cache's index file under --root (one entry per blob).
+	Index = Kind{Name: "cache index file", Limit: 1 * GiB}
+	// Lock is the lock file under --root holding its owner's process id.
+	Lock = Kind{Name: "lock file", Limit: 4 * KiB}
+)
+
+// Error is a refused input file.
+type Error struct {
+	// Path is the file as the caller names it (a host path for files under --host-root).
+	Path string
+	// Kind is what was expected.
+	Kind Kind
+	// Problem says what is wrong, as a predicate: "is a named pipe (FIFO)".
+	Problem string
+}
+
+func (e *Error) Error() string {
+	want := "a regular file"
+	if e.Kind.Pipes {
+		want = "a regular file or a pipe"
+	}
+	return fmt.Sprintf("%s %s; want %s, %s of at most %s", e.Path, e.Problem, e.Kind.Name, want, Size(e.Kind.Limit))
+}
+
+// Is reports ErrRefused.
+func (e *Error) Is(target error) bool { return target == ErrRefused }
+
+// Read returns the content of the file at path (symbolic links followed), refusing (*Error)
+// one that is not a regular file (or pipe, when k allows) or holds more than k.Limit bytes.
+func Read(path string, k Kind) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := check(path, fi, k); err != nil {
+		return nil, err
+	}
+	flag := os.O_RDONLY
+	if !k.Pipes {
+		flag |= syscall.O_NONBLOCK // a FIFO swapped in after the stat opens without blocking
+	}
+	f, err := os.OpenFile(path, flag, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return read(path, f, k)
+}
+
+// ReadFS is Read for name in fsys (fs.ValidPath form). The file is stat'ed through fsys before
+// it is opened; fsys.Open itself cannot be told not to block, so a regular file replaced by a
+// FIFO between the two calls would block: keep fsys over trees the user does not race.
+func ReadFS(fsys fs.FS, name string, k Kind) ([]byte, error) {
+	fi, err := fs.Stat(fsys, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := check(name, fi, k); err != nil {
+		return nil, err
+	}
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return read(name, f, k)
+}
+
+// Check refuses path as Read would, without reading it: for files that a library opens itself
+// (containerd's hosts.toml parser, urfave/cli's YAML loader, Go's debug/buildinfo). Errors of
+// the stat are returned unchanged.
+func Check(path string, k Kind) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	return check(path, fi, k)
+}
+
+// check refuses fi (the stat of path) when its type or size is not accepted.
+func check(path string, fi fs.FileInfo, k Kind) error {
+	if p := typeProblem(fi.Mode(), k); p != "" {
+		return &Error{Path: path, Kind: k, Problem: p}
+	}
+	if fi.Mode().IsRegular() && fi.Size() > k.Limit {
+		return &Error{Path: path, Kind: k, Problem: fmt.Sprintf("is %d bytes", fi.Size())}
+	}
+	return nil
+}
+
+// read reads f (opened from path) up to k.Limit, checking again on the open file what the path
+// led to.
+func read(path string, f fs.File, k Kind) ([]byte, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if err := check(path, fi, k); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, k.Limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > k.Limit {
+		return nil, &Error{Path: path, Kind: k, Problem: "holds more than " + Size(k.Limit)}
+	}
+	return b, nil
+}
+
+// typeProblem says what mode is when k does not accept it, else "".
+func typeProblem(mode fs.FileMode, k Kind) string {
+	switch t := mode.Type(); {
+	case t == 0:
+		return ""
+	case t&fs.ModeNamedPipe != 0:
+		if k.Pipes {
+			return ""
+		}
+		return "is a named pipe (FIFO)"
+	case t&fs.ModeDir != 0:
+		return "is a directory"
+	case t&fs.ModeCharDevice != 0:
+		return "is a character device"
+	case t&fs.ModeDevice != 0:
+		return "is a block device"
+	case t&fs.ModeSocket != 0:
+		return "is a socket"
+	default:
+		return "is not a regular file (" + t.String() + ")"
+	}
+}
+
+// Size writes n bytes in the largest binary unit that keeps it at or above 1, one decimal when
+// not whole: "4 MiB", "1.5 KiB", "512 bytes".
+func Size(n int64) string {
+	for _, u := range []struct {
+		size int64
+		name string
+	}{{GiB, "GiB"}, {MiB, "MiB"}, {KiB, "KiB"}} {
+		if n >= u.size {
+			if n%u.size == 0 {
+				return fmt.Sprintf("%d %s", n/u.size, u.name)
+			}
+			return fmt.Sprintf("%.1f %s", float64(n)/float64(u.size), u.name)
+		}
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
