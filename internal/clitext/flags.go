@@ -11,6 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 	"github.com/urfave/cli/v2/altsrc"
 	"gopkg.in/yaml.v3"
+
+	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
 // KindOf is the kind of value flag f takes.
@@ -36,7 +38,7 @@ func KindOf(f cli.Flag) Kind {
 // of the other commands when the file is one several commands read (NODECACHE_CONFIG): their
 // keys are then ignored, not refused; nil when the file is this command's alone.
 func CheckSettings(file string, flags []cli.Flag, skip string, shared []string) error {
-	b, err := os.ReadFile(file)
+	b, err := inputfile.Read(file, inputfile.Settings)
 	if err != nil {
 		return err
 	}

@@ -60,12 +60,13 @@ var (
 	MachineConfig = Kind{Name: "Talos machine config (YAML)", Limit: 4 * MiB}
 	// Patch is the existing content of gen talos -o FILE, read to diff and to check ownership.
 	Patch = Kind{Name: "Talos machine-config patch (YAML) that gen wrote before", Limit: 4 * MiB}
-	// RuntimeConfig is a container runtime's config file under --host-root: containerd's
-	// config.toml and its imports, hosts.toml, CRI-O's crio.conf and drop-ins,
-	// registries.conf(.d), and the backups gen keeps of them.
+	// RuntimeConfig is a file of the host's container runtime setup under --host-root:
+	// containerd's config.toml and its imports, hosts.toml, CRI-O's crio.conf and drop-ins,
+	// registries.conf(.d), the backups gen keeps of them, and /etc/os-release.
 	RuntimeConfig = Kind{Name: "container runtime config file", Limit: 4 * MiB}
-	// OSRelease is the host's /etc/os-release.
-	OSRelease = Kind{Name: "os-release file", Limit: 64 * KiB}
+	// Executable is a container runtime's binary, only checked (Check): debug/buildinfo reads
+	// the parts it needs.
+	Executable = Kind{Name: "executable", Limit: 1 * GiB}
 	// PEM is a PEM certificate (chain), CA bundle or private key (--tls-cert, --tls-key,
 	// --upstream-ca, --mirror-ca).
 	PEM = Kind{Name: "PEM file", Limit: 1 * MiB}
@@ -127,8 +128,9 @@ func Read(path string, k Kind) ([]byte, error) {
 }
 
 // ReadFS is Read for name in fsys (fs.ValidPath form). The file is stat'ed through fsys before
-// it is opened; fsys.Open itself cannot be told not to block, so a regular file replaced by a
-// FIFO between the two calls would block: keep fsys over trees the user does not race.
+// it is opened, so fsys must implement fs.StatFS (os.DirFS does): without it fs.Stat opens the
+// file, and opening a FIFO blocks. fsys.Open cannot be told not to block either, so a regular
+// file replaced by a FIFO between the stat and the open would still block.
 func ReadFS(fsys fs.FS, name string, k Kind) ([]byte, error) {
 	fi, err := fs.Stat(fsys, name)
 	if err != nil {
@@ -154,6 +156,15 @@ func Check(path string, k Kind) error {
 		return err
 	}
 	return check(path, fi, k)
+}
+
+// CheckFS is Check for name in fsys.
+func CheckFS(fsys fs.FS, name string, k Kind) error {
+	fi, err := fs.Stat(fsys, name)
+	if err != nil {
+		return err
+	}
+	return check(name, fi, k)
 }
 
 // check refuses fi (the stat of path) when its type or size is not accepted.

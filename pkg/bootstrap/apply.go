@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
 // Applier performs planned changes under a host root.
@@ -80,7 +82,7 @@ func (a Applier) check(c Change) error {
 			return fmt.Errorf("apply %s: %s leads through a symbolic link to %s: %w", c.Path, p, real, ErrStale)
 		}
 	}
-	cur, err := os.ReadFile(a.HostPath(c.Path))
+	cur, err := inputfile.Read(a.HostPath(c.Path), inputfile.RuntimeConfig)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if c.Old != nil {

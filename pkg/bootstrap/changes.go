@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
@@ -68,12 +69,16 @@ func FSName(p string) string {
 	return n
 }
 
-// ReadFile reads a host path through fsys; a missing file returns (nil, false, nil).
+// ReadFile reads a host path through fsys; a missing file returns (nil, false, nil). Only a
+// regular file of at most inputfile.RuntimeConfig.Limit bytes is read: another type (a FIFO, a
+// device, a directory) or a larger file is refused (ErrRefused) naming p.
 func ReadFile(fsys fs.FS, p string) (data []byte, exists bool, err error) {
-	data, err = fs.ReadFile(fsys, FSName(p))
+	data, err = inputfile.ReadFS(fsys, FSName(p), inputfile.RuntimeConfig)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, false, nil
+	case errors.Is(err, inputfile.ErrRefused):
+		return nil, false, RefusedInput(p, err)
 	case err != nil:
 		return nil, false, fmt.Errorf("read %s: %w", p, err)
 	}

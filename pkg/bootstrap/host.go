@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
 // Defaults of HostOptions.
@@ -115,8 +117,13 @@ func (h *Host) Local(p string) (string, error) {
 	return filepath.Join(h.root, FSName(real)), nil
 }
 
-// ReadFile reads host path p, links resolved under the host root.
-func (h *Host) ReadFile(p string) ([]byte, error) { return fs.ReadFile(h.fsys, FSName(p)) }
+// ReadFile reads host path p, links resolved under the host root: a regular file of at most
+// inputfile.RuntimeConfig.Limit bytes; another type or a larger file is refused (ErrRefused)
+// naming p.
+func (h *Host) ReadFile(p string) ([]byte, error) {
+	b, err := inputfile.ReadFS(h.fsys, FSName(p), inputfile.RuntimeConfig)
+	return b, RefusedInput(p, err)
+}
 
 // Stat describes the file host path p leads to.
 func (h *Host) Stat(p string) (fs.FileInfo, error) { return fs.Stat(h.fsys, FSName(p)) }

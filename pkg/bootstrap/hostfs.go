@@ -43,7 +43,10 @@ type resolvingFS struct {
 	base fs.ReadLinkFS
 }
 
-var _ fs.ReadLinkFS = resolvingFS{}
+var (
+	_ fs.ReadLinkFS = resolvingFS{}
+	_ fs.StatFS     = resolvingFS{}
+)
 
 // Open opens the file name leads to. A refusal of Resolve (a loop, a link to nothing) is
 // returned as it is, so errors.Is(err, ErrRefused) holds.
@@ -56,6 +59,19 @@ func (r resolvingFS) Open(name string) (fs.File, error) {
 		return nil, err
 	}
 	return r.base.Open(FSName(real))
+}
+
+// Stat describes the file name leads to without opening it (fs.StatFS): fs.Stat would
+// otherwise open the file, and opening a FIFO blocks until a writer comes.
+func (r resolvingFS) Stat(name string) (fs.FileInfo, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrInvalid}
+	}
+	real, err := Resolve(r.base, "/"+name)
+	if err != nil {
+		return nil, err
+	}
+	return fs.Stat(r.base, FSName(real))
 }
 
 // Lstat describes name itself (not what a link there points to), its directories resolved.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -15,6 +14,8 @@ import (
 	"unsafe"
 
 	"github.com/prometheus/procfs"
+
+	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
 // Processes are read from Host.ProcRoot with github.com/prometheus/procfs (listing, comm, the
@@ -68,7 +69,7 @@ func (h *Host) BootTime() (time.Time, error) {
 func (h *Host) ClockTicks() (uint64, error) {
 	h.clock.once.Do(func() {
 		file := filepath.Join(h.procRoot, "self", "auxv")
-		b, err := os.ReadFile(file)
+		b, err := inputfile.Read(file, inputfile.Proc)
 		if err != nil {
 			h.clock.err = fmt.Errorf("read clock tick rate: %w", err)
 			return
@@ -275,7 +276,7 @@ const listenFlag = 0x10000
 // <proc>/<pid>/net/unix.
 func (h *Host) listeningInodes(pid int, path string) (map[uint64]bool, error) {
 	file := filepath.Join(h.procRoot, strconv.Itoa(pid), "net", "unix")
-	b, err := os.ReadFile(file)
+	b, err := inputfile.Read(file, inputfile.Proc)
 	if err != nil {
 		return nil, fmt.Errorf("read unix socket table: %w", err)
 	}

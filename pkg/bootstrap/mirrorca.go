@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"path"
 	"path/filepath"
+
+	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
 // ReadMirrorCA reads --mirror-ca: the PEM CA certificate file at host path p (absolute) on the
@@ -43,7 +45,10 @@ func ReadMirrorCA(fsys fs.FS, hostRoot, p string) ([]byte, error) {
 	case fi.IsDir():
 		return nil, Refusedf("--mirror-ca %s: %s is a directory; want a PEM CA certificate file", p, at)
 	}
-	data, err := fs.ReadFile(fsys, FSName(real))
+	data, err := inputfile.ReadFS(fsys, FSName(real), inputfile.PEM)
+	if errors.Is(err, inputfile.ErrRefused) {
+		return nil, RefusedInput("--mirror-ca "+p+": "+at, err)
+	}
 	if err != nil {
 		return nil, Refusedf("--mirror-ca %s: cannot read %s: %v", p, at, pathErrCause(err))
 	}

@@ -3,6 +3,8 @@ package bootstrap
 import (
 	"errors"
 	"fmt"
+
+	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
 // ErrRefused marks input that a generator refuses: a config file it must not touch, a flag
@@ -23,4 +25,17 @@ func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
 // Refusedf returns a *RefusedError with a formatted reason.
 func Refusedf(format string, args ...any) error {
 	return &RefusedError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// RefusedInput turns a refusal of package inputfile (a file of the wrong type or over its size
+// limit) into a *RefusedError naming the file as the user knows it, name (a host path, a flag
+// and its value); other errors, nil included, are returned unchanged.
+func RefusedInput(name string, err error) error {
+	var ie *inputfile.Error
+	if !errors.As(err, &ie) {
+		return err
+	}
+	named := *ie
+	named.Path = name
+	return &RefusedError{Reason: named.Error()}
 }

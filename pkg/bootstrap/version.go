@@ -11,6 +11,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
 // Version is a runtime release version (containerd, CRI-O, Talos): major.minor.patch.
@@ -78,6 +80,9 @@ var runtimeModules = map[string][]string{
 // builds), else the version of the runtime's module (main module or dependency; "(devel)" does
 // not count). The binary is read, never run. name is "containerd" or "crio".
 func BinaryVersion(file, name string) (Version, error) {
+	if err := inputfile.Check(file, inputfile.Executable); err != nil {
+		return Version{}, fmt.Errorf("read build information: %w", err)
+	}
 	bi, err := buildinfo.ReadFile(file)
 	if err != nil {
 		return Version{}, fmt.Errorf("read build information of %s: %w", file, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
 // The index file: <root>/nodecache/index.json.
@@ -137,7 +138,7 @@ func writeFileAtomic(p string, b []byte) error {
 
 // readIndexFile reads the index file; the error says why it cannot be used as it is.
 func readIndexFile(p string) (*indexFile, error) {
-	b, err := os.ReadFile(p)
+	b, err := inputfile.Read(p, inputfile.Index)
 	if err != nil {
 		return nil, err
 	}

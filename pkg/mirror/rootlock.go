@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
 // ErrRootInUse is wrapped by New's error when another process holds the lock of a filesystem
@@ -35,7 +37,7 @@ func lockRoot(root string) (*os.File, error) {
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		holder := "another process"
-		if b, rerr := os.ReadFile(path); rerr == nil {
+		if b, rerr := inputfile.Read(path, inputfile.Lock); rerr == nil {
 			if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); perr == nil && pid > 0 {
 				holder = "pid " + strconv.Itoa(pid)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/internal/filestamp"
+	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
 // CertificateRecheck is how often, at most, the listener's certificate and key files are
@@ -35,7 +36,8 @@ type Certificate struct {
 // LoadCertificate loads the PEM certificate (chain) in certFile and its private key in keyFile.
 // log receives reloads and reload failures.
 //
-// Errors: either file cannot be read, or they are not a matching PEM certificate and key.
+// Errors: either file cannot be read or is not a regular file of at most inputfile.PEM.Limit
+// bytes (inputfile.ErrRefused), or they are not a matching PEM certificate and key.
 func LoadCertificate(certFile, keyFile string, log zerolog.Logger) (*Certificate, error) {
 	c := &Certificate{certFile: certFile, keyFile: keyFile, log: log, now: time.Now}
 	cert, stamps, err := c.load()
@@ -55,7 +57,15 @@ func (c *Certificate) load() (*tls.Certificate, [2]filestamp.Stamp, error) {
 		}
 		stamps[i] = st
 	}
-	cert, err := tls.LoadX509KeyPair(c.certFile, c.keyFile)
+	var pem [2][]byte
+	for i, f := range []string{c.certFile, c.keyFile} {
+		b, err := inputfile.Read(f, inputfile.PEM)
+		if err != nil {
+			return nil, stamps, fmt.Errorf("TLS certificate: %w", err)
+		}
+		pem[i] = b
+	}
+	cert, err := tls.X509KeyPair(pem[0], pem[1])
 	if err != nil {
 		return nil, stamps, fmt.Errorf("TLS certificate %s, key %s: %w", c.certFile, c.keyFile, err)
 	}

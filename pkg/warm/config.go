@@ -1,6 +1,7 @@
 package warm
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
@@ -154,22 +156,32 @@ func (c Config) Options(args []string) (Options, error) {
 // nameSomething says what gives warm images.
 const nameSomething = "name at least one IMAGE, or use --images-from, --talos, --talos-version or --machine-config"
 
-// readImagesFrom reads --images-from (a file, or Stdin for "-"). A file that cannot be opened is
-// refused, naming it.
+// readImagesFrom reads --images-from: a regular file or a pipe (`<(cmd)`) of at most
+// inputfile.ImageList.Limit bytes, or Stdin for "-", bounded the same. A file that cannot be
+// read, is of another type (directory, device, socket) or is larger is refused, naming it.
 func (c Config) readImagesFrom() ([]input, error) {
 	if c.ImagesFrom == "-" {
 		r := c.Stdin
 		if r == nil {
 			r = os.Stdin
 		}
-		return readImageList(r, "-")
+		b, err := io.ReadAll(io.LimitReader(r, inputfile.ImageList.Limit+1))
+		if err != nil {
+			return nil, fmt.Errorf("--images-from -: read standard input: %w", err)
+		}
+		if int64(len(b)) > inputfile.ImageList.Limit {
+			return nil, &RefusedError{What: "--images-from", Value: "-", Reason: "standard input holds more than " + inputfile.Size(inputfile.ImageList.Limit) + "; want at most that many bytes of references, one per line"}
+		}
+		return readImageList(bytes.NewReader(b), "-")
 	}
-	f, err := os.Open(c.ImagesFrom)
+	b, err := inputfile.Read(c.ImagesFrom, inputfile.ImageList)
+	if errors.Is(err, inputfile.ErrRefused) {
+		return nil, &RefusedError{What: "--images-from", Value: c.ImagesFrom, Reason: err.Error() + ", or - for standard input"}
+	}
 	if err != nil {
 		return nil, &RefusedError{What: "--images-from", Value: c.ImagesFrom, Reason: fmt.Sprintf("cannot read it (%v); want a file with one reference per line, or - for standard input", errors.Unwrap(err))}
 	}
-	defer f.Close()
-	return readImageList(f, c.ImagesFrom)
+	return readImageList(bytes.NewReader(b), c.ImagesFrom)
 }
 
 // configError is a refused Config: its message is "warm: " and every problem; it matches

@@ -3,12 +3,12 @@ package warm
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 
+	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/talos"
 )
@@ -29,7 +29,10 @@ import (
 // the cluster's kube-proxy; the other unset images are the release's (Kubernetes components at
 // its DefaultKubernetesVersion, its DefaultCoreDNSVersion and DefaultEtcdVersion).
 func machineConfigInputs(path, talosVersion string) ([]input, string, error) {
-	data, err := os.ReadFile(path)
+	data, err := inputfile.Read(path, inputfile.MachineConfig)
+	if errors.Is(err, inputfile.ErrRefused) {
+		return nil, "", &RefusedError{What: "--machine-config", Value: path, Reason: err.Error()}
+	}
 	if err != nil {
 		return nil, "", &RefusedError{What: "--machine-config", Value: path, Reason: fmt.Sprintf("cannot read it (%v); want the output of `talosctl read /system/state/config.yaml` or `talosctl get machineconfig -o yaml`", errors.Unwrap(err))}
 	}

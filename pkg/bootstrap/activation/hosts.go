@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
-	"os"
 	"path"
 	"path/filepath"
 	"sort"
@@ -17,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/pelletier/go-toml/v2"
 
+	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
@@ -54,6 +54,11 @@ func hostDirFunc(h *bootstrap.Host, roots []string) func(string) (string, error)
 				if !st.IsDir() {
 					continue
 				}
+				// containerd's parser reads hosts.toml whole, and a FIFO would block it.
+				file := path.Join(p, "hosts.toml")
+				if err := inputfile.CheckFS(h.FS(), bootstrap.FSName(file), inputfile.RuntimeConfig); errors.Is(err, inputfile.ErrRefused) {
+					return "", bootstrap.RefusedInput(file, err)
+				}
 				return h.Local(p)
 			}
 		}
@@ -77,7 +82,7 @@ func checkHosts(ctx context.Context, h *bootstrap.Host, roots []string, upstream
 		var syntax error
 		if derr == nil {
 			file = filepath.Join(dir, "hosts.toml")
-			if b, err := os.ReadFile(file); err == nil {
+			if b, err := inputfile.Read(file, inputfile.RuntimeConfig); err == nil {
 				syntax = tomlSyntax(b)
 			}
 		}

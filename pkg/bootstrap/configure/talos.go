@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/talos"
 )
@@ -56,7 +57,7 @@ func Talos(ctx context.Context, o TalosOptions) (*TalosReport, error) {
 		if !o.Remove {
 			return nil, bootstrap.Refusedf("--machine-config is for --remove: the node's config tells which mirrors to delete")
 		}
-		data, err := os.ReadFile(p)
+		data, err := inputfile.Read(p, inputfile.MachineConfig)
 		if err != nil {
 			return nil, bootstrap.Refusedf("--machine-config: %v", err)
 		}
@@ -115,8 +116,17 @@ func Talos(ctx context.Context, o TalosOptions) (*TalosReport, error) {
 }
 
 // checkOutFile refuses an -o path that is a directory or whose directory does not exist: gen
-// writes one file and creates no directories for it.
+// writes one file and creates no directories for it. It also refuses what is not a regular file
+// (a device such as /dev/null or /dev/full, a pipe such as /dev/stdout, a socket) and a file
+// larger than inputfile.Patch.Limit: gen reads the file first (ownership, diff) and replaces it
+// atomically with a temporary file renamed over it, which works for a regular file only. To
+// send the patch to standard output, leave out -o.
 func checkOutFile(fsys fs.FS, out, abs string) error {
+	if err := inputfile.Check(abs, inputfile.Patch); errors.Is(err, inputfile.ErrRefused) {
+		if fi, serr := os.Stat(abs); serr != nil || !fi.IsDir() {
+			return bootstrap.Refusedf("-o %s: %v (gen reads it, then replaces it atomically: leave out -o to print the patch to standard output)", out, err)
+		}
+	}
 	real, err := bootstrap.Resolve(fsys, abs)
 	if err != nil {
 		return err

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/internal/filestamp"
+	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
@@ -196,7 +196,7 @@ func (c *Credentials) read() (filestamp.Stamp, *configfile.ConfigFile, error) {
 	if err != nil {
 		return filestamp.Stamp{}, nil, fmt.Errorf("credentials file: %w", err)
 	}
-	b, err := os.ReadFile(c.path)
+	b, err := inputfile.Read(c.path, inputfile.DockerConfig)
 	if err != nil {
 		return filestamp.Stamp{}, nil, fmt.Errorf("credentials file: %w", err)
 	}

@@ -24,6 +24,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
 // Defaults for Options.
@@ -204,9 +206,10 @@ func transportFor(reg Registry, base http.RoundTripper) (http.RoundTripper, erro
 // LoadRootCAs returns the system's certificate authorities plus the PEM certificates in file
 // (--upstream-ca).
 //
-// Errors: the file cannot be read or holds no PEM certificate.
+// Errors: the file cannot be read, is not a regular file of at most inputfile.PEM.Limit bytes
+// (inputfile.ErrRefused), or holds no PEM certificate.
 func LoadRootCAs(file string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(file)
+	b, err := inputfile.Read(file, inputfile.PEM)
 	if err != nil {
 		return nil, fmt.Errorf("CA file: %w", err)
 	}

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodecache/nodecache/internal/inputfile"
+)
+
+// TestFileFlagsRefuseBadFiles (new-user trial 2, items 1 and 2): every flag of every command
+// that names a file, and the host files gen reads under --host-root, refuse a character device
+// (/dev/zero, /dev/full), a FIFO, a directory and a regular file over the kind's limit with exit
+// 2 and a message naming the file and what is wrong — never a crash, never a hang (each run
+// has a deadline). Before, /dev/zero ran out of memory and a FIFO config.toml blocked forever.
+func TestFileFlagsRefuseBadFiles(t *testing.T) {
+	t.Parallel()
+	const mirror = "http://10.0.0.5:5000"
+	type flagCase struct {
+		name string
+		kind inputfile.Kind
+		// at is where the bad file goes, under the test's directory dir; under the host root
+		// H = dir/host for host files, which cannot lead to /dev (a link resolves under H).
+		at   string
+		host bool
+		// args runs the command with the bad file at path p (dir is the test's directory).
+		args func(dir, p string) []string
+		// names is what the message must name (default: the path given).
+		names string
+	}
+	serve := func(dir string, more ...string) []string {
+		return append([]string{"serve", "--root", filepath.Join(dir, "root"), "--listen", "127.0.0.1:0"}, more...)
+	}
+	flags := []flagCase{
+		{name: "serve --config", kind: inputfile.Settings, at: "settings.yaml", args: func(dir, p string) []string { return serve(dir, "--config", p) }},
+		{name: "serve --upstream-auth", kind: inputfile.DockerConfig, at: "config.json", args: func(dir, p string) []string { return serve(dir, "--upstream-auth", "docker.io="+p) }},
+		{name: "serve --upstream-ca", kind: inputfile.PEM, at: "ca.pem", args: func(dir, p string) []string { return serve(dir, "--upstream-ca", "docker.io="+p) }},
+		{name: "serve --tls-cert", kind: inputfile.PEM, at: "cert.pem", args: func(dir, p string) []string {
+			return serve(dir, "--tls-cert", p, "--tls-key", filepath.Join(dir, "ok.pem"))
+		}},
+		{name: "serve --tls-key", kind: inputfile.PEM, at: "key.pem", args: func(dir, p string) []string {
+			return serve(dir, "--tls-cert", filepath.Join(dir, "ok.pem"), "--tls-key", p)
+		}},
+		{name: "agent --upstream-auth", kind: inputfile.DockerConfig, at: "config.json", args: func(dir, p string) []string {
+			return []string{"agent", "--host-root", filepath.Join(dir, "host"), "--root", filepath.Join(dir, "root"), "--listen", "127.0.0.1:0", "--upstream-auth", "docker.io=" + p}
+		}},
+		{name: "gen talos -o", kind: inputfile.Patch, at: "patch.yaml", args: func(_, p string) []string { return []string{"gen", "talos", "--mirror", mirror, "-o", p} }},
+		{name: "gen talos --machine-config", kind: inputfile.MachineConfig, at: "node.yaml", args: func(_, p string) []string {
+			return []string{"gen", "talos", "--remove", "--mirror", mirror, "--machine-config", p}
+		}},
+		{name: "gen talos --mirror-ca", kind: inputfile.PEM, at: "ca.pem", args: func(_, p string) []string {
+			return []string{"gen", "talos", "--mirror", "https://10.0.0.5:5000", "--mirror-ca", p}
+		}},
+		{name: "gen talos --config", kind: inputfile.Settings, at: "settings.yaml", args: func(_, p string) []string { return []string{"gen", "talos", "--mirror", mirror, "--config", p} }},
+		{name: "gen containerd config.toml", kind: inputfile.RuntimeConfig, host: true, at: "etc/containerd/config.toml", names: "/etc/containerd/config.toml", args: func(dir, _ string) []string {
+			return []string{"gen", "containerd", "--host-root", filepath.Join(dir, "host"), "--mirror", mirror, "--containerd-version", "2.1.4"}
+		}},
+		{name: "gen containerd hosts.toml", kind: inputfile.RuntimeConfig, host: true, at: "etc/containerd/certs.d/docker.io/hosts.toml", names: "/etc/containerd/certs.d/docker.io/hosts.toml", args: func(dir, _ string) []string {
+			return []string{"gen", "containerd", "--host-root", filepath.Join(dir, "host"), "--mirror", mirror, "--containerd-version", "2.1.4"}
+		}},
+		{name: "gen containerd --mirror-ca", kind: inputfile.PEM, host: true, at: "ca.pem", names: "/ca.pem", args: func(dir, _ string) []string {
+			return []string{"gen", "containerd", "--host-root", filepath.Join(dir, "host"), "--mirror", "https://10.0.0.5:5000", "--containerd-version", "2.1.4", "--mirror-ca", "/ca.pem"}
+		}},
+		{name: "gen crio registries.conf", kind: inputfile.RuntimeConfig, host: true, at: "etc/containers/registries.conf", names: "/etc/containers/registries.conf", args: func(dir, _ string) []string {
+			return []string{"gen", "crio", "--host-root", filepath.Join(dir, "host"), "--mirror", mirror, "--crio-version", "1.31.0", "--no-reload"}
+		}},
+		{name: "gen crio drop-in", kind: inputfile.RuntimeConfig, host: true, at: "etc/containers/registries.conf.d/99-nodecache.conf", names: "/etc/containers/registries.conf.d/99-nodecache.conf", args: func(dir, _ string) []string {
+			return []string{"gen", "crio", "--host-root", filepath.Join(dir, "host"), "--mirror", mirror, "--crio-version", "1.31.0", "--no-reload"}
+		}},
+		{name: "warm --machine-config", kind: inputfile.MachineConfig, at: "node.yaml", args: func(_, p string) []string {
+			return []string{"warm", "--mirror", "http://127.0.0.1:1", "--print", "--machine-config", p}
+		}},
+		{name: "warm --images-from", kind: inputfile.ImageList, at: "images.txt", args: func(_, p string) []string {
+			return []string{"warm", "--mirror", "http://127.0.0.1:1", "--print", "--images-from", p}
+		}},
+		{name: "status --config", kind: inputfile.Settings, at: "settings.yaml", args: func(dir, p string) []string {
+			return []string{"status", "--host-root", filepath.Join(dir, "host"), "--config", p}
+		}},
+		{name: "cache ls --config", kind: inputfile.Settings, at: "settings.yaml", args: func(_, p string) []string { return []string{"cache", "ls", "--config", p} }},
+	}
+	bads := []struct {
+		name string
+		// says is the problem the message must state; "" for the size refusal of the kind.
+		says string
+		// make puts the bad file at p; dev is a device given instead.
+		make func(t *testing.T, p string, k inputfile.Kind)
+		dev  string
+	}{
+		{name: "/dev/zero", says: "is a character device", dev: "/dev/zero"},
+		{name: "/dev/full", says: "is a character device", dev: "/dev/full"},
+		{name: "fifo", says: "is a named pipe (FIFO)", make: func(t *testing.T, p string, _ inputfile.Kind) {
+			if err := syscall.Mkfifo(p, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "directory", says: "is a directory", make: func(t *testing.T, p string, _ inputfile.Kind) {
+			if err := os.Mkdir(p, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "over the limit", make: func(t *testing.T, p string, k inputfile.Kind) {
+			f, err := os.Create(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := f.Truncate(k.Limit + 1); err != nil { // sparse: no disk used
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, fc := range flags {
+		for _, bad := range bads {
+			if bad.dev != "" && fc.host {
+				continue // a host path resolves under --host-root, where no device is
+			}
+			if bad.name == "fifo" && fc.kind.Pipes {
+				continue // --images-from reads a pipe until its writer closes it (inputfile.TestReadPipe)
+			}
+			if bad.name == "directory" && fc.name == "gen crio drop-in" {
+				continue // a directory among the drop-ins is no drop-in: gen lists *.conf files only
+			}
+			t.Run(fc.name+"/"+bad.name, func(t *testing.T) {
+				t.Parallel()
+				dir := t.TempDir()
+				for _, d := range []string{"host", "root"} {
+					if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := os.WriteFile(filepath.Join(dir, "ok.pem"), []byte("not checked before the other file\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				p := filepath.Join(dir, fc.at)
+				if fc.host {
+					p = filepath.Join(dir, "host", fc.at)
+				}
+				if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if bad.dev != "" {
+					p = bad.dev
+				} else {
+					bad.make(t, p, fc.kind)
+				}
+				names := fc.names
+				if names == "" {
+					names = p
+				}
+				type run struct {
+					code           int
+					stdout, stderr string
+				}
+				done := make(chan run, 1)
+				go func() {
+					code, stdout, stderr := runApp(t, fc.args(dir, p)...)
+					done <- run{code, stdout, stderr}
+				}()
+				select {
+				case r := <-done:
+					says := bad.says
+					if says == "" {
+						says = fmt.Sprintf("is %d bytes; want %s, a regular file", fc.kind.Limit+1, fc.kind.Name)
+					}
+					if r.code != exitUsage || !strings.Contains(r.stderr, names) || !strings.Contains(r.stderr, says) {
+						t.Fatalf("exit %d, stderr %q\nwant exit 2, naming %s and saying %q", r.code, r.stderr, names, says)
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatalf("%v: still running after 30 s (blocked on %s?)", fc.args(dir, p), p)
+				}
+			})
+		}
+	}
+}
