@@ -15,9 +15,15 @@ var ErrRefused = errors.New("refused")
 type RefusedError struct {
 	// Reason says what was refused and what to do instead.
 	Reason string
+	// Err is the refusal's cause when it has one callers branch on (an *inputfile.Error from
+	// RefusedInput); nil otherwise.
+	Err error
 }
 
 func (e *RefusedError) Error() string { return e.Reason }
+
+// Unwrap returns Err.
+func (e *RefusedError) Unwrap() error { return e.Err }
 
 // Is reports ErrRefused.
 func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
@@ -29,7 +35,8 @@ func Refusedf(format string, args ...any) error {
 
 // RefusedInput turns a refusal of package inputfile (a file of the wrong type or over its size
 // limit) into a *RefusedError naming the file as the user knows it, name (a host path, a flag
-// and its value); other errors, nil included, are returned unchanged.
+// and its value); it matches inputfile.ErrRefused too. Other errors, nil included, are returned
+// unchanged.
 func RefusedInput(name string, err error) error {
 	var ie *inputfile.Error
 	if !errors.As(err, &ie) {
@@ -37,5 +44,5 @@ func RefusedInput(name string, err error) error {
 	}
 	named := *ie
 	named.Path = name
-	return &RefusedError{Reason: named.Error()}
+	return &RefusedError{Reason: named.Error(), Err: &named}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 )
@@ -522,9 +523,10 @@ func splitConfigPath(p string) []string {
 
 // configError is the verdict for a configuration that cannot be read: one containerd refuses
 // (does not parse, a missing import) is NOT ACTIVE — containerd would not start with it — and
-// one that cannot be read at all (permission) is UNKNOWN.
+// one that cannot be read at all (permission; a directory, FIFO or device, or a file over
+// inputfile.RuntimeConfig.Limit, which nodecache does not read) is UNKNOWN.
 func (e *evaluator) configError(rep RuntimeReport, err error) RuntimeReport {
-	if errors.Is(err, bootstrap.ErrRefused) {
+	if errors.Is(err, bootstrap.ErrRefused) && !errors.Is(err, inputfile.ErrRefused) {
 		e.add(rep.Runtime, "config", Fail, "%v", err)
 		rep.State, rep.Reason = NotActive, "containerd refuses its configuration: "+err.Error()
 		rep.Remedy = "fix the file named, then " + remedyRestartContainerd
