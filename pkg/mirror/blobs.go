@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
+	"path"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -195,8 +197,13 @@ func (b *blobStore) serveFile(ctx context.Context, w http.ResponseWriter, r *htt
 }
 
 // commitBlob stores a verified fill's staging file as a blob linked into r's repository
-// (upstream.CommitFunc).
+// (upstream.CommitFunc). With filesystem storage the staging file (under the same root) is
+// hard-linked into the blob store, so storing takes no second copy: a fill needs the blob's
+// size free once. Other storage gets the file through one of distribution's uploads.
 func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descriptor) error {
+	if root := r.m.cache.fsRoot; root != "" {
+		return r.linkBlob(ctx, path, filepath.Join(root, filepath.FromSlash(blobDataPath(desc.Digest))), desc)
+	}
 	named, err := reference.WithName(r.up.storageKey + "/" + r.repo)
 	if err != nil {
 		return fmt.Errorf("repository name: %w", err)
@@ -217,7 +224,7 @@ func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descri
 	if _, err := io.Copy(bw, src); err != nil {
 		_ = bw.Cancel(ctx)
 		if errors.Is(err, syscall.ENOSPC) {
-			r.m.cache.diskFull()
+			r.m.cache.diskFull(-1)
 		}
 		return fmt.Errorf("write blob: %w", err)
 	}
@@ -233,6 +240,43 @@ func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descri
 		_ = bw.Cancel(ctx)
 		return fmt.Errorf("commit blob: %w", err)
 	}
+	r.m.grew()
+	return nil
+}
+
+// linkBlob stores the verified staging file as blob data file dst of the filesystem driver's
+// layout (storagepaths.go) by a hard link, then writes r's blob link through the driver: what
+// distribution's blob writer Commit does (data moved in place, then the _layers link), without
+// the upload copy its API takes. Data already stored (the same digest filled for another
+// repository) is kept as it is. Both happen under the lock eviction deletes blob data with.
+func (r *repository) linkBlob(ctx context.Context, staging, dst string, desc v1.Descriptor) error {
+	c := r.m.cache
+	// The driver writes files 0666 and directories 0777, less the umask; the staging file is 0600.
+	if err := os.Chmod(staging, 0o644); err != nil {
+		return fmt.Errorf("store blob %s: %w", desc.Digest, err)
+	}
+	c.storeMu.Lock()
+	defer c.storeMu.Unlock()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o777); err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			c.diskFull(-1)
+		}
+		return fmt.Errorf("store blob %s: %w", desc.Digest, err)
+	}
+	if err := os.Link(staging, dst); err != nil && !errors.Is(err, fs.ErrExist) {
+		if errors.Is(err, syscall.ENOSPC) {
+			c.diskFull(-1)
+		}
+		return fmt.Errorf("store blob %s: %w", desc.Digest, err)
+	}
+	link := path.Join(layerLinkPath(r.storageName(), desc.Digest), "link")
+	if err := c.driver.PutContent(ctx, link, []byte(desc.Digest.String())); err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			c.diskFull(-1)
+		}
+		return fmt.Errorf("link blob %s into %s: %w", desc.Digest, r.storageName(), err)
+	}
+	c.idx.addBlob(r.storageName(), desc.Digest, desc.Size, r.m.opts.Clock())
 	r.m.grew()
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/opencontainers/go-digest"
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 )
 
 // Eviction reasons, the values of nodecache_evictions_total's reason label.
@@ -42,6 +43,10 @@ type cacheState struct {
 	kick chan struct{}
 	// enospcTarget, when not 0, is the size (bytes) a disk-full eviction brings the cache to.
 	enospcTarget int64
+	// fsRoot is the filesystem storage root (Options.Root; "" for s3 and in-memory storage):
+	// its free space tells a disk-full eviction how much room a blob needs.
+	fsRoot string
+	log    zerolog.Logger
 }
 
 func newCacheState() *cacheState {
@@ -210,15 +215,38 @@ func (m *Mirror) runCache(ctx context.Context) {
 	}
 }
 
-// diskFull asks the eviction loop to bring the cache to 90 % of the bytes it holds now (a fill
-// found the disk full).
-func (c *cacheState) diskFull() {
+// diskFull asks the eviction loop to make room after a fill found the disk full; lacked is how
+// many more bytes the blob needed than the disk had (upstream.Options.OnDiskFull; -1: unknown).
+// The cache goes to 90 % of the bytes it holds now, or lower when the blob needs more: to what
+// leaves the blob room (with diskFullSlack) once the fill's partial staging file is gone. When
+// even an empty cache would leave the blob no room (the rest of the file system is other data,
+// or the blob is larger than it), nothing is evicted: it would empty the cache for a blob that
+// never fits.
+func (c *cacheState) diskFull(lacked int64) {
 	size, _ := c.idx.totals()
+	target := int64(float64(size) * evictLowWater)
+	if lacked >= 0 && c.fsRoot != "" {
+		var st unix.Statfs_t
+		if err := unix.Statfs(c.fsRoot, &st); err == nil {
+			free := int64(st.Bavail) * int64(st.Bsize) //nolint:gosec // block counts of a real file system fit in int64
+			short := lacked - free + diskFullSlack(lacked)
+			if short > size {
+				c.log.Warn().Int64("blob_lacked_bytes", lacked).Int64("free_bytes", free).Int64("size_bytes", size).
+					Msg("disk full: the blob would not fit even with the whole cache evicted; nothing evicted for it")
+				return
+			}
+			target = min(target, size-short)
+		}
+	}
 	c.useMu.Lock()
-	c.enospcTarget = max(1, int64(float64(size)*evictLowWater))
+	c.enospcTarget = max(1, target)
 	c.useMu.Unlock()
 	c.wake()
 }
+
+// diskFullSlack is the room a blob of n bytes needs beyond its own size on the file system: its
+// directories and the last partial block (64 KiB), plus 1/64 of it for file-system overhead.
+func diskFullSlack(n int64) int64 { return 64<<10 + n/64 }
 
 // takeENOSPCTarget returns and clears the size a disk-full eviction asked for (0: none).
 func (c *cacheState) takeENOSPCTarget() int64 {

@@ -102,6 +102,10 @@ func New(ctx context.Context, opts Options) (_ *Mirror, err error) {
 		}
 	}
 	cache := newCacheState()
+	cache.log = opts.Logger
+	if opts.Storage == StorageFilesystem {
+		cache.fsRoot = opts.Root
+	}
 	met, err := newMetrics(opts.Registerer, cache, opts.MaxSize)
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)

@@ -488,7 +488,11 @@ func (f *Fill) store(file *os.File, p []byte, off int64) error {
 		f.remote.f.log.Warn().Str("upstream", f.remote.Name).Str("digest", f.desc.Digest.String()).Int64("offset", off).
 			Msg("disk full: the rest of this blob is served from memory and not stored")
 		if cb := f.remote.f.opts.OnDiskFull; cb != nil {
-			cb()
+			lacked := int64(-1)
+			if size := f.sizeNow(); size >= 0 {
+				lacked = size - off
+			}
+			cb(lacked)
 		}
 	}
 	f.mu.Lock()

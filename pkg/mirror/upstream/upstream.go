@@ -90,7 +90,9 @@ type Options struct {
 	InstanceID string
 	// OnDiskFull, when set, is called (from the fill's goroutine) when a fill's staging file
 	// hits ENOSPC: the fill then goes on in memory, is served and verified, but not stored.
-	OnDiskFull func()
+	// lacked is how many more bytes (beyond what its staging file held, which is freed once the
+	// fill is over) the blob needed; -1 when its size is unknown.
+	OnDiskFull func(lacked int64)
 }
 
 // Fetcher reaches every configured upstream for the mirror. Its methods are safe for
