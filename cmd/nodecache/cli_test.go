@@ -52,6 +52,9 @@ func TestCLIMessages(t *testing.T) {
 			`key "tag-ttl": want a duration such as 500ms, 30s, 5m or 1h30m, got the number 5; ` +
 			`key "upstream-timeout": want a duration such as 500ms, 30s, 5m or 1h30m, got the text "abc"`},
 		{"settings values of warm", []string{"warm", "--config", warmKinds, "nginx"}, `--config ` + warmKinds + `: key "concurrency": want a whole number such as 4, got the text "four"; key "talos": want true or false, got the text "yes"`},
+		{"short flag", []string{"warm", "-x"}, `unknown flag -x: see nodecache warm --help`},
+		{"argument of gen talos", []string{"gen", "talos", "--mirror", "http://a:1", "extra"}, `gen talos takes no arguments, got "extra" (flags go before arguments; see nodecache gen talos --help)`},
+		{"argument of cache ls", []string{"cache", "ls", "extra"}, `cache ls takes no arguments, got "extra" (flags go before arguments; see nodecache cache ls --help)`},
 		{"completion shell", []string{"completion", "bsh"}, `completion: shell "bsh": want bash, zsh or fish: did you mean bash?`},
 		{"completion without shell", []string{"completion"}, `completion takes one shell: bash, zsh, fish`},
 	} {
@@ -178,8 +181,8 @@ func TestLogFormat(t *testing.T) {
 	}
 }
 
-// TestDryRunDiffPatches: the diff gen --dry-run prints is a unified diff that `patch -p1`
-// applies under the host root, and the result is byte for byte what gen writes, here for a
+// TestDryRunDiffPatches: the diff gen --dry-run prints (alone on stdout, in text) is a unified
+// diff that `patch -p1` applies under the host root, and the result is byte for byte what gen writes, here for a
 // config.toml without a final newline ("\ No newline at end of file") and new hosts.toml files.
 func TestDryRunDiffPatches(t *testing.T) {
 	t.Parallel()
@@ -203,6 +206,12 @@ func TestDryRunDiffPatches(t *testing.T) {
 	var rep struct{ Diff string }
 	if code != 0 || json.Unmarshal([]byte(stdout), &rep) != nil || !strings.Contains(rep.Diff, "\\ No newline at end of file\n") {
 		t.Fatalf("dry run: exit %d, diff %q\n%s", code, rep.Diff, stderr)
+	}
+	// newuser2 item 14: in text, stdout is the diff alone (`gen --dry-run > x.patch`), the
+	// summary lines go to stderr.
+	code, text, summary := runApp(t, append(args(dry), "--dry-run")...)
+	if code != 0 || text != rep.Diff || !strings.Contains(summary, "would update /etc/containerd/config.toml") || !strings.Contains(summary, "containerd config: ") {
+		t.Fatalf("dry run in text: exit %d\nstdout %q\nwant the diff alone %q\nstderr %q", code, text, rep.Diff, summary)
 	}
 	cmd := exec.Command(patch, "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "-d", dry)
 	cmd.Stdin = strings.NewReader(rep.Diff)

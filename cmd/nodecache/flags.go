@@ -65,7 +65,7 @@ func withConfig(cmd *cli.Command) *cli.Command {
 	takesArgs := cmd.ArgsUsage != ""
 	cmd.Before = func(c *cli.Context) error {
 		if !takesArgs && c.Args().Present() {
-			return usagef("%s takes no arguments, got %q (flags go before arguments; see nodecache %s --help)", cmd.Name, c.Args().First(), cmd.Name)
+			return usagef("%s takes no arguments, got %q (flags go before arguments; see %s --help)", strings.TrimPrefix(c.Command.HelpName, "nodecache "), c.Args().First(), c.Command.HelpName)
 		}
 		if err := clitext.EnvError(c, cmd.Flags); err != nil {
 			return usagef("%v", err)

@@ -56,7 +56,7 @@ func genAction[R clitext.Renderer](common *configure.Common, output *string, lc 
 		} else if err != nil {
 			return withCode(exitNegative, err)
 		}
-		return withCode(exitNegative, clitext.Render(c.App.Writer, *output, rep))
+		return withCode(exitNegative, clitext.RenderSplit(c.App.Writer, c.App.ErrWriter, *output, rep))
 	}
 }
 

@@ -34,7 +34,7 @@ func TestGenContainerdCLI(t *testing.T) {
 
 	// No config.toml yet: reported with the schema it is created with, not 0.
 	code, stdout, stderr := runApp(t, "gen", "containerd", "--host-root", t.TempDir(), "--mirror", "http://10.0.0.5:5000", "--containerd-version", "1.7.35", "--dry-run")
-	if code != 0 || !strings.Contains(stdout, "containerd config: /etc/containerd/config.toml (schema 2, containerd v1.7.35)") {
+	if code != 0 || !strings.Contains(stderr, "containerd config: /etc/containerd/config.toml (schema 2, containerd v1.7.35)") || !strings.HasPrefix(stdout, "--- /dev/null\n") {
 		t.Fatalf("created config: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 
@@ -312,8 +312,8 @@ func TestGenCrioRemoveWithoutMirror(t *testing.T) {
 	}
 	base := []string{"gen", "crio", "--host-root", root, "--remove", "--crio-version", "1.29.1", "--no-reload", "--log-level", "error"}
 	code, stdout, stderr := runApp(t, append(base, "--dry-run")...)
-	if code != 0 || strings.Contains(stdout+stderr, "PANIC") || !strings.Contains(stdout, "would remove /etc/containers/registries.conf.d/90-nodecache.conf") ||
-		!strings.Contains(stdout, "would remove /etc/containers/certs.d/cache.example:5443/nodecache-mirror-ca.crt") {
+	if code != 0 || strings.Contains(stdout+stderr, "PANIC") || !strings.Contains(stderr, "would remove /etc/containers/registries.conf.d/90-nodecache.conf") ||
+		!strings.Contains(stderr, "would remove /etc/containers/certs.d/cache.example:5443/nodecache-mirror-ca.crt") || strings.Contains(stdout, "would remove") {
 		t.Fatalf("remove --dry-run: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	if _, err := os.Stat(drop); err != nil {

@@ -180,6 +180,19 @@ func Render(w io.Writer, output string, rep Renderer) error {
 	return rep.WriteText(w)
 }
 
+// RenderSplit is Render for a report that keeps its main text apart from its summary lines
+// (a dry run's diff on stdout, what it would do on stderr): with text output such a report
+// (WriteTextSplit) writes the main text on out and the summary on summary; others are Rendered
+// on out.
+func RenderSplit(out, summary io.Writer, output string, rep Renderer) error {
+	if s, ok := rep.(interface {
+		WriteTextSplit(out, summary io.Writer) error
+	}); ok && output != "json" {
+		return s.WriteTextSplit(out, summary)
+	}
+	return Render(out, output, rep)
+}
+
 // CheckOutput refuses an --output value other than text or json, saying what is accepted.
 func CheckOutput(o string) error {
 	if o != "text" && o != "json" {

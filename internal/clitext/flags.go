@@ -147,7 +147,16 @@ func FlagError(err error, flags []cli.Flag, where string) error {
 	}
 	hint := "see " + where + " --help"
 	if s := Suggest(m[1], names); s != "" {
-		hint = "did you mean --" + s + "?"
+		hint = "did you mean " + dashed(s) + "?"
 	}
-	return fmt.Errorf("unknown flag --%s: %s", m[1], hint)
+	return fmt.Errorf("unknown flag %s: %s", dashed(m[1]), hint)
+}
+
+// dashed writes a flag name as it is typed: -x for one letter, --name otherwise (the flag
+// package reports either with one dash).
+func dashed(name string) string {
+	if len([]rune(name)) == 1 {
+		return "-" + name
+	}
+	return "--" + name
 }

@@ -109,6 +109,15 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 // textWriter collects the first write error so a report renders with plain Fprintf calls.
+// summaryWriter is where a report's lines after the diff go: summary for a dry run (its stdout
+// is the diff alone), else out.
+func summaryWriter(out, summary io.Writer, dryRun bool) io.Writer {
+	if dryRun {
+		return summary
+	}
+	return out
+}
+
 type textWriter struct {
 	w   io.Writer
 	err error

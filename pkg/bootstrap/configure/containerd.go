@@ -124,9 +124,14 @@ func (r *ContainerdReport) WriteJSON(w io.Writer) error { return writeJSON(w, r)
 
 // WriteText writes the diff (dry run), the config facts, one line per change, the warnings and
 // restart_required with what to do about it.
-func (r *ContainerdReport) WriteText(w io.Writer) error {
-	t := &textWriter{w: w}
+func (r *ContainerdReport) WriteText(w io.Writer) error { return r.WriteTextSplit(w, w) }
+
+// WriteTextSplit is WriteText with a dry run's diff alone on out, so that out is a unified diff
+// `patch -p1` applies under the host root, and everything else on summary.
+func (r *ContainerdReport) WriteTextSplit(out, summary io.Writer) error {
+	t := &textWriter{w: out}
 	t.printf("%s", r.Diff)
+	t.w = summaryWriter(out, summary, r.DryRun)
 	assumed := ""
 	if r.DaemonAssumed {
 		assumed = ", assumed"

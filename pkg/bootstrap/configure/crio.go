@@ -97,9 +97,13 @@ func (r *CrioReport) WriteJSON(w io.Writer) error { return writeJSON(w, r) }
 
 // WriteText writes the diff (dry run), what is configured, one line per change, the warnings,
 // what happened to the reload and restart_required.
-func (r *CrioReport) WriteText(w io.Writer) error {
-	t := &textWriter{w: w}
+func (r *CrioReport) WriteText(w io.Writer) error { return r.WriteTextSplit(w, w) }
+
+// WriteTextSplit is WriteText with a dry run's diff alone on out (a patch), the rest on summary.
+func (r *CrioReport) WriteTextSplit(out, summary io.Writer) error {
+	t := &textWriter{w: out}
 	t.printf("%s", r.Diff)
+	t.w = summaryWriter(out, summary, r.DryRun)
 	if r.remove {
 		t.printf("crio %s: removing nodecache's drop-ins and CA copies\n", r.Version)
 	} else {

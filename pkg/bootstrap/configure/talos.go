@@ -159,13 +159,17 @@ func (r *TalosReport) WriteJSON(w io.Writer) error { return writeJSON(w, r) }
 
 // WriteText writes the patch itself when it is not written to a file; else the diff (dry
 // run), the change and one summary line.
-func (r *TalosReport) WriteText(w io.Writer) error {
-	t := &textWriter{w: w}
+func (r *TalosReport) WriteText(w io.Writer) error { return r.WriteTextSplit(w, w) }
+
+// WriteTextSplit is WriteText with a dry run's diff alone on out (a patch), the rest on summary.
+func (r *TalosReport) WriteTextSplit(out, summary io.Writer) error {
+	t := &textWriter{w: out}
 	if r.File == "" {
 		t.printf("%s", r.Patch)
 		return t.err
 	}
 	t.printf("%s", r.diff)
+	t.w = summaryWriter(out, summary, r.DryRun)
 	t.changes(r.Changes, r.DryRun)
 	t.printf("talos %s patch (%s form) for %s\n", r.TalosVersion, r.Form, strings.Join(r.Upstreams, ", "))
 	return t.err
