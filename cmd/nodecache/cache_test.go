@@ -73,6 +73,7 @@ func TestCacheLsRm(t *testing.T) {
 		{"flag after the argument (newuser F16)", []string{"cache", "rm", "--listen-url", srv.URL, spec, "--output", "json"}, 2,
 			`argument "--output" looks like a flag: flags go before UPSTREAM/REPOSITORY@DIGEST, e.g. nodecache cache rm --output json `},
 		{"listen url", []string{"cache", "ls", "--listen-url", "127.0.0.1:5000"}, 2, "--listen-url"},
+		{"listen url port (newuser2 item 6)", []string{"cache", "ls", "--listen-url", "http://127.0.0.1:99999"}, 2, `--listen-url "http://127.0.0.1:99999": port 99999 is out of range: want 1 to 65535`},
 		{"output", []string{"cache", "ls", "--listen-url", srv.URL, "--output", "yaml"}, 2, "--output"},
 		{"unknown subcommand", []string{"cache", "purge"}, 2, "unknown command"},
 		{"rm", []string{"cache", "rm", "--listen-url", srv.URL, spec}, 0, "evicted " + spec},

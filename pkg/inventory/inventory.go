@@ -20,6 +20,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // ErrNotCached is returned by Remove when serve does not hold the image (404).
@@ -37,14 +38,14 @@ type Client struct {
 // New returns a client of the serve reached at listenURL (http://127.0.0.1:5000 or https://...).
 // hc nil: a client with a 30 s timeout. Errors wrap ErrInput.
 func New(listenURL string, hc *http.Client) (*Client, error) {
-	u, err := url.Parse(listenURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
-		return nil, fmt.Errorf("%w: --listen-url %q: want http(s)://HOST:PORT, e.g. http://127.0.0.1:5000", ErrInput, listenURL)
+	u, err := name.ParseURL("--listen-url", listenURL) // a port out of range is refused here, never dialled
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w (e.g. http://127.0.0.1:5000)", ErrInput, err)
 	}
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
-	return &Client{base: &url.URL{Scheme: u.Scheme, Host: u.Host}, http: hc}, nil
+	return &Client{base: u, http: hc}, nil
 }
 
 // List returns serve's inventory. When nothing answers at the listen URL (a dial error) the
