@@ -265,6 +265,22 @@ func TestGenTalosCLI(t *testing.T) {
 	if code != exitUsage || !strings.Contains(stderr, "is a directory") {
 		t.Fatalf("-o a directory: exit %d %q", code, stderr)
 	}
+	// newuser2 item 6: a removal from a machine config without the mirror has nothing to do:
+	// exit 0 as gen containerd --remove, no patch on stdout, -o FILE not written.
+	node := filepath.Join(t.TempDir(), "n.yaml")
+	if err := os.WriteFile(node, []byte("version: v1alpha1\nmachine:\n  type: worker\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unpatch := filepath.Join(t.TempDir(), "unpatch.yaml")
+	for _, extra := range [][]string{nil, {"-o", unpatch}} {
+		code, stdout, stderr = runApp(t, append([]string{"gen", "talos", "--remove", "--mirror", "http://10.0.0.9:5000", "--machine-config", node}, extra...)...)
+		if want := "the machine config lists no mirror with an endpoint at http://10.0.0.9:5000: nothing to remove\n"; code != 0 || stdout != "" || stderr != want {
+			t.Fatalf("remove %v with nothing to remove: exit %d, stdout %q, stderr %q; want 0, nothing, %q", extra, code, stdout, stderr, want)
+		}
+	}
+	if _, err := os.Stat(unpatch); !os.IsNotExist(err) {
+		t.Fatalf("-o written with nothing to remove: %v", err)
+	}
 }
 
 func TestGenCrioCLI(t *testing.T) {

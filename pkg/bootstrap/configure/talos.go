@@ -82,7 +82,7 @@ func Talos(ctx context.Context, o TalosOptions) (*TalosReport, error) {
 		return nil, err
 	}
 	rep := &TalosReport{Result: res, File: o.Out, DryRun: o.DryRun}
-	if o.Out == "" {
+	if o.Out == "" || res.NothingToRemove != "" { // nothing to remove: -o FILE is left as it is
 		return rep, nil
 	}
 	local, err := bootstrap.NewHost(bootstrap.HostOptions{Root: "/"})
@@ -164,6 +164,11 @@ func (r *TalosReport) WriteText(w io.Writer) error { return r.WriteTextSplit(w, 
 // WriteTextSplit is WriteText with a dry run's diff alone on out (a patch), the rest on summary.
 func (r *TalosReport) WriteTextSplit(out, summary io.Writer) error {
 	t := &textWriter{w: out}
+	if r.NothingToRemove != "" {
+		t.w = summary
+		t.printf("%s: nothing to remove\n", r.NothingToRemove)
+		return t.err
+	}
 	if r.File == "" {
 		t.printf("%s", r.Patch)
 		return t.err

@@ -92,8 +92,12 @@ type Result struct {
 	// Warnings say what a removal from a machine config also takes away (other endpoints of a
 	// deleted mirror).
 	Warnings []string `json:"warnings,omitempty"`
-	// Patch is the YAML patch (documents joined with "---"), starting with mirrorapi.ManagedMarker.
+	// Patch is the YAML patch (documents joined with "---"), starting with mirrorapi.ManagedMarker;
+	// empty when NothingToRemove is set.
 	Patch string `json:"patch"`
+	// NothingToRemove says why a removal has nothing to take out (the machine config lists no
+	// mirror at Mirror): done already, like gen containerd --remove on a clean host; no patch.
+	NothingToRemove string `json:"nothing_to_remove,omitempty"`
 }
 
 // Generate builds the patch. Bad combinations are refused (bootstrap.ErrRefused) with the reason.
@@ -150,7 +154,8 @@ func Generate(opts Options) (*Result, error) {
 			res.Form = FormLegacy
 		}
 		if len(res.Upstreams) == 0 && !found.legacyTLS && !found.docTLS {
-			return nil, bootstrap.Refusedf("the machine config lists no mirror with an endpoint at %s: nothing to remove", opts.Mirror)
+			res.NothingToRemove = fmt.Sprintf("the machine config lists no mirror with an endpoint at %s", opts.Mirror)
+			return res, nil
 		}
 		for _, o := range found.others {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("the mirror of %s also lists it; the removal deletes the whole mirror: add it again if the node still needs it", o))

@@ -109,8 +109,9 @@ func TestRemovalFromMachineConfig(t *testing.T) {
 	}
 }
 
-// TestRemovalFromMachineConfigRefusals: bad --machine-config input and a config without the
-// mirror are refused with what is accepted.
+// TestRemovalFromMachineConfigRefusals: bad --machine-config input is refused with what is
+// accepted; a config without the mirror has nothing to remove (no patch, no refusal: newuser2
+// item 6, as gen containerd --remove on a clean host).
 func TestRemovalFromMachineConfigRefusals(t *testing.T) {
 	t.Parallel()
 	m := mustMirror(t, "http://10.0.0.5:5000")
@@ -120,11 +121,10 @@ func TestRemovalFromMachineConfigRefusals(t *testing.T) {
 		in   []byte
 		want string
 	}{
-		"empty":       {nil, "is empty"},
-		"not config":  {[]byte("hello: world\n"), "not a Talos machine config"},
-		"two nodes":   {twoNodes, "10.5.0.3, 10.5.0.4"},
-		"other kind":  {[]byte("metadata:\n  type: Services.v1alpha1.talos.dev\n  id: kubelet\nspec:\n  running: true\n"), "not MachineConfigs"},
-		"not applied": {base, "nothing to remove"},
+		"empty":      {nil, "is empty"},
+		"not config": {[]byte("hello: world\n"), "not a Talos machine config"},
+		"two nodes":  {twoNodes, "10.5.0.3, 10.5.0.4"},
+		"other kind": {[]byte("metadata:\n  type: Services.v1alpha1.talos.dev\n  id: kubelet\nspec:\n  running: true\n"), "not MachineConfigs"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -137,4 +137,15 @@ func TestRemovalFromMachineConfigRefusals(t *testing.T) {
 			}
 		})
 	}
+	t.Run("not applied", func(t *testing.T) {
+		t.Parallel()
+		cfg, err := talos.ParseMachineConfig("node.yaml", asResource(base))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := talos.Generate(talos.Options{Mirror: m, Remove: true, MachineConfig: cfg})
+		if err != nil || res.Patch != "" || res.NothingToRemove != "the machine config lists no mirror with an endpoint at http://10.0.0.5:5000" {
+			t.Fatalf("err %v, result %+v; want nothing to remove and no patch", err, res)
+		}
+	})
 }
