@@ -164,7 +164,7 @@ func TestFileFlagsRefuseBadFiles(t *testing.T) {
 				case r := <-done:
 					says := bad.says
 					if says == "" {
-						says = fmt.Sprintf("is %d bytes; want %s, a regular file", fc.kind.Limit+1, fc.kind.Name)
+						says = fmt.Sprintf("is %d bytes; want %s: a regular file", fc.kind.Limit+1, fc.kind.Name)
 					}
 					if r.code != exitUsage || !strings.Contains(r.stderr, names) || !strings.Contains(r.stderr, says) {
 						t.Fatalf("exit %d, stderr %q\nwant exit 2, naming %s and saying %q", r.code, r.stderr, names, says)
@@ -175,4 +175,42 @@ func TestFileFlagsRefuseBadFiles(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestImagesFromPipes: --images-from still reads what a pipe gives — standard input ("-") and
+// a named pipe such as bash's <(cmd) — bounded like a file (inputfile.ImageList.Limit).
+func TestImagesFromPipes(t *testing.T) {
+	t.Parallel()
+	args := []string{"warm", "--mirror", "http://127.0.0.1:1", "--print", "--images-from"}
+	t.Run("standard input", func(t *testing.T) {
+		t.Parallel()
+		code, stdout, stderr := runAppStdin(t, "alpine:3.20\n", append(args, "-")...)
+		if code != 0 || stdout != "docker.io/library/alpine:3.20\n" {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+	})
+	t.Run("standard input over the limit", func(t *testing.T) {
+		t.Parallel()
+		code, _, stderr := runAppStdin(t, strings.Repeat("\n", int(inputfile.ImageList.Limit)+1), append(args, "-")...)
+		if want := "standard input holds more than 16 MiB"; code != exitUsage || !strings.Contains(stderr, want) {
+			t.Fatalf("exit %d, stderr %q; want exit 2 and %q", code, stderr, want)
+		}
+	})
+	t.Run("named pipe", func(t *testing.T) {
+		t.Parallel()
+		fifo := filepath.Join(t.TempDir(), "images")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				_, _ = f.WriteString("alpine:3.20\n")
+				_ = f.Close()
+			}
+		}()
+		code, stdout, stderr := runApp(t, append(args, fifo)...)
+		if code != 0 || stdout != "docker.io/library/alpine:3.20\n" {
+			t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+	})
 }

@@ -42,8 +42,8 @@ var ErrRefused = errors.New("input file refused")
 // Kind is one kind of input file: what it holds (for messages), the most bytes read, and
 // whether a pipe is accepted besides a regular file.
 type Kind struct {
-	// Name says what the file should hold, as an article-less noun phrase: "Talos machine
-	// config (YAML)".
+	// Name says what the file should hold, as a noun phrase with its article: "a Talos
+	// machine config (YAML)".
 	Name string
 	// Limit is the most bytes read, > 0; a larger file is refused.
 	Limit int64
@@ -57,31 +57,31 @@ type Kind struct {
 // what would strain a node.
 var (
 	// MachineConfig is a node's Talos machine config (--machine-config of gen talos and warm).
-	MachineConfig = Kind{Name: "Talos machine config (YAML)", Limit: 4 * MiB}
+	MachineConfig = Kind{Name: "a Talos machine config (YAML)", Limit: 4 * MiB}
 	// Patch is the existing content of gen talos -o FILE, read to diff and to check ownership.
-	Patch = Kind{Name: "Talos machine-config patch (YAML) that gen wrote before", Limit: 4 * MiB}
+	Patch = Kind{Name: "a Talos machine-config patch (YAML)", Limit: 4 * MiB}
 	// RuntimeConfig is a file of the host's container runtime setup under --host-root:
 	// containerd's config.toml and its imports, hosts.toml, CRI-O's crio.conf and drop-ins,
 	// registries.conf(.d), the backups gen keeps of them, and /etc/os-release.
-	RuntimeConfig = Kind{Name: "container runtime config file", Limit: 4 * MiB}
+	RuntimeConfig = Kind{Name: "a container runtime config file", Limit: 4 * MiB}
 	// Executable is a container runtime's binary, only checked (Check): debug/buildinfo reads
 	// the parts it needs.
-	Executable = Kind{Name: "executable", Limit: 1 * GiB}
+	Executable = Kind{Name: "an executable", Limit: 1 * GiB}
 	// PEM is a PEM certificate (chain), CA bundle or private key (--tls-cert, --tls-key,
 	// --upstream-ca, --mirror-ca).
-	PEM = Kind{Name: "PEM file", Limit: 1 * MiB}
+	PEM = Kind{Name: "a PEM file", Limit: 1 * MiB}
 	// DockerConfig is a docker config.json or Kubernetes .dockerconfigjson (--upstream-auth).
-	DockerConfig = Kind{Name: "docker config.json or .dockerconfigjson", Limit: 4 * MiB}
+	DockerConfig = Kind{Name: "a docker config.json or .dockerconfigjson", Limit: 4 * MiB}
 	// Settings is the YAML settings file (--config, NODECACHE_CONFIG).
-	Settings = Kind{Name: "YAML settings file", Limit: 1 * MiB}
+	Settings = Kind{Name: "a YAML settings file", Limit: 1 * MiB}
 	// ImageList is --images-from FILE: one image reference per line; a pipe is accepted.
-	ImageList = Kind{Name: "image list (one reference per line)", Limit: 16 * MiB, Pipes: true}
+	ImageList = Kind{Name: "an image list (one reference per line)", Limit: 16 * MiB, Pipes: true}
 	// Proc is a procfs file (/proc/<pid>/…): regular files that report size 0.
-	Proc = Kind{Name: "procfs file", Limit: 4 * MiB}
+	Proc = Kind{Name: "a procfs file", Limit: 4 * MiB}
 	// Index is the cache's index file under --root (one entry per blob).
-	Index = Kind{Name: "cache index file", Limit: 1 * GiB}
+	Index = Kind{Name: "the cache index file", Limit: 1 * GiB}
 	// Lock is the lock file under --root holding its owner's process id.
-	Lock = Kind{Name: "lock file", Limit: 4 * KiB}
+	Lock = Kind{Name: "a lock file", Limit: 4 * KiB}
 )
 
 // Error is a refused input file.
@@ -99,7 +99,7 @@ func (e *Error) Error() string {
 	if e.Kind.Pipes {
 		want = "a regular file or a pipe"
 	}
-	return fmt.Sprintf("%s %s; want %s, %s of at most %s", e.Path, e.Problem, e.Kind.Name, want, Size(e.Kind.Limit))
+	return fmt.Sprintf("%s %s; want %s: %s of at most %s", e.Path, e.Problem, e.Kind.Name, want, Size(e.Kind.Limit))
 }
 
 // Is reports ErrRefused.

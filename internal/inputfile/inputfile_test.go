@@ -15,7 +15,7 @@ import (
 	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
-var small = inputfile.Kind{Name: "test file", Limit: 16}
+var small = inputfile.Kind{Name: "a test file", Limit: 16}
 
 // within runs f and fails the test when it has not returned after d: a FIFO must never block.
 func within[T any](t *testing.T, d time.Duration, f func() T) T {
@@ -67,14 +67,14 @@ func TestRead(t *testing.T) {
 		{name: "empty", path: write("empty", 0), kind: small},
 		{name: "at the limit", path: exact, kind: small, want: 16},
 		{name: "symbolic link to a file", path: link, kind: small, want: 16},
-		{name: "over the limit", path: over, kind: small, problem: "is 17 bytes; want test file, a regular file of at most 16 bytes"},
+		{name: "over the limit", path: over, kind: small, problem: "is 17 bytes; want a test file: a regular file of at most 16 bytes"},
 		{name: "directory", path: dir, kind: small, problem: "is a directory"},
-		{name: "fifo", path: fifo, kind: small, problem: "is a named pipe (FIFO); want test file, a regular file of"},
+		{name: "fifo", path: fifo, kind: small, problem: "is a named pipe (FIFO); want a test file: a regular file of"},
 		{name: "character device", path: "/dev/zero", kind: small, problem: "is a character device"},
 		{name: "full device", path: "/dev/full", kind: small, problem: "is a character device"},
 		{name: "socket", path: sock, kind: small, problem: "is a socket"},
 		{name: "proc file reports size 0", path: "/proc/self/status", kind: inputfile.Proc, want: -1},
-		{name: "proc file over the limit", path: "/proc/self/status", kind: inputfile.Kind{Name: "procfs file", Limit: 8}, problem: "holds more than 8 bytes"},
+		{name: "proc file over the limit", path: "/proc/self/status", kind: inputfile.Kind{Name: "a procfs file", Limit: 8}, problem: "holds more than 8 bytes"},
 		{name: "missing", path: filepath.Join(dir, "nope"), kind: small, missing: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -126,7 +126,7 @@ func TestReadPipe(t *testing.T) {
 		problem string
 	}{
 		{name: "within the limit", data: "alpine:3.20\n"},
-		{name: "over the limit", data: strings.Repeat("y", 40), problem: "holds more than 16 bytes; want list, a regular file or a pipe of at most 16 bytes"},
+		{name: "over the limit", data: strings.Repeat("y", 40), problem: "holds more than 16 bytes; want a list: a regular file or a pipe of at most 16 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -143,7 +143,7 @@ func TestReadPipe(t *testing.T) {
 				_ = f.Close()
 			}()
 			b, err := within(t, 10*time.Second, func() result {
-				b, err := inputfile.Read(fifo, inputfile.Kind{Name: "list", Limit: 16, Pipes: true})
+				b, err := inputfile.Read(fifo, inputfile.Kind{Name: "a list", Limit: 16, Pipes: true})
 				return result{b, err}
 			}).get()
 			if tc.problem != "" {

@@ -165,14 +165,12 @@ func (c Config) readImagesFrom() ([]input, error) {
 		if r == nil {
 			r = os.Stdin
 		}
-		b, err := io.ReadAll(io.LimitReader(r, inputfile.ImageList.Limit+1))
-		if err != nil {
-			return nil, fmt.Errorf("--images-from -: read standard input: %w", err)
+		lr := &io.LimitedReader{R: r, N: inputfile.ImageList.Limit + 1}
+		in, err := readImageList(lr, "-")
+		if err == nil && lr.N == 0 {
+			return nil, &RefusedError{What: "--images-from", Value: "-", Reason: "standard input holds more than " + inputfile.Size(inputfile.ImageList.Limit) + "; want " + inputfile.ImageList.Name + " of at most that size"}
 		}
-		if int64(len(b)) > inputfile.ImageList.Limit {
-			return nil, &RefusedError{What: "--images-from", Value: "-", Reason: "standard input holds more than " + inputfile.Size(inputfile.ImageList.Limit) + "; want at most that many bytes of references, one per line"}
-		}
-		return readImageList(bytes.NewReader(b), "-")
+		return in, err
 	}
 	b, err := inputfile.Read(c.ImagesFrom, inputfile.ImageList)
 	if errors.Is(err, inputfile.ErrRefused) {
