@@ -7,7 +7,9 @@ import (
 )
 
 // Storage driver paths of distribution v3's layout (registry/storage/paths.go); eviction and the
-// index rebuild walk and delete them through the driver, never around it.
+// index rebuild walk and delete them through the driver. The one write around it: a fill's
+// verified staging file is hard-linked to its blob data path under a filesystem root
+// (repository.linkBlob), where an upload through the driver would copy it.
 const (
 	storageV2Root    = "/docker/registry/v2"
 	storageRepoRoot  = storageV2Root + "/repositories"
