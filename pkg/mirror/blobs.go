@@ -202,7 +202,12 @@ func (b *blobStore) serveFile(ctx context.Context, w http.ResponseWriter, r *htt
 // size free once. Other storage gets the file through one of distribution's uploads.
 func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descriptor) error {
 	if root := r.m.cache.fsRoot; root != "" {
-		return r.linkBlob(ctx, path, filepath.Join(root, filepath.FromSlash(blobDataPath(desc.Digest))), desc)
+		err := r.linkBlob(ctx, path, filepath.Join(root, filepath.FromSlash(blobDataPath(desc.Digest))), desc)
+		if !errors.Is(err, syscall.EXDEV) {
+			return err
+		}
+		// The staging directory is on another file system (something mounted inside the
+		// root): copy it through an upload after all.
 	}
 	named, err := reference.WithName(r.up.storageKey + "/" + r.repo)
 	if err != nil {
