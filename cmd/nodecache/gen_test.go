@@ -94,6 +94,15 @@ func TestGenContainerdCLI(t *testing.T) {
 		t.Fatalf("remove: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	assertFile(t, cfg, legacy)
+	// newuser2 item 15: the certs.d gen created went with it, and a second --remove (no
+	// containerd here, version unknown) is a short "nothing to remove", no version warning.
+	if _, err := os.Stat(filepath.Join(root, "etc/containerd/certs.d")); !os.IsNotExist(err) {
+		t.Fatalf("certs.d created by gen is still there after --remove: %v", err)
+	}
+	code, stdout, stderr = runApp(t, "gen", "containerd", "--remove", "--host-root", root)
+	if want := "containerd: nothing to remove (no file of nodecache's, no config edit of its)\n"; code != 0 || stdout != want || stderr != "" {
+		t.Fatalf("second remove: exit %d\nstdout %q\nstderr %q\nwant exit 0, %q and nothing on stderr", code, stdout, stderr, want)
+	}
 }
 
 // TestGenContainerdSymlinkedConfig: the new-user report. config.toml is an absolute symbolic

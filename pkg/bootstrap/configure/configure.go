@@ -108,7 +108,6 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// textWriter collects the first write error so a report renders with plain Fprintf calls.
 // summaryWriter is where a report's lines after the diff go: summary for a dry run (its stdout
 // is the diff alone), else out.
 func summaryWriter(out, summary io.Writer, dryRun bool) io.Writer {
@@ -118,6 +117,7 @@ func summaryWriter(out, summary io.Writer, dryRun bool) io.Writer {
 	return out
 }
 
+// textWriter collects the first write error so a report renders with plain Fprintf calls.
 type textWriter struct {
 	w   io.Writer
 	err error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
@@ -60,7 +61,7 @@ func Containerd(ctx context.Context, o ContainerdOptions) (*ContainerdReport, er
 	if err != nil {
 		return nil, err
 	}
-	if probeErr != nil {
+	if probeErr != nil && !o.Remove {
 		o.Logger.Warn().Err(probeErr).Msg("containerd version unknown")
 	}
 	opts := containerd.Options{Mirror: m, Upstreams: ups, Fallbacks: fallbacks, Config: o.Config, CertsDir: o.CertsDir,
@@ -80,7 +81,12 @@ func Containerd(ctx context.Context, o ContainerdOptions) (*ContainerdReport, er
 	if err != nil {
 		return nil, err
 	}
-	if probeErr != nil {
+	// A removal needs the version only to recognise a config file it restores from its backup;
+	// deleting its own files (or finding nothing) does not depend on it.
+	if probeErr != nil && (!o.Remove || slices.ContainsFunc(rep.Changes, func(c bootstrap.Change) bool { return c.Action == bootstrap.ActionRestore })) {
+		if o.Remove {
+			o.Logger.Warn().Err(probeErr).Msg("containerd version unknown")
+		}
 		rep.Warnings = append([]string{fmt.Sprintf("containerd version unknown (%v); pass --containerd-version", probeErr)}, rep.Warnings...)
 	}
 	out := &ContainerdReport{Report: rep, DryRun: o.DryRun, remove: o.Remove}
@@ -132,6 +138,11 @@ func (r *ContainerdReport) WriteTextSplit(out, summary io.Writer) error {
 	t := &textWriter{w: out}
 	t.printf("%s", r.Diff)
 	t.w = summaryWriter(out, summary, r.DryRun)
+	if r.remove && len(r.Changes) == 0 {
+		t.printf("containerd: nothing to remove (no file of nodecache's, no config edit of its)\n")
+		t.warnings(r.Warnings)
+		return t.err
+	}
 	assumed := ""
 	if r.DaemonAssumed {
 		assumed = ", assumed"

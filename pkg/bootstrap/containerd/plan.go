@@ -237,6 +237,11 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 			}
 		}
 	}
+	marker, err := planDirMarker(fsys, cp.hostsDir)
+	if err != nil {
+		return nil, err
+	}
+	rep.Changes = append(rep.Changes, marker...)
 	var keep, own []string
 	for _, host := range order {
 		h := hostsFor[host]
@@ -308,6 +313,28 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// DirMarker is the file gen writes into the hosts.toml directory it creates (--certs-dir on a
+// host without one): the record that the directory is nodecache's, so that --remove deletes it
+// once it is empty, and never a directory the site made. containerd reads only the per-host
+// subdirectories there.
+const DirMarker = ".nodecache-created-this-directory"
+
+// planDirMarker plans DirMarker in dir when dir does not exist yet (gen creates it), or keeps
+// the one an earlier run wrote; nothing for a directory that exists without it.
+func planDirMarker(fsys fs.FS, dir string) ([]bootstrap.Change, error) {
+	p := path.Join(dir, DirMarker)
+	_, dirErr := fs.Stat(fsys, bootstrap.FSName(dir))
+	_, markErr := fs.Stat(fsys, bootstrap.FSName(p))
+	if !errors.Is(dirErr, fs.ErrNotExist) && markErr != nil {
+		return nil, nil
+	}
+	c, err := bootstrap.PlanOwned(fsys, p, hostsMode, []byte(mirrorapi.ManagedMarker+"\n# `nodecache gen containerd` created this directory; `gen containerd --remove` deletes it when it is empty.\n"))
+	if err != nil {
+		return nil, err
+	}
+	return []bootstrap.Change{c}, nil
 }
 
 // staleHosts plans the removal of our own hosts.toml files in dir for directories not in keep

@@ -14,7 +14,7 @@ import (
 
 // PlanRemove computes what `gen containerd --remove` undoes: every hosts.toml that starts with
 // mirrorapi.ManagedMarker under the directories containerd reads (and CertsDir) is removed (its
-// directory too when then empty); a site's hosts.toml gen added the mirror to gets its backup
+// directory too when then empty), and a directory gen created (DirMarker) when then empty; a site's hosts.toml gen added the mirror to gets its backup
 // back (byte for byte) or, when it changed since, loses only the mirror's table; a config file nodecache edited is restored from its
 // <file>.nodecache.bak when the file still holds exactly what gen would have written from that
 // backup; a config.toml nodecache created is removed. Anything else is left and reported.
@@ -80,6 +80,14 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 			if ok {
 				rep.Changes = append(rep.Changes, c)
 			}
+		}
+		// Last in the directory: the directory goes with it when nothing else is left.
+		c, ok, _, err := bootstrap.PlanRemoveOwned(fsys, path.Join(dir, DirMarker), true)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			rep.Changes = append(rep.Changes, c)
 		}
 	}
 	if eff == nil {

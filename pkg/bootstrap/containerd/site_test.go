@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"io/fs"
 	"math/big"
 	"net/http"
 	"os"
@@ -78,9 +79,53 @@ func dirNames(t *testing.T, root string) []string {
 	}
 	var out []string
 	for _, e := range ents {
-		out = append(out, e.Name())
+		if e.IsDir() { // per-host directories; not gen's DirMarker file
+			out = append(out, e.Name())
+		}
 	}
 	return out
+}
+
+// TestCreatedCertsDirRemoved (newuser2 item 15): the hosts.toml directory gen created goes with
+// --remove once empty; one that existed before gen (the site's, even empty) stays, as does one
+// gen created that holds a file of the site's; a second --remove finds nothing to do.
+func TestCreatedCertsDirRemoved(t *testing.T) {
+	t.Parallel()
+	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	opts := containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"docker.io"}}
+	certs := containerd.DefaultCertsDir
+	for _, tc := range []struct {
+		name     string
+		before   func(root string) // the host before gen
+		after    func(root string) // between gen and --remove
+		wantGone bool
+	}{
+		{"created by gen", func(string) {}, func(string) {}, true},
+		{"the site's, empty", func(root string) {
+			if err := os.MkdirAll(filepath.Join(root, certs), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, func(string) {}, false},
+		{"created by gen, then used by the site", func(string) {}, func(root string) {
+			bootstraptest.WriteHostFile(t, root, certs+"/quay.io/hosts.toml", []byte("server = \"https://quay.io\"\n"))
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			tc.before(root)
+			planApply(t, root, opts, false)
+			tc.after(root)
+			planApply(t, root, opts, true)
+			_, err := os.Stat(filepath.Join(root, certs))
+			if gone := errors.Is(err, fs.ErrNotExist); gone != tc.wantGone {
+				t.Fatalf("after --remove %s gone: %v (stat %v), want %v", certs, gone, err, tc.wantGone)
+			}
+			if rep := planApply(t, root, opts, true); len(rep.Changes) != 0 {
+				t.Fatalf("second --remove: %+v, want nothing to do", rep.Changes)
+			}
+		})
+	}
 }
 
 // TestSiteHostsDirectoryAdopted: a user's registry.local:5000 directory, in the colon form
