@@ -92,16 +92,26 @@ func TestConfigureMigrate(t *testing.T) {
 		migrate bool
 		logged  string
 		hosts   bool
+		absent  bool // no config.toml, and the socket flag names one that does not exist
 	}{
-		{"refused without --migrate", false, "--migrate", false},
-		{"migrated with --migrate", true, `"message":"gen containerd"`, true},
+		{"refused without --migrate", false, "--migrate", false, false},
+		{"migrated with --migrate", true, `"message":"gen containerd"`, true, false},
+		// newuser2 item 17: nothing to configure is said, not silent.
+		{"no containerd on the host", false, `"not_found":["containerd (neither its config /etc/containerd/config.toml nor its socket /run/nosock exists)"],` +
+			`"remedy":"check --host-root (the host's / mounted there), --runtime, --containerd-config and --containerd-socket (host paths)",` +
+			`"message":"configure: no runtime configuration found to configure; nothing was written"`, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			root := t.TempDir()
-			cfgFile := writeConfig(t, root, legacyConfig)
 			var log syncBuffer
 			c := config(t, root, &log)
+			cfgFile := filepath.Join(root, "etc/containerd/config.toml")
+			if tc.absent {
+				c.Status.ContainerdSocket = "/run/nosock"
+			} else {
+				writeConfig(t, root, legacyConfig)
+			}
 			c.Configure.Migrate = tc.migrate
 			p, err := check(c)
 			if err != nil {
@@ -116,7 +126,7 @@ func TestConfigureMigrate(t *testing.T) {
 				t.Errorf("hosts.toml written: %v, want %v (log:\n%s)", got, tc.hosts, log.String())
 			}
 			data, _ := os.ReadFile(cfgFile)
-			if migrated := !bytes.Equal(data, []byte(legacyConfig)); migrated != tc.migrate {
+			if migrated := !bytes.Equal(data, []byte(legacyConfig)); !tc.absent && migrated != tc.migrate {
 				t.Errorf("config.toml changed: %v, want %v:\n%s", migrated, tc.migrate, data)
 			}
 		})

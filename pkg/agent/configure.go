@@ -47,17 +47,34 @@ func (p *plan) configure(ctx context.Context) {
 	if cfg == "" {
 		cfg = containerd.DefaultConfig
 	}
-	if is(activation.RuntimeContainerd) && (exists(cfg) || exists(o.ContainerdSocket)) {
-		p.containerd(ctx, configure.ContainerdOptions{Common: common, Config: cfg, CertsDir: cc.CertsDir,
-			Version: cc.ContainerdVersion, Migrate: cc.Migrate, Socket: o.ContainerdSocket})
+	var absent []string // what was looked for and not found, for the line when nothing is configured
+	if o.Runtime == activation.RuntimeTalos {
+		absent = append(absent, "Talos (the host is not a Talos node)")
+	}
+	if is(activation.RuntimeContainerd) {
+		if exists(cfg) || exists(o.ContainerdSocket) {
+			p.containerd(ctx, configure.ContainerdOptions{Common: common, Config: cfg, CertsDir: cc.CertsDir,
+				Version: cc.ContainerdVersion, Migrate: cc.Migrate, Socket: o.ContainerdSocket})
+		} else {
+			absent = append(absent, fmt.Sprintf("containerd (neither its config %s nor its socket %s exists)", cfg, o.ContainerdSocket))
+		}
 	}
 	dropIns := cc.CrioDir
 	if dropIns == "" {
 		dropIns = crio.DefaultCrioDir
 	}
-	if is(activation.RuntimeCRIO) && (exists(activation.DefaultCRIOConfig) || exists(dropIns)) {
-		p.crio(ctx, configure.CrioOptions{Common: common, RegistriesDir: cc.RegistriesDir, CrioDir: cc.CrioDir,
-			Version: cc.CrioVersion, NoReload: cc.NoReload})
+	if is(activation.RuntimeCRIO) {
+		if exists(activation.DefaultCRIOConfig) || exists(dropIns) {
+			p.crio(ctx, configure.CrioOptions{Common: common, RegistriesDir: cc.RegistriesDir, CrioDir: cc.CrioDir,
+				Version: cc.CrioVersion, NoReload: cc.NoReload})
+		} else {
+			absent = append(absent, fmt.Sprintf("CRI-O (neither %s nor %s exists)", activation.DefaultCRIOConfig, dropIns))
+		}
+	}
+	if len(absent) > 0 && (o.Runtime != activation.RuntimeAuto || len(absent) == 2) {
+		log.Warn().Str("host_root", h.Root()).Strs("not_found", absent).
+			Str("remedy", "check --host-root (the host's / mounted there), --runtime, --containerd-config and --containerd-socket (host paths)").
+			Msg("configure: no runtime configuration found to configure; nothing was written")
 	}
 }
 

@@ -241,6 +241,14 @@ func TestStatusRealContainerd(t *testing.T) {
 			} else {
 				expectState(t, "touched", runStatus(t, c, "--mirror", nc.URL), activation.Active, 1)
 			}
+
+			// 7. newuser2 item 17: a --containerd-socket no daemon serves is named as the one
+			// given, never answered with "pass --containerd-socket".
+			wrong := filepath.Join(t.TempDir(), "nosock")
+			r = runStatus(t, c, "--containerd-socket", wrong)
+			if !strings.Contains(r.Raw, "serves "+wrong+" (--containerd-socket): give the socket of the containerd that serves the kubelet") || strings.Contains(r.Raw, "pass --containerd-socket") {
+				t.Fatalf("--containerd-socket %s: %s\n%s", wrong, r.Report.State, r.Raw)
+			}
 		})
 	}
 }

@@ -88,7 +88,7 @@ func FindContainerd(h *bootstrap.Host, socket string) (*ContainerdDaemon, error)
 		for _, p := range procs {
 			pids = append(pids, itoa(p.PID))
 		}
-		return nil, fmt.Errorf("none of the containerd processes (pid %s) serves %s; pass --containerd-socket", strings.Join(pids, ", "), socket)
+		return nil, fmt.Errorf("none of the containerd processes (pid %s) serves %s (--containerd-socket): give the socket of the containerd that serves the kubelet", strings.Join(pids, ", "), socket)
 	default:
 		return nil, fmt.Errorf("%d containerd processes claim %s", len(matches), socket)
 	}
