@@ -315,6 +315,11 @@ func TestGenCrioCLI(t *testing.T) {
 	if err != nil || !strings.Contains(string(drop), "10.0.0.5:5000/docker.io") {
 		t.Fatalf("drop-in %q %v", drop, err)
 	}
+	// newuser2 item 19: the summary of a CRI-O whose version is unknown says so in words.
+	_, _, stderr = runApp(t, "gen", "crio", "--host-root", t.TempDir(), "--mirror", "http://10.0.0.5:5000", "--upstream", "docker.io", "--dry-run", "--log-level", "error")
+	if !strings.HasPrefix(stderr, "crio (version unknown): mirror http://10.0.0.5:5000 for docker.io\n") {
+		t.Fatalf("summary of an unknown version: %q", stderr)
+	}
 }
 
 // TestGenCrioRemoveWithoutMirror: --remove needs no --mirror (it finds what is ours on disk),

@@ -104,10 +104,14 @@ func (r *CrioReport) WriteTextSplit(out, summary io.Writer) error {
 	t := &textWriter{w: out}
 	t.printf("%s", r.Diff)
 	t.w = summaryWriter(out, summary, r.DryRun)
+	release := "crio " + r.Version
+	if r.Version == "" || r.Version == "unknown" {
+		release = "crio (version unknown)"
+	}
 	if r.remove {
-		t.printf("crio %s: removing nodecache's drop-ins and CA copies\n", r.Version)
+		t.printf("%s: removing nodecache's drop-ins and CA copies\n", release)
 	} else {
-		t.printf("crio %s: mirror %s for %s\n", r.Version, r.mirror, strings.Join(r.Upstreams, ", "))
+		t.printf("%s: mirror %s for %s\n", release, r.mirror, strings.Join(r.Upstreams, ", "))
 	}
 	t.changes(r.Changes, r.DryRun)
 	t.warnings(r.Warnings)

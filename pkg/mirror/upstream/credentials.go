@@ -3,6 +3,7 @@ package upstream
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -205,10 +206,27 @@ func (c *Credentials) read() (filestamp.Stamp, *configfile.ConfigFile, error) {
 		// encoding/json and base64 errors name types and offsets, never the content.
 		return filestamp.Stamp{}, nil, fmt.Errorf("credentials file %s: not a docker config.json or .dockerconfigjson: %w", c.path, err)
 	}
-	if !cf.ContainsAuth() {
+	if !cf.ContainsAuth() && !hasAuthKeys(b) {
+		// An "auths" that is there but empty is no such case: the lookup then says the
+		// registry has no entry, as for any other missing one.
 		return filestamp.Stamp{}, nil, fmt.Errorf("credentials file %s: no \"auths\", \"credHelpers\" or \"credsStore\" in it", c.path)
 	}
 	return st, cf, nil
+}
+
+// hasAuthKeys reports whether the JSON object b has an "auths", "credHelpers" or "credsStore"
+// key, empty or not.
+func hasAuthKeys(b []byte) bool {
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(b, &keys) != nil {
+		return false
+	}
+	for _, k := range []string{"auths", "credHelpers", "credsStore"} {
+		if _, ok := keys[k]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // lookup resolves the registry's entry in cf as docker does.

@@ -48,6 +48,8 @@ func TestLoadCredentialsLookup(t *testing.T) {
 			file: `{"auths":{"docker.io":{"auth":"` + b64("x:"+secret) + `"}}}`, wantErr: `looked up as "https://index.docker.io/v1/"`},
 		{name: "not JSON", registry: "ghcr.io", file: `auths: {` + secret, wantErr: "not a docker config.json"},
 		{name: "no auths", registry: "ghcr.io", file: `{"psFormat":"x"}`, wantErr: `no "auths", "credHelpers" or "credsStore"`},
+		// newuser2 item 19: an "auths" that is there but empty has no entry for the registry.
+		{name: "empty auths", registry: "docker.io", file: `{"auths":{}}`, wantErr: `has no credentials for docker.io (looked up as "https://index.docker.io/v1/", as docker does)`},
 		{name: "auth not base64", registry: "ghcr.io", file: `{"auths":{"ghcr.io":{"auth":"` + secret + `!"}}}`, wantErr: "not a docker config.json"},
 		{name: "missing credential helper", registry: "ghcr.io", file: `{"credHelpers":{"ghcr.io":"nodecache-test-missing"}}`, wantErr: "credential helper"},
 	}
