@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/rs/zerolog"
@@ -38,20 +39,30 @@ func (a Applier) HostPath(p string) string {
 // wraps ErrStale and writing nothing otherwise), then performs the changes in order. Writes are
 // atomic (temp file in the same directory, fsync, rename, fsync of the directory); an update of a
 // user's file first saves its original at Change.Backup unless that backup already exists.
-// Unchanged entries are skipped. An error part way names the file it failed on; the changes
-// before it stay applied.
+// Unchanged entries are skipped. An error part way names the file it failed on and the changes
+// applied before it, which stay applied (there is no rollback).
 func (a Applier) Apply(ctx context.Context, changes []Change) error {
 	for _, c := range changes {
 		if err := a.check(c); err != nil {
 			return err
 		}
 	}
+	var done []string // what was applied already, named when a later change fails
 	for _, c := range changes {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("apply %s: %w", c.Path, err)
+		err := ctx.Err()
+		if err != nil {
+			err = fmt.Errorf("apply %s: %w", c.Path, err)
+		} else {
+			err = a.apply(c)
 		}
-		if err := a.apply(c); err != nil {
+		if err != nil {
+			if len(done) > 0 {
+				return fmt.Errorf("%w; already done before it, and left in place (no rollback): %s (run again once the cause is fixed, or with --remove to undo)", err, strings.Join(done, ", "))
+			}
 			return err
+		}
+		if c.Changed() {
+			done = append(done, string(c.Action)+" "+c.Path)
 		}
 	}
 	return nil

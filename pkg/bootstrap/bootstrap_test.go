@@ -11,6 +11,29 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
+// TestApplyFailurePartWayNamesWhatWasDone (newuser2 item 16): when a change fails after others
+// were applied, the error names the failing file and the files already written, which stay.
+// Here the first change creates a file where the second needs a directory, so the second
+// fails only while applying, after every check passed.
+func TestApplyFailurePartWayNamesWhatWasDone(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	data := []byte(mirrorapi.ManagedMarker + "\n")
+	changes := []bootstrap.Change{
+		{Path: "/etc/certs.d/docker.io/hosts.toml", Action: bootstrap.ActionCreate, New: data, Mode: 0o644},
+		{Path: "/etc/certs.d/ghcr.io", Action: bootstrap.ActionCreate, New: data, Mode: 0o644},
+		{Path: "/etc/certs.d/ghcr.io/hosts.toml", Action: bootstrap.ActionCreate, New: data, Mode: 0o644},
+	}
+	err := bootstrap.Applier{Root: root}.Apply(t.Context(), changes)
+	want := "; already done before it, and left in place (no rollback): create /etc/certs.d/docker.io/hosts.toml, create /etc/certs.d/ghcr.io (run again once the cause is fixed, or with --remove to undo)"
+	if err == nil || !strings.HasPrefix(err.Error(), "create directory for /etc/certs.d/ghcr.io/hosts.toml: ") || !strings.HasSuffix(err.Error(), want) {
+		t.Fatalf("err %v\nwant the failing file first, ending %q", err, want)
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc/certs.d/docker.io/hosts.toml")); err != nil {
+		t.Fatalf("the file written before the failure is gone: %v", err)
+	}
+}
+
 func TestApplyWritesBacksUpOnceAndRefusesStale(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
