@@ -401,6 +401,7 @@ func TestSharedSettingsFile(t *testing.T) {
 	shared := write("shared.yaml", "listen: \":5000\"\nupstream-auth: /etc/nodecache/auth.json\ntalos-version: v1.12.4\n")
 	typo := write("typo.yaml", "listen: \":5000\"\nlsiten: \":5001\"\n")
 	own := write("own.yaml", "talos-version: v1.11.5\n")
+	serves := write("serve.yaml", "listen: \"127.0.0.1:25010\"\nupstream: [docker.io=http://127.0.0.1:25001]\n")
 	for _, tc := range []struct {
 		name, env string
 		args      []string
@@ -414,6 +415,9 @@ func TestSharedSettingsFile(t *testing.T) {
 			"", "NODECACHE_CONFIG=" + typo + ": unknown keys lsiten (did you mean listen?)"},
 		{"--config stays strict", "", []string{"warm", "--config", shared, "--print"}, exitUsage,
 			"", "--config " + shared + ": unknown keys listen, upstream-auth: keys are this command's flag names"},
+		// newuser2 item 13: a value refused by another command is traced to the file.
+		{"a refused value names the file it came from", serves, []string{"gen", "talos", "--mirror", "http://10.0.0.5:5000"}, exitUsage,
+			"", "give docker.io alone (serve and agent take other URLs) (--upstream: from NODECACHE_CONFIG=" + serves + ")\n"},
 		{"--config wins over the environment", shared, []string{"warm", "--config", own, "--print"}, exitOK,
 			"ghcr.io/siderolabs/kubelet:v1.34.1\n", ""},
 	} {

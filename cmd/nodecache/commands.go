@@ -35,10 +35,7 @@ func refuseUnknownSubcommands(cmd *cli.Command) {
 	if len(cmd.Subcommands) == 0 || cmd.Action != nil {
 		return
 	}
-	var names []string
-	for _, s := range cmd.Subcommands {
-		names = append(names, s.Name)
-	}
+	names := clitext.CommandNames(cmd.Subcommands)
 	unknown := func(typed string) error {
 		return usagef("unknown command %q for %s%s want one of: %s", typed, cmd.Name, clitext.DidYouMean(typed, names), strings.Join(names, ", "))
 	}

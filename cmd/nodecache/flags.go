@@ -62,7 +62,9 @@ func withConfig(cmd *cli.Command) *cli.Command {
 		Usage: "YAML settings `FILE`; keys are this command's flag names (lists as YAML sequences). $" + env + " names one file for every command, which ignores the keys of other commands' flags",
 	})
 	load := altsrc.InitInputSourceWithContext(cmd.Flags, altsrc.NewYamlSourceFromFlagFunc(configFlag))
-	takesArgs := cmd.ArgsUsage != ""
+	takesArgs, action := cmd.ArgsUsage != "", cmd.Action
+	var origins *clitext.Origins // where values not on the command line came from, for errors
+	cmd.Action = func(c *cli.Context) error { return origins.Explain(action(c)) }
 	cmd.Before = func(c *cli.Context) error {
 		if !takesArgs && c.Args().Present() {
 			return usagef("%s takes no arguments, got %q (flags go before arguments; see %s --help)", strings.TrimPrefix(c.Command.HelpName, "nodecache "), c.Args().First(), c.Command.HelpName)
@@ -70,6 +72,7 @@ func withConfig(cmd *cli.Command) *cli.Command {
 		if err := clitext.EnvError(c, cmd.Flags); err != nil {
 			return usagef("%v", err)
 		}
+		origins = clitext.NewOrigins(c, cmd, configFlag, env)
 		if err := clitext.Settings(c, cmd, configFlag, env, load); err != nil {
 			return usagef("%v", err)
 		}

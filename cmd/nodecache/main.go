@@ -71,12 +71,7 @@ func unknownCommand(c *cli.Context) error {
 
 // unknownAppCommand refuses typed as a command of app, suggesting only a close name.
 func unknownAppCommand(app *cli.App, typed string) error {
-	var names []string
-	for _, cmd := range app.VisibleCommands() {
-		if cmd.Name != "help" {
-			names = append(names, cmd.Name)
-		}
-	}
+	names := clitext.CommandNames(app.VisibleCommands())
 	return usagef("unknown command %q%s commands: %s (see nodecache --help)", typed, clitext.DidYouMean(typed, names), strings.Join(names, ", "))
 }
 

@@ -23,3 +23,14 @@ func RefuseHelpTopic(check func(c *cli.Context, topic string) error) cli.BeforeF
 		return nil
 	}
 }
+
+// CommandNames are the names of cmds, the help command left out.
+func CommandNames(cmds []*cli.Command) []string {
+	var names []string
+	for _, c := range cmds {
+		if c.Name != "help" {
+			names = append(names, c.Name)
+		}
+	}
+	return names
+}
