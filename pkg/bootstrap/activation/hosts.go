@@ -88,6 +88,8 @@ func checkHosts(ctx context.Context, h *bootstrap.Host, roots []string, upstream
 		}
 		list, err := hosts(up)
 		switch {
+		case errors.Is(derr, inputfile.ErrRefused):
+			v.Reason = fmt.Sprintf("%v: nodecache does not read it, and containerd cannot use it", derr)
 		case err != nil:
 			v.Reason = fmt.Sprintf("%s does not parse (%v): containerd falls back to the upstream", displayPath(hostRoot, file), err)
 		case len(list) == 0:
@@ -236,8 +238,10 @@ func (f hostsFile) summary() string {
 	return fmt.Sprintf("%s tries %s first", f.Path, hostURL(f.Hosts[0]))
 }
 
-// scanHosts reads every registry directory's hosts.toml under the roots (_default skipped), each
-// parsed on its own by containerd's ConfigureHosts, in root order then name order.
+// scanHosts reads every registry directory's hosts.toml under the roots (_default skipped),
+// each parsed on its own by containerd's ConfigureHosts, in root order then name order. A
+// hosts.toml that is no regular file of at most inputfile.RuntimeConfig.Limit bytes (a FIFO
+// would block containerd's parser) is an error matching inputfile.ErrRefused.
 func scanHosts(ctx context.Context, h *bootstrap.Host, roots []string) ([]hostsFile, error) {
 	var out []hostsFile
 	for _, r := range roots {
@@ -255,6 +259,9 @@ func scanHosts(ctx context.Context, h *bootstrap.Host, roots []string) ([]hostsF
 			}
 			f := hostsFile{Registry: name.HostFromDir(e.Name()), Path: path.Join(dir, "hosts.toml")}
 			if f.data, err = h.ReadFile(f.Path); err != nil {
+				if errors.Is(err, inputfile.ErrRefused) {
+					return nil, err // a FIFO, device or oversized file: containerd cannot use it either
+				}
 				continue
 			}
 			f.Managed = mirrorapi.Managed(f.data)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -377,6 +378,14 @@ func TestContainerdUnreadableEvidence(t *testing.T) {
 			_ = os.Remove(p)
 			_ = os.Mkdir(p, 0o755)
 		}, "config.toml"},
+		// newuser2 item 2: a FIFO is refused after a stat, never opened (which would block).
+		{"config is a FIFO", func(n *testNode) {
+			p := filepath.Join(n.Root, cfgFile)
+			_ = os.Remove(p)
+			if err := syscall.Mkfifo(p, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "config.toml is a named pipe (FIFO)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -903,5 +912,39 @@ func TestCRIOSocketSilent(t *testing.T) {
 	want(t, r, Active, 0, "")
 	if rt, _ := r.Runtime(RuntimeCRIO); rt.Version != "1.31.0" {
 		t.Fatalf("version %q, want 1.31.0 from the CRI version call", rt.Version)
+	}
+}
+
+// TestContainerdHostsFIFO (newuser2 item 2): a hosts.toml that is a FIFO is refused after a
+// stat, never read — containerd's parser would block on it — and the row names it: UNKNOWN.
+func TestContainerdHostsFIFO(t *testing.T) {
+	t.Parallel()
+	n := newTestNode(t)
+	n.serveContainerd(sock, &fakeContainerd{version: "v2.3.0"})
+	n.containerdProc(1000, t0, sock)
+	n.file(cfgFile, v3Config(certsDir, ""), t0-10)
+	n.withHosts(certsDir, t0-10)
+	p := filepath.Join(n.Root, certsDir, "docker.io", "hosts.toml")
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *Report, 1)
+	go func() { done <- n.evaluate(n.opts()) }()
+	var r *Report
+	select {
+	case r = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("status still running after 60 s: blocked on the FIFO?")
+	}
+	want(t, r, Unknown, 3, "")
+	found := false
+	for _, c := range r.Checks {
+		found = found || strings.Contains(c.Reason, certsDir+"/docker.io/hosts.toml is a named pipe (FIFO)")
+	}
+	if !found {
+		t.Fatalf("no check names the FIFO\n%s", dump(r))
 	}
 }
