@@ -200,24 +200,33 @@ func read(path string, f fs.File, k Kind) ([]byte, error) {
 
 // typeProblem says what mode is when k does not accept it, else "".
 func typeProblem(mode fs.FileMode, k Kind) string {
+	if mode.IsRegular() || (mode.Type()&fs.ModeNamedPipe != 0 && k.Pipes) {
+		return ""
+	}
+	return "is " + ModeWords(mode)
+}
+
+// ModeWords names the type of a file mode in words, with its article: "a regular file", "a
+// directory", "a named pipe (FIFO)", "a character device", "a block device", "a socket", "a
+// symbolic link", else "not a regular file (<mode>)".
+func ModeWords(mode fs.FileMode) string {
 	switch t := mode.Type(); {
 	case t == 0:
-		return ""
+		return "a regular file"
 	case t&fs.ModeNamedPipe != 0:
-		if k.Pipes {
-			return ""
-		}
-		return "is a named pipe (FIFO)"
+		return "a named pipe (FIFO)"
 	case t&fs.ModeDir != 0:
-		return "is a directory"
+		return "a directory"
 	case t&fs.ModeCharDevice != 0:
-		return "is a character device"
+		return "a character device"
 	case t&fs.ModeDevice != 0:
-		return "is a block device"
+		return "a block device"
 	case t&fs.ModeSocket != 0:
-		return "is a socket"
+		return "a socket"
+	case t&fs.ModeSymlink != 0:
+		return "a symbolic link"
 	default:
-		return "is not a regular file (" + t.String() + ")"
+		return "not a regular file (" + t.String() + ")"
 	}
 }
 

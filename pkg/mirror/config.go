@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -182,28 +183,11 @@ func checkRoot(root string) error {
 	fi, err := os.Stat(root)
 	switch {
 	case err == nil && !fi.IsDir():
-		return fmt.Errorf("--root %s: is a %s, not a directory: want a directory (created if missing)", root, fileKind(fi.Mode()))
+		return fmt.Errorf("--root %s: is %s, not a directory: want a directory (created if missing)", root, inputfile.ModeWords(fi.Mode()))
 	case errors.Is(err, syscall.ENOTDIR):
 		return fmt.Errorf("--root %s: a part of the path is not a directory: want a directory (created if missing)", root)
 	}
 	return nil
-}
-
-// fileKind names a non-directory file mode in words.
-func fileKind(m os.FileMode) string {
-	switch {
-	case m.IsRegular():
-		return "regular file"
-	case m&os.ModeSymlink != 0:
-		return "symbolic link"
-	case m&os.ModeNamedPipe != 0:
-		return "named pipe"
-	case m&os.ModeSocket != 0:
-		return "socket"
-	case m&os.ModeDevice != 0:
-		return "device"
-	}
-	return "non-directory file"
 }
 
 // TLS loads --tls-cert and --tls-key (both or neither: nil for plain HTTP).
