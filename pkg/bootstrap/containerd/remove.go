@@ -135,30 +135,48 @@ func resolved(fsys fs.FS, rep *Report) (*Report, error) {
 
 // wroteFromBackup reports whether f's current bytes are what Plan produces from its backup: the
 // backup's view planned again with config_path = the value now in effect (the one gen set), with
-// and without --migrate. No record beyond the backup is needed.
+// and without --migrate, for the containerd release given at removal and then for each release
+// line whose rules change what gen writes (daemon.go: 1.x schema 2 and its plugin ID, 2.0
+// schema 3, 2.1 the transfer service, 2.3 schema 4), since gen may have run for another release than the one given
+// now (an empty config.toml gets the `version` of the release gen ran for). Only an exact match
+// counts, so a file changed since gen is never restored over. No record beyond the backup is needed.
 func wroteFromBackup(fsys fs.FS, eff *Effective, f ConfigFile, orig []byte, opts Options) bool {
 	if bytes.Equal(orig, f.data) {
 		return true
 	}
-	dir, single := eff.SingleDirectory()
-	if !single {
-		return false
-	}
 	over := bootstrap.Overlay{Base: fsys, Files: map[string][]byte{f.Path: orig}}
-	before, err := Load(over, opts.Config, LoadOptions{Daemon: opts.Daemon})
-	if err != nil {
-		return false
-	}
-	for _, migrate := range []bool{false, true} {
-		o := opts
-		o.CertsDir, o.Migrate = dir, migrate
-		cp, err := planConfig(over, before, o)
+	releases := []bootstrap.Version{opts.Daemon, {Major: 1, Minor: 7}, {Major: 2, Minor: 0}, {Major: 2, Minor: 1}, {Major: 2, Minor: 3}}
+	for i, v := range releases {
+		if i > 0 && v == opts.Daemon {
+			continue
+		}
+		// The config_path gen set, as the release gen ran for reads it.
+		now := eff
+		if i > 0 {
+			var err error
+			if now, err = Load(fsys, opts.Config, LoadOptions{Daemon: v}); err != nil {
+				continue
+			}
+		}
+		dir, single := now.SingleDirectory()
+		if !single {
+			continue
+		}
+		before, err := Load(over, opts.Config, LoadOptions{Daemon: v})
 		if err != nil {
 			continue
 		}
-		for _, c := range cp.changes {
-			if c.Path == f.Path && bytes.Equal(c.New, f.data) {
-				return true
+		for _, migrate := range []bool{false, true} {
+			o := opts
+			o.CertsDir, o.Migrate, o.Daemon = dir, migrate, v
+			cp, err := planConfig(over, before, o)
+			if err != nil {
+				continue
+			}
+			for _, c := range cp.changes {
+				if c.Path == f.Path && bytes.Equal(c.New, f.data) {
+					return true
+				}
 			}
 		}
 	}
