@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,6 +199,44 @@ func TestImagesFromPipes(t *testing.T) {
 			t.Fatalf("exit %d, stderr %q; want exit 2 and %q", code, stderr, want)
 		}
 	})
+	// newuser trial 2, F1: a writer that never writes held warm forever, and the first signal
+	// did not end it. The signal is the context ending (main's NotifyContext).
+	for _, src := range []string{"standard input", "named pipe"} {
+		t.Run(src+" never written: a signal ends the wait", func(t *testing.T) {
+			t.Parallel()
+			pr, pw := io.Pipe()
+			t.Cleanup(func() { _ = pw.Close() })
+			var out, errOut bytes.Buffer
+			app := newApp()
+			app.Reader, app.Writer, app.ErrWriter = pr, &out, &errOut
+			from := "-"
+			if src == "named pipe" {
+				from = filepath.Join(t.TempDir(), "images")
+				if err := syscall.Mkfifo(from, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { // release the reader left blocked in open
+					if f, err := os.OpenFile(from, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+						_ = f.Close()
+					}
+				})
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			defer cancel()
+			done := make(chan int, 1)
+			go func() {
+				done <- report(&errOut, app.RunContext(ctx, append([]string{"nodecache"}, append(args, from)...)))
+			}()
+			select {
+			case code := <-done:
+				if want := "stopped while reading --images-from " + from; code != exitNegative || !strings.Contains(errOut.String(), want) {
+					t.Fatalf("exit %d, stderr %q; want exit 1 and %q", code, errOut.String(), want)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("warm still waits for --images-from 20 s after its context ended")
+			}
+		})
+	}
 	t.Run("named pipe", func(t *testing.T) {
 		t.Parallel()
 		fifo := filepath.Join(t.TempDir(), "images")

@@ -55,9 +55,9 @@ the mirror not ready within --wait, or --deadline reached; 2 a flag or IMAGE ref
 				return err
 			}
 			cfg.Stdin = c.App.Reader
-			opts, err := cfg.Options(c.Args().Slice())
-			if err != nil {
-				return withCode(exitUsage, err)
+			opts, err := cfg.OptionsContext(c.Context, c.Args().Slice())
+			if err != nil { // a refusal, or a signal while --images-from waited for input
+				return withCode(map[bool]int{true: exitUsage, false: exitNegative}[errors.Is(err, warm.ErrRefused)], err)
 			}
 			if opts.Talos != nil && opts.Talos.Note != "" {
 				opts.Notes = append([]string{opts.Talos.Note}, opts.Notes...)

@@ -2,6 +2,7 @@ package warm
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -151,6 +152,31 @@ func (c Config) Options(args []string) (Options, error) {
 		return opts, &configError{err}
 	}
 	return opts, nil
+}
+
+// OptionsContext is Options, ended by ctx: reading --images-from from standard input or a
+// named pipe waits for its writer, and a signal (ctx ending) must still end the command. When
+// ctx ends first it returns an error that wraps ctx's and names what was being read (not
+// ErrRefused: nothing was refused); the read itself is left to the process's exit.
+func (c Config) OptionsContext(ctx context.Context, args []string) (Options, error) {
+	if c.ImagesFrom == "" {
+		return c.Options(args)
+	}
+	type result struct {
+		opts Options
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		o, err := c.Options(args)
+		done <- result{o, err}
+	}()
+	select {
+	case r := <-done:
+		return r.opts, r.err
+	case <-ctx.Done():
+		return Options{}, fmt.Errorf("stopped while reading --images-from %s (no end of input yet): %w", c.ImagesFrom, context.Cause(ctx))
+	}
 }
 
 // nameSomething says what gives warm images.
