@@ -44,14 +44,21 @@ func ParseMaxSize(s, root string) (int64, error) {
 	accepted := "want a size in binary units such as 500MiB, 30GiB or 1TiB, or a share of the filesystem holding --root such as 30%"
 	if pct, ok := strings.CutSuffix(s, "%"); ok {
 		p, err := strconv.ParseFloat(pct, 64)
-		if err != nil || !sizeNumber.MatchString(pct) || p <= 0 || p > 100 || math.IsNaN(p) {
+		if err != nil || !sizeNumber.MatchString(pct) || math.IsNaN(p) {
+			return 0, fmt.Errorf("%q: not a share: %s", s, accepted)
+		}
+		if p <= 0 || p > 100 {
 			return 0, fmt.Errorf("%q: a share must be more than 0%% and at most 100%%: %s", s, accepted)
 		}
 		total, err := filesystemSize(root)
 		if err != nil {
 			return 0, fmt.Errorf("%q: %w", s, err)
 		}
-		return int64(float64(total) * p / 100), nil
+		n := int64(float64(total) * p / 100)
+		if n < 1 {
+			return 0, fmt.Errorf("%q: %s of %d bytes is less than one byte (a cap of 0 would mean no cap): %s", s, s, total, accepted)
+		}
+		return n, nil
 	}
 	num := strings.TrimRightFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
 	unit := s[len(num):]
@@ -74,7 +81,11 @@ func ParseMaxSize(s, root string) (int64, error) {
 	if err != nil || !sizeNumber.MatchString(num) || v < 0 || math.IsInf(v, 0) || v*float64(mult) >= math.MaxInt64 {
 		return 0, fmt.Errorf("%q: not a size: %s", s, accepted)
 	}
-	return int64(v * float64(mult)), nil
+	n := int64(v * float64(mult))
+	if n < 1 && v > 0 {
+		return 0, fmt.Errorf("%q: less than one byte (a cap of 0 would mean no cap; 0 says so): %s", s, accepted)
+	}
+	return n, nil
 }
 
 // filesystemSize is the total size in bytes of the filesystem holding dir (or its nearest

@@ -44,7 +44,11 @@ func TestParseMaxSize(t *testing.T) {
 		{name: "exponent", in: "1e3GiB", errHas: "not a size"},
 		{name: "sign", in: "+1GiB", errHas: "not a size"},
 		{name: "space before the unit", in: "30 GiB", errHas: "unknown unit"},
-		{name: "share with an exponent", in: "1e1%", errHas: "at most 100%"},
+		{name: "share with an exponent", in: "1e1%", errHas: "not a share"},
+		{name: "share with a bare point", in: "50.%", errHas: "not a share"},
+		// newuser trial 2, F4: caps that round to 0 bytes became "no cap".
+		{name: "half a byte", in: "0.5", errHas: "less than one byte"},
+		{name: "tiny share", in: "0.0000000000000001%", errHas: "less than one byte"},
 		{name: "share zero point zero", in: "0.0%", errHas: "more than 0%"},
 		{name: "8 EiB", in: "8388608TiB", errHas: "not a size"},
 	} {
