@@ -165,7 +165,7 @@ func New(ctx context.Context, opts Options) (_ *Mirror, err error) {
 	m.log.Info().Str("root", opts.Root).Str("storage", opts.Storage).Str("s3_bucket", opts.S3.Bucket).Strs("upstreams", names(opts.Upstreams)).
 		Str("default_upstream", opts.DefaultUpstream).Str("upstream_timeout", clitext.Span(opts.UpstreamTimeout)).
 		Str("tag_ttl", clitext.Span(opts.TagTTL)).Str("fill_timeout", clitext.Span(opts.FillTimeout)).Str("chain", chainString(opts.Chain)).Str("instance_id", fetch.InstanceID()).
-		Msg("mirror configured")
+		Int64("max_size_bytes", opts.MaxSize).Msg("mirror configured")
 
 	appCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel = cancel
