@@ -93,8 +93,10 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 	if eff == nil {
 		return resolved(fsys, rep)
 	}
+	backedUp := map[string]bool{} // config files with a backup, or removed as nodecache's own
 	for _, f := range eff.Files {
 		if mirrorapi.Managed(f.data) && f.Path == opts.Config {
+			backedUp[f.Path] = true
 			rep.Changes = append(rep.Changes, bootstrap.Change{Path: f.Path, Action: bootstrap.ActionRemove, Old: f.data,
 				Note: "config.toml created by nodecache"})
 			rep.RestartRequired = true
@@ -113,6 +115,7 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 		if !ok {
 			continue
 		}
+		backedUp[f.Path] = true
 		if !wroteFromBackup(fsys, eff, f, orig, opts) {
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s changed since nodecache edited it: left as it is; the original is in %s", f.Path, bak))
 			continue
@@ -121,7 +124,37 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 		rep.EditedFile = f.Path
 		rep.RestartRequired = true
 	}
+	if from := eff.ConfigPathFrom; from != "" && !backedUp[from] {
+		if w := unbackedConfigPath(eff, from, rep.Changes); w != "" {
+			rep.Warnings = append(rep.Warnings, w)
+		}
+	}
 	return resolved(fsys, rep)
+}
+
+// unbackedConfigPath is the warning for a config_path that --remove leaves in a file without a
+// backup (`gen --dry-run | patch` makes none) while it removes the directory that config_path
+// names (gen created it: DirMarker): without a backup nothing tells whether gen or the site wrote
+// the line, so it stays, and the user is told which line it is and what to do. "" when no such
+// directory goes.
+func unbackedConfigPath(eff *Effective, file string, changes []bootstrap.Change) string {
+	f, _ := eff.FileByPath(file)
+	for _, dir := range strings.Split(eff.Registry.ConfigPath, ":") {
+		if dir == "" {
+			continue
+		}
+		dir = path.Clean("/" + dir)
+		if !slices.ContainsFunc(changes, func(c bootstrap.Change) bool {
+			return c.Action == bootstrap.ActionRemove && c.Path == path.Join(dir, DirMarker)
+		}) {
+			continue
+		}
+		return fmt.Sprintf("%s keeps config_path = %q in [%s], but %s, which nodecache created, is removed with its hosts.toml files: "+
+			"there is no %s (`gen --dry-run | patch` makes none), so --remove cannot tell whether gen added that line or the site did, and leaves it; "+
+			"if gen added it, delete that line (or put back the config.toml you had) and restart containerd",
+			file, f.ConfigPath, dotted(f.RegistryTable), dir, file+bootstrap.BackupSuffix)
+	}
+	return ""
 }
 
 // resolved points rep's changes at the files symbolic links lead to (bootstrap.ResolveChanges).

@@ -2,7 +2,11 @@ package containerd_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -71,4 +75,79 @@ func hasWarning(rep *containerd.Report, part string) bool {
 		}
 	}
 	return false
+}
+
+// TestRemoveAfterPatchWarnsAboutConfigPath (newuser3 item 3): after `gen --dry-run | patch -p1`
+// (the same files as gen writes, but no config.toml.nodecache.bak), --remove deletes the
+// hosts.toml files and the directory gen created, leaves config.toml (nothing tells whether the
+// config_path line is gen's or the site's) and warns naming the file, the line and what to do. A
+// site's own config_path naming its own directory, and a config.toml gen created, get no warning.
+func TestRemoveAfterPatchWarnsAboutConfigPath(t *testing.T) {
+	t.Parallel()
+	m := mustParseMirror(t, "http://127.0.0.1:5000")
+	opts := containerd.Options{Mirror: m, Daemon: bootstrap.Version{Major: 2, Minor: 0, Patch: 5}, Upstreams: []string{"docker.io"}}
+	for _, tc := range []struct {
+		name     string
+		config   []byte // nil: none
+		siteDir  bool   // certs.d exists before gen
+		wantWarn bool
+	}{
+		{"empty config.toml", []byte{}, false, true},
+		{"registry table without config_path", []byte("version = 3\n\n[plugins.'io.containerd.cri.v1.images'.registry]\n"), false, true},
+		{"site's config_path and directory", []byte(siteConfig), true, false},
+		{"no config.toml: gen creates it", nil, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			if tc.config != nil {
+				bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, tc.config)
+			}
+			if tc.siteDir {
+				bootstraptest.WriteHostFile(t, root, siteCerts+"/quay.io/hosts.toml", []byte("server = \"https://quay.io\"\n"))
+			}
+			planApply(t, root, opts, false)
+			// What `patch -p1` of the dry-run leaves: the same files, no backup.
+			if err := os.Remove(filepath.Join(root, containerd.DefaultConfig+bootstrap.BackupSuffix)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				t.Fatal(err)
+			}
+			patched := bootstraptest.ReadHostFile(t, root, containerd.DefaultConfig)
+			rep := planApply(t, root, containerd.Options{Daemon: opts.Daemon}, true)
+			if got := bootstraptest.ReadHostFile(t, root, siteCerts+"/docker.io/hosts.toml"); got != nil {
+				t.Fatalf("hosts.toml left: %q", got)
+			}
+			var warned []string
+			for _, w := range rep.Warnings {
+				if strings.Contains(w, "config_path") {
+					warned = append(warned, w)
+				}
+			}
+			if !tc.wantWarn {
+				if len(warned) != 0 {
+					t.Fatalf("warnings %q, want none about config_path", warned)
+				}
+				return
+			}
+			want := []string{containerd.DefaultConfig + " keeps config_path = \"" + siteCerts + "\" in [plugins.\"io.containerd.cri.v1.images\".registry]",
+				"no " + containerd.DefaultConfig + bootstrap.BackupSuffix, "delete that line", "restart containerd"}
+			if len(warned) != 1 || !containsAll(warned[0], want) {
+				t.Fatalf("warnings %q, want one saying %q", rep.Warnings, want)
+			}
+			if got := bootstraptest.ReadHostFile(t, root, containerd.DefaultConfig); !bytes.Equal(got, patched) {
+				t.Fatalf("config.toml without backup changed by --remove: %q, was %q", got, patched)
+			}
+			if _, err := os.Stat(filepath.Join(root, siteCerts)); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("%s left after --remove (%v)", siteCerts, err)
+			}
+		})
+	}
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
 }
