@@ -176,6 +176,24 @@ func TestParseVersion(t *testing.T) {
 	}
 }
 
+// TestParseVersionFlag (newuser trial 2, F12): a version flag is exactly MAJOR.MINOR[.PATCH];
+// what ParseVersion would find inside a longer text is refused.
+func TestParseVersionFlag(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]bootstrap.Version{
+		"2.4.2": {2, 4, 2}, "v2.4.2": {2, 4, 2}, "1.7": {1, 7, 0}, "2.1.0-rc.1": {2, 1, 0}, " 2.3.7 ": {2, 3, 7},
+	} {
+		if got, err := bootstrap.ParseVersionFlag(in, "2.4.2"); err != nil || got != want {
+			t.Errorf("ParseVersionFlag(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "latest", "v2", "0.0.0", "2.0.junk", "2.4.-1", "2.4.2.9", "containerd 2.4.2", "2.4.2x"} {
+		if _, err := bootstrap.ParseVersionFlag(bad, "1.34.1"); err == nil || !strings.Contains(err.Error(), "e.g. 1.34.1") {
+			t.Errorf("ParseVersionFlag(%q): %v, want a refusal showing the example", bad, err)
+		}
+	}
+}
+
 func TestUpstreamNames(t *testing.T) {
 	t.Parallel()
 	def, err := bootstrap.UpstreamNames(nil)

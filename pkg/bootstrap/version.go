@@ -65,6 +65,28 @@ func ParseVersion(s string) (Version, error) {
 	return Version{}, fmt.Errorf("version %q: want MAJOR.MINOR[.PATCH], e.g. 2.4.2", strings.TrimSpace(s))
 }
 
+var versionFlagRE = regexp.MustCompile(`^v?(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4}))?(?:-[0-9A-Za-z.-]+)?$`)
+
+// ParseVersionFlag reads a version given on the command line (--containerd-version,
+// --crio-version): the whole of s is MAJOR.MINOR[.PATCH], a leading "v" and a pre-release
+// suffix ("-rc.1") allowed, nothing else ("2.0.junk", "2.4.2.9" and "2.4.-1" are refused, not
+// read as 2.0 or 2.4.2). example shows an accepted value in the error ("2.4.2").
+func ParseVersionFlag(s, example string) (Version, error) {
+	m := versionFlagRE.FindStringSubmatch(strings.TrimSpace(s))
+	var v Version
+	if m != nil {
+		v.Major, _ = strconv.Atoi(m[1])
+		v.Minor, _ = strconv.Atoi(m[2])
+		if m[3] != "" {
+			v.Patch, _ = strconv.Atoi(m[3])
+		}
+	}
+	if v.IsZero() {
+		return Version{}, fmt.Errorf("version %q: want MAJOR.MINOR[.PATCH], e.g. %s", s, example)
+	}
+	return v, nil
+}
+
 // binDirs are where runtime binaries live on the distributions nodecache supports.
 var binDirs = []string{"/usr/local/bin", "/usr/bin", "/bin", "/usr/local/sbin", "/usr/sbin", "/sbin"}
 

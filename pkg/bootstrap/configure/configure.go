@@ -88,7 +88,11 @@ func applyOrDiff(ctx context.Context, h *bootstrap.Host, dryRun bool, log zerolo
 // binary); when that fails, probeErr says why and v is zero.
 func version(ctx context.Context, h *bootstrap.Host, log zerolog.Logger, runtime, flag, given, socket string) (v bootstrap.Version, probeErr, err error) {
 	if given != "" {
-		if v, err = bootstrap.ParseVersion(given); err != nil {
+		example := map[string]string{activation.RuntimeCRIO: "1.34.1"}[runtime]
+		if example == "" {
+			example = "2.4.2"
+		}
+		if v, err = bootstrap.ParseVersionFlag(given, example); err != nil {
 			return v, nil, bootstrap.Refusedf("%s: %v", flag, err)
 		}
 		return v, nil, nil

@@ -83,7 +83,11 @@ func TestRefusals(t *testing.T) {
 		{"crio version", func() error {
 			_, err := Crio(t.Context(), CrioOptions{Common: good, Version: "x"})
 			return err
-		}, `--crio-version: version "x"`},
+		}, `--crio-version: version "x": want MAJOR.MINOR[.PATCH], e.g. 1.34.1`},
+		{"containerd version with junk", func() error {
+			_, err := Containerd(t.Context(), ContainerdOptions{Common: good, Version: "2.0.junk"})
+			return err
+		}, `--containerd-version: version "2.0.junk": want MAJOR.MINOR[.PATCH], e.g. 2.4.2`},
 		{"host root", func() error {
 			c := good
 			c.HostRoot = filepath.Join(root, "missing")
