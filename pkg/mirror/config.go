@@ -121,7 +121,7 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 		if err := c.S3.validate(); err != nil {
 			return o, err
 		}
-		if c.MaxSize != "" {
+		if o.MaxSize != 0 { // "0", "0B", "0GiB": no cap, as without the flag
 			return o, errors.New(maxSizeS3)
 		}
 		if c.S3Profile != "" {

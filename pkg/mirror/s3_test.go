@@ -233,4 +233,10 @@ func TestS3Options(t *testing.T) {
 	if _, err := c.Options(zerolog.Nop()); err != nil {
 		t.Fatalf("endpoint without region: %v", err)
 	}
+	for _, noCap := range []string{"0", "0B", "0GiB"} { // newuser trial 2, F8: "no cap" is no cap with s3 too
+		c.MaxSize = noCap
+		if _, err := c.Options(zerolog.Nop()); err != nil {
+			t.Errorf("--max-size %s (no cap) with --storage s3: %v", noCap, err)
+		}
+	}
 }
