@@ -70,6 +70,10 @@ func CheckValues(doc map[string]any, kinds map[string]Kind) error {
 		if !ok || fits(k, v) {
 			continue
 		}
+		if items := badItems(k, v); items != "" {
+			bad = append(bad, fmt.Sprintf("key %q: %s; want text in each item of the list (quote it if it looks like a number or true/false)", key, items))
+			continue
+		}
 		bad = append(bad, fmt.Sprintf("key %q: want %s, got %s", key, k.Accepts(), describe(v)))
 	}
 	if len(bad) == 0 {
@@ -110,6 +114,22 @@ func fits(k Kind, v any) bool {
 		return true
 	}
 	return false
+}
+
+// badItems names the items of a list value that are not text ("item 2 is the number 5"), or
+// returns "" when v is not a list or k is not List.
+func badItems(k Kind, v any) string {
+	l, ok := v.([]any)
+	if k != List || !ok {
+		return ""
+	}
+	var items []string
+	for i, e := range l {
+		if _, ok := e.(string); !ok {
+			items = append(items, fmt.Sprintf("item %d is %s", i+1, describe(e)))
+		}
+	}
+	return strings.Join(items, ", ")
 }
 
 // describe names a YAML value's kind in words, with the value when it is short.

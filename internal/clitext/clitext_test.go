@@ -68,7 +68,8 @@ func TestCheckValues(t *testing.T) {
 		{"concurrency", 2.5, `key "concurrency": want a whole number such as 4, got the number 2.5`},
 		{"talos", "yes", `key "talos": want true or false, got the text "yes"`},
 		{"upstream", "docker.io", `key "upstream": want a list (a YAML sequence such as ["a", "b"]), got the text "docker.io"`},
-		{"upstream", []any{1}, `key "upstream": want a list (a YAML sequence such as ["a", "b"]), got a list`},
+		{"upstream", []any{"docker.io", 5}, `key "upstream": item 2 is the number 5; want text in each item of the list (quote it if it looks like a number or true/false)`},
+		{"upstream", []any{nil, true}, `key "upstream": item 1 is nothing (an empty value), item 2 is true (a true/false value); want text in each item of the list (quote it if it looks like a number or true/false)`},
 		{"listen", map[string]any{"a": 1}, `key "listen": want text (quote it if it looks like a number or true/false), got a mapping (nested keys)`},
 		{"listen", nil, `key "listen": want text (quote it if it looks like a number or true/false), got nothing (an empty value)`},
 	} {
