@@ -34,6 +34,9 @@ func TestFileFlagsRefuseBadFiles(t *testing.T) {
 		args func(dir, p string) []string
 		// names is what the message must name (default: the path given).
 		names string
+		// role, when set, is how the message must call the file (a key file is not "the
+		// certificate", newuser3 item 9).
+		role string
 	}
 	serve := func(dir string, more ...string) []string {
 		return append([]string{"serve", "--root", filepath.Join(dir, "root"), "--listen", "127.0.0.1:0"}, more...)
@@ -44,10 +47,10 @@ func TestFileFlagsRefuseBadFiles(t *testing.T) {
 		{name: "serve --upstream-ca", kind: inputfile.PEM, at: "ca.pem", args: func(dir, p string) []string { return serve(dir, "--upstream-ca", "docker.io="+p) }},
 		{name: "serve --tls-cert", kind: inputfile.PEM, at: "cert.pem", args: func(dir, p string) []string {
 			return serve(dir, "--tls-cert", p, "--tls-key", filepath.Join(dir, "ok.pem"))
-		}},
+		}, role: "--tls-cert: TLS certificate: /"},
 		{name: "serve --tls-key", kind: inputfile.PEM, at: "key.pem", args: func(dir, p string) []string {
 			return serve(dir, "--tls-cert", filepath.Join(dir, "ok.pem"), "--tls-key", p)
-		}},
+		}, role: "--tls-key: TLS private key: /"},
 		{name: "agent --upstream-auth", kind: inputfile.DockerConfig, at: "config.json", args: func(dir, p string) []string {
 			return []string{"agent", "--host-root", filepath.Join(dir, "host"), "--root", filepath.Join(dir, "root"), "--listen", "127.0.0.1:0", "--upstream-auth", "docker.io=" + p}
 		}},
@@ -169,8 +172,8 @@ func TestFileFlagsRefuseBadFiles(t *testing.T) {
 					if says == "" {
 						says = fmt.Sprintf("is %d bytes; want %s: a regular file", fc.kind.Limit+1, fc.kind.Name)
 					}
-					if r.code != exitUsage || !strings.Contains(r.stderr, names) || !strings.Contains(r.stderr, says) {
-						t.Fatalf("exit %d, stderr %q\nwant exit 2, naming %s and saying %q", r.code, r.stderr, names, says)
+					if r.code != exitUsage || !strings.Contains(r.stderr, names) || !strings.Contains(r.stderr, says) || !strings.Contains(r.stderr, fc.role) {
+						t.Fatalf("exit %d, stderr %q\nwant exit 2, naming %s, saying %q and %q", r.code, r.stderr, names, fc.role, says)
 					}
 				case <-time.After(30 * time.Second):
 					t.Fatalf("%v: still running after 30 s (blocked on %s?)", fc.args(dir, p), p)

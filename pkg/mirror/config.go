@@ -198,11 +198,7 @@ func (c Config) TLS(log zerolog.Logger) (*Certificate, error) {
 	case c.TLSCert == "" || c.TLSKey == "":
 		return nil, errors.New("--tls-cert and --tls-key go together: give both PEM files, or neither for plain HTTP")
 	}
-	crt, err := LoadCertificate(c.TLSCert, c.TLSKey, log)
-	if err != nil {
-		return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
-	}
-	return crt, nil
+	return LoadCertificate(c.TLSCert, c.TLSKey, log) // its errors name the flag
 }
 
 // parseCIDRs parses the values of a repeatable CIDR flag.

@@ -36,8 +36,9 @@ type Certificate struct {
 // LoadCertificate loads the PEM certificate (chain) in certFile and its private key in keyFile.
 // log receives reloads and reload failures.
 //
-// Errors: either file cannot be read or is not a regular file of at most inputfile.PEM.Limit
-// bytes (inputfile.ErrRefused), or they are not a matching PEM certificate and key.
+// Errors, each naming the flag and the file it is about: either file cannot be read or is not a
+// regular file of at most inputfile.PEM.Limit bytes (inputfile.ErrRefused), or they are not a
+// matching PEM certificate and key.
 func LoadCertificate(certFile, keyFile string, log zerolog.Logger) (*Certificate, error) {
 	c := &Certificate{certFile: certFile, keyFile: keyFile, log: log, now: time.Now}
 	cert, stamps, err := c.load()
@@ -50,24 +51,27 @@ func LoadCertificate(certFile, keyFile string, log zerolog.Logger) (*Certificate
 
 func (c *Certificate) load() (*tls.Certificate, [2]filestamp.Stamp, error) {
 	var stamps [2]filestamp.Stamp
-	for i, f := range []string{c.certFile, c.keyFile} {
+	files := []string{c.certFile, c.keyFile}
+	// what names each file in an error: a bad key file is the key, not "the certificate".
+	what := [2]string{"--tls-cert: TLS certificate", "--tls-key: TLS private key"}
+	for i, f := range files {
 		st, err := filestamp.Of(f)
 		if err != nil {
-			return nil, stamps, fmt.Errorf("TLS certificate: %w", err)
+			return nil, stamps, fmt.Errorf("%s: %w", what[i], err)
 		}
 		stamps[i] = st
 	}
 	var pem [2][]byte
-	for i, f := range []string{c.certFile, c.keyFile} {
+	for i, f := range files {
 		b, err := inputfile.Read(f, inputfile.PEM)
 		if err != nil {
-			return nil, stamps, fmt.Errorf("TLS certificate: %w", err)
+			return nil, stamps, fmt.Errorf("%s: %w", what[i], err)
 		}
 		pem[i] = b
 	}
 	cert, err := tls.X509KeyPair(pem[0], pem[1])
 	if err != nil {
-		return nil, stamps, fmt.Errorf("TLS certificate %s, key %s: %w", c.certFile, c.keyFile, err)
+		return nil, stamps, fmt.Errorf("--tls-cert/--tls-key: TLS certificate %s, key %s: %w", c.certFile, c.keyFile, err)
 	}
 	return &cert, stamps, nil
 }
