@@ -193,6 +193,14 @@ func TestGenMirrorCAMessages(t *testing.T) {
 func TestGenUsageErrors(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
+	// fileHost has a regular file where gen wants the directory certs.d/docker.io (newuser3 item 13).
+	fileHost := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(fileHost, "etc/containerd/certs.d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(fileHost, "etc/containerd/certs.d/docker.io"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -212,6 +220,8 @@ func TestGenUsageErrors(t *testing.T) {
 		{"certs-dir-remove", []string{"gen", "containerd", "--host-root", root, "--remove", "--containerd-version", "2.4.2", "--certs-dir", "relative"}, "--certs-dir: want one absolute directory"},
 		{"containerd-config-relative", []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--containerd-version", "2.4.2", "--containerd-config", "config.toml"}, "--containerd-config: want an absolute file path"},
 		{"registries-dir-relative", []string{"gen", "crio", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--crio-version", "1.31.0", "--registries-dir", "etc/containers/registries.conf.d"}, "--registries-dir: want one absolute directory"},
+		{"host-dir-is-a-file", []string{"gen", "containerd", "--host-root", fileHost, "--mirror", "http://10.0.0.5:5000", "--containerd-version", "2.4.2"},
+			"/etc/containerd/certs.d/docker.io is a regular file where a directory is expected (on the way to /etc/containerd/certs.d/docker.io/hosts.toml)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -223,6 +233,9 @@ func TestGenUsageErrors(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(root); len(ents) != 0 {
 		t.Fatalf("refused runs wrote %v", ents)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(fileHost, "etc/containerd")); len(ents) != 1 {
+		t.Fatalf("refused run wrote %v next to certs.d", ents)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path"
 	"strings"
+
+	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
 // MaxSymlinkHops bounds the symbolic links Resolve follows for one path: 40, the kernel's
@@ -121,7 +123,8 @@ func components(p, link, target string) []component {
 // the link's directory, ".." is the parent of what was walked so far and stops at the root, so
 // the result never leaves the host root. A missing tail is kept as it is (a file to be created);
 // a link whose target does not exist, or more than MaxSymlinkHops links (a loop), is refused
-// (ErrRefused) naming the link and its target. An fsys that cannot read links returns p cleaned.
+// (ErrRefused) naming the link and its target, and so is a file that is not a directory where
+// the path goes on below it (a regular file certs.d/docker.io), naming the file and its type. An fsys that cannot read links returns p cleaned.
 func Resolve(fsys fs.FS, p string) (string, error) {
 	if r, ok := fsys.(resolvingFS); ok {
 		fsys = r.base
@@ -161,6 +164,10 @@ func Resolve(fsys fs.FS, p string) (string, error) {
 			return "", fmt.Errorf("resolve %s: %w", p, err)
 		}
 		if fi.Mode()&fs.ModeSymlink == 0 {
+			if len(rest) > 0 && !fi.IsDir() {
+				// The kernel answers ENOTDIR; say which file is in the way of which path.
+				return "", Refusedf("%s is %s where a directory is expected (on the way to %s): move it away or replace it with a directory; nothing was changed", next, inputfile.ModeWords(fi.Mode()), clean)
+			}
 			done = next
 			continue
 		}

@@ -68,6 +68,11 @@ func TestResolve(t *testing.T) {
 			path: "/etc/containerd/config.toml", refuse: "/etc/containerd/config.toml is a symbolic link to /etc/hostname, which does not exist"},
 		{name: "dangling directory link", links: map[string]string{"/etc/containerd/certs.d": "/data/nowhere"},
 			path: "/etc/containerd/certs.d/docker.io/hosts.toml", refuse: "/etc/containerd/certs.d is a symbolic link to /data/nowhere"},
+		{name: "regular file where a directory goes", files: map[string]string{"/etc/containerd/certs.d/docker.io": ""},
+			path: "/etc/containerd/certs.d/docker.io/hosts.toml", refuse: "/etc/containerd/certs.d/docker.io is a regular file where a directory is expected (on the way to /etc/containerd/certs.d/docker.io/hosts.toml)"},
+		{name: "link to a regular file where a directory goes", files: map[string]string{"/data/f": ""}, links: map[string]string{"/etc/containerd/certs.d": "/data/f"},
+			path: "/etc/containerd/certs.d/docker.io/hosts.toml", refuse: "/data/f is a regular file where a directory is expected"},
+		{name: "dotdot after a regular file", files: map[string]string{"/etc/f": "", "/etc/g": ""}, path: "/etc/f/../g", refuse: "/etc/f is a regular file where a directory is expected"},
 		{name: "loop", links: map[string]string{"/etc/a": "b", "/etc/b": "a"}, path: "/etc/a", refuse: "more than 40 symbolic links"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
