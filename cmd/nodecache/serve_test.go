@@ -211,6 +211,14 @@ func TestServeRefusesBadInput(t *testing.T) {
 	if err := os.WriteFile(rootFile, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A link to nothing and a loop of links (newuser3 item 14: were "mkdir …: file exists", exit 1).
+	links := t.TempDir()
+	dangling, loop := filepath.Join(links, "dangling"), filepath.Join(links, "loop-a")
+	for link, target := range map[string]string{dangling: "/nonexistent/cache", loop: "loop-b", filepath.Join(links, "loop-b"): "loop-a"} {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -221,6 +229,10 @@ func TestServeRefusesBadInput(t *testing.T) {
 		{"empty upstream from env", []string{"serve"}, []string{"NODECACHE_UPSTREAM="}, "--upstream is empty"},
 		{"root is a file", []string{"serve", "--root", rootFile}, nil, "--root " + rootFile + ": is a regular file, not a directory: want a directory (created if missing)"},
 		{"root under a file", []string{"serve", "--root", rootFile + "/cache"}, nil, "a part of the path is not a directory"},
+		{"root a dangling link", []string{"serve", "--root", dangling}, nil, "--root " + dangling + ": is a symbolic link to /nonexistent/cache, which does not exist: want a directory (created if missing), or a link to one"},
+		{"root under a dangling link", []string{"serve", "--root", dangling + "/cache"}, nil, "--root " + dangling + "/cache: " + dangling + " is a symbolic link to /nonexistent/cache, which does not exist"},
+		{"root a loop of links", []string{"serve", "--root", loop}, nil, "--root " + loop + ": a loop of symbolic links: want a directory (created if missing), or a link to one"},
+		{"root under a loop of links", []string{"serve", "--root", loop + "/cache"}, nil, "--root " + loop + "/cache: a loop of symbolic links"},
 		{"fill-timeout zero", []string{"serve", "--fill-timeout", "0s"}, nil, "--fill-timeout 0s: want a positive duration such as 2h"},
 		{"upstream scheme", []string{"serve", "--upstream", "ghcr.io=ftp://ghcr.io"}, nil, "scheme"},
 		{"upstream name", []string{"serve", "--upstream", "bad name=https://x"}, nil, "registry name"},

@@ -4,9 +4,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -178,14 +180,36 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 }
 
 // checkRoot refuses a --root that can never be the storage directory: an existing file that is
-// no directory, or a path through one (ENOTDIR). A missing directory is fine (created).
+// no directory, a path through one (ENOTDIR), a symbolic link to nothing (mkdir cannot create
+// its target: "file exists") or a loop of links (ELOOP). A missing directory is fine (created).
 func checkRoot(root string) error {
+	const want = "want a directory (created if missing)"
 	fi, err := os.Stat(root)
 	switch {
 	case err == nil && !fi.IsDir():
-		return fmt.Errorf("--root %s: is %s, not a directory: want a directory (created if missing)", root, inputfile.ModeWords(fi.Mode()))
+		return fmt.Errorf("--root %s: is %s, not a directory: %s", root, inputfile.ModeWords(fi.Mode()), want)
 	case errors.Is(err, syscall.ENOTDIR):
-		return fmt.Errorf("--root %s: a part of the path is not a directory: want a directory (created if missing)", root)
+		return fmt.Errorf("--root %s: a part of the path is not a directory: %s", root, want)
+	case errors.Is(err, syscall.ELOOP):
+		return fmt.Errorf("--root %s: a loop of symbolic links: %s, or a link to one", root, want)
+	case errors.Is(err, fs.ErrNotExist):
+		// The deepest part of the path that is there: a link there leads to nothing.
+		for p := root; ; p = filepath.Dir(p) {
+			if _, lerr := os.Lstat(p); lerr == nil {
+				if _, serr := os.Stat(p); serr == nil {
+					return nil
+				}
+				target, _ := os.Readlink(p)
+				what := "is"
+				if p != root {
+					what = p + " is"
+				}
+				return fmt.Errorf("--root %s: %s a symbolic link to %s, which does not exist: %s, or a link to one", root, what, target, want)
+			}
+			if filepath.Dir(p) == p {
+				return nil
+			}
+		}
 	}
 	return nil
 }
