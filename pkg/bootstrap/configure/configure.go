@@ -133,13 +133,14 @@ func (t *textWriter) printf(format string, args ...any) {
 	}
 }
 
-// changes writes one line per change ("would " first for a dry run).
+// changes writes one line per change ("would " first for a change a dry run did not make; an
+// unchanged file is unchanged either way).
 func (t *textWriter) changes(changes []bootstrap.Change, dryRun bool) {
-	verb := ""
-	if dryRun {
-		verb = "would "
-	}
 	for _, ch := range changes {
+		verb := ""
+		if dryRun && ch.Changed() {
+			verb = "would "
+		}
 		line := fmt.Sprintf("%s%s %s", verb, ch.Action, ch.Path)
 		if ch.Via != "" {
 			line += " (via symbolic link " + ch.Via + ")"

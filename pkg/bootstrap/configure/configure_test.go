@@ -55,6 +55,22 @@ func TestContainerdDryRun(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "etc/containerd/certs.d")); !os.IsNotExist(err) {
 		t.Fatalf("dry run wrote the hosts directory: %v", err)
 	}
+	// Once applied, a dry run says the files are unchanged, not "would unchanged" (newuser3 item 15).
+	opts := ContainerdOptions{Common: Common{Mirror: "http://10.0.0.5:5000", Upstreams: []string{"docker.io"}, HostRoot: root}, Version: "1.7.27"}
+	if _, err := Containerd(t.Context(), opts); err != nil {
+		t.Fatal(err)
+	}
+	opts.DryRun = true
+	if rep, err = Containerd(t.Context(), opts); err != nil {
+		t.Fatal(err)
+	}
+	text.Reset()
+	if err := rep.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	if s := text.String(); !strings.Contains(s, "\nunchanged /etc/containerd/certs.d/docker.io/hosts.toml\n") || strings.Contains(s, "would unchanged") {
+		t.Errorf("dry run on a configured host:\n%s", s)
+	}
 }
 
 // TestRefusals: input errors wrap bootstrap.ErrRefused (exit 2) and name the flag.
