@@ -72,6 +72,9 @@ func TestCacheLsRm(t *testing.T) {
 		{"no argument", []string{"cache", "rm", "--listen-url", srv.URL}, 2, "takes one"},
 		{"flag after the argument (newuser F16)", []string{"cache", "rm", "--listen-url", srv.URL, spec, "--output", "json"}, 2,
 			`argument "--output" looks like a flag: flags go before UPSTREAM/REPOSITORY@DIGEST, e.g. nodecache cache rm --output json `},
+		// Exit 2, the spec refused (newuser3 item 15: was exit 1; the upstream was left out).
+		{"upstream not configured", []string{"cache", "rm", "--listen-url", srv.URL, "team/app@" + d.String()}, 2,
+			`nodecache: invalid input: upstream "team" is not configured here (configured: upstream.test): want UPSTREAM/REPOSITORY@DIGEST`},
 		{"listen url", []string{"cache", "ls", "--listen-url", "127.0.0.1:5000"}, 2, "--listen-url"},
 		{"listen url port (newuser2 item 6)", []string{"cache", "ls", "--listen-url", "http://127.0.0.1:99999"}, 2, `--listen-url "http://127.0.0.1:99999": port 99999 is out of range: want 1 to 65535`},
 		{"output", []string{"cache", "ls", "--listen-url", srv.URL, "--output", "yaml"}, 2, "--output"},

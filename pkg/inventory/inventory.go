@@ -89,7 +89,8 @@ func (c *Client) RemoveArgs(ctx context.Context, args []string) (*Removal, error
 }
 
 // Remove evicts the image spec ("<upstream>/<repository>@<digest>"); serve accepts it from
-// loopback only. Errors: ErrInput for a bad spec, ErrNotCached ("not cached: SPEC"), serve's
+// loopback only. Errors: ErrInput for a bad spec (serve's 400 too: an upstream it does not
+// have), ErrNotCached ("not cached: SPEC"), serve's
 // refusal or failure; when nothing answers at the listen URL, the error asks whether serve runs
 // there (--listen-url), as List's does.
 func (c *Client) Remove(ctx context.Context, spec string) (*Removal, error) {
@@ -130,6 +131,10 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 		msg := strings.TrimSpace(string(body))
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			msg = e.Error
+		}
+		if resp.StatusCode == http.StatusBadRequest && method == http.MethodDelete {
+			// serve refused the spec (an upstream it does not have): the input, not the cache.
+			return fmt.Errorf("%w: %s", ErrInput, msg)
 		}
 		if resp.StatusCode == http.StatusNotFound && method == http.MethodDelete {
 			// serve says "not cached: UPSTREAM/REPOSITORY@DIGEST"; say it once.

@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -72,7 +73,9 @@ func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string
 		}
 	}
 	if up == nil {
-		writeJSONError(w, http.StatusNotFound, "upstream "+upName+" is not configured")
+		// The spec is wrong, not the cache (400: the CLI's input refused, exit 2); often the
+		// upstream was left out (library/app@…).
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("upstream %q is not configured here (configured: %s): want UPSTREAM/REPOSITORY@DIGEST as cache ls lists it, e.g. docker.io/library/alpine@sha256:...", upName, m.upstreamList()))
 		return
 	}
 	select {

@@ -5,7 +5,7 @@ import "time"
 // CachePath is serve's cache inventory (GET, JSON CacheInventory; same access rule as
 // ClientsPath: loopback and the --allow networks). DELETE CachePath + "/<upstream>/<repository>@<digest>"
 // evicts one image and is answered to loopback clients only (JSON CachedImage of what went,
-// 404 when it is not cached).
+// 404 when it is not cached, 400 for a malformed spec or an upstream serve does not have).
 const CachePath = "/nodecache/v1/cache"
 
 // CacheInventory is the JSON document served at CachePath.
