@@ -122,13 +122,27 @@ func otherFlagNames(app *cli.App, cmd *cli.Command) []string {
 var (
 	flagValueRE   = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-([A-Za-z0-9-]+): parse error$`)
 	unknownFlagRE = regexp.MustCompile(`^flag provided but not defined: -+(.+)$`)
+	needsValueRE  = regexp.MustCompile(`^flag needs an argument: -+(.+)$`)
+	placeholderRE = regexp.MustCompile("`([^`]+)`")
 )
 
 // FlagError rewrites urfave/cli's flag errors in words: a value that does not parse becomes
 // `--wait "abc": want a duration such as 500ms, 30s, 5m or 1h30m`; an unknown flag
 // `unknown flag --lsiten: did you mean --listen?` (the closest of flags), else `... see
-// <where> --help`. Other errors pass unchanged.
+// <where> --help`; a flag given last without its value `--listen needs a value, e.g. --listen
+// ADDR (see <where> --help)` (the placeholder of its usage). Other errors pass unchanged.
 func FlagError(err error, flags []cli.Flag, where string) error {
+	if m := needsValueRE.FindStringSubmatch(err.Error()); m != nil {
+		value := "VALUE"
+		for _, f := range flags {
+			if d, ok := f.(cli.DocGenerationFlag); ok && slices.Contains(f.Names(), m[1]) {
+				if p := placeholderRE.FindStringSubmatch(d.GetUsage()); p != nil {
+					value = p[1]
+				}
+			}
+		}
+		return fmt.Errorf("%s needs a value, e.g. %s %s (see %s --help)", dashed(m[1]), dashed(m[1]), value, where)
+	}
 	if m := flagValueRE.FindStringSubmatch(err.Error()); m != nil {
 		for _, f := range flags {
 			if slices.Contains(f.Names(), m[2]) {
