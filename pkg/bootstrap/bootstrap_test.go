@@ -182,6 +182,7 @@ func TestParseVersionFlag(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]bootstrap.Version{
 		"2.4.2": {2, 4, 2}, "v2.4.2": {2, 4, 2}, "1.7": {1, 7, 0}, "2.1.0-rc.1": {2, 1, 0}, " 2.3.7 ": {2, 3, 7},
+		"2.4.2+unknown": {2, 4, 2}, "v2.1.0-rc.1+abc.1": {2, 1, 0},
 	} {
 		if got, err := bootstrap.ParseVersionFlag(in, "2.4.2"); err != nil || got != want {
 			t.Errorf("ParseVersionFlag(%q) = %v, %v; want %v", in, got, err, want)

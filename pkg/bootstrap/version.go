@@ -65,11 +65,12 @@ func ParseVersion(s string) (Version, error) {
 	return Version{}, fmt.Errorf("version %q: want MAJOR.MINOR[.PATCH], e.g. 2.4.2", strings.TrimSpace(s))
 }
 
-var versionFlagRE = regexp.MustCompile(`^v?(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4}))?(?:-[0-9A-Za-z.-]+)?$`)
+var versionFlagRE = regexp.MustCompile(`^v?(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4}))?(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?$`)
 
 // ParseVersionFlag reads a version given on the command line (--containerd-version,
-// --crio-version): the whole of s is MAJOR.MINOR[.PATCH], a leading "v" and a pre-release
-// suffix ("-rc.1") allowed, nothing else ("2.0.junk", "2.4.2.9" and "2.4.-1" are refused, not
+// --crio-version): the whole of s is MAJOR.MINOR[.PATCH], a leading "v", a pre-release suffix
+// ("-rc.1") and build metadata ("+unknown", as a containerd built from source reports) allowed
+// (semver.org 9, 10), nothing else ("2.0.junk", "2.4.2.9" and "2.4.-1" are refused, not
 // read as 2.0 or 2.4.2). example shows an accepted value in the error ("2.4.2").
 func ParseVersionFlag(s, example string) (Version, error) {
 	m := versionFlagRE.FindStringSubmatch(strings.TrimSpace(s))
