@@ -154,6 +154,22 @@ func describe(v any) string {
 	}
 }
 
+// Bytes formats n bytes in binary units with one decimal: "512 B", "1.0 KiB", "1.5 MiB", up to
+// EiB. Every measured size nodecache prints (warm's reports and progress, cache ls) goes
+// through it.
+func Bytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit && exp < 5; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
 // Span renders a duration the way people read it in messages and log lines: Go's notation,
 // rounded to what matters and without trailing zero units: "<1ms" below a millisecond (never
 // microseconds with decimals), whole milliseconds below a second ("350ms"), tenths of a second

@@ -79,3 +79,13 @@ func TestCheckValues(t *testing.T) {
 		}
 	}
 }
+
+// TestBytes (was warm's TestHumanBytes; warm and cache ls had one copy each).
+func TestBytes(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 3 << 20: "3.0 MiB", 5 << 30: "5.0 GiB"} {
+		if got := Bytes(in); got != want {
+			t.Errorf("Bytes(%d) = %q, want %q", in, got, want)
+		}
+	}
+}

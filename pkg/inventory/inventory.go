@@ -19,6 +19,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -172,20 +173,20 @@ func (l *Listing) WriteText(w io.Writer) error {
 		if tags == "" {
 			tags = "-"
 		}
-		fmt.Fprintf(tw, "%s/%s@%s\t%s\t%s\t%s\n", i.Upstream, i.Repository, i.Digest, tags, Bytes(i.SizeBytes), i.LastPulled.Format(time.RFC3339))
+		fmt.Fprintf(tw, "%s/%s@%s\t%s\t%s\t%s\n", i.Upstream, i.Repository, i.Digest, tags, clitext.Bytes(i.SizeBytes), i.LastPulled.Format(time.RFC3339))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	limit := "no cap"
 	if l.MaxSizeBytes > 0 {
-		limit = "cap " + Bytes(l.MaxSizeBytes)
+		limit = "cap " + clitext.Bytes(l.MaxSizeBytes)
 	}
 	note := ""
 	if !l.Ready {
 		note = " (index being rebuilt from storage: images may be missing)"
 	}
-	_, err := fmt.Fprintf(w, "%d images, %d blobs, %s (%s)%s\n", len(l.Images), l.Blobs, Bytes(l.SizeBytes), limit, note)
+	_, err := fmt.Fprintf(w, "%d images, %d blobs, %s (%s)%s\n", len(l.Images), l.Blobs, clitext.Bytes(l.SizeBytes), limit, note)
 	return err
 }
 
@@ -197,20 +198,6 @@ func (r *Removal) WriteJSON(w io.Writer) error { return json.NewEncoder(w).Encod
 
 // WriteText writes one line naming the evicted image.
 func (r *Removal) WriteText(w io.Writer) error {
-	_, err := fmt.Fprintf(w, "evicted %s/%s@%s (%s)\n", r.Image.Upstream, r.Image.Repository, r.Image.Digest, Bytes(r.Image.SizeBytes))
+	_, err := fmt.Fprintf(w, "evicted %s/%s@%s (%s)\n", r.Image.Upstream, r.Image.Repository, r.Image.Digest, clitext.Bytes(r.Image.SizeBytes))
 	return err
-}
-
-// Bytes formats n bytes in binary units (1.5 GiB).
-func Bytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 3; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGT"[exp])
 }

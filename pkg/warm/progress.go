@@ -58,11 +58,11 @@ func (p *lineProgress) blob(ev blobEvent) {
 func blobLine(ev blobEvent) string {
 	switch {
 	case ev.External != nil:
-		return fmt.Sprintf("external %s %s %s (foreign layer, not fetched: %s)", ev.Image, shortDigest(ev.Digest), humanBytes(ev.Size), strings.Join(ev.External, " "))
+		return fmt.Sprintf("external %s %s %s (foreign layer, not fetched: %s)", ev.Image, shortDigest(ev.Digest), clitext.Bytes(ev.Size), strings.Join(ev.External, " "))
 	case ev.Err != nil:
-		return fmt.Sprintf("FAILED   %s %s %s after %d attempts in %s: %v", ev.Image, shortDigest(ev.Digest), humanBytes(ev.Size), ev.Attempts, clitext.Span(ev.Took), ev.Err)
+		return fmt.Sprintf("FAILED   %s %s %s after %d attempts in %s: %v", ev.Image, shortDigest(ev.Digest), clitext.Bytes(ev.Size), ev.Attempts, clitext.Span(ev.Took), ev.Err)
 	}
-	s := fmt.Sprintf("fetched  %s %s %s in %s", ev.Image, shortDigest(ev.Digest), humanBytes(ev.Size), clitext.Span(ev.Took))
+	s := fmt.Sprintf("fetched  %s %s %s in %s", ev.Image, shortDigest(ev.Digest), clitext.Bytes(ev.Size), clitext.Span(ev.Took))
 	if ev.Attempts > 1 {
 		s += fmt.Sprintf(" (%d attempts)", ev.Attempts)
 	}
@@ -141,7 +141,7 @@ func (p *barProgress) draw() {
 	}
 	line := fmt.Sprintf("[%s%s] %s / %s  %s/s  ETA %s  blobs %d",
 		strings.Repeat("#", filled), strings.Repeat("-", width-filled),
-		humanBytes(done), humanBytes(total), humanBytes(int64(rate)), eta, p.blobs.Load())
+		clitext.Bytes(done), clitext.Bytes(total), clitext.Bytes(int64(rate)), eta, p.blobs.Load())
 	if f := p.failed.Load(); f > 0 {
 		line += fmt.Sprintf(" (%d failed)", f)
 	}
@@ -149,20 +149,6 @@ func (p *barProgress) draw() {
 	defer p.mu.Unlock()
 	p.lastDraw = line
 	fmt.Fprint(p.w, "\r\033[K"+line)
-}
-
-// humanBytes formats n bytes with binary units: "512 B", "1.5 MiB".
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit && exp < 5; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // shortDigest returns "sha256:" and the first 12 hex digits.

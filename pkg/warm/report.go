@@ -130,7 +130,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		if im.BlobsExternal > 0 {
 			fmt.Fprintf(&b, ", %d external", im.BlobsExternal)
 		}
-		fmt.Fprintf(&b, ", %s in %s", humanBytes(im.Bytes), clitext.Span(seconds(im.Seconds)))
+		fmt.Fprintf(&b, ", %s in %s", clitext.Bytes(im.Bytes), clitext.Span(seconds(im.Seconds)))
 		if len(im.Cache) > 0 {
 			var parts []string
 			for _, k := range slices.Sorted(maps.Keys(im.Cache)) {
@@ -140,7 +140,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 		b.WriteString("\n")
 		for _, e := range im.External {
-			fmt.Fprintf(&b, "  external %s %s, not fetched: %s\n", e.Digest, humanBytes(e.Size), strings.Join(e.URLs, " "))
+			fmt.Fprintf(&b, "  external %s %s, not fetched: %s\n", e.Digest, clitext.Bytes(e.Size), strings.Join(e.URLs, " "))
 		}
 		if im.Note != "" {
 			fmt.Fprintf(&b, "  note: %s\n", im.Note)
@@ -150,7 +150,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(&b, "%d of %d images warm; %d blobs fetched, %d failed, %d external; %s in %s\n",
-		warm, len(r.Images), r.BlobsFetched, r.BlobsFailed, r.BlobsExternal, humanBytes(r.Bytes), clitext.Span(seconds(r.Seconds)))
+		warm, len(r.Images), r.BlobsFetched, r.BlobsFailed, r.BlobsExternal, clitext.Bytes(r.Bytes), clitext.Span(seconds(r.Seconds)))
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}

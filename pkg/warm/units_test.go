@@ -257,15 +257,6 @@ func TestManifestMediaType(t *testing.T) {
 	}
 }
 
-func TestHumanBytes(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 3 << 20: "3.0 MiB", 5 << 30: "5.0 GiB"} {
-		if got := humanBytes(in); got != want {
-			t.Errorf("humanBytes(%d) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // TestBarProgress: the bar shows bytes done of planned, rate, ETA and blob count; failures are
 // printed on their own line above it; the final draw ends the line.
 func TestBarProgress(t *testing.T) {

@@ -412,7 +412,7 @@ const maxConfigBytes = 16 << 20
 // platform passes with out.Note set.
 func (w *walker) checkConfig(ctx context.Context, ref Reference, d v1.Descriptor, out *ImageReport) (o blobOutcome, problem string) {
 	if d.Size > maxConfigBytes {
-		out.Note = fmt.Sprintf("config %s is %s, larger than %s: platform not checked", d.Digest, humanBytes(d.Size), humanBytes(maxConfigBytes))
+		out.Note = fmt.Sprintf("config %s is %s, larger than %s: platform not checked", d.Digest, clitext.Bytes(d.Size), clitext.Bytes(maxConfigBytes))
 		return o, ""
 	}
 	w.prog.planned(d.Size)
