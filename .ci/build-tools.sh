@@ -97,43 +97,35 @@ nodecache_build_tools() (
 		mv -f "$dir/containerd.tmp" "$dir/containerd"
 	}
 
-	# build_lint: go install of golangci-lint into golangci-lint-VERSION/.
-	build_lint() {
-		local tmp
-		tmp="$(dirname "$lint")/.gobin"
+	# go_install BIN PKG@VERSION: go install of PKG into BIN (its binary keeps PKG's last path
+	# element as its name), through a temporary GOBIN so a failed build leaves no binary.
+	go_install() {
+		local bin="$1" pkg="$2" tmp
+		tmp="$(dirname "$bin")/.gobin"
 		rm -rf "$tmp" && mkdir -p "$tmp" || return 1
-		if ! GOBIN="$tmp" go install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$lintv"; then
+		if ! GOBIN="$tmp" go install "$pkg"; then
 			rm -rf "$tmp"
 			return 1
 		fi
-		mv -f "$tmp/golangci-lint" "$lint" || return 1
+		mv -f "$tmp/$(basename "$bin")" "$bin" || return 1
 		rm -rf "$tmp"
 	}
 
-	# build_oci: go install of the conformance suite into oci-conformance-VERSION/.
-	build_oci() {
-		local tmp
-		tmp="$(dirname "$oci")/.gobin"
-		rm -rf "$tmp" && mkdir -p "$tmp" || return 1
-		if ! GOBIN="$tmp" go install "github.com/opencontainers/distribution-spec/conformance@$ociv"; then
-			rm -rf "$tmp"
-			return 1
+	# start_go_tool LABEL BIN PKG@VERSION: build BIN with go_install in the background unless it
+	# exists; judged afterwards by the binary (go_tools).
+	local -a go_tools=()
+	start_go_tool() {
+		local label="$1" bin="$2" pkg="$3"
+		go_tools+=("$label:$bin")
+		if [[ -x "$bin" ]]; then
+			log "$label: reusing $bin"
+			return 0
 		fi
-		mv -f "$tmp/conformance" "$oci" || return 1
-		rm -rf "$tmp"
-	}
-
-	# build_vgw: go install of the S3 gateway into versitygw-VERSION/.
-	build_vgw() {
-		local tmp
-		tmp="$(dirname "$vgw")/.gobin"
-		rm -rf "$tmp" && mkdir -p "$tmp" || return 1
-		if ! GOBIN="$tmp" go install "github.com/versity/versitygw/cmd/versitygw@$vgwv"; then
-			rm -rf "$tmp"
-			return 1
-		fi
-		mv -f "$tmp/versitygw" "$vgw" || return 1
-		rm -rf "$tmp"
+		while (($(jobs -rp | wc -l) >= 2)); do wait -n || true; done
+		mkdir -p "$(dirname "$bin")" || return 1
+		log "$label: building (log: $(dirname "$bin")/build.log)"
+		go_install "$bin" "$pkg" >"$(dirname "$bin")/build.log" 2>&1 &
+		pids+=("$!")
 	}
 
 	# start KIND VERSION: run one build in the background unless its binary exists.
@@ -201,61 +193,23 @@ nodecache_build_tools() (
 	local skopeo_status=0
 	ensure_skopeo || skopeo_status=$?
 	start v1 "$v17"
-	local lint_pid=""
-	if [[ -x "$lint" ]]; then
-		log "golangci-lint $lintv: reusing $lint"
-	else
-		while (($(jobs -rp | wc -l) >= 2)); do wait -n || true; done
-		mkdir -p "$(dirname "$lint")" || return 1
-		log "golangci-lint $lintv: building (log: $(dirname "$lint")/build.log)"
-		build_lint >"$(dirname "$lint")/build.log" 2>&1 &
-		lint_pid=$!
-	fi
-
-	local oci_pid=""
-	if [[ -x "$oci" ]]; then
-		log "oci conformance $ociv: reusing $oci"
-	else
-		while (($(jobs -rp | wc -l) >= 2)); do wait -n || true; done
-		mkdir -p "$(dirname "$oci")" || return 1
-		log "oci conformance $ociv: building (log: $(dirname "$oci")/build.log)"
-		build_oci >"$(dirname "$oci")/build.log" 2>&1 &
-		oci_pid=$!
-	fi
-
-	local vgw_pid=""
-	if [[ -x "$vgw" ]]; then
-		log "versitygw $vgwv: reusing $vgw"
-	else
-		while (($(jobs -rp | wc -l) >= 2)); do wait -n || true; done
-		mkdir -p "$(dirname "$vgw")" || return 1
-		log "versitygw $vgwv: building (log: $(dirname "$vgw")/build.log)"
-		build_vgw >"$(dirname "$vgw")/build.log" 2>&1 &
-		vgw_pid=$!
-	fi
+	start_go_tool "golangci-lint $lintv" "$lint" "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$lintv"
+	start_go_tool "oci conformance $ociv" "$oci" "github.com/opencontainers/distribution-spec/conformance@$ociv"
+	start_go_tool "versitygw $vgwv" "$vgw" "github.com/versity/versitygw/cmd/versitygw@$vgwv"
 
 	local failed=0 i
 	for i in "${!pids[@]}"; do
 		wait "${pids[$i]}" || true
 	done
-	if [[ -n "$lint_pid" ]]; then wait "$lint_pid" || true; fi
-	if [[ -n "$oci_pid" ]]; then wait "$oci_pid" || true; fi
-	if [[ -n "$vgw_pid" ]]; then wait "$vgw_pid" || true; fi
-	if [[ ! -x "$vgw" ]]; then
-		log "versitygw $vgwv: BUILD FAILED; last lines of $(dirname "$vgw")/build.log:"
-		tail -n 30 "$(dirname "$vgw")/build.log" >&2 || true
-		failed=1
-	fi
-	if [[ ! -x "$oci" ]]; then
-		log "oci conformance $ociv: BUILD FAILED; last lines of $(dirname "$oci")/build.log:"
-		tail -n 30 "$(dirname "$oci")/build.log" >&2 || true
-		failed=1
-	fi
-	if [[ ! -x "$lint" ]]; then
-		log "golangci-lint $lintv: BUILD FAILED; last lines of $(dirname "$lint")/build.log:"
-		tail -n 30 "$(dirname "$lint")/build.log" >&2 || true
-		failed=1
-	fi
+	local tool label bin
+	for tool in "${go_tools[@]}"; do
+		label="${tool%%:*}" bin="${tool#*:}"
+		if [[ ! -x "$bin" ]]; then
+			log "$label: BUILD FAILED; last lines of $(dirname "$bin")/build.log:"
+			tail -n 30 "$(dirname "$bin")/build.log" >&2 || true
+			failed=1
+		fi
+	done
 	# Judge by the binaries themselves, whatever the exit codes said.
 	for version in "$v24" "$v23" "$v17"; do
 		if [[ ! -x "$tools/containerd-$version/containerd" ]]; then
