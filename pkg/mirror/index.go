@@ -35,9 +35,9 @@ type repoIndex struct {
 	manifests map[digest.Digest]*manifestEntry
 	tags      map[string]digest.Digest
 	layers    map[digest.Digest]bool // blob links (_layers)
-	// childRefs counts, per digest, the manifests of this repository that reference it: a
-	// manifest with count 0 is top-level (an image).
-	childRefs map[digest.Digest]int
+	// parents lists, per digest, the manifests of this repository that reference it (once per
+	// reference): a manifest with none is top-level (an image). touch walks it up from a child.
+	parents map[digest.Digest][]digest.Digest
 }
 
 type manifestEntry struct {
@@ -61,7 +61,7 @@ func (x *cacheIndex) repo(name string) *repoIndex {
 	r := x.repos[name]
 	if r == nil {
 		r = &repoIndex{manifests: map[digest.Digest]*manifestEntry{}, tags: map[string]digest.Digest{},
-			layers: map[digest.Digest]bool{}, childRefs: map[digest.Digest]int{}}
+			layers: map[digest.Digest]bool{}, parents: map[digest.Digest][]digest.Digest{}}
 		x.repos[name] = r
 	}
 	return r
@@ -114,7 +114,7 @@ func (x *cacheIndex) addManifest(repo string, d digest.Digest, size int64, refs 
 	r.manifests[d] = &manifestEntry{Refs: refs, LastPulled: pulled}
 	x.refs[d]++
 	for _, c := range refs {
-		r.childRefs[c]++
+		r.parents[c] = append(r.parents[c], d)
 		x.refs[c]++
 	}
 	x.dirty = true
@@ -144,11 +144,8 @@ func (x *cacheIndex) touch(repo string, d digest.Digest, at time.Time) {
 			e.LastPulled = at
 			x.dirty = true
 		}
-		if r.childRefs[d] == 0 {
-			continue
-		}
-		for p, e := range r.manifests {
-			if !seen[p] && slices.Contains(e.Refs, d) {
+		for _, p := range r.parents[d] {
+			if !seen[p] {
 				stack = append(stack, p)
 			}
 		}
@@ -208,7 +205,7 @@ func (x *cacheIndex) nextVictim(skip map[victim]bool) (v victim, ok bool) {
 	for name, r := range x.repos {
 		for d, e := range r.manifests {
 			c := victim{repo: name, manifest: d}
-			if r.childRefs[d] > 0 || skip[c] {
+			if len(r.parents[d]) > 0 || skip[c] {
 				continue
 			}
 			if !ok || e.LastPulled.Before(oldest) || (e.LastPulled.Equal(oldest) && (name < v.repo || name == v.repo && d < v.manifest)) {
@@ -257,13 +254,12 @@ func (x *cacheIndex) removeImage(repo string, m digest.Digest) removal {
 		x.refs[d]--
 		touched[d] = true
 		for _, c := range e.Refs {
-			r.childRefs[c]--
-			if r.childRefs[c] <= 0 {
-				delete(r.childRefs, c)
+			if r.parents[c] = slices.DeleteFunc(r.parents[c], func(p digest.Digest) bool { return p == d }); len(r.parents[c]) == 0 {
+				delete(r.parents, c)
 			}
 			x.refs[c]--
 			touched[c] = true
-			if r.manifests[c] != nil && r.childRefs[c] == 0 {
+			if r.manifests[c] != nil && len(r.parents[c]) == 0 {
 				stack = append(stack, c)
 			}
 		}
@@ -275,7 +271,7 @@ func (x *cacheIndex) removeImage(repo string, m digest.Digest) removal {
 		}
 	}
 	for d := range touched {
-		if r.layers[d] && r.childRefs[d] == 0 {
+		if r.layers[d] && len(r.parents[d]) == 0 {
 			delete(r.layers, d)
 			out.layers = append(out.layers, d)
 		}
@@ -348,7 +344,7 @@ func (x *cacheIndex) images(name func(storageRepo string) (upstream, repo string
 			tagsOf[td] = append(tagsOf[td], tag)
 		}
 		for d, e := range r.manifests {
-			if r.childRefs[d] > 0 {
+			if len(r.parents[d]) > 0 {
 				continue
 			}
 			img := mirrorapi.CachedImage{Upstream: up, Repository: repo, Digest: d.String(), LastPulled: e.LastPulled.UTC()}
