@@ -395,9 +395,25 @@ func (x *cacheIndex) images(name func(storageRepo string) (upstream, repo string
 	return out
 }
 
-// manifestRefs returns the digests a manifest or index references (config, layers, child
-// manifests; a subject is not part of the image). Content that does not parse references nothing.
-func manifestRefs(raw []byte) []digest.Digest {
+// maxManifestRefs bounds the descriptors (config, layers, child manifests) a manifest fetched
+// from an upstream may list; keepManifest refuses one that lists more, before anything is stored.
+// Each reference becomes index entries (refs, parents) and the eviction walk's work, recorded
+// under the store lock every fill takes. The OCI distribution spec and distribution set no
+// limit of their own, but a manifest body is capped at upstream.MaxManifestBytes (4 MiB), which
+// fits about 28,000 descriptors of about 150 bytes. Real images have at most 125 layers (moby's
+// layer store refuses deeper chains, maxLayerDepth, for graphdrivers' 127) and real indexes tens
+// of children (platforms and their attestations), so 10,000 is 80 times what a real image or
+// index needs and a third of what a 4 MiB manifest can list.
+const maxManifestRefs = 10_000
+
+// manifestRefs returns the distinct digests a manifest or index references (config, layers,
+// child manifests; a subject is not part of the image), in the order they first appear, and
+// listed, the number of descriptors it lists (duplicates and invalid digests included: what
+// maxManifestRefs bounds). When limit > 0 and listed exceeds it, refs is nil: the caller refuses
+// the manifest and needs only the count. Content that does not parse references nothing (listed
+// 0). Time and memory are linear in the size of raw (a set removes duplicates); callers call it
+// before taking any lock.
+func manifestRefs(raw []byte, limit int) (refs []digest.Digest, listed int) {
 	var m struct {
 		Config *struct {
 			Digest digest.Digest `json:"digest"`
@@ -410,13 +426,22 @@ func manifestRefs(raw []byte) []digest.Digest {
 		} `json:"manifests"`
 	}
 	if json.Unmarshal(raw, &m) != nil {
-		return nil
+		return nil, 0
 	}
-	var out []digest.Digest
+	listed = len(m.Layers) + len(m.Manifests)
+	if m.Config != nil {
+		listed++
+	}
+	if limit > 0 && listed > limit {
+		return nil, listed
+	}
+	seen := make(map[digest.Digest]struct{}, listed)
 	add := func(d digest.Digest) {
-		if d.Validate() == nil && !slices.Contains(out, d) {
-			out = append(out, d)
+		if _, dup := seen[d]; dup || d.Validate() != nil {
+			return
 		}
+		seen[d] = struct{}{}
+		refs = append(refs, d)
 	}
 	if m.Config != nil {
 		add(m.Config.Digest)
@@ -427,5 +452,5 @@ func manifestRefs(raw []byte) []digest.Digest {
 	for _, c := range m.Manifests {
 		add(c.Digest)
 	}
-	return out
+	return refs, listed
 }

@@ -284,7 +284,11 @@ func (m *Mirror) rebuildIndex(ctx context.Context, hints *indexFile) error {
 				pulled = e.LastPulled
 			}
 		}
-		x.addManifest(rv.repo, rv.d, int64(len(raw)), manifestRefs(raw), pulled)
+		// No maxManifestRefs check: what is stored was accepted when it was kept (a manifest
+		// over the bound can only come from a nodecache before it), and all its references
+		// are recorded so eviction never takes a blob it still uses. No lock is held here.
+		refs, _ := manifestRefs(raw, 0)
+		x.addManifest(rv.repo, rv.d, int64(len(raw)), refs, pulled)
 	}
 	return ctx.Err()
 }

@@ -82,7 +82,20 @@ func (s *manifestService) Delete(context.Context, digest.Digest) error {
 
 // keepManifest parses a manifest fetched from the upstream and stores it in r's repository
 // (upstream.KeepFunc); it returns the distribution.Manifest.
+//
+// Errors: MANIFEST_INVALID (400, the client's answer as is, see upstreamAPIError) naming the
+// upstream and digest for content that is not an OCI or Docker v2 manifest or index, and for
+// one that lists more than maxManifestRefs descriptors (nothing of it is stored); a plain error
+// (503 to the client) when storing fails.
 func (r *repository) keepManifest(ctx context.Context, fm upstream.Manifest) (any, error) {
+	// Parsed and bounded before the store lock: every manifest store and blob commit of the
+	// cache waits for that lock, so under it is only what must be atomic with eviction.
+	refs, listed := manifestRefs(fm.Raw, maxManifestRefs)
+	if listed > maxManifestRefs {
+		return nil, errcode.ErrorCodeManifestInvalid.WithMessage(fmt.Sprintf(
+			"upstream %s: manifest %s lists %d descriptors (config, layers, child manifests); nodecache refuses more than %d per manifest (real images have at most 125 layers)",
+			r.up.Name, fm.Digest, listed, maxManifestRefs))
+	}
 	man, _, err := distribution.UnmarshalManifest(fm.MediaType, fm.Raw)
 	if err != nil {
 		return nil, errcode.ErrorCodeManifestInvalid.WithMessage(
@@ -99,7 +112,7 @@ func (r *repository) keepManifest(ctx context.Context, fm upstream.Manifest) (an
 	c.storeMu.Lock()
 	_, err = store.Put(ctx, man)
 	if err == nil {
-		c.idx.addManifest(r.storageName(), fm.Digest, int64(len(fm.Raw)), manifestRefs(fm.Raw), r.m.opts.Clock())
+		c.idx.addManifest(r.storageName(), fm.Digest, int64(len(fm.Raw)), refs, r.m.opts.Clock())
 	}
 	c.storeMu.Unlock()
 	if err != nil {

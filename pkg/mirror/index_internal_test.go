@@ -1,0 +1,115 @@
+package mirror
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// indexOf returns an OCI index body listing children (compact JSON, as a registry serves it).
+func indexOf(t testing.TB, children []digest.Digest) []byte {
+	t.Helper()
+	type desc struct {
+		MediaType string        `json:"mediaType"`
+		Digest    digest.Digest `json:"digest"`
+		Size      int64         `json:"size"`
+	}
+	m := struct {
+		SchemaVersion int    `json:"schemaVersion"`
+		MediaType     string `json:"mediaType"`
+		Manifests     []desc `json:"manifests"`
+	}{SchemaVersion: 2, MediaType: "application/vnd.oci.image.index.v1+json"}
+	for _, c := range children {
+		m.Manifests = append(m.Manifests, desc{MediaType: "application/vnd.oci.image.manifest.v1+json", Digest: c, Size: 1000})
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// manyRefs is about the most child manifests a 4 MiB OCI index lists (154 bytes a descriptor).
+const manyRefs = 27_000
+
+// distinctDigests returns n different sha256 digests.
+func distinctDigests(n int) []digest.Digest {
+	out := make([]digest.Digest, n)
+	for i := range out {
+		out[i] = digest.FromString(fmt.Sprintf("ref %d", i))
+	}
+	return out
+}
+
+// TestManifestRefs: references come out once each, in order of first appearance, invalid digests
+// left out; listed counts every descriptor (duplicates and invalid ones too), which is what
+// keepManifest holds against maxManifestRefs; the work is linear (27,000 distinct references,
+// about the most a 4 MiB index holds, took about 0.9 s with the quadratic duplicate check).
+func TestManifestRefs(t *testing.T) {
+	t.Parallel()
+	a, b, c := digest.FromString("a"), digest.FromString("b"), digest.FromString("c")
+	raw := fmt.Sprintf(`{"schemaVersion":2,"config":{"digest":%q},"layers":[{"digest":%q},{"digest":%q},{"digest":"sha256:short"},{"digest":%q}]}`, a, b, a, c)
+	refs, listed := manifestRefs([]byte(raw), 0)
+	if want := []digest.Digest{a, b, c}; !slices.Equal(refs, want) || listed != 5 {
+		t.Errorf("manifestRefs = %v, listed %d; want %v, listed 5", refs, listed, want)
+	}
+	if refs, listed := manifestRefs([]byte("not json"), 0); refs != nil || listed != 0 {
+		t.Errorf("unparsable: %v, listed %d; want nothing", refs, listed)
+	}
+
+	// The bound counts descriptors, not distinct digests: 10,001 copies of one child is over it.
+	same := make([]digest.Digest, maxManifestRefs+1)
+	for i := range same {
+		same[i] = a
+	}
+	if refs, listed := manifestRefs(indexOf(t, same), 0); len(refs) != 1 || listed != maxManifestRefs+1 {
+		t.Errorf("%d copies of one child, no limit: %d refs, listed %d; want 1 and %d", len(same), len(refs), listed, maxManifestRefs+1)
+	}
+	if refs, listed := manifestRefs(indexOf(t, same), maxManifestRefs); refs != nil || listed != maxManifestRefs+1 {
+		t.Errorf("%d copies of one child, limit %d: %d refs, listed %d; want none and %d", len(same), maxManifestRefs, len(refs), listed, maxManifestRefs+1)
+	}
+	if refs, listed := manifestRefs(indexOf(t, distinctDigests(maxManifestRefs)), maxManifestRefs); len(refs) != maxManifestRefs || listed != maxManifestRefs {
+		t.Errorf("%d distinct children, limit %d: %d refs, listed %d; want all of them", maxManifestRefs, maxManifestRefs, len(refs), listed)
+	}
+
+	many := distinctDigests(manyRefs)
+	body := indexOf(t, many)
+	if len(body) > 4<<20 {
+		t.Fatalf("test index is %d bytes, over the 4 MiB manifest cap", len(body))
+	}
+	refs, listed = manifestRefs(body, 0)
+	if !slices.Equal(refs, many) || listed != len(many) {
+		t.Fatalf("%d children: %d refs, listed %d; want every child once", len(many), len(refs), listed)
+	}
+	// Linear: within a small multiple of decoding the same body alone (best of three each, so a
+	// loaded machine slows both alike). The quadratic check took 50 times the decode here.
+	best := func(f func()) time.Duration {
+		var b time.Duration
+		for i := range 3 {
+			start := time.Now()
+			f()
+			if d := time.Since(start); i == 0 || d < b {
+				b = d
+			}
+		}
+		return b
+	}
+	decode := best(func() {
+		var m struct {
+			Manifests []struct {
+				Digest string `json:"digest"`
+			} `json:"manifests"`
+		}
+		_ = json.Unmarshal(body, &m)
+	})
+	took := best(func() { manifestRefs(body, 0) })
+	t.Logf("%d distinct children: manifestRefs %s, decoding alone %s", len(many), took, decode)
+	if took > 8*decode {
+		t.Errorf("manifestRefs of %d distinct children took %s, %.0f times decoding them (%s); want linear time (< 8 times)",
+			len(many), took, float64(took)/float64(decode), decode)
+	}
+}
