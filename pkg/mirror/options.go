@@ -43,8 +43,8 @@ type Options struct {
 	// UpstreamTimeout bounds an upstream exchange up to response headers and a whole tag
 	// revalidation. Default DefaultUpstreamTimeout.
 	UpstreamTimeout time.Duration
-	// TagTTL is how long a cached tag is served without asking the upstream. 0 (default)
-	// revalidates on every request.
+	// TagTTL is how long a cached tag, and a repository's tag listing (tags/list), is served
+	// without asking the upstream. 0 (default) revalidates on every request.
 	TagTTL time.Duration
 	// Transport is the base transport to upstreams, under authentication and redirects.
 	// Default: a transport with dial, TLS and response-header timeouts of UpstreamTimeout.

@@ -109,23 +109,33 @@ func (t *tagService) Tag(context.Context, string, v1.Descriptor) error {
 }
 func (t *tagService) Untag(context.Context, string) error { return distribution.ErrUnsupported }
 
-// All lists the upstream repository's tags (every page, merged, in lexical order; "miss": it is
-// fetched for every request); when the upstream fails, times out or answers 429/5xx, the tags
-// stored locally ("stale").
+// All lists the upstream repository's tags (every page, merged, in lexical order), as
+// upstream.Remote.Tags answers them: fetched now ("miss"), joined to a fetch another request
+// started ("coalesced"), or kept from a fetch less than Options.TagTTL ago ("hit"); when the
+// upstream fails, times out or answers 429/5xx, the tags stored locally ("stale"). The slice
+// is shared: callers must not modify it.
 //
 // Errors: distribution.ErrRepositoryUnknown for a repository the upstream does not know (404
-// NAME_UNKNOWN), a 502 UNKNOWN when the upstream sends more than upstream.MaxTagPages pages,
-// else the upstream's failure as upstreamAPIError answers it.
+// NAME_UNKNOWN), a 502 UNKNOWN naming the bound when the listing is past one of
+// upstream.Remote.Tags' (pages, bytes, tags), else the upstream's failure as upstreamAPIError
+// answers it.
 func (t *tagService) All(ctx context.Context) ([]string, error) {
 	st := stateFrom(ctx)
-	tags, err := t.r.up.remote.Tags(ctx, t.r.repo)
+	list, err := t.r.up.remote.Tags(ctx, t.r.repo)
 	if err == nil {
-		st.setCache(mirrorapi.CacheMiss) // asked upstream now: a listing is never kept nor shared
-		return tags, nil
+		switch {
+		case list.Kept:
+			st.setCache(mirrorapi.CacheHit)
+		case list.Joined:
+			st.setCache(mirrorapi.CacheCoalesced)
+		default:
+			st.setCache(mirrorapi.CacheMiss)
+		}
+		return list.Tags, nil
 	}
 	var ue *upstream.Error
 	switch {
-	case errors.Is(err, upstream.ErrTooManyPages):
+	case errors.Is(err, upstream.ErrTagListTooLarge):
 		st.mu.Lock()
 		st.badGateway = true
 		st.mu.Unlock()

@@ -8,10 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"net/url"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -214,94 +211,6 @@ func (r *Remote) tagByGet(ctx context.Context, repo, tag string, keep KeepFunc) 
 		return TagAnswer{}, err
 	}
 	return TagAnswer{Desc: v1.Descriptor{Digest: m.Digest, Size: int64(len(m.Raw)), MediaType: m.MediaType}, Fetched: true, Tier: m.Tier}, nil
-}
-
-// MaxTagPages bounds how many tags/list pages Tags follows for one listing.
-const MaxTagPages = 100
-
-// ErrTooManyPages marks a tag listing that had more than MaxTagPages pages.
-var ErrTooManyPages = fmt.Errorf("more than %d pages of tags", MaxTagPages)
-
-// Tags lists the upstream repository's tags: the first page as the upstream chooses it, then
-// every page its Link header (rel="next") points to, merged, deduplicated and in lexical order.
-// Each page is bounded by the upstream timeout. Only the query of a Link is used: the next page
-// is always asked of the same repository on the configured upstream.
-//
-// Errors: an *Error for an upstream failure (NotFound for an unknown repository),
-// ErrTooManyPages, or a body that is not a tag list.
-func (r *Remote) Tags(ctx context.Context, repo string) ([]string, error) {
-	seen := map[string]bool{}
-	var out []string
-	query := ""
-	for page := 0; ; page++ {
-		if page == MaxTagPages {
-			return nil, fmt.Errorf("upstream %s: tags of %s: %w", r.Name, repo, ErrTooManyPages)
-		}
-		tags, next, err := r.tagPage(ctx, repo, query)
-		if err != nil {
-			return nil, err
-		}
-		for _, t := range tags {
-			if !seen[t] {
-				seen[t] = true
-				out = append(out, t)
-			}
-		}
-		if next == "" {
-			break
-		}
-		query = next
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
-// tagPage fetches one tags/list page (query "" or "?n=…&last=…") and returns its tags and the
-// query of the next page ("" when the upstream announced none).
-func (r *Remote) tagPage(ctx context.Context, repo, query string) (tags []string, next string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, r.f.exchangeTimeout())
-	defer cancel()
-	resp, err := r.client.do(ctx, http.MethodGet, repo, "tags", "list"+query, nil, http.StatusOK)
-	if err != nil {
-		return nil, "", err
-	}
-	defer resp.Body.Close()
-	var body struct {
-		Tags []string `json:"tags"`
-	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, MaxManifestBytes)).Decode(&body); err != nil {
-		return nil, "", fmt.Errorf("upstream %s: decode tags of %s: %w", r.Name, repo, err)
-	}
-	return body.Tags, nextQuery(resp.Header.Values("Link")), nil
-}
-
-// nextQuery returns "?<query>" of the rel="next" target among Link header values (RFC 8288),
-// "" when there is none or it has no query.
-func nextQuery(links []string) string {
-	for _, v := range links {
-		for _, l := range strings.Split(v, ",") {
-			target, params, ok := strings.Cut(strings.TrimSpace(l), ";")
-			if !ok || !strings.HasPrefix(target, "<") || !strings.HasSuffix(target, ">") {
-				continue
-			}
-			isNext := false
-			for _, p := range strings.Split(params, ";") {
-				k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
-				if strings.EqualFold(k, "rel") && slices.Contains(strings.Fields(strings.Trim(v, `"`)), "next") {
-					isNext = true
-				}
-			}
-			if !isNext {
-				continue
-			}
-			u, err := url.Parse(target[1 : len(target)-1])
-			if err != nil || u.RawQuery == "" {
-				return ""
-			}
-			return "?" + u.RawQuery
-		}
-	}
-	return ""
 }
 
 // Docker image manifest v2 schema 1 media types: recognised only to be refused (the manifest

@@ -65,7 +65,8 @@ type Options struct {
 	// is waited for SharedTierTimeout(Timeout) (when Transport is an *http.Transport), and an
 	// exchange may take that plus Timeout for the direct attempt after it.
 	Timeout time.Duration
-	// TagTTL is how long a tag confirmed upstream counts as fresh. 0 (default): never.
+	// TagTTL is how long a tag confirmed upstream counts as fresh, and how long a tag listing
+	// is kept (Remote.Tags). 0 (default): never.
 	TagTTL time.Duration
 	// FillTimeout bounds one blob fill. Default DefaultFillTimeout.
 	FillTimeout time.Duration
@@ -106,6 +107,9 @@ type Fetcher struct {
 	metrics *metrics
 	fresh   *expirable.LRU[string, time.Time] // nil when TagTTL is 0
 	chain   *chain                            // nil without Options.Chain
+
+	// tagLists keeps tag listings for TagTTL (taglist.go).
+	tagLists tagListCache
 
 	// fillCtx is the parent of every fill, detached from the requests that start them;
 	// abandon cancels it.
