@@ -40,7 +40,14 @@ func pagedUpstream(t *testing.T, n int) (*mirrortest.Registry, []string, *atomic
 	}
 	slices.Sort(tags)
 	var lists atomic.Int64
-	up.Wrap(func(next http.Handler) http.Handler {
+	up.Wrap(pagedAt100(&lists))
+	return up, tags, &lists
+}
+
+// pagedAt100 is pagedUpstream's middleware: tags/list answers at most 100 tags a page, and
+// lists counts its requests.
+func pagedAt100(lists *atomic.Int64) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if strings.HasSuffix(r.URL.Path, "/tags/list") {
 				lists.Add(1)
@@ -52,8 +59,7 @@ func pagedUpstream(t *testing.T, n int) (*mirrortest.Registry, []string, *atomic
 			}
 			next.ServeHTTP(w, r)
 		})
-	})
-	return up, tags, &lists
+	}
 }
 
 type tagList struct {
