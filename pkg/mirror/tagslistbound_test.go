@@ -209,7 +209,7 @@ func TestTagsListShared(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	time.Sleep(300 * time.Millisecond) // from the handler to the shared fetch
+	time.Sleep(time.Second) // from the handler to the shared fetch: a moment, however loaded the machine
 	close(release)
 	caches := map[string]int{}
 	for range clients {
