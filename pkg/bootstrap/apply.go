@@ -71,16 +71,38 @@ func (a Applier) Apply(ctx context.Context, changes []Change) error {
 // ErrStale means a file changed between planning and applying.
 var ErrStale = errors.New("file changed since it was read; run again")
 
+// check verifies, just before anything is written, that c can be applied as planned: no
+// symbolic link in its paths, the file still holding c.Old, a restore's backup a regular file.
+//
+// Host writes never follow a link they did not expect. A backup that is a symbolic link is
+// refused (ErrRefused, RefuseLinkedBackup, checked with Lstat), as planning refuses it; a link
+// that appeared in a planned path since planning is ErrStale. What is left is the window between
+// this check and the write: the writes are rename(2) and unlink(2) (WriteFileAtomic renames a
+// temp file over the path; a restore renames the backup; a remove unlinks), which act on the
+// final name itself and never follow a link there, so a backup swapped for a link in that window
+// moves the link, not the file it leads to. A directory swapped for a link in that window would
+// redirect the write, but only someone who can write that directory (root's /etc/containerd)
+// can swap it, and they can write the config directly. github.com/cyphar/filepath-securejoin
+// (runc, containerd) is not used: its SecureJoin resolves a path in a root and is itself a
+// check-then-use (documented as racy), and its race-free handles (OpenInRoot, MkdirAllHandle)
+// open files and create directories but neither rename nor remove, which are the writes here;
+// os.Root's renames would close the window for directories but take an absolute link target
+// as an escape, where the host's kernel (and Resolve) start it again at the host root.
 func (a Applier) check(c Change) error {
 	if !c.Changed() {
 		return nil
 	}
-	// A planned path has no symbolic link in it (ResolveChanges); one that appeared since would
-	// make the write replace the link or land elsewhere.
 	root := a.Root
 	if root == "" {
 		root = "/"
 	}
+	if c.Backup != "" {
+		if err := RefuseLinkedBackup(os.DirFS(root), c.Backup); err != nil {
+			return fmt.Errorf("apply %s: %w", c.Path, err)
+		}
+	}
+	// A planned path has no symbolic link in it (ResolveChanges); one that appeared since would
+	// make the write replace the link or land elsewhere.
 	for _, p := range []string{c.Path, c.Backup} {
 		if p == "" {
 			continue
@@ -105,8 +127,13 @@ func (a Applier) check(c Change) error {
 		return fmt.Errorf("apply %s: %w", c.Path, ErrStale)
 	}
 	if c.Action == ActionRestore {
-		if _, err := os.Stat(a.HostPath(c.Backup)); err != nil {
+		fi, err := os.Lstat(a.HostPath(c.Backup))
+		if err != nil {
 			return fmt.Errorf("apply %s: backup %s: %w", c.Path, c.Backup, err)
+		}
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("apply %s: %w", c.Path, Refusedf("backup %s is %s, not the regular file nodecache wrote: it is not moved over %s; nothing was changed",
+				c.Backup, inputfile.ModeWords(fi.Mode()), c.Path))
 		}
 	}
 	return nil

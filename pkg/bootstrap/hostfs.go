@@ -192,7 +192,8 @@ func Resolve(fsys fs.FS, p string) (string, error) {
 // ResolveChanges points every change at the file its Path reaches through symbolic links (see
 // Resolve), so that Apply edits that file in place and leaves the links as they are: Path
 // becomes the real file and Via the path as planned; an update's Backup moves next to the real
-// file; a restore's Backup is resolved too; PruneDir is dropped when the file's directory itself
+// file; a restore's Backup has its directories resolved, and a Backup that is itself a symbolic
+// link is refused (RefuseLinkedBackup); PruneDir is dropped when the file's directory itself
 // is a link (the directory it leads to is not ours to remove; one under a linked parent is). Two removals of
 // one file become one; any other two changes that reach the same file are refused. fsys must be
 // the one the changes were planned with. The input slice is not modified.
@@ -222,7 +223,15 @@ func ResolveChanges(fsys fs.FS, cs []Change) ([]Change, error) {
 		case c.Action == ActionUpdate && c.Backup != "":
 			c.Backup = real + BackupSuffix
 		case c.Action == ActionRestore && c.Backup != "":
-			if c.Backup, err = Resolve(fsys, c.Backup); err != nil {
+			// Its directories resolved, never the backup itself (RefuseLinkedBackup).
+			dir, err := Resolve(fsys, path.Dir(path.Clean("/"+c.Backup)))
+			if err != nil {
+				return nil, err
+			}
+			c.Backup = path.Join(dir, path.Base(c.Backup))
+		}
+		if c.Backup != "" {
+			if err := RefuseLinkedBackup(fsys, c.Backup); err != nil {
 				return nil, err
 			}
 		}
@@ -241,4 +250,44 @@ func ResolveChanges(fsys fs.FS, cs []Change) ([]Change, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// RefuseLinkedBackup refuses (ErrRefused) a backup path p (a host path, its directories
+// resolved) that is a symbolic link, naming the link and its target; nil when p is no link or
+// does not exist. A <file>.nodecache.bak is a regular file Apply wrote itself: a link there was
+// put by someone else, and following it would restore (rename) the file it leads to over the
+// config, e.g. a /srv/data/important.toml, or take that file as the original. It is checked with
+// Lstat (the link itself, never what it leads to) through fsys's view of the host (Resolving).
+func RefuseLinkedBackup(fsys fs.FS, p string) error {
+	fsys = Resolving(fsys)
+	fi, err := fs.Lstat(fsys, FSName(p))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		if errors.Is(err, ErrRefused) {
+			return err
+		}
+		return fmt.Errorf("backup %s: %w", p, err)
+	case fi.Mode()&fs.ModeSymlink == 0:
+		return nil
+	}
+	target, err := fs.ReadLink(fsys, FSName(p))
+	if err != nil {
+		target = "?"
+	}
+	return Refusedf("%s is a symbolic link to %s, not the backup nodecache wrote: nodecache never reads, restores or writes a backup through a link; "+
+		"if %s is the original, put a copy of it at %s in place of the link and run again (or restore the config by hand and delete the link); nothing was changed",
+		p, target, target, p)
+}
+
+// ReadBackup reads the backup at host path p (its directories resolved) like ReadFile, after
+// RefuseLinkedBackup: a missing backup returns (nil, false, nil), a symbolic link at p is refused
+// (ErrRefused) naming it, and so is anything but a regular file of at most
+// inputfile.RuntimeConfig.Limit bytes.
+func ReadBackup(fsys fs.FS, p string) (data []byte, exists bool, err error) {
+	if err := RefuseLinkedBackup(fsys, p); err != nil {
+		return nil, false, err
+	}
+	return ReadFile(fsys, p)
 }

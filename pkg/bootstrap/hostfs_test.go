@@ -204,3 +204,80 @@ func TestPruneOnlyOwnDirectories(t *testing.T) {
 		t.Fatalf("own empty directory under a linked parent kept: %v", err)
 	}
 }
+
+// TestApplyRefusesLinkedBackup (issue 20, item 2): a backup that is a symbolic link is refused
+// (ErrRefused, naming the link and its target) when the changes are resolved, and when it became
+// a link after planning, by Apply before it writes anything: a restore would have renamed
+// /srv/data/important.toml over the config, an update would have taken it as the original. A
+// restore whose backup became a directory is refused too. The files stay byte for byte.
+func TestApplyRefusesLinkedBackup(t *testing.T) {
+	t.Parallel()
+	const (
+		cfg       = "/etc/app/config.toml"
+		bak       = cfg + bootstrap.BackupSuffix
+		important = "/srv/data/important.toml"
+	)
+	files := map[string]string{cfg: "edited = true\n", bak: "original = true\n", important: "original = true\n"}
+	restore := bootstrap.Change{Path: cfg, Action: bootstrap.ActionRestore, Old: []byte(files[cfg]), New: []byte(files[bak]), Backup: bak}
+	update := bootstrap.PlanEdit(cfg, []byte(files[cfg]), []byte("edited = 2\n"))
+	linkBackup := func(t *testing.T, root string) {
+		t.Helper()
+		if err := os.Remove(filepath.Join(root, bak)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(important, filepath.Join(root, bak)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unchanged := func(t *testing.T, root string) {
+		t.Helper()
+		for _, p := range []string{cfg, important} {
+			if b, err := os.ReadFile(filepath.Join(root, p)); err != nil || string(b) != files[p] {
+				t.Fatalf("%s now %q (%v), want %q", p, b, err, files[p])
+			}
+		}
+	}
+	const refusal = bak + " is a symbolic link to " + important
+	for _, c := range []bootstrap.Change{restore, update} {
+		t.Run(string(c.Action), func(t *testing.T) {
+			t.Parallel()
+			root := hostTree(t, files, nil)
+			fsys := bootstrap.HostFS(root)
+			cs, err := bootstrap.ResolveChanges(fsys, []bootstrap.Change{c})
+			if err != nil {
+				t.Fatal(err)
+			}
+			linkBackup(t, root)
+			if _, err := bootstrap.ResolveChanges(fsys, []bootstrap.Change{c}); !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), refusal) {
+				t.Fatalf("resolve with a linked backup: %v; want a refusal saying %q", err, refusal)
+			}
+			err = (bootstrap.Applier{Root: root}).Apply(t.Context(), cs)
+			if !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), refusal) {
+				t.Fatalf("apply after the backup became a link: %v; want a refusal saying %q", err, refusal)
+			}
+			unchanged(t, root)
+			if target, err := os.Readlink(filepath.Join(root, bak)); err != nil || target != important {
+				t.Fatalf("backup link now %q (%v)", target, err)
+			}
+		})
+	}
+	t.Run("restore from a directory", func(t *testing.T) {
+		t.Parallel()
+		root := hostTree(t, files, nil)
+		cs, err := bootstrap.ResolveChanges(bootstrap.HostFS(root), []bootstrap.Change{restore})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(filepath.Join(root, bak)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(filepath.Join(root, bak), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		err = (bootstrap.Applier{Root: root}).Apply(t.Context(), cs)
+		if want := "backup " + bak + " is a directory"; !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("apply with a directory as the backup: %v; want a refusal saying %q", err, want)
+		}
+		unchanged(t, root)
+	})
+}

@@ -18,7 +18,9 @@ import (
 // back (byte for byte) or, when it changed since, loses only the mirror's table; a config file nodecache edited is restored from its
 // <file>.nodecache.bak when the file still holds exactly what gen would have written from that
 // backup; a config.toml nodecache created is removed. Anything else is left and reported.
-// restart_required is set when a config file changes.
+// restart_required is set when a config file changes. A backup that is a symbolic link (its
+// target would be moved over the config) is refused (ErrRefused) naming the link and its
+// target, and nothing is planned (bootstrap.ReadBackup).
 func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 	if err := opts.checkPaths(); err != nil {
 		return nil, err
@@ -108,7 +110,7 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 			return nil, err
 		}
 		bak := real + bootstrap.BackupSuffix
-		orig, ok, err := bootstrap.ReadFile(fsys, bak)
+		orig, ok, err := bootstrap.ReadBackup(fsys, bak)
 		if err != nil {
 			return nil, err
 		}

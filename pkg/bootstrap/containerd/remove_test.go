@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -150,4 +151,93 @@ func containsAll(s string, parts []string) bool {
 		}
 	}
 	return true
+}
+
+// snapshot returns every regular file and link under root (host path -> content, or "-> target"
+// for a link), to show that a refused run changed nothing.
+func snapshot(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if d.Type()&fs.ModeSymlink != 0 {
+			target, err := os.Readlink(p)
+			out[rel] = "-> " + target
+			return err
+		}
+		b, err := os.ReadFile(p)
+		out[rel] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestLinkedBackupRefused (issue 20, item 2): a <file>.nodecache.bak that is a symbolic link to
+// another file (/srv/data/important.toml, holding the original's bytes, so it passes the restore
+// test) is refused, naming the link and its target, by every plan that would read it, move it or
+// write it: --remove of an edited config.toml, --remove of an adopted site hosts.toml, and gen
+// of a config.toml whose backup is yet to be written; nothing on the host changes.
+func TestLinkedBackupRefused(t *testing.T) {
+	t.Parallel()
+	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	const important = "/srv/data/important.toml"
+	original := []byte("version = 3\n\n[plugins.'io.containerd.cri.v1.images']\n  snapshotter = 'overlayfs'\n")
+	siteFile := siteCerts + "/registry.local:5000/hosts.toml"
+	for _, tc := range []struct {
+		name   string
+		setup  func(t *testing.T, root string) (backup string, content []byte) // the backup to turn into a link
+		remove bool
+	}{
+		{"remove: config.toml's backup", func(t *testing.T, root string) (string, []byte) {
+			bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, original)
+			planApply(t, root, containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"docker.io"}}, false)
+			return containerd.DefaultConfig + bootstrap.BackupSuffix, original
+		}, true},
+		{"remove: an adopted site hosts.toml's backup", func(t *testing.T, root string) (string, []byte) {
+			bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+			bootstraptest.WriteHostFile(t, root, siteFile, []byte(siteHostsTOML))
+			planApply(t, root, containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"docker.io", "registry.local:5000"}}, false)
+			return siteFile + bootstrap.BackupSuffix, []byte(siteHostsTOML)
+		}, true},
+		{"gen: config.toml's backup to be written", func(t *testing.T, root string) (string, []byte) {
+			bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, original)
+			bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig+bootstrap.BackupSuffix, original)
+			return containerd.DefaultConfig + bootstrap.BackupSuffix, original
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			bak, content := tc.setup(t, root)
+			if got := bootstraptest.ReadHostFile(t, root, bak); !bytes.Equal(got, content) {
+				t.Fatalf("setup: %s holds %q, want %q", bak, got, content)
+			}
+			bootstraptest.WriteHostFile(t, root, important, content)
+			if err := os.Remove(filepath.Join(root, bak)); err != nil {
+				t.Fatal(err)
+			}
+			symlink(t, root, bak, important)
+			before := snapshot(t, root)
+
+			var err error
+			if tc.remove {
+				_, err = containerd.PlanRemove(os.DirFS(root), containerd.Options{Daemon: v24})
+			} else {
+				_, err = containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"docker.io"}})
+			}
+			want := bak + " is a symbolic link to " + important
+			if !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("plan: %v; want a refusal saying %q", err, want)
+			}
+			if after := snapshot(t, root); !maps.Equal(after, before) {
+				t.Fatalf("the host changed:\nbefore %q\nafter  %q", before, after)
+			}
+		})
+	}
 }

@@ -343,7 +343,8 @@ func checkAdopted(file string, data []byte, host string, mirror hostEntry) error
 
 // planUnadopt plans taking the mirror out of a site's hosts.toml gen adopted: the backup moved
 // back when the file is otherwise as it was (byte for byte the original), else the block removed
-// and the site's later changes kept. ok is false for a file without our block.
+// and the site's later changes kept. ok is false for a file without our block. A backup that is a
+// symbolic link is refused (ErrRefused, bootstrap.ReadBackup).
 func planUnadopt(fsys fs.FS, file string, data []byte) (bootstrap.Change, bool, error) {
 	stripped, ok := stripAdopted(data)
 	if !ok {
@@ -354,7 +355,7 @@ func planUnadopt(fsys fs.FS, file string, data []byte) (bootstrap.Change, bool, 
 		return bootstrap.Change{}, false, err
 	}
 	bak := real + bootstrap.BackupSuffix
-	orig, exists, err := bootstrap.ReadFile(fsys, bak)
+	orig, exists, err := bootstrap.ReadBackup(fsys, bak)
 	if err != nil {
 		return bootstrap.Change{}, false, err
 	}
