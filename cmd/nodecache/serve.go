@@ -22,7 +22,7 @@ func mirrorFlags(c *mirror.Config, lc *logConfig, listenDefault string) []cli.Fl
 			"`NAME[=URL]` of a registry to pull through, repeatable; replaces the default set. NAME is the registry host as written in image references (containerd sends it as ?ns=), URL where its API is reached; a bare NAME pulls from that registry itself (https://NAME; Docker Hub: https://registry-1.docker.io)"),
 		stringFlag(&c.DefaultUpstream, "default-upstream", "", "upstream `NAME` for requests with neither ?ns= nor a /v2/<NAME>/ prefix (default: docker.io when configured, else none)"),
 		durationFlag(&c.UpstreamTimeout, "upstream-timeout", mirror.DefaultUpstreamTimeout, "`DURATION` bound on an upstream answer (headers) and a stalled blob stream; then a cached tag is served as stale"),
-		durationFlag(&c.TagTTL, "tag-ttl", 0, "serve a cached tag for this `DURATION` without asking the upstream (0: revalidate on every request)"),
+		durationFlag(&c.TagTTL, "tag-ttl", 0, "serve a cached tag, and keep a repository's tag listing, for this `DURATION` without asking the upstream (0: revalidate on every request; concurrent listings still share one fetch)"),
 		durationFlag(&c.FillTimeout, "fill-timeout", upstream.DefaultFillTimeout, "longest `DURATION` one blob fill from the upstream may take; a broken stream is resumed while it progresses, the fill fails after 5 attempts in a row that add no byte or at this bound"),
 		stringFlag(&c.MaxSize, "max-size", "", "cap the cache at `SIZE`: binary units (500MiB, 30GiB, 1TiB) or a share of the filesystem holding --root (30%); over it, least recently pulled images are evicted down to 90% of it (default: no cap)"),
 		stringFlag(&c.MetricsListen, "metrics-listen", "", "also serve /metrics, /healthz and /readyz on this `ADDR`"),
@@ -31,6 +31,8 @@ func mirrorFlags(c *mirror.Config, lc *logConfig, listenDefault string) []cli.Fl
 		stringSliceFlag(&c.UpstreamAuth, "upstream-auth", nil, "`NAME=FILE`: pull upstream NAME with the credentials for NAME in FILE, a docker config.json or Kubernetes .dockerconfigjson (auths, credHelpers, credsStore; helpers run from PATH), repeatable. Read again when the file changes. WARNING: everything these credentials can read becomes readable by every client that may pull through the cache: set --pull-allow"),
 		stringFlag(&c.Chain, "chain", "", "`URL` of a shared nodecache (http(s)://HOST[:PORT]) through which every upstream is pulled, sent ?ns=<NAME>; when it fails (no answer, timeout, 5xx) the upstream is pulled directly, and after 3 failures in a row for 30 s; --upstream-auth then applies to direct fetches only"),
 		stringSliceFlag(&c.UpstreamCA, "upstream-ca", nil, "`NAME=FILE`: also trust the PEM CA certificates in FILE for upstream NAME (its token realm and redirects included), repeatable"),
+		stringSliceFlag(&c.UpstreamAllowPrivate, "upstream-allow-private", nil, "`CIDR` an upstream's redirect or token realm may lead to although it is loopback, private, link-local, CGNAT, unspecified or multicast, repeatable. Without it such an address is reached on an upstream's word only when it is a configured upstream's own address (never link-local: cloud metadata); configured upstreams, --chain and proxies are always reached. Refusals are 502s, counted in nodecache_upstream_refused_targets_total"),
+		stringFlag(&c.MaxUnknownBlobSize, "max-unknown-blob-size", "16GiB", "bound `SIZE` (binary units) of a blob whose size the upstream stated in neither its HEAD nor its GET answer; past it the fill fails and nothing is stored"),
 	}, logFlags(lc, false)...)
 }
 

@@ -61,6 +61,12 @@ type Config struct {
 	// sets AWS_PROFILE and AWS_SDK_LOAD_CONFIG=1 in the process environment).
 	S3        S3Storage
 	S3Profile string
+	// UpstreamAllowPrivate are --upstream-allow-private CIDRs: networks an upstream's redirect
+	// or token realm may lead to although they are not public addresses.
+	UpstreamAllowPrivate []string
+	// MaxUnknownBlobSize is --max-unknown-blob-size in binary units (16GiB); empty: the
+	// default, upstream.DefaultMaxUnknownBlobSize.
+	MaxUnknownBlobSize string
 }
 
 // Options checks c, loads the upstream credentials and CAs, and returns the registry's Options
@@ -78,6 +84,14 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 		return Options{}, err
 	}
 	pullAllow, err := parseCIDRs("pull-allow", c.PullAllow)
+	if err != nil {
+		return Options{}, err
+	}
+	allowPrivate, err := parseCIDRs("upstream-allow-private", c.UpstreamAllowPrivate)
+	if err != nil {
+		return Options{}, err
+	}
+	unknownMax, err := parseUnknownBlobSize(c.MaxUnknownBlobSize)
 	if err != nil {
 		return Options{}, err
 	}
@@ -103,7 +117,8 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	}
 	o := Options{PullAllow: pullAllow, UpstreamCredentials: creds, UpstreamRootCAs: cas,
 		Root: c.Root, Upstreams: ups, DefaultUpstream: c.DefaultUpstream,
-		UpstreamTimeout: c.UpstreamTimeout, TagTTL: c.TagTTL, FillTimeout: c.FillTimeout, ClientEvidenceAllow: allow}
+		UpstreamTimeout: c.UpstreamTimeout, TagTTL: c.TagTTL, FillTimeout: c.FillTimeout, ClientEvidenceAllow: allow,
+		UpstreamAllowPrivate: allowPrivate, MaxUnknownBlobSize: unknownMax}
 	if o.Root == "" {
 		return o, errors.New("--root: a storage directory is required")
 	}
@@ -236,6 +251,26 @@ func parseCIDRs(flag string, values []string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// parseUnknownBlobSize parses --max-unknown-blob-size: a size in binary units as --max-size
+// takes it (no share, no zero); "" is upstream.DefaultMaxUnknownBlobSize.
+func parseUnknownBlobSize(s string) (int64, error) {
+	if s == "" {
+		return upstream.DefaultMaxUnknownBlobSize, nil
+	}
+	accepted := "want a size in binary units such as 16GiB or 500MiB (the bound of a blob whose size the upstream did not state)"
+	if strings.HasSuffix(s, "%") {
+		return 0, fmt.Errorf("--max-unknown-blob-size %q: a share is not accepted: %s", s, accepted)
+	}
+	n, err := parseBinarySize(s, accepted)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("--max-unknown-blob-size %w", err)
+	case n == 0:
+		return 0, fmt.Errorf("--max-unknown-blob-size %q: must be more than 0: %s", s, accepted)
+	}
+	return n, nil
 }
 
 // upstreamFileSpec splits NAME=FILE of --upstream-auth and --upstream-ca; NAME must be a

@@ -60,6 +60,12 @@ func ParseMaxSize(s, root string) (int64, error) {
 		}
 		return n, nil
 	}
+	return parseBinarySize(s, accepted)
+}
+
+// parseBinarySize parses a size in binary units (500MiB, 1.5TiB, plain bytes); accepted ends
+// its errors, saying what the flag takes.
+func parseBinarySize(s, accepted string) (int64, error) {
 	num := strings.TrimRightFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
 	unit := s[len(num):]
 	if bin, ok := decimalUnits[unit]; ok {

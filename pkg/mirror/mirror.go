@@ -132,6 +132,10 @@ func New(ctx context.Context, opts Options) (_ *Mirror, err error) {
 		Clock:       opts.Clock,
 		Chain:       opts.Chain,
 		InstanceID:  opts.InstanceID,
+
+		AllowPrivate:       opts.UpstreamAllowPrivate,
+		Resolver:           opts.UpstreamResolver,
+		MaxUnknownBlobSize: opts.MaxUnknownBlobSize,
 	})
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -102,6 +103,18 @@ func testTransport(timeout time.Duration) *http.Transport {
 	}
 }
 
+// testResolver resolves every *.test name to 127.0.0.1, as testTransport dials them, and any
+// other name as the system does: the address guard checks redirect targets and token realms by
+// the addresses it resolves.
+type testResolver struct{}
+
+func (testResolver) LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if strings.HasSuffix(strings.TrimSuffix(host, "."), ".test") {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	}
+	return net.DefaultResolver.LookupNetIP(ctx, network, host)
+}
+
 func newHarness(t *testing.T, opts mirror.Options) *harness {
 	t.Helper()
 	h := &harness{logs: &syncBuffer{}, served: new(int64)}
@@ -111,6 +124,9 @@ func newHarness(t *testing.T, opts mirror.Options) *harness {
 	}
 	if opts.Transport == nil {
 		opts.Transport = testTransport(opts.UpstreamTimeout)
+	}
+	if opts.UpstreamResolver == nil {
+		opts.UpstreamResolver = testResolver{}
 	}
 	mirrortest.QuietLogrus()
 	m, err := mirror.New(t.Context(), opts)

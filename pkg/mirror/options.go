@@ -97,6 +97,16 @@ type Options struct {
 	// InstanceID names this instance in the Via entries that detect loops of chained caches.
 	// Default: random (upstream.NewInstanceID).
 	InstanceID string
+	// UpstreamAllowPrivate are the networks an upstream's answer (a redirect, a token realm)
+	// may send nodecache to although they are loopback, private, link-local, shared (CGNAT),
+	// unspecified or multicast (--upstream-allow-private; upstream.Options.AllowPrivate).
+	UpstreamAllowPrivate []netip.Prefix
+	// UpstreamResolver resolves the hosts an upstream's answer names, before they are
+	// checked and dialled. Default net.DefaultResolver.
+	UpstreamResolver upstream.Resolver
+	// MaxUnknownBlobSize bounds, in bytes, a blob whose size no upstream answer stated
+	// (--max-unknown-blob-size). Default upstream.DefaultMaxUnknownBlobSize.
+	MaxUnknownBlobSize int64
 }
 
 func (o *Options) setDefaults() error {

@@ -64,7 +64,9 @@ func (t *tagService) Get(ctx context.Context, tag string) (v1.Descriptor, error)
 
 // upstreamAPIError turns an upstream failure with nothing cached into the client's answer:
 // 400 MANIFEST_INVALID for schema 1 and for what is not a manifest, 429 with the upstream's
-// Retry-After, 404 for an authoritative not-found, 401/403 DENIED, 503 otherwise.
+// Retry-After, 404 for an authoritative not-found, 401/403 DENIED, 502 UNKNOWN naming the target
+// for a redirect or realm the address guard refused (upstream.ErrUnsafeTarget) and for a blob of
+// unstated size past its bound, 503 otherwise.
 func upstreamAPIError(st *reqState, err error) error {
 	var (
 		ue *upstream.Error
@@ -77,6 +79,12 @@ func upstreamAPIError(st *reqState, err error) error {
 		return errcode.ErrorCodeManifestInvalid.WithMessage(err.Error())
 	case errors.As(err, &ec):
 		return ec // already the client's answer (e.g. MANIFEST_INVALID from storing)
+	case errors.Is(err, upstream.ErrUnsafeTarget), errors.Is(err, upstream.ErrUnknownSizeTooLarge):
+		// The upstream's answer, not this cache, is at fault: 502 with what was refused.
+		st.mu.Lock()
+		st.badGateway = true
+		st.mu.Unlock()
+		return errcode.ErrorCodeUnknown.WithMessage(err.Error())
 	}
 	if errors.As(err, &ue) {
 		switch {

@@ -67,11 +67,15 @@ func NewRegistryAt(t testing.TB, addr string) *Registry {
 }
 
 // NewStoppedRegistry reserves a loopback port for a registry that is not listening yet: requests
-// to it are refused until Start. addr "127.0.0.1:0" picks a free port.
+// to it are refused until Start. addr "127.0.0.1:0" picks a free port (on that address: any
+// 127.0.0.0/8 address works on Linux).
 func NewStoppedRegistry(t testing.TB, addr string) *Registry {
 	t.Helper()
-	if addr == "" || strings.HasSuffix(addr, ":0") {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	if strings.HasSuffix(addr, ":0") {
+		l, err := net.Listen("tcp", addr) // on addr's host: 127.0.0.2:0 stays on 127.0.0.2
 		if err != nil {
 			t.Fatalf("reserve port: %v", err)
 		}

@@ -52,8 +52,9 @@ func (e *Error) Unavailable() bool {
 
 // client talks to one upstream registry. Authentication follows the registry's challenge
 // (anonymous bearer tokens from the announced realm, as docker.io, ghcr.io, quay.io and
-// registry.k8s.io require); redirects are followed, and credentials are only ever sent to the
-// upstream host itself.
+// registry.k8s.io require); redirects are followed (never from https to http), and credentials are only ever sent to the
+// upstream host itself. Every connection to a host an answer named (a redirect, a token realm)
+// passes the address guard of the Fetcher's transport (netguard.go).
 type client struct {
 	up        Registry
 	reg       name.Registry
@@ -69,6 +70,8 @@ type client struct {
 	instanceID string
 	// nodecache is set once the upstream URL answered with mirrorapi.HeaderVersion.
 	nodecache *atomic.Bool
+	// onRefused, when set, is told of every connection the address guard refused.
+	onRefused func(upstream, op string, e *TargetRefusedError)
 }
 
 type repoTransport struct {
@@ -99,6 +102,7 @@ func newClient(up Registry, base http.RoundTripper, timeout time.Duration, userA
 		return nil, fmt.Errorf("upstream %s: transport cache: %w", up.Name, err)
 	}
 	seen := &atomic.Bool{}
+	base = noDowngrade{next: base}
 	base = retryAfterRecorder{nodecacheDetector{name: up.Name, host: up.URL.Host, self: instanceID, seen: seen, next: base}}
 	if up.Credentials != nil {
 		base = credentialGuard{name: up.Name, upstream: up.URL, next: base}
@@ -156,7 +160,8 @@ func (t retryAfterRecorder) RoundTrip(req *http.Request) (*http.Response, error)
 }
 
 // DefaultTransport returns the base transport to upstreams: every phase up to the response
-// headers is bounded by timeout, so a black-holed upstream fails instead of hanging.
+// headers is bounded by timeout, so a black-holed upstream fails instead of hanging. It asks for
+// no compression (DisableCompression): a body is stored and verified as the upstream sent it.
 func DefaultTransport(timeout time.Duration) *http.Transport {
 	d := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 	return &http.Transport{
@@ -168,6 +173,7 @@ func DefaultTransport(timeout time.Duration) *http.Transport {
 		IdleConnTimeout:       90 * time.Second,
 		MaxIdleConnsPerHost:   16,
 		ForceAttemptHTTP2:     true,
+		DisableCompression:    true,
 	}
 }
 
@@ -273,6 +279,10 @@ func (c *client) doDirect(ctx context.Context, op, method, repo, kind, ref strin
 }
 
 func (c *client) classify(op string, err error) error {
+	var refused *TargetRefusedError
+	if errors.As(err, &refused) && c.onRefused != nil {
+		c.onRefused(c.up.Name, op, refused)
+	}
 	var te *transport.Error
 	if errors.As(err, &te) {
 		return &Error{Upstream: c.up.Name, Op: op, Status: te.StatusCode, Err: err}

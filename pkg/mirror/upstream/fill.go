@@ -306,6 +306,10 @@ func (f *Fill) run() {
 	log.Debug().Int64("bytes", f.size).Str("duration", clitext.Span(time.Since(start))).Msg("blob cached")
 }
 
+// ErrUnknownSizeTooLarge marks a fill of a blob whose size no upstream answer stated that grew
+// past Options.MaxUnknownBlobSize; nothing of it is stored.
+var ErrUnknownSizeTooLarge = errors.New("blob of unstated size is larger than the bound")
+
 func (f *Fill) download(ctx context.Context) error {
 	r := f.remote
 	file, err := os.OpenFile(f.path, os.O_WRONLY, 0)
@@ -340,7 +344,7 @@ func (f *Fill) download(ctx context.Context) error {
 		if errors.As(err, &ue) && (ue.NotFound() || ue.Status == http.StatusForbidden || ue.Status == http.StatusUnauthorized) {
 			return err
 		}
-		if errors.Is(err, ErrDigestMismatch) {
+		if errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrUnsafeTarget) || errors.Is(err, ErrUnknownSizeTooLarge) {
 			return err
 		}
 		if errors.As(err, &ue) && ue.Status != 0 && f.written == 0 && attempt+1 >= statusAttempts {
@@ -434,6 +438,10 @@ func (f *Fill) copyFrom(ctx context.Context, cancel context.CancelFunc, file *os
 			want = min(want, f.size-pos)
 		}
 		n, rerr := body.Read(buf[:want])
+		if limit := r.f.opts.MaxUnknownBlobSize; f.size < 0 && pos+int64(n) > limit {
+			return progressed, fmt.Errorf("upstream %s: blob %s: %w: more than %d bytes (--max-unknown-blob-size %s)",
+				r.Name, f.desc.Digest, ErrUnknownSizeTooLarge, limit, clitext.Bytes(limit))
+		}
 		if n > 0 {
 			stall.Reset(timeout)
 			chunk := buf[:n]

@@ -19,6 +19,7 @@ type metrics struct {
 	fillsInFlight   prometheus.Gauge
 	resumes         *prometheus.CounterVec // upstream
 	mismatches      *prometheus.CounterVec // upstream, kind
+	refusedTargets  *prometheus.CounterVec // upstream, reason
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -44,8 +45,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "nodecache_digest_mismatches_total",
 			Help: "Manifests and blobs from an upstream whose bytes did not match their digest (nothing of them was stored), by kind (manifest, blob).",
 		}, []string{"upstream", "kind"}),
+		refusedTargets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodecache_upstream_refused_targets_total",
+			Help: "Connections an upstream's answer asked for (a redirect, a token realm) that nodecache refused, by reason: loopback, private, link-local, shared-address-space, unspecified, multicast (the address it resolved to) or https-to-http (a downgrading redirect).",
+		}, []string{"upstream", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.upstreamBytes, m.upstreamSeconds, m.fillsInFlight, m.resumes, m.mismatches} {
+	for _, c := range []prometheus.Collector{m.upstreamBytes, m.upstreamSeconds, m.fillsInFlight, m.resumes, m.mismatches, m.refusedTargets} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

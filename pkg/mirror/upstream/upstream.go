@@ -14,7 +14,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -38,6 +40,12 @@ const (
 	// MaxFreshTags bounds how many tags Options.TagTTL remembers as fresh; the least recently
 	// used goes first (it is then revalidated on its next request).
 	MaxFreshTags = 65536
+	// DefaultMaxUnknownBlobSize (16 GiB) bounds a blob whose size the upstream did not state.
+	// Registries state it (a blob HEAD's Content-Length, or the GET's), so the bound matters
+	// only for an upstream that states neither; it is well above the largest layers of real
+	// images (GPU and ML framework images carry layers of a few GiB) and keeps a body that
+	// never ends, or one that expands, from filling the disk.
+	DefaultMaxUnknownBlobSize = 16 << 30
 )
 
 // Registry is one upstream registry: the name clients use for it and where its API is.
@@ -89,6 +97,21 @@ type Options struct {
 	// InstanceID names this nodecache in the Via entries of requests to shared nodecaches
 	// ("1.1 nodecache/<id>"). Default NewInstanceID().
 	InstanceID string
+	// AllowPrivate are the networks (--upstream-allow-private) an upstream's answer may send
+	// nodecache to although they are loopback, private, link-local, shared (CGNAT),
+	// unspecified or multicast addresses. Without them such an address is reached on an
+	// upstream's word (a redirect's Location, a token realm) only when it is a configured
+	// upstream's own address, and never when it is link-local (cloud metadata services), so a
+	// malicious or intercepted upstream cannot make nodecache fetch from inside the network.
+	// Configured endpoints (upstream URLs, Chain, proxies from the environment) are always
+	// reached. See TargetRefusedError.
+	AllowPrivate []netip.Prefix
+	// Resolver resolves the hosts an upstream's answer names, to check them before dialling.
+	// Default net.DefaultResolver.
+	Resolver Resolver
+	// MaxUnknownBlobSize bounds a blob whose size no upstream answer stated (HEAD refused, GET
+	// without Content-Length): past it the fill fails. Default DefaultMaxUnknownBlobSize.
+	MaxUnknownBlobSize int64
 	// OnDiskFull, when set, is called (from the fill's goroutine) when a fill's staging file
 	// hits ENOSPC: the fill then goes on in memory, is served and verified, but not stored.
 	// lacked is how many more bytes (beyond what its staging file held, which is freed once the
@@ -147,6 +170,11 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 	if opts.InstanceID == "" {
 		opts.InstanceID = NewInstanceID()
 	}
+	if opts.MaxUnknownBlobSize <= 0 {
+		opts.MaxUnknownBlobSize = DefaultMaxUnknownBlobSize
+	}
+	guard := newAddressGuard(regs, opts.Chain, opts.AllowPrivate, opts.Resolver)
+	opts.Transport = guard.guardTransport(opts.Transport, &net.Dialer{Timeout: opts.Timeout, KeepAlive: 30 * time.Second})
 	var ch *chain
 	if opts.Chain != nil {
 		if opts.Chain.Scheme != "http" && opts.Chain.Scheme != "https" || opts.Chain.Host == "" {
@@ -185,6 +213,7 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 		if err != nil {
 			return nil, err
 		}
+		c.onRefused = f.noteRefused
 		f.remotes[reg.Name] = &Remote{Registry: reg, f: f, client: c}
 		met.initUpstream(reg.Name)
 	}
@@ -227,6 +256,16 @@ func LoadRootCAs(file string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("CA file %s holds no PEM certificate (want -----BEGIN CERTIFICATE-----)", file)
 	}
 	return pool, nil
+}
+
+// noteRefused counts and logs a connection the address guard refused (TargetRefusedError).
+func (f *Fetcher) noteRefused(upstream, op string, e *TargetRefusedError) {
+	f.metrics.refusedTargets.WithLabelValues(upstream, e.Reason).Inc()
+	ev := f.log.Warn().Str("upstream", upstream).Str("op", op).Str("target", e.Target).Str("reason", e.Reason)
+	if e.Addr.IsValid() {
+		ev = ev.Str("address", e.Addr.String())
+	}
+	ev.Msg("refused a connection the upstream's answer asked for")
 }
 
 // Remote returns the upstream called name, nil when none is configured.
