@@ -22,7 +22,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/hashicorp/golang-lru/v2/expirable"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/singleflight"
@@ -128,7 +128,7 @@ type Fetcher struct {
 	fills   *fillSet
 	flight  singleflight.Group
 	metrics *metrics
-	fresh   *expirable.LRU[string, time.Time] // nil when TagTTL is 0
+	fresh   *lru.Cache[string, time.Time] // nil when TagTTL is 0
 	chain   *chain                            // nil without Options.Chain
 
 	// tagLists keeps tag listings for TagTTL (taglist.go).
@@ -200,9 +200,14 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 		chain:   ch,
 	}
 	if opts.TagTTL > 0 {
-		// The LRU drops entries TagTTL after they were added (in real time) and bounds the
-		// memory; freshness itself is judged against opts.Clock in TagFresh.
-		f.fresh = expirable.NewLRU[string, time.Time](MaxFreshTags, nil, opts.TagTTL)
+		// A plain LRU bounds the memory and starts no goroutine (golang-lru's expirable LRU
+		// runs a cleanup goroutine that nothing stops); an entry's age is judged against
+		// opts.Clock in TagFresh, and an expired one stays until it is confirmed again or is
+		// the least recently confirmed past MaxFreshTags.
+		var err error
+		if f.fresh, err = lru.New[string, time.Time](MaxFreshTags); err != nil {
+			return nil, fmt.Errorf("upstream: fresh-tag cache: %w", err)
+		}
 	}
 	for _, reg := range regs {
 		base, err := transportFor(reg, opts.Transport)

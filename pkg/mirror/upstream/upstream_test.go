@@ -25,11 +25,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// expirable.NewLRU starts a goroutine that deletes expired entries and never stops
-		// (golang-lru v2.0.5 has no Close); one per Fetcher with a TagTTL.
-		goleak.IgnoreTopFunction("github.com/hashicorp/golang-lru/v2/expirable.NewLRU[...].func1"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 // fakeClock is a settable clock for Options.Clock.
