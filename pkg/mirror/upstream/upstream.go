@@ -129,7 +129,7 @@ type Fetcher struct {
 	flight  singleflight.Group
 	metrics *metrics
 	fresh   *lru.Cache[string, time.Time] // nil when TagTTL is 0
-	chain   *chain                            // nil without Options.Chain
+	chain   *chain                        // nil without Options.Chain
 
 	// tagLists keeps tag listings for TagTTL (taglist.go).
 	tagLists tagListCache
