@@ -797,11 +797,12 @@ func TestWarmJobTargetsSharedService(t *testing.T) {
 
 // TestUpstreamAuthMounted: with upstreamAuth, every nodecache that serves (agent, serve) gets one
 // --upstream-auth per named upstream, pointing at the .dockerconfigjson key of the Secret that
-// is mounted read-only there; half a configuration is refused with a message.
+// is mounted read-only there; half a configuration is refused with a message. (The shared mode
+// needs pullAllow with it: TestChartSharedCredentialsNeedPullAllow.)
 func TestUpstreamAuthMounted(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []string{"agent", "shared"} {
-		objs := render(t, "nodecache", vals(t, "{mode: "+mode+", upstreamAuth: {secretName: regcred, upstreams: [docker.io, ghcr.io]}}"), false)
+		objs := render(t, "nodecache", vals(t, "{mode: "+mode+", upstreamAuth: {secretName: regcred, upstreams: [docker.io, ghcr.io]}, pullAllow: [10.0.0.0/16]}"), false)
 		for key, tpl := range podTemplates(objs) {
 			var mountPath string
 			for _, v := range tpl.Spec.Volumes {
@@ -833,6 +834,51 @@ func TestUpstreamAuthMounted(t *testing.T) {
 	for _, half := range []string{`upstreamAuth: {secretName: regcred}`, `upstreamAuth: {upstreams: [docker.io]}`} {
 		if _, _, err := renderValues(c, "nodecache", "nodecache", vals(t, half), false); err == nil || !strings.Contains(err.Error(), "upstreamAuth") {
 			t.Errorf("%s: %v, want a refusal naming upstreamAuth", half, err)
+		}
+	}
+}
+
+// TestChartSharedCredentialsNeedPullAllow (issue 20, item 3): mode=shared with upstreamAuth and no
+// pullAllow fails to render (helm's fail, so `helm install` stops before anything is created)
+// with a message naming the risk — anyone who reaches the Service reads what the credentials
+// can — and the fix, pullAllow with the nodes' CIDRs; with pullAllow it renders, serve gets
+// --pull-allow. The agent (on the node's 127.0.0.1 only) and shared without credentials render
+// without pullAllow.
+func TestChartSharedCredentialsNeedPullAllow(t *testing.T) {
+	t.Parallel()
+	c := loadChart(t)
+	const auth = "upstreamAuth: {secretName: regcred, upstreams: [docker.io]}"
+	for _, values := range []string{"{mode: shared, " + auth + "}", "{mode: shared, " + auth + ", pullAllow: []}",
+		"{mode: shared, " + auth + ", shared: {replicas: 2, storage: {type: s3}}}"} {
+		_, _, err := renderValues(c, "cache", "nodecache", vals(t, values), false)
+		if err == nil {
+			t.Errorf("%s rendered; want a refusal", values)
+			continue
+		}
+		for _, want := range []string{"mode=shared with upstreamAuth and an empty pullAllow is refused",
+			"anyone who can reach the Service", "read every image the upstreamAuth credentials can read",
+			"Set pullAllow to the CIDRs of the nodes"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %v\nwant it to say %q", values, err, want)
+			}
+		}
+	}
+	for _, values := range []string{"{mode: shared, " + auth + ", pullAllow: [10.0.0.0/16, \"fd00::/8\"]}",
+		"{mode: agent, " + auth + "}", "{mode: shared}"} {
+		objs, _, err := renderValues(c, "cache", "nodecache", vals(t, values), false)
+		if err != nil {
+			t.Errorf("%s: %v; want it rendered", values, err)
+			continue
+		}
+		if !strings.Contains(values, "pullAllow") {
+			continue
+		}
+		var args []string
+		for _, tpl := range podTemplates(objs) {
+			args = append(args, tpl.Spec.Containers[0].Args...)
+		}
+		if !slices.Contains(args, "--pull-allow=10.0.0.0/16") || !slices.Contains(args, "--pull-allow=fd00::/8") {
+			t.Errorf("%s: serve's args %q lack --pull-allow for both networks", values, args)
 		}
 	}
 }
