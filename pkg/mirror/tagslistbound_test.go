@@ -84,6 +84,8 @@ func hugeTagPages(t *testing.T, pages, tagLen int) (srv *httptest.Server, lists,
 // on the third page; tags of 8 to 11 characters hit the tag bound on the first.
 //
 // Not parallel: the heap is measured for the whole process.
+//
+//nolint:paralleltest // measures the process's heap: runs before the package's parallel tests
 func TestTagsListBounded(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

@@ -37,6 +37,7 @@ func TestTagListCacheBounds(t *testing.T) {
 	}
 
 	t.Run("entries", func(t *testing.T) {
+		t.Parallel()
 		c := &tagListCache{maxEntries: 3}
 		for i, k := range []string{"a", "b", "c", "d"} {
 			c.put(k, list(2), sec(i), sec(i), ttl)
@@ -49,6 +50,7 @@ func TestTagListCacheBounds(t *testing.T) {
 		}
 	})
 	t.Run("bytes", func(t *testing.T) {
+		t.Parallel()
 		one := tagListSize("a", list(100))
 		c := &tagListCache{maxBytes: 2*one + one/2}
 		for i, k := range []string{"a", "b", "c"} {
@@ -66,6 +68,7 @@ func TestTagListCacheBounds(t *testing.T) {
 		}
 	})
 	t.Run("expiry", func(t *testing.T) {
+		t.Parallel()
 		var c tagListCache // the zero value, with the default bounds
 		c.put("a", list(3), sec(0), sec(0), ttl)
 		c.put("b", list(3), sec(30), sec(30), ttl)
