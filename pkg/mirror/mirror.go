@@ -503,7 +503,7 @@ func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, st *re
 	if status < 400 {
 		cache = st.cacheValue()
 	}
-	m.metrics.requests.WithLabelValues(upName, rt.kind, r.Method, fmt.Sprint(status), cache).Inc()
+	m.metrics.requests.WithLabelValues(upName, rt.kind, methodLabel(r.Method), fmt.Sprint(status), cache).Inc()
 	st.mu.Lock()
 	fromUp := min(st.upBytes, w.bytes)
 	st.mu.Unlock()
@@ -543,3 +543,14 @@ func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, st *re
 
 // Root is the storage directory ("" for in-memory storage).
 func (m *Mirror) Root() string { return m.opts.Root }
+
+// methodLabel is the method label of nodecache_requests_total: the method for RFC 9110's
+// methods, "other" for anything else, so a client cannot make a series per made-up method.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
+}

@@ -272,7 +272,7 @@ func TestRedirectDowngradeRefused(t *testing.T) {
 	ca := mirrortest.NewCA(t)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(r.URL.Path, "/blobs/") {
-			http.Redirect(w, r, plain.url("/big"), http.StatusTemporaryRedirect)
+			http.Redirect(w, r, plain.url("/big?X-Amz-Signature=SECRETSIG"), http.StatusTemporaryRedirect)
 			return
 		}
 		inner.ServeHTTP(w, r)
@@ -289,6 +289,9 @@ func TestRedirectDowngradeRefused(t *testing.T) {
 	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/library/app/blobs/"+digest.FromString("x").String()+"?ns=docker.io"), nil)
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "downgrade") {
 		t.Fatalf("status %d %q, want 502 naming the downgrade", resp.StatusCode, body)
+	}
+	if strings.Contains(string(body), "SECRETSIG") || strings.Contains(h.logs.String(), "SECRETSIG") {
+		t.Errorf("the redirect's signed query reached the client or the log: %q", body)
 	}
 	if got := plain.seen(); len(got) != 0 {
 		t.Fatalf("the http target was reached: %q", got)
@@ -414,4 +417,109 @@ func clip(b []byte) string {
 		return string(b[:300]) + "…"
 	}
 	return string(b)
+}
+
+// TestRedirectToAnotherUpstreamRefused: an upstream's own address is its own, not every
+// configured upstream's: docker.io (on 127.0.0.1) redirecting to the address of another
+// configured upstream (internal.lan on 127.0.0.5, a registry inside the network), on its port or
+// another, is refused, while internal.lan itself is pulled from as configured.
+func TestRedirectToAnotherUpstreamRefused(t *testing.T) {
+	t.Parallel()
+	internal := mirrortest.NewRegistryAt(t, "127.0.0.5:0")
+	internal.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	other := newInternalService(t, "127.0.0.5:0")
+	var (
+		mu sync.Mutex
+		to string
+	)
+	pub, layer := redirectingUpstream(t, func(kind string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if kind != "blob" {
+			return ""
+		}
+		return to
+	})
+	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{
+		upstreamFor(t, "docker.io", pub), upstreamFor(t, "internal.lan", internal),
+	}})
+	resp, _ := get(t, http.MethodGet, fmtURL(h, "/v2/internal.lan/team/app/manifests/v1"), manifestAccept)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("internal.lan itself: status %d", resp.StatusCode)
+	}
+	internal.ResetRequests()
+	for _, target := range []string{"http://" + internal.Addr + "/v2/team/app/manifests/v1", other.url("/big")} {
+		mu.Lock()
+		to = target
+		mu.Unlock()
+		resp, body := getLenient(t, fmtURL(h, "/v2/library/app/blobs/"+layer.String()+"?ns=docker.io"))
+		if resp == nil || resp.StatusCode != http.StatusBadGateway {
+			t.Errorf("docker.io redirected to %s: answer %v %q, want 502", target, resp, clip(body))
+		}
+	}
+	if n := len(internal.Requests()); n != 0 {
+		t.Errorf("docker.io's redirect reached internal.lan: %+v", internal.Requests())
+	}
+	if got := other.seen(); len(got) != 0 {
+		t.Errorf("docker.io's redirect reached another port of internal.lan's address: %q", got)
+	}
+}
+
+// TestRedirectIntoItselfStops: an upstream redirecting a blob back into nodecache's own listener
+// (reachable here: the upstream and nodecache share 127.0.0.1) does not make it recurse: the
+// redirected request carries this nodecache's Via entry, and its loop check answers 508 at the
+// first hop.
+func TestRedirectIntoItselfStops(t *testing.T) {
+	t.Parallel()
+	var (
+		mu   sync.Mutex
+		self string
+		hops int
+	)
+	reg, layer := redirectingUpstream(t, func(kind string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if kind != "blob" || self == "" || hops >= 50 { // the upstream's own bound, so a failing test ends
+			return ""
+		}
+		hops++
+		// Another repository each hop: no hop joins the fetch of the one before.
+		return fmt.Sprintf("http://%s/v2/library/loop%d/blobs/%s?ns=docker.io", self, hops, digest.FromString("loop"))
+	})
+	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "docker.io", reg)}})
+	mu.Lock()
+	self = h.host
+	mu.Unlock()
+	start := time.Now()
+	resp, body := getLenient(t, fmtURL(h, "/v2/library/app/blobs/"+layer.String()+"?ns=docker.io"))
+	if resp == nil || resp.StatusCode < 500 {
+		t.Fatalf("answer %v %q, want an error", resp, clip(body))
+	}
+	if n := h.registryRequests(); n > 4 {
+		t.Errorf("nodecache served %d requests for one pull redirected into itself, want at most a hop", n)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the loop took %s to end", d)
+	}
+}
+
+// TestMethodLabelBounded: a made-up request method is counted as "other", so clients cannot make
+// a metric series each.
+func TestMethodLabelBounded(t *testing.T) {
+	t.Parallel()
+	reg := mirrortest.NewRegistry(t)
+	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "docker.io", reg)}})
+	for _, m := range []string{"AAAA1", "ZZZ-19474"} {
+		resp, _ := get(t, m, fmtURL(h, "/v2/library/app/manifests/latest"), nil)
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("%s: status %d, want 405", m, resp.StatusCode)
+		}
+	}
+	_, metrics := get(t, http.MethodGet, fmtURL(h, "/metrics"), nil)
+	if strings.Contains(string(metrics), "AAAA1") || strings.Contains(string(metrics), "ZZZ-19474") {
+		t.Errorf("a made-up method became a label value:\n%s", grepLines(string(metrics), "nodecache_requests_total"))
+	}
+	if !strings.Contains(string(metrics), `method="other"`) {
+		t.Errorf("no method=\"other\" series:\n%s", grepLines(string(metrics), "nodecache_requests_total"))
+	}
 }

@@ -260,13 +260,20 @@ type nodecacheDetector struct {
 }
 
 func (d nodecacheDetector) RoundTrip(req *http.Request) (*http.Response, error) {
-	if d.seen.Load() && req.URL.Host == d.host {
+	switch {
+	case d.seen.Load() && req.URL.Host == d.host:
 		req = req.Clone(req.Context())
 		q := req.URL.Query()
 		if q.Get("ns") == "" {
 			q.Set("ns", d.name)
 			req.URL.RawQuery = q.Encode()
 		}
+		req.Header.Set("Via", viaHeader(req.Context(), d.self))
+	case req.Response != nil || req.URL.Host != d.host:
+		// A redirect, or a host an answer named (a token realm): it may lead back into this
+		// nodecache (or another), whose loop check (CheckLoop) then answers 508 instead of
+		// recursing for as long as the upstream keeps redirecting.
+		req = req.Clone(req.Context())
 		req.Header.Set("Via", viaHeader(req.Context(), d.self))
 	}
 	resp, err := d.next.RoundTrip(req)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -102,7 +103,7 @@ func newClient(up Registry, base http.RoundTripper, timeout time.Duration, userA
 		return nil, fmt.Errorf("upstream %s: transport cache: %w", up.Name, err)
 	}
 	seen := &atomic.Bool{}
-	base = noDowngrade{next: base}
+	base = noDowngrade{next: boundedPing{next: base}}
 	base = retryAfterRecorder{nodecacheDetector{name: up.Name, host: up.URL.Host, self: instanceID, seen: seen, next: base}}
 	if up.Credentials != nil {
 		base = credentialGuard{name: up.Name, upstream: up.URL, next: base}
@@ -279,6 +280,14 @@ func (c *client) doDirect(ctx context.Context, op, method, repo, kind, ref strin
 }
 
 func (c *client) classify(op string, err error) error {
+	// http.Client's errors name the URL: an upstream's redirect may carry a signed query (a CDN
+	// credential) that clients and logs must not see.
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil {
+			ue.URL = redactedURL(u)
+		}
+	}
 	var refused *TargetRefusedError
 	if errors.As(err, &refused) && c.onRefused != nil {
 		c.onRefused(c.up.Name, op, refused)

@@ -3,12 +3,14 @@ package upstream
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 // mapResolver answers from a fixed table, as DNS would for these names.
@@ -37,9 +39,14 @@ func TestAddressClass(t *testing.T) {
 		"127.0.0.1":              ReasonLoopback,
 		"127.0.0.5":              ReasonLoopback,
 		"::1":                    ReasonLoopback,
-		"::ffff:127.0.0.1":       ReasonLoopback, // IPv4-mapped
-		"64:ff9b::7f00:1":        ReasonLoopback, // NAT64 of 127.0.0.1
-		"64:ff9b::5db8:d70e":     "",             // NAT64 of a public address
+		"::ffff:127.0.0.1":       ReasonLoopback,  // IPv4-mapped
+		"::127.0.0.5":            ReasonLoopback,  // IPv4-compatible
+		"::ffff:0:a00:1":         ReasonPrivate,   // IPv4-translated 10.0.0.1
+		"64:ff9b::7f00:1":        ReasonLoopback,  // NAT64 of 127.0.0.1
+		"64:ff9b:1::a9fe:a9fe":   ReasonLinkLocal, // local-use NAT64 of 169.254.169.254
+		"64:ff9b::5db8:d70e":     "",              // NAT64 of a public address
+		"2002:7f00:1::1":         ReasonLoopback,  // 6to4 of 127.0.0.1
+		"2002:5db8:d70e::1":      "",              // 6to4 of a public address
 		"10.1.2.3":               ReasonPrivate,
 		"172.16.0.1":             ReasonPrivate,
 		"172.32.0.1":             "",
@@ -48,6 +55,9 @@ func TestAddressClass(t *testing.T) {
 		"169.254.169.254":        ReasonLinkLocal, // cloud metadata
 		"fe80::1":                ReasonLinkLocal,
 		"::ffff:169.254.169.254": ReasonLinkLocal,
+		"100.100.100.200":        ReasonMetadata, // Alibaba Cloud
+		"fd00:ec2::254":          ReasonMetadata, // AWS over IPv6
+		"168.63.129.16":          ReasonMetadata, // Azure WireServer
 		"100.64.0.1":             ReasonSharedSpace,
 		"100.127.255.254":        ReasonSharedSpace,
 		"100.128.0.1":            "",
@@ -59,6 +69,12 @@ func TestAddressClass(t *testing.T) {
 		"255.255.255.255":        ReasonMulticast,
 		"ff02::1":                ReasonLinkLocal,
 		"ff05::2":                ReasonMulticast,
+		"198.18.0.1":             ReasonReserved,
+		"240.1.2.3":              ReasonReserved,
+		"192.0.2.10":             ReasonReserved,
+		"fec0::1":                ReasonReserved,
+		"2001:db8::1":            ReasonReserved,
+		"2001:0:4136:e378::1":    ReasonReserved, // Teredo
 	} {
 		if got := addressClass(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("%s: class %q, want %q", addr, got, want)
@@ -66,46 +82,91 @@ func TestAddressClass(t *testing.T) {
 	}
 }
 
-// TestGuardCheck: what an upstream's answer may lead to, for an upstream on a LAN address
-// (10.0.0.5, known by its name registry.lan) with one network listed in AllowPrivate.
-func TestGuardCheck(t *testing.T) {
+// fakeConn is a connection that only tells where it leads.
+type fakeConn struct {
+	net.Conn
+	remote string
+}
+
+func (c fakeConn) RemoteAddr() net.Addr {
+	return net.TCPAddrFromAddrPort(netip.MustParseAddrPort(c.remote))
+}
+func (c fakeConn) Close() error { return nil }
+
+func refusedFor(t *testing.T, err error) string {
+	t.Helper()
+	var refused *TargetRefusedError
+	if err == nil {
+		return ""
+	}
+	if !errors.As(err, &refused) || !errors.Is(err, ErrUnsafeTarget) {
+		t.Fatalf("%v is not a TargetRefusedError", err)
+	}
+	return refused.Reason
+}
+
+// TestGuardOwnAddress: what an upstream's answer may lead to for an upstream configured by name
+// (registry.lan:5000): its own address is one nodecache reached it at (pinned), never what its
+// name resolves to later, and only while it was never reached at a public address.
+func TestGuardOwnAddress(t *testing.T) {
 	t.Parallel()
-	res := mapResolver{"registry.lan": addrs("10.0.0.5"), "metadata.lan": addrs("169.254.169.254")}
-	up := Registry{Name: "registry.lan", URL: &url.URL{Scheme: "http", Host: "registry.lan:5000"}}
-	linkLocalUp := Registry{Name: "metadata.lan", URL: &url.URL{Scheme: "http", Host: "metadata.lan"}}
-	g := newAddressGuard([]Registry{up, linkLocalUp}, nil, []netip.Prefix{netip.MustParsePrefix("192.168.7.0/24")}, res)
-	for _, c := range []struct {
-		addr string
-		want string // "" allowed, else the reason
-	}{
-		{"93.184.215.14", ""},
-		{"10.0.0.5", ""},                     // the upstream's own address (any port)
-		{"10.0.0.6", ReasonPrivate},          // its neighbour
-		{"192.168.7.20", ""},                 // listed
-		{"192.168.8.20", ReasonPrivate},      // not listed
-		{"127.0.0.1", ReasonLoopback},        //
-		{"169.254.169.254", ReasonLinkLocal}, // link-local even when an upstream resolves to it
-		{"100.64.1.1", ReasonSharedSpace},
+	res := mapResolver{"registry.lan": addrs("10.0.0.5", "10.20.30.40")}
+	g := newAddressGuard(&url.URL{Scheme: "http", Host: "registry.lan:5000"}, []netip.Prefix{netip.MustParsePrefix("192.168.7.0/24")}, res)
+	check := func(addr string) string { return refusedFor(t, g.check(addr+":80", netip.MustParseAddr(addr))) }
+	for addr, want := range map[string]string{
+		"93.184.215.14":   "",
+		"10.0.0.5":        ReasonPrivate, // what the name resolves to is not "own" before nodecache went there
+		"192.168.7.20":    "",            // listed
+		"192.168.8.20":    ReasonPrivate, // not listed
+		"100.100.100.200": ReasonMetadata,
 	} {
-		err := g.check(t.Context(), c.addr+":80", netip.MustParseAddr(c.addr))
-		var refused *TargetRefusedError
-		switch {
-		case c.want == "" && err != nil:
-			t.Errorf("%s: refused (%v), want allowed", c.addr, err)
-		case c.want != "" && !errors.As(err, &refused):
-			t.Errorf("%s: %v, want a refusal for %s", c.addr, err, c.want)
-		case c.want != "" && (refused.Reason != c.want || !errors.Is(err, ErrUnsafeTarget)):
-			t.Errorf("%s: reason %q (%v), want %q", c.addr, refused.Reason, err, c.want)
+		if got := check(addr); got != want {
+			t.Errorf("before any connection, %s: %q, want %q", addr, got, want)
 		}
 	}
-	allowLL := newAddressGuard(nil, nil, []netip.Prefix{netip.MustParsePrefix("169.254.169.254/32")}, res)
-	if err := allowLL.check(t.Context(), "x", netip.MustParseAddr("169.254.169.254")); err != nil {
-		t.Errorf("link-local listed in AllowPrivate: %v", err)
+	if err := g.reachedEndpoint(fakeConn{remote: "10.0.0.5:5000"}); err != nil {
+		t.Fatal(err)
+	}
+	for addr, want := range map[string]string{
+		"10.0.0.5":    "",            // the address nodecache reached it at, any port
+		"10.20.30.40": ReasonPrivate, // also in its DNS answer, never connected to
+		"127.0.0.1":   ReasonLoopback,
+	} {
+		if got := check(addr); got != want {
+			t.Errorf("reached at 10.0.0.5, %s: %q, want %q", addr, got, want)
+		}
+	}
+	// Reached once at a public address: a registry that lives outside the network, whose
+	// name answering with inside addresses is no LAN registry.
+	if err := g.reachedEndpoint(fakeConn{remote: "93.184.215.14:5000"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := check("10.0.0.5"); got != ReasonPrivate {
+		t.Errorf("after a public connection, 10.0.0.5: %q, want private", got)
+	}
+	// The metadata service behind the configured name (a DNS answer switched to it) is refused
+	// at once, unless the operator wrote or listed the address.
+	for _, c := range []struct {
+		endpoint string
+		allow    []netip.Prefix
+		remote   string
+		want     string
+	}{
+		{"registry.lan:80", nil, "169.254.169.254:80", ReasonLinkLocal},
+		{"registry.lan:80", nil, "100.100.100.200:80", ReasonMetadata},
+		{"registry.lan:80", []netip.Prefix{netip.MustParsePrefix("169.254.169.254/32")}, "169.254.169.254:80", ""},
+		{"169.254.169.254:80", nil, "169.254.169.254:80", ""},
+		{"registry.lan:80", nil, "127.0.0.1:80", ""},
+	} {
+		g := newAddressGuard(&url.URL{Scheme: "http", Host: c.endpoint}, c.allow, res)
+		if got := refusedFor(t, g.reachedEndpoint(fakeConn{remote: c.remote})); got != c.want {
+			t.Errorf("endpoint %s reached at %s: %q, want %q", c.endpoint, c.remote, got, c.want)
+		}
 	}
 }
 
-// TestGuardDial: configured endpoints are dialled as given; any other name is resolved by the
-// guard, checked, and dialled by its allowed address only.
+// TestGuardDial: the configured endpoint is dialled by name and checked on the address reached;
+// any other name is resolved by the guard, checked, and dialled by its allowed addresses only.
 func TestGuardDial(t *testing.T) {
 	t.Parallel()
 	res := mapResolver{
@@ -113,11 +174,13 @@ func TestGuardDial(t *testing.T) {
 		"rebind.example": addrs("127.0.0.1", "93.184.215.14"),
 		"inside.example": addrs("127.0.0.9"),
 	}
-	up := Registry{Name: "registry.lan", URL: &url.URL{Scheme: "https", Host: "registry.lan"}}
-	g := newAddressGuard([]Registry{up}, &url.URL{Scheme: "http", Host: "shared.lan:5000"}, nil, res)
+	g := newAddressGuard(&url.URL{Scheme: "https", Host: "registry.example"}, nil, res)
 	var dialled []string
 	dial := g.dial(func(_ context.Context, _, addr string) (net.Conn, error) {
 		dialled = append(dialled, addr)
+		if addr == "registry.example:443" {
+			return fakeConn{remote: "93.184.215.20:443"}, nil
+		}
 		return nil, errors.New("not dialled in this test")
 	})
 	for _, c := range []struct {
@@ -125,9 +188,8 @@ func TestGuardDial(t *testing.T) {
 		dialled []string
 		refused bool
 	}{
-		{"registry.lan:443", []string{"registry.lan:443"}, false}, // configured: unchecked, by name
-		{"SHARED.lan:5000", []string{"SHARED.lan:5000"}, false},   // the chain, case-insensitive
-		{"registry.lan:8443", nil, false},                         // not configured: resolved (fails: no such host)
+		{"REGISTRY.example:443", []string{"REGISTRY.example:443"}, false}, // configured: by name
+		{"registry.example:8443", nil, false},                             // not configured: resolved (no such host)
 		{"cdn.example:443", []string{"93.184.215.14:443"}, false},
 		{"rebind.example:443", []string{"93.184.215.14:443"}, false}, // only the public address
 		{"inside.example:80", nil, true},
@@ -144,18 +206,42 @@ func TestGuardDial(t *testing.T) {
 	}
 }
 
+// TestDialAddrsFallback: when the first address family does not answer, the other one is
+// tried fallbackDelay later, not after the first attempt's whole timeout.
+func TestDialAddrsFallback(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	conn, err := dialAddrs(t.Context(), func(ctx context.Context, _, addr string) (net.Conn, error) {
+		if strings.HasPrefix(addr, "[") { // IPv6: black-holed
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return fakeConn{remote: addr}, nil
+	}, "tcp", "443", addrs("2001:4860::1", "93.184.215.14"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := conn.RemoteAddr().String(); got != "93.184.215.14:443" {
+		t.Errorf("connected to %s", got)
+	}
+	if d := time.Since(start); d < fallbackDelay || d > 5*time.Second {
+		t.Errorf("connected after %s, want about %s", d, fallbackDelay)
+	}
+}
+
 // TestGuardProxy: behind a proxy from the environment the proxy is trusted and each target is
-// checked by resolving its name before the request goes to the proxy.
+// checked by resolving its name before the request goes to the proxy; a name this host cannot
+// resolve goes to the proxy, which resolves it.
 func TestGuardProxy(t *testing.T) {
 	t.Parallel()
 	res := mapResolver{"cdn.example": addrs("93.184.215.14"), "inside.example": addrs("10.9.9.9")}
-	up := Registry{Name: "docker.io", URL: &url.URL{Scheme: "https", Host: "registry-1.docker.io"}}
-	g := newAddressGuard([]Registry{up}, nil, nil, res)
+	g := newAddressGuard(&url.URL{Scheme: "https", Host: "registry-1.docker.io"}, nil, res)
 	proxyURL := &url.URL{Scheme: "http", Host: "10.0.0.1:3128"}
 	proxy := g.proxy(func(*http.Request) (*url.URL, error) { return proxyURL, nil })
 	for target, refused := range map[string]bool{
 		"https://registry-1.docker.io/v2/": false,
 		"https://cdn.example/blob":         false,
+		"https://auth.unknown.example/tok": false, // not resolvable here
 		"http://inside.example/latest":     true,
 	} {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, target, nil)
@@ -167,10 +253,31 @@ func TestGuardProxy(t *testing.T) {
 			t.Errorf("%s: proxy %v", target, p)
 		}
 	}
-	if !g.trusted("10.0.0.1:3128") {
+	if !g.isProxy("10.0.0.1:3128") {
 		t.Error("the proxy the environment named is not dialled as configured")
 	}
 }
+
+// TestBoundedPing: the body of a /v2/ answer is read up to maxPingBody bytes, however long.
+func TestBoundedPing(t *testing.T) {
+	t.Parallel()
+	rt := boundedPing{next: roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(zeroReader{})}, nil
+	})}
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://registry.example/v2/", nil)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := io.Copy(io.Discard, resp.Body)
+	if n != maxPingBody {
+		t.Errorf("read %d bytes of an endless /v2/ body, want %d", n, maxPingBody)
+	}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) { clear(p); return len(p), nil }
 
 // TestNoDowngrade: a request a redirect created from an https answer may not be http.
 func TestNoDowngrade(t *testing.T) {

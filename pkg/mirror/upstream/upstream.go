@@ -99,12 +99,14 @@ type Options struct {
 	InstanceID string
 	// AllowPrivate are the networks (--upstream-allow-private) an upstream's answer may send
 	// nodecache to although they are loopback, private, link-local, shared (CGNAT),
-	// unspecified or multicast addresses. Without them such an address is reached on an
-	// upstream's word (a redirect's Location, a token realm) only when it is a configured
-	// upstream's own address, and never when it is link-local (cloud metadata services), so a
-	// malicious or intercepted upstream cannot make nodecache fetch from inside the network.
-	// Configured endpoints (upstream URLs, Chain, proxies from the environment) are always
-	// reached. See TargetRefusedError.
+	// unspecified, multicast, cloud metadata or otherwise not globally reachable addresses
+	// (addressClass). Without them such an address is reached on an upstream's word (a
+	// redirect's Location, a token realm) only when it is a loopback or private address the
+	// same upstream's configured endpoint was reached at (see addressGuard), so a malicious or
+	// intercepted upstream cannot make nodecache fetch from inside the network. Configured
+	// endpoints (upstream URLs, Chain, proxies from the environment) are reached wherever they
+	// are, except a name that resolves to a link-local or metadata address. See
+	// TargetRefusedError.
 	AllowPrivate []netip.Prefix
 	// Resolver resolves the hosts an upstream's answer names, to check them before dialling.
 	// Default net.DefaultResolver.
@@ -130,6 +132,7 @@ type Fetcher struct {
 	metrics *metrics
 	fresh   *lru.Cache[string, time.Time] // nil when TagTTL is 0
 	chain   *chain                        // nil without Options.Chain
+	owned   []*http.Transport             // the guarded transports New made, one per upstream
 
 	// tagLists keeps tag listings for TagTTL (taglist.go).
 	tagLists tagListCache
@@ -173,18 +176,22 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 	if opts.MaxUnknownBlobSize <= 0 {
 		opts.MaxUnknownBlobSize = DefaultMaxUnknownBlobSize
 	}
-	guard := newAddressGuard(regs, opts.Chain, opts.AllowPrivate, opts.Resolver)
-	opts.Transport = guard.guardTransport(opts.Transport, &net.Dialer{Timeout: opts.Timeout, KeepAlive: 30 * time.Second})
+	dialer := &net.Dialer{Timeout: opts.Timeout, KeepAlive: 30 * time.Second}
 	var ch *chain
 	if opts.Chain != nil {
 		if opts.Chain.Scheme != "http" && opts.Chain.Scheme != "https" || opts.Chain.Host == "" {
 			return nil, fmt.Errorf("upstream: chain URL %q: want http:// or https://HOST[:PORT]", opts.Chain)
 		}
-		ch = &chain{url: opts.Chain, base: opts.Transport, breaker: &breaker{now: opts.Clock}, log: opts.Logger}
-		if t, ok := opts.Transport.(*http.Transport); ok {
+		base := opts.Transport
+		if t, ok := base.(*http.Transport); ok {
 			t = t.Clone()
 			t.ResponseHeaderTimeout = SharedTierTimeout(opts.Timeout)
-			ch.base, ch.own = t, t
+			base = t
+		}
+		base = newAddressGuard(opts.Chain, opts.AllowPrivate, opts.Resolver).guardTransport(base, dialer)
+		ch = &chain{url: opts.Chain, base: base, breaker: &breaker{now: opts.Clock}, log: opts.Logger}
+		if t, ok := base.(*http.Transport); ok {
+			ch.own = t
 		}
 	}
 	met, err := newMetrics(opts.Registerer)
@@ -213,6 +220,12 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 		base, err := transportFor(reg, opts.Transport)
 		if err != nil {
 			return nil, err
+		}
+		// Each upstream has its own guard and connection pool: its own address is its own, not
+		// another upstream's.
+		base = newAddressGuard(reg.URL, opts.AllowPrivate, opts.Resolver).guardTransport(base, dialer)
+		if t, ok := base.(*http.Transport); ok {
+			f.owned = append(f.owned, t)
 		}
 		c, err := newClient(reg, base, opts.Timeout, opts.UserAgent, opts.Clock, ch, opts.InstanceID)
 		if err != nil {
@@ -329,6 +342,9 @@ func (f *Fetcher) Close() error {
 	err := f.fills.wait(context.Background())
 	if f.chain != nil && f.chain.own != nil {
 		f.chain.own.CloseIdleConnections()
+	}
+	for _, t := range f.owned {
+		t.CloseIdleConnections()
 	}
 	return err
 }
