@@ -107,6 +107,7 @@ func TestManyRefManifestsDoNotStallPulls(t *testing.T) {
 	served := &servedAt{done: map[string]time.Time{}}
 	up.Wrap(served.wrap)
 	up.PushImage(t, "team/small", "v1", mirrortest.Image(t, 4<<10, 3, "linux/amd64"))
+	up.PushImage(t, "team/alone", "v1", mirrortest.Image(t, 4<<10, 3, "linux/amd64"))
 	paths := make([]string, huge)
 	for i := range huge {
 		d := pushSparseIndex(t, up, "team/huge", fmt.Sprintf("h%d", i), fmt.Sprintf("huge %d", i), many)
@@ -119,6 +120,15 @@ func TestManyRefManifestsDoNotStallPulls(t *testing.T) {
 		Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	runMirror(t, h.m)
 	waitInventory(t, h.host, "the index ready", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+
+	// What a cold 3-layer pull takes on this machine now, with nothing else going on: the
+	// bounds below are about the delay the eight add (at most a second), not the machine's
+	// speed (two loaded cores make the pull itself take a good part of a second).
+	start := time.Now()
+	pullImage(t, h.host+"/upstream.test/team/alone:v1")
+	alone := time.Since(start)
+	t.Logf("3-layer pull alone: %s", alone)
+	bound := time.Second + alone
 
 	type answer struct {
 		status int
@@ -151,13 +161,13 @@ func TestManyRefManifestsDoNotStallPulls(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	start := time.Now()
+	start = time.Now()
 	pullImage(t, h.host+"/upstream.test/team/small:v1") // manifest, config and 3 layers, all misses
 	small := time.Since(start)
 	wg.Wait()
 	t.Logf("3-layer pull after the upstream sent the eight: %s", small)
-	if small > time.Second {
-		t.Errorf("a 3-layer pull took %s while %d indexes of %d children were being kept; want under 1s", small, huge, many)
+	if small > bound {
+		t.Errorf("a 3-layer pull took %s while %d indexes of %d children were being kept; want under %s (1s more than alone)", small, huge, many, bound)
 	}
 	for i, a := range answers {
 		took := a.at.Sub(start)
@@ -166,8 +176,8 @@ func TestManyRefManifestsDoNotStallPulls(t *testing.T) {
 			!strings.Contains(a.body, fmt.Sprintf("lists %d descriptors", many)) || !strings.Contains(a.body, fmt.Sprintf("more than %d per manifest", maxRefs)) {
 			t.Errorf("h%d: %d %s; want 400 MANIFEST_INVALID naming %d descriptors and the bound %d", i, a.status, a.body, many, maxRefs)
 		}
-		if took > time.Second {
-			t.Errorf("h%d: answered %s after the upstream had sent the eight; want refusals that do not wait on each other (< 1s)", i, took)
+		if took > bound {
+			t.Errorf("h%d: answered %s after the upstream had sent the eight; want refusals that do not wait on each other (< %s)", i, took, bound)
 		}
 	}
 
@@ -178,8 +188,8 @@ func TestManyRefManifestsDoNotStallPulls(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || digest.FromBytes(body) != atBound {
 		t.Fatalf("index of %d children: %d %.200s; want 200 and %s", maxRefs, resp.StatusCode, body, atBound)
 	}
-	if took > time.Second {
-		t.Errorf("index of %d children took %s to store and record after the upstream's answer; want under 1s", maxRefs, took)
+	if took > bound {
+		t.Errorf("index of %d children took %s to store and record after the upstream's answer; want under %s", maxRefs, took, bound)
 	}
 	waitInventory(t, h.host, "the index of 10,000 children recorded", func(inv mirrorapi.CacheInventory) bool {
 		for _, im := range inv.Images {
