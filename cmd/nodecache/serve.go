@@ -105,7 +105,7 @@ Examples:
 			if cerr := m.Close(); err == nil {
 				err = cerr
 			}
-			return withCode(exitNegative, err)
+			return withCode(startCode(err), err)
 		},
 	})
 }

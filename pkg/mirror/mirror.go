@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/distribution/distribution/v3"
@@ -53,7 +54,11 @@ type Mirror struct {
 	canary          *canary
 	cache           *cacheState // index, eviction
 	cancel          context.CancelFunc
-	rootLock        *os.File // flock on <root>/nodecache/lock (filesystem storage), released by Close
+	// rootLock is the flock on <root>/nodecache/lock (filesystem storage) Run takes and Close
+	// releases; rootTaken is set once Run took and swept the root. lockMu guards both.
+	lockMu    sync.Mutex
+	rootLock  *os.File
+	rootTaken bool
 }
 
 // configured is a configured upstream with its storage key and its upstream side.
@@ -63,28 +68,15 @@ type configured struct {
 	remote     *upstream.Remote
 }
 
-// New builds a Mirror from opts. It creates the storage root if needed but contacts no
-// upstream: it starts, and serves what it has, while every upstream is down.
+// New builds a Mirror from opts. It creates the storage root and its staging directory if
+// needed, but starts nothing: no goroutine, no lock, no file removed, no upstream contacted
+// (serving what it has works while every upstream is down). Run takes the root and starts the
+// background work; ServeHTTP answers with or without it (tests).
 //
-// Errors: an invalid Options (every problem, joined), an unusable root, ErrRootInUse when another
-// process holds a filesystem root (see lockRoot).
-func New(ctx context.Context, opts Options) (_ *Mirror, err error) {
+// Errors: an invalid Options (every problem, joined), an unusable root.
+func New(ctx context.Context, opts Options) (*Mirror, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
-	}
-	// One process per filesystem root, taken before anything under it is touched (the staging
-	// cleanup below would drop the other process's fills in flight). A shared s3 bucket is the
-	// supported way for several replicas to share one cache.
-	var rootLock *os.File
-	if opts.Root != "" && opts.Storage != StorageS3 {
-		if rootLock, err = lockRoot(opts.Root); err != nil {
-			return nil, err
-		}
-		defer func() {
-			if err != nil {
-				_ = rootLock.Close()
-			}
-		}()
 	}
 	if opts.UserAgent == "" {
 		opts.UserAgent = buildinfo.UserAgent("")
@@ -151,7 +143,6 @@ func New(ctx context.Context, opts Options) (_ *Mirror, err error) {
 		clients:   newClientLog(opts.ClientEvidenceAllow),
 		pull:      pullGate{allow: opts.PullAllow},
 		cache:     cache,
-		rootLock:  rootLock,
 	}
 	for _, u := range opts.Upstreams {
 		key := storageKey(u.Name)
@@ -178,14 +169,6 @@ func New(ctx context.Context, opts Options) (_ *Mirror, err error) {
 		cancel()
 		return nil, errors.New("distribution registry middleware was not applied")
 	}
-	// Uploads left by fills of an earlier run are never completed: drop them all now. A shared
-	// bucket also holds the uploads of other replicas' fills in flight: there only those older
-	// than the longest fill go.
-	if opts.Storage == StorageS3 {
-		m.purgeUploads(ctx, m.opts.Clock().Add(-m.opts.FillTimeout))
-	} else {
-		m.purgeUploads(ctx, m.opts.Clock())
-	}
 	return m, nil
 }
 
@@ -207,7 +190,6 @@ func stagingDir(root string) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("storage root %s: %w", root, err)
 	}
-	upstream.RemoveStaging(dir)
 	return dir, nil
 }
 
@@ -230,9 +212,12 @@ func (m *Mirror) Close() error {
 	if m.opts.Root == "" {
 		_ = os.RemoveAll(m.fetch.StagingDir())
 	}
+	m.lockMu.Lock()
 	if m.rootLock != nil {
 		_ = m.rootLock.Close() // after the index is written: the next process reads a clean one
+		m.rootLock = nil
 	}
+	m.lockMu.Unlock()
 	return err
 }
 

@@ -69,10 +69,26 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 			inner.ServeHTTP(w, r)
 		})
 	}
+	// The root is taken (locked and swept) before any listener binds: a second process on the
+	// same root fails here, before it could answer a single request.
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	started, runDone := make(chan struct{}), make(chan error, 1)
+	go func() { runDone <- m.run(runCtx, started) }()
+	select {
+	case <-started:
+	case err := <-runDone:
+		return err
+	}
+	stop := func(err error) error {
+		stopRun()
+		<-runDone
+		return err
+	}
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", o.Listen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", o.Listen, err)
+		return stop(fmt.Errorf("listen %s: %w", o.Listen, err))
 	}
 	servers := []*http.Server{{Handler: h, ReadHeaderTimeout: 30 * time.Second}}
 	if o.TLS != nil {
@@ -83,7 +99,7 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 		ml, err := lc.Listen(ctx, "tcp", o.MetricsListen)
 		if err != nil {
 			_ = l.Close()
-			return fmt.Errorf("listen %s (metrics): %w", o.MetricsListen, err)
+			return stop(fmt.Errorf("listen %s (metrics): %w", o.MetricsListen, err))
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", m.MetricsHandler())
@@ -113,7 +129,11 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 			return nil
 		})
 	}
-	g.Go(func() error { return m.Run(gctx) })
+	g.Go(func() error {
+		<-gctx.Done()
+		stopRun()
+		return <-runDone
+	})
 	g.Go(func() error {
 		<-gctx.Done()
 		o.Logger.Info().Str("timeout", clitext.Span(o.ShutdownTimeout)).Msg("shutting down: finishing in-flight responses")

@@ -5,19 +5,37 @@ import (
 	"time"
 
 	"github.com/distribution/distribution/v3/registry/storage"
+
+	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 )
 
 // uploadSweepInterval is how often Run removes uploads left by fills.
 const uploadSweepInterval = time.Hour
 
-// Run does the mirror's background work until ctx ends: it loads the cache index (or rebuilds
+// Run takes the storage root and does the mirror's background work until ctx ends. Before
+// anything else it takes the root lock (filesystem storage: one process per root, lockRoot),
+// then removes what an earlier run left (staging files of fills, and distribution's uploads:
+// every one on a filesystem root, those older than Options.FillTimeout in a shared bucket,
+// which also holds other replicas' fills in flight). Then it loads the cache index (or rebuilds
 // it from storage while serving goes on), keeps the cache under Options.MaxSize (eviction waits
-// for the index), writes the index at most every minute, and every hour removes uploads
-// (distribution's `_uploads` directories) older than Options.FillTimeout. A fill writes its
-// blob through an upload only while it commits, so an upload older than the longest fill was
-// left by a fill that died (process killed, disk full). New already removed every upload of an
-// earlier run. It returns nil when ctx ends.
-func (m *Mirror) Run(ctx context.Context) error {
+// for the index), writes the index at most every minute, and every hour removes uploads older
+// than Options.FillTimeout (a fill writes through an upload only while it commits, so an older
+// one was left by a fill that died). Every goroutine it starts has stopped when it returns; the
+// root lock is held until Close, which writes the index first.
+//
+// Errors: ErrRootInUse when another process holds the root (nothing was removed), an
+// unusable root; nil when ctx ends.
+func (m *Mirror) Run(ctx context.Context) error { return m.run(ctx, nil) }
+
+// run is Run; started, when set, is closed once the root is taken and swept, before the
+// background work starts (Serve binds its listeners then).
+func (m *Mirror) run(ctx context.Context, started chan<- struct{}) error {
+	if err := m.takeRoot(ctx); err != nil {
+		return err
+	}
+	if started != nil {
+		close(started)
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -34,6 +52,31 @@ func (m *Mirror) Run(ctx context.Context) error {
 			m.sweepUploads(ctx)
 		}
 	}
+}
+
+// takeRoot locks a filesystem root and removes what an earlier run left: staging files and
+// uploads. Only the first call does: a second Run keeps the lock and the fills in flight.
+func (m *Mirror) takeRoot(ctx context.Context) error {
+	m.lockMu.Lock()
+	defer m.lockMu.Unlock()
+	if m.rootTaken {
+		return nil // swept already: what is staged now belongs to fills in flight
+	}
+	if m.opts.Root != "" && m.opts.Storage != StorageS3 {
+		f, err := lockRoot(m.opts.Root)
+		if err != nil {
+			return err
+		}
+		m.rootLock = f
+	}
+	m.rootTaken = true
+	upstream.RemoveStaging(m.fetch.StagingDir())
+	if m.opts.Storage == StorageS3 {
+		m.purgeUploads(ctx, m.opts.Clock().Add(-m.opts.FillTimeout))
+	} else {
+		m.purgeUploads(ctx, m.opts.Clock())
+	}
+	return nil
 }
 
 // sweepUploads removes the uploads older than Options.FillTimeout.

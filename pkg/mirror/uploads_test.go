@@ -34,7 +34,7 @@ func TestFillLeftoversAreRemoved(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	now := time.Now()
-	// Left by an earlier run: removed at start whatever their age.
+	// Left by an earlier run: removed when Run takes the root, whatever their age.
 	fresh := writeUpload(t, root, "upstream.test/team/app", now.Add(-time.Minute))
 	old := writeUpload(t, root, "upstream.test/team/app", now.Add(-48*time.Hour))
 	u, _ := url.Parse("http://127.0.0.1:1")
@@ -46,6 +46,12 @@ func TestFillLeftoversAreRemoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close() })
+	if !exists(fresh) || !exists(old) {
+		t.Fatalf("New removed uploads (it only builds): fresh %v, old %v", exists(fresh), exists(old))
+	}
+	if err := m.takeRoot(t.Context()); err != nil { // what Run does first
+		t.Fatal(err)
+	}
 	if exists(fresh) || exists(old) {
 		t.Fatalf("uploads of an earlier run survived the start: fresh %v, old %v", exists(fresh), exists(old))
 	}
