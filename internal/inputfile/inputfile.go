@@ -14,9 +14,11 @@
 //     reports a smaller size and grows, or a procfs file (which reports size 0), is read up to
 //     the limit plus one byte, and refused when that byte arrives.
 //
-// Refusals are *Error (errors.Is(err, ErrRefused)): the file, what was wrong, and what is
-// accepted. A file that cannot be stat'ed, opened or read returns the *fs.PathError of that step
-// unchanged, so errors.Is(err, fs.ErrNotExist) still tells a missing file.
+// Refusals are *refusal.Error (errors.Is(err, refusal.ErrRefused), exit 2 in the CLI): the file
+// as the caller names it, what was wrong, and what is accepted — "/etc/ca.pem is a named pipe
+// (FIFO); want a PEM file: a regular file of at most 1 MiB". Refused tells them from the
+// caller's own refusals. A file that cannot be stat'ed, opened or read returns the *fs.PathError
+// of that step unchanged, so errors.Is(err, fs.ErrNotExist) still tells a missing file.
 package inputfile
 
 import (
@@ -26,6 +28,8 @@ import (
 	"io/fs"
 	"os"
 	"syscall"
+
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Binary size units, in bytes.
@@ -34,10 +38,6 @@ const (
 	MiB int64 = 1 << 20
 	GiB int64 = 1 << 30
 )
-
-// ErrRefused matches every *Error: an input that is not a file of the accepted kind. The CLI
-// exits 2 (input refused) for it.
-var ErrRefused = errors.New("input file refused")
 
 // Kind is one kind of input file: what it holds (for messages), the most bytes read, and
 // whether a pipe is accepted besides a regular file.
@@ -84,29 +84,33 @@ var (
 	Lock = Kind{Name: "a lock file", Limit: 4 * KiB}
 )
 
-// Error is a refused input file.
-type Error struct {
-	// Path is the file as the caller names it (a host path for files under --host-root).
-	Path string
-	// Kind is what was expected.
-	Kind Kind
-	// Problem says what is wrong, as a predicate: "is a named pipe (FIFO)".
-	Problem string
-}
+// notAccepted is the cause (refusal.Error.Err) of this package's refusals: the kind the file
+// was read as. Refused looks for it.
+type notAccepted struct{ kind Kind }
 
-func (e *Error) Error() string {
+func (e *notAccepted) Error() string { return "not " + e.kind.Name }
+
+// refuse is the refusal of the file named source, which was not of kind k: problem says what it
+// is instead, as a predicate ("is a named pipe (FIFO)", "is 5242880 bytes").
+func refuse(source string, k Kind, problem string) error {
 	want := "a regular file"
-	if e.Kind.Pipes {
+	if k.Pipes {
 		want = "a regular file or a pipe"
 	}
-	return fmt.Sprintf("%s %s; want %s: %s of at most %s", e.Path, e.Problem, e.Kind.Name, want, Size(e.Kind.Limit))
+	return &refusal.Error{Source: source, Reason: fmt.Sprintf("%s; want %s: %s of at most %s", problem, k.Name, want, Size(k.Limit)),
+		Err: &notAccepted{kind: k}}
 }
 
-// Is reports ErrRefused.
-func (e *Error) Is(target error) bool { return target == ErrRefused }
+// Refused reports whether err is, or wraps, a refusal of this package: a file of another type,
+// or larger than its kind's limit. Other refusals (refusal.ErrRefused), such as a symbolic link
+// that bootstrap.Resolve refuses on the way to the file, are not.
+func Refused(err error) bool {
+	var na *notAccepted
+	return errors.As(err, &na)
+}
 
-// Read returns the content of the file at path (symbolic links followed), refusing (*Error)
-// one that is not a regular file (or pipe, when k allows) or holds more than k.Limit bytes.
+// Read returns the content of the file at path (symbolic links followed), refusing (naming it
+// path) one that is not a regular file (or pipe, when k allows) or holds more than k.Limit bytes.
 func Read(path string, k Kind) ([]byte, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -127,16 +131,17 @@ func Read(path string, k Kind) ([]byte, error) {
 	return read(path, f, k)
 }
 
-// ReadFS is Read for name in fsys (fs.ValidPath form). The file is stat'ed through fsys before
+// ReadFS is Read for name in fsys (fs.ValidPath form); a refusal names the file source, as the
+// user knows it (a host path, "--mirror-ca /etc/ca.pem: /host/etc/ca.pem"). The file is stat'ed through fsys before
 // it is opened, so fsys must implement fs.StatFS (os.DirFS does): without it fs.Stat opens the
 // file, and opening a FIFO blocks. fsys.Open cannot be told not to block either, so a regular
 // file replaced by a FIFO between the stat and the open would still block.
-func ReadFS(fsys fs.FS, name string, k Kind) ([]byte, error) {
+func ReadFS(fsys fs.FS, name, source string, k Kind) ([]byte, error) {
 	fi, err := fs.Stat(fsys, name)
 	if err != nil {
 		return nil, err
 	}
-	if err := check(name, fi, k); err != nil {
+	if err := check(source, fi, k); err != nil {
 		return nil, err
 	}
 	f, err := fsys.Open(name)
@@ -144,7 +149,7 @@ func ReadFS(fsys fs.FS, name string, k Kind) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	return read(name, f, k)
+	return read(source, f, k)
 }
 
 // Check refuses path as Read would, without reading it: for files that a library opens itself
@@ -158,34 +163,34 @@ func Check(path string, k Kind) error {
 	return check(path, fi, k)
 }
 
-// CheckFS is Check for name in fsys.
-func CheckFS(fsys fs.FS, name string, k Kind) error {
+// CheckFS is Check for name in fsys; a refusal names the file source, as ReadFS does.
+func CheckFS(fsys fs.FS, name, source string, k Kind) error {
 	fi, err := fs.Stat(fsys, name)
 	if err != nil {
 		return err
 	}
-	return check(name, fi, k)
+	return check(source, fi, k)
 }
 
-// check refuses fi (the stat of path) when its type or size is not accepted.
-func check(path string, fi fs.FileInfo, k Kind) error {
+// check refuses fi (the stat of the file named source) when its type or size is not accepted.
+func check(source string, fi fs.FileInfo, k Kind) error {
 	if p := typeProblem(fi.Mode(), k); p != "" {
-		return &Error{Path: path, Kind: k, Problem: p}
+		return refuse(source, k, p)
 	}
 	if fi.Mode().IsRegular() && fi.Size() > k.Limit {
-		return &Error{Path: path, Kind: k, Problem: fmt.Sprintf("is %d bytes", fi.Size())}
+		return refuse(source, k, fmt.Sprintf("is %d bytes", fi.Size()))
 	}
 	return nil
 }
 
-// read reads f (opened from path) up to k.Limit, checking again on the open file what the path
-// led to.
-func read(path string, f fs.File, k Kind) ([]byte, error) {
+// read reads f (the file named source) up to k.Limit, checking again on the open file what the
+// path led to.
+func read(source string, f fs.File, k Kind) ([]byte, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
-	if err := check(path, fi, k); err != nil {
+	if err := check(source, fi, k); err != nil {
 		return nil, err
 	}
 	b, err := io.ReadAll(io.LimitReader(f, k.Limit+1))
@@ -193,7 +198,7 @@ func read(path string, f fs.File, k Kind) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(b)) > k.Limit {
-		return nil, &Error{Path: path, Kind: k, Problem: "holds more than " + Size(k.Limit)}
+		return nil, refuse(source, k, "holds more than "+Size(k.Limit))
 	}
 	return b, nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodecache/nodecache/internal/inputfile"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 var small = inputfile.Kind{Name: "a test file", Limit: 16}
@@ -79,16 +80,16 @@ func TestRead(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			check := func(how string, b []byte, err error) {
+			check := func(how, source string, b []byte, err error) {
 				t.Helper()
 				switch {
 				case tc.missing:
-					if !errors.Is(err, fs.ErrNotExist) || errors.Is(err, inputfile.ErrRefused) {
+					if !errors.Is(err, fs.ErrNotExist) || errors.Is(err, refusal.ErrRefused) || inputfile.Refused(err) {
 						t.Fatalf("%s: err = %v, want fs.ErrNotExist and no refusal", how, err)
 					}
 				case tc.problem != "":
-					if !errors.Is(err, inputfile.ErrRefused) || !strings.Contains(err.Error(), tc.problem) {
-						t.Fatalf("%s: err = %v, want a refusal containing %q", how, err, tc.problem)
+					if !errors.Is(err, refusal.ErrRefused) || !inputfile.Refused(err) || !strings.HasPrefix(err.Error(), source+" ") || !strings.Contains(err.Error(), tc.problem) {
+						t.Fatalf("%s: err = %v, want a refusal of %s containing %q", how, err, source, tc.problem)
 					}
 				case err != nil:
 					t.Fatalf("%s: %v", how, err)
@@ -98,14 +99,14 @@ func TestRead(t *testing.T) {
 				}
 			}
 			b, err := within(t, 5*time.Second, func() result { b, err := inputfile.Read(tc.path, tc.kind); return result{b, err} }).get()
-			check("Read", b, err)
+			check("Read", tc.path, b, err)
 			if !strings.Contains(tc.problem, "holds more") { // Check does not read
 				err := within(t, 5*time.Second, func() error { return inputfile.Check(tc.path, tc.kind) })
-				check("Check", nil, err)
+				check("Check", tc.path, nil, err)
 			}
 			fsys, name := os.DirFS(filepath.Dir(tc.path)), filepath.Base(tc.path)
-			b, err = within(t, 5*time.Second, func() result { b, err := inputfile.ReadFS(fsys, name, tc.kind); return result{b, err} }).get()
-			check("ReadFS", b, err)
+			b, err = within(t, 5*time.Second, func() result { b, err := inputfile.ReadFS(fsys, name, "--flag "+name, tc.kind); return result{b, err} }).get()
+			check("ReadFS", "--flag "+name, b, err)
 		})
 	}
 }
@@ -147,7 +148,7 @@ func TestReadPipe(t *testing.T) {
 				return result{b, err}
 			}).get()
 			if tc.problem != "" {
-				if !errors.Is(err, inputfile.ErrRefused) || !strings.Contains(err.Error(), tc.problem) {
+				if !errors.Is(err, refusal.ErrRefused) || !inputfile.Refused(err) || !strings.Contains(err.Error(), tc.problem) {
 					t.Fatalf("err = %v, want a refusal containing %q", err, tc.problem)
 				}
 				return

@@ -20,10 +20,10 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
-	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/refusal"
 	"github.com/nodecache/nodecache/pkg/warm"
 )
 
@@ -84,10 +84,11 @@ type plan struct {
 	warm      []warm.Reference
 }
 
-// refused marks a configuration error: the CLI exits 2 for it (errors.Is ErrRefused).
-func refused(err error) error { return &bootstrap.RefusedError{Reason: err.Error()} }
+// refused marks a configuration error as a refusal (refusal.ErrRefused), with its message: the
+// CLI exits 2 for it.
+func refused(err error) error { return &refusal.Error{Reason: err.Error()} }
 
-// check validates c; every error wraps bootstrap.ErrRefused and names the flag.
+// check validates c; every error is a refusal (refusal.ErrRefused) naming the flag.
 func check(c Config) (*plan, error) {
 	var errs []error
 	if c.Interval <= 0 {
@@ -150,7 +151,7 @@ func mirrorURL(explicit, listen string) (*url.URL, error) {
 	return &url.URL{Scheme: "http", Host: net.JoinHostPort(host, port)}, nil
 }
 
-// Run checks c (an error wrapping bootstrap.ErrRefused when it is refused; nothing started),
+// Run checks c (a refusal, refusal.ErrRefused, when it is refused; nothing started),
 // then serves until ctx ends. One errgroup holds the registry server, the configure pass (once
 // the registry listens), the warm pass (after configure) and the activation monitor (after
 // configure). Configure and warm failures are logged, not returned: the mirror still serves and

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/internal/inputfile"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Applier performs planned changes under a host root.
@@ -132,7 +133,7 @@ func (a Applier) check(c Change) error {
 			return fmt.Errorf("apply %s: backup %s: %w", c.Path, c.Backup, err)
 		}
 		if !fi.Mode().IsRegular() {
-			return fmt.Errorf("apply %s: %w", c.Path, Refusedf("backup %s is %s, not the regular file nodecache wrote: it is not moved over %s; nothing was changed",
+			return fmt.Errorf("apply %s: %w", c.Path, refusal.Errorf("backup %s is %s, not the regular file nodecache wrote: it is not moved over %s; nothing was changed",
 				c.Backup, inputfile.ModeWords(fi.Mode()), c.Path))
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // BackupSuffix names the copy of a user's file taken before nodecache first edits it:
@@ -73,12 +74,12 @@ func FSName(p string) string {
 // regular file of at most inputfile.RuntimeConfig.Limit bytes is read: another type (a FIFO, a
 // device, a directory) or a larger file is refused (ErrRefused) naming p.
 func ReadFile(fsys fs.FS, p string) (data []byte, exists bool, err error) {
-	data, err = inputfile.ReadFS(fsys, FSName(p), inputfile.RuntimeConfig)
+	data, err = inputfile.ReadFS(fsys, FSName(p), p, inputfile.RuntimeConfig)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, false, nil
-	case errors.Is(err, inputfile.ErrRefused):
-		return nil, false, RefusedInput(p, err)
+	case inputfile.Refused(err):
+		return nil, false, err
 	case err != nil:
 		return nil, false, fmt.Errorf("read %s: %w", p, err)
 	}
@@ -102,7 +103,7 @@ func PlanOwned(fsys fs.FS, p string, mode fs.FileMode, data []byte) (Change, err
 	case bytes.Equal(old, data):
 		c.Action = ActionUnchanged
 	case !mirrorapi.Managed(old):
-		return Change{}, Refusedf("%s exists and is not managed by nodecache (its first line is not %q): move it away or merge it by hand", p, mirrorapi.ManagedMarker)
+		return Change{}, refusal.Errorf("%s exists and is not managed by nodecache (its first line is not %q): move it away or merge it by hand", p, mirrorapi.ManagedMarker)
 	default:
 		c.Action = ActionUpdate
 	}

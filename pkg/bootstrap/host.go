@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/internal/inputfile"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Defaults of HostOptions.
@@ -74,19 +75,19 @@ func NewHost(o HostOptions) (*Host, error) {
 	}
 	root, err := filepath.Abs(o.Root)
 	if err != nil {
-		return nil, Refusedf("--host-root %q: %v: %s", o.Root, err, wantRoot)
+		return nil, refusal.Errorf("--host-root %q: %v: %s", o.Root, err, wantRoot)
 	}
 	st, err := os.Stat(root)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, Refusedf("--host-root %q does not exist: %s", o.Root, wantRoot)
+		return nil, refusal.Errorf("--host-root %q does not exist: %s", o.Root, wantRoot)
 	case err != nil:
-		return nil, Refusedf("--host-root %q: %v: %s", o.Root, err, wantRoot)
+		return nil, refusal.Errorf("--host-root %q: %v: %s", o.Root, err, wantRoot)
 	case !st.IsDir():
-		return nil, Refusedf("--host-root %q is not a directory: %s", o.Root, wantRoot)
+		return nil, refusal.Errorf("--host-root %q is not a directory: %s", o.Root, wantRoot)
 	}
 	if !filepath.IsAbs(o.ProcRoot) {
-		return nil, Refusedf("proc root %q: want an absolute path such as /proc", o.ProcRoot)
+		return nil, refusal.Errorf("proc root %q: want an absolute path such as /proc", o.ProcRoot)
 	}
 	return &Host{root: root, procRoot: filepath.Clean(o.ProcRoot), fsys: Resolving(os.DirFS(root)), bootTime: o.BootTime}, nil
 }
@@ -121,8 +122,7 @@ func (h *Host) Local(p string) (string, error) {
 // inputfile.RuntimeConfig.Limit bytes; another type or a larger file is refused (ErrRefused)
 // naming p.
 func (h *Host) ReadFile(p string) ([]byte, error) {
-	b, err := inputfile.ReadFS(h.fsys, FSName(p), inputfile.RuntimeConfig)
-	return b, RefusedInput(p, err)
+	return inputfile.ReadFS(h.fsys, FSName(p), p, inputfile.RuntimeConfig)
 }
 
 // Stat describes the file host path p leads to.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/nodecache/nodecache/internal/inputfile"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // MaxSymlinkHops bounds the symbolic links Resolve follows for one path: 40, the kernel's
@@ -148,7 +149,7 @@ func Resolve(fsys fs.FS, p string) (string, error) {
 		fi, err := rl.Lstat(FSName(next))
 		if errors.Is(err, fs.ErrNotExist) {
 			if c.link != "" {
-				return "", Refusedf("%s is a symbolic link to %s, which does not exist under the host root (%s is missing): fix or remove the link; nothing was changed", c.link, c.target, next)
+				return "", refusal.Errorf("%s is a symbolic link to %s, which does not exist under the host root (%s is missing): fix or remove the link; nothing was changed", c.link, c.target, next)
 			}
 			tail := []string{next}
 			for _, r := range rest {
@@ -166,7 +167,7 @@ func Resolve(fsys fs.FS, p string) (string, error) {
 		if fi.Mode()&fs.ModeSymlink == 0 {
 			if len(rest) > 0 && !fi.IsDir() {
 				// The kernel answers ENOTDIR; say which file is in the way of which path.
-				return "", Refusedf("%s is %s where a directory is expected (on the way to %s): move it away or replace it with a directory; nothing was changed", next, inputfile.ModeWords(fi.Mode()), clean)
+				return "", refusal.Errorf("%s is %s where a directory is expected (on the way to %s): move it away or replace it with a directory; nothing was changed", next, inputfile.ModeWords(fi.Mode()), clean)
 			}
 			done = next
 			continue
@@ -176,10 +177,10 @@ func Resolve(fsys fs.FS, p string) (string, error) {
 			return "", fmt.Errorf("resolve %s: read link %s: %w", p, next, err)
 		}
 		if hops++; hops > MaxSymlinkHops {
-			return "", Refusedf("%s: more than %d symbolic links (a loop?), the last %s -> %s: fix the link; nothing was changed", clean, MaxSymlinkHops, next, target)
+			return "", refusal.Errorf("%s: more than %d symbolic links (a loop?), the last %s -> %s: fix the link; nothing was changed", clean, MaxSymlinkHops, next, target)
 		}
 		if target == "" {
-			return "", Refusedf("%s is a symbolic link with an empty target: fix or remove it; nothing was changed", next)
+			return "", refusal.Errorf("%s is a symbolic link with an empty target: fix or remove it; nothing was changed", next)
 		}
 		if strings.HasPrefix(target, "/") {
 			done = "/"
@@ -244,7 +245,7 @@ func ResolveChanges(fsys fs.FS, cs []Change) ([]Change, error) {
 			if first == "" {
 				first = prev.Path
 			}
-			return nil, Refusedf("%s and %s are the same file %s (through symbolic links): nodecache will not plan it twice; nothing was changed", first, planned, real)
+			return nil, refusal.Errorf("%s and %s are the same file %s (through symbolic links): nodecache will not plan it twice; nothing was changed", first, planned, real)
 		}
 		seen[real] = len(out)
 		out = append(out, c)
@@ -276,7 +277,7 @@ func RefuseLinkedBackup(fsys fs.FS, p string) error {
 	if err != nil {
 		target = "?"
 	}
-	return Refusedf("%s is a symbolic link to %s, not the backup nodecache wrote: nodecache never reads, restores or writes a backup through a link; "+
+	return refusal.Errorf("%s is a symbolic link to %s, not the backup nodecache wrote: nodecache never reads, restores or writes a backup through a link; "+
 		"if %s is the original, put a copy of it at %s in place of the link and run again (or restore the config by hand and delete the link); nothing was changed",
 		p, target, target, p)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // UpstreamNames parses --upstream values (NAME or NAME=URL; gen takes the URL from Fallbacks)
@@ -17,7 +18,7 @@ func UpstreamNames(values []string) ([]string, error) {
 	}
 	ups, err := name.ParseUpstreams(values)
 	if err != nil {
-		return nil, &RefusedError{Reason: err.Error()} // names --upstream (name.ParseUpstreams)
+		return nil, &refusal.Error{Reason: err.Error()} // names --upstream (name.ParseUpstreams)
 	}
 	out := make([]string, 0, len(ups))
 	for _, u := range ups {
@@ -38,7 +39,7 @@ func UpstreamNames(values []string) ([]string, error) {
 func Fallbacks(values []string) (map[string]string, error) {
 	ups, err := name.ParseUpstreams(values)
 	if err != nil {
-		return nil, &RefusedError{Reason: err.Error()} // names --upstream (name.ParseUpstreams)
+		return nil, &refusal.Error{Reason: err.Error()} // names --upstream (name.ParseUpstreams)
 	}
 	out := map[string]string{}
 	for i, u := range ups {
@@ -47,12 +48,12 @@ func Fallbacks(values []string) (map[string]string, error) {
 		}
 		if name.Canonical(u.Name) == name.DockerHub {
 			if u.URL.Scheme != "https" || name.Canonical(hostOnly(u.URL)) != name.DockerHub {
-				return nil, Refusedf("--upstream %s: gen writes the registry itself as the fallback after the mirror, and docker.io's is %s: give docker.io alone (serve and agent take other URLs)", values[i], name.DockerHubURL)
+				return nil, refusal.Errorf("--upstream %s: gen writes the registry itself as the fallback after the mirror, and docker.io's is %s: give docker.io alone (serve and agent take other URLs)", values[i], name.DockerHubURL)
 			}
 			continue
 		}
 		if !sameHost(u.Name, u.URL) {
-			return nil, Refusedf("--upstream %s: the URL names another host than %s: gen writes the registry itself as the fallback after the mirror (an http URL of %s itself keeps plain HTTP), never another cache; give %s alone or %s=http://%s", values[i], u.Name, u.Name, u.Name, u.Name, u.Name)
+			return nil, refusal.Errorf("--upstream %s: the URL names another host than %s: gen writes the registry itself as the fallback after the mirror (an http URL of %s itself keeps plain HTTP), never another cache; give %s alone or %s=http://%s", values[i], u.Name, u.Name, u.Name, u.Name, u.Name)
 		}
 		if fb := u.URL.Scheme + "://" + hostOnly(u.URL); fb != name.RegistryURL(u.Name) {
 			out[u.Name] = fb
@@ -91,17 +92,17 @@ func CheckHostDir(flag, dir, example string) error {
 	if dir == "" || (path.IsAbs(dir) && !strings.Contains(dir, ":")) {
 		return nil
 	}
-	return Refusedf("%s: want one absolute directory, e.g. %s; got %q", flag, example, dir)
+	return refusal.Errorf("%s: want one absolute directory, e.g. %s; got %q", flag, example, dir)
 }
 
 // CheckTargets refuses a plan without a mirror, without upstreams, or with an upstream name that
 // cannot be a registry host (the checks every runtime writer makes first).
 func CheckTargets(m name.Mirror, upstreams []string) error {
 	if m.URL == nil {
-		return Refusedf("--mirror is required")
+		return refusal.Errorf("--mirror is required")
 	}
 	if len(upstreams) == 0 {
-		return Refusedf("at least one --upstream is required")
+		return refusal.Errorf("at least one --upstream is required")
 	}
 	for _, n := range upstreams {
 		if err := CheckName(n); err != nil {
@@ -114,7 +115,7 @@ func CheckTargets(m name.Mirror, upstreams []string) error {
 // CheckName refuses an upstream name that cannot be a registry host.
 func CheckName(upstream string) error {
 	if _, err := name.ParseRegistry(upstream); err != nil {
-		return Refusedf("upstream %q: %v", upstream, err)
+		return refusal.Errorf("upstream %q: %v", upstream, err)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/nodecache/nodecache/internal/inputfile"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // ReadMirrorCA reads --mirror-ca: the PEM CA certificate file at host path p (absolute) on the
@@ -22,12 +23,12 @@ func ReadMirrorCA(fsys fs.FS, hostRoot, p string) ([]byte, error) {
 		under = " (a host path: read under --host-root " + hostRoot + ")"
 	}
 	if !path.IsAbs(p) {
-		return nil, Refusedf("--mirror-ca %q: want an absolute path%s", p, under)
+		return nil, refusal.Errorf("--mirror-ca %q: want an absolute path%s", p, under)
 	}
 	fsys = Resolving(fsys)
 	real, err := Resolve(fsys, p)
 	if err != nil {
-		return nil, Refusedf("--mirror-ca %s: %v", p, err)
+		return nil, refusal.Errorf("--mirror-ca %s: %v", p, err)
 	}
 	at := real
 	if hostRoot != "" {
@@ -39,21 +40,21 @@ func ReadMirrorCA(fsys fs.FS, hostRoot, p string) ([]byte, error) {
 	fi, err := fs.Stat(fsys, FSName(real))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, Refusedf("--mirror-ca %s: %s does not exist%s", p, at, under)
+		return nil, refusal.Errorf("--mirror-ca %s: %s does not exist%s", p, at, under)
 	case err != nil:
-		return nil, Refusedf("--mirror-ca %s: cannot read %s: %v", p, at, pathErrCause(err))
+		return nil, refusal.Errorf("--mirror-ca %s: cannot read %s: %v", p, at, pathErrCause(err))
 	case fi.IsDir():
-		return nil, Refusedf("--mirror-ca %s: %s is a directory; want a PEM CA certificate file", p, at)
+		return nil, refusal.Errorf("--mirror-ca %s: %s is a directory; want a PEM CA certificate file", p, at)
 	}
-	data, err := inputfile.ReadFS(fsys, FSName(real), inputfile.PEM)
-	if errors.Is(err, inputfile.ErrRefused) {
-		return nil, RefusedInput("--mirror-ca "+p+": "+at, err)
+	data, err := inputfile.ReadFS(fsys, FSName(real), "--mirror-ca "+p+": "+at, inputfile.PEM)
+	if inputfile.Refused(err) {
+		return nil, err
 	}
 	if err != nil {
-		return nil, Refusedf("--mirror-ca %s: cannot read %s: %v", p, at, pathErrCause(err))
+		return nil, refusal.Errorf("--mirror-ca %s: cannot read %s: %v", p, at, pathErrCause(err))
 	}
 	if !x509.NewCertPool().AppendCertsFromPEM(data) {
-		return nil, Refusedf("--mirror-ca %s: %s holds no PEM certificate (want -----BEGIN CERTIFICATE-----)", p, at)
+		return nil, refusal.Errorf("--mirror-ca %s: %s holds no PEM certificate (want -----BEGIN CERTIFICATE-----)", p, at)
 	}
 	return data, nil
 }

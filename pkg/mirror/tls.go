@@ -37,7 +37,7 @@ type Certificate struct {
 // log receives reloads and reload failures.
 //
 // Errors, each naming the flag and the file it is about: either file cannot be read or is not a
-// regular file of at most inputfile.PEM.Limit bytes (inputfile.ErrRefused), or they are not a
+// regular file of at most inputfile.PEM.Limit bytes (refused: refusal.ErrRefused), or they are not a
 // matching PEM certificate and key.
 func LoadCertificate(certFile, keyFile string, log zerolog.Logger) (*Certificate, error) {
 	c := &Certificate{certFile: certFile, keyFile: keyFile, log: log, now: time.Now}

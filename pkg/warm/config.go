@@ -199,7 +199,7 @@ func (c Config) readImagesFrom() ([]input, error) {
 		return in, err
 	}
 	b, err := inputfile.Read(c.ImagesFrom, inputfile.ImageList)
-	if errors.Is(err, inputfile.ErrRefused) {
+	if inputfile.Refused(err) {
 		return nil, &RefusedError{What: "--images-from", Value: c.ImagesFrom, Reason: err.Error() + ", or - for standard input"}
 	}
 	if err != nil {

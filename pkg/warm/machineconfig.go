@@ -30,7 +30,7 @@ import (
 // its DefaultKubernetesVersion, its DefaultCoreDNSVersion and DefaultEtcdVersion).
 func machineConfigInputs(path, talosVersion string) ([]input, string, error) {
 	data, err := inputfile.Read(path, inputfile.MachineConfig)
-	if errors.Is(err, inputfile.ErrRefused) {
+	if inputfile.Refused(err) {
 		return nil, "", &RefusedError{What: "--machine-config", Value: path, Reason: err.Error()}
 	}
 	if err != nil {

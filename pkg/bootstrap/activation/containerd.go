@@ -9,6 +9,7 @@ import (
 	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // remedyRestartContainerd is the remedy when containerd has not loaded a correct config_path:
@@ -526,7 +527,7 @@ func splitConfigPath(p string) []string {
 // one that cannot be read at all (permission; a directory, FIFO or device, or a file over
 // inputfile.RuntimeConfig.Limit, which nodecache does not read) is UNKNOWN.
 func (e *evaluator) configError(rep RuntimeReport, err error) RuntimeReport {
-	if errors.Is(err, bootstrap.ErrRefused) && !errors.Is(err, inputfile.ErrRefused) {
+	if errors.Is(err, refusal.ErrRefused) && !inputfile.Refused(err) {
 		e.add(rep.Runtime, "config", Fail, "%v", err)
 		rep.State, rep.Reason = NotActive, "containerd refuses its configuration: "+err.Error()
 		rep.Remedy = "fix the file named, then " + remedyRestartContainerd

@@ -56,8 +56,8 @@ func hostDirFunc(h *bootstrap.Host, roots []string) func(string) (string, error)
 				}
 				// containerd's parser reads hosts.toml whole, and a FIFO would block it.
 				file := path.Join(p, "hosts.toml")
-				if err := inputfile.CheckFS(h.FS(), bootstrap.FSName(file), inputfile.RuntimeConfig); errors.Is(err, inputfile.ErrRefused) {
-					return "", bootstrap.RefusedInput(file, err)
+				if err := inputfile.CheckFS(h.FS(), bootstrap.FSName(file), file, inputfile.RuntimeConfig); inputfile.Refused(err) {
+					return "", err
 				}
 				return h.Local(p)
 			}
@@ -88,7 +88,7 @@ func checkHosts(ctx context.Context, h *bootstrap.Host, roots []string, upstream
 		}
 		list, err := hosts(up)
 		switch {
-		case errors.Is(derr, inputfile.ErrRefused):
+		case inputfile.Refused(derr):
 			v.Reason = fmt.Sprintf("%v: nodecache does not read it, and containerd cannot use it", derr)
 		case err != nil:
 			v.Reason = fmt.Sprintf("%s does not parse (%v): containerd falls back to the upstream", displayPath(hostRoot, file), err)
@@ -241,7 +241,7 @@ func (f hostsFile) summary() string {
 // scanHosts reads every registry directory's hosts.toml under the roots (_default skipped),
 // each parsed on its own by containerd's ConfigureHosts, in root order then name order. A
 // hosts.toml that is no regular file of at most inputfile.RuntimeConfig.Limit bytes (a FIFO
-// would block containerd's parser) is an error matching inputfile.ErrRefused.
+// would block containerd's parser) is its refusal (inputfile.Refused).
 func scanHosts(ctx context.Context, h *bootstrap.Host, roots []string) ([]hostsFile, error) {
 	var out []hostsFile
 	for _, r := range roots {
@@ -259,7 +259,7 @@ func scanHosts(ctx context.Context, h *bootstrap.Host, roots []string) ([]hostsF
 			}
 			f := hostsFile{Registry: name.HostFromDir(e.Name()), Path: path.Join(dir, "hosts.toml")}
 			if f.data, err = h.ReadFile(f.Path); err != nil {
-				if errors.Is(err, inputfile.ErrRefused) {
+				if inputfile.Refused(err) {
 					return nil, err // a FIFO, device or oversized file: containerd cannot use it either
 				}
 				continue

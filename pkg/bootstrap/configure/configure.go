@@ -21,6 +21,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Common are the options every runtime's pass takes.
@@ -55,7 +56,7 @@ func (c *Common) targets() (name.Mirror, []string, map[string]string, error) {
 	if !c.Remove || c.Mirror != "" {
 		var err error
 		if m, err = name.ParseMirror(c.Mirror); err != nil {
-			return m, nil, nil, &bootstrap.RefusedError{Reason: err.Error()}
+			return m, nil, nil, &refusal.Error{Reason: err.Error()}
 		}
 	}
 	ups, err := bootstrap.UpstreamNames(c.Upstreams)
@@ -93,7 +94,7 @@ func version(ctx context.Context, h *bootstrap.Host, log zerolog.Logger, runtime
 			example = "2.4.2"
 		}
 		if v, err = bootstrap.ParseVersionFlag(given, example); err != nil {
-			return v, nil, bootstrap.Refusedf("%s: %v", flag, err)
+			return v, nil, refusal.Errorf("%s: %v", flag, err)
 		}
 		return v, nil, nil
 	}

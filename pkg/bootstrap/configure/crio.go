@@ -9,6 +9,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // CrioOptions configure Crio.
@@ -56,7 +57,7 @@ func Crio(ctx context.Context, o CrioOptions) (*CrioReport, error) {
 	fsys := h.FS()
 	if o.MirrorCA != "" && !o.Remove {
 		if m.HTTP() {
-			return nil, bootstrap.Refusedf("--mirror-ca is for an https mirror; %s is http", m)
+			return nil, refusal.Errorf("--mirror-ca is for an https mirror; %s is http", m)
 		}
 		if opts.MirrorCA, err = bootstrap.ReadMirrorCA(fsys, h.Root(), o.MirrorCA); err != nil {
 			return nil, err

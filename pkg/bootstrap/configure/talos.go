@@ -13,6 +13,7 @@ import (
 	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/talos"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // TalosOptions configure Talos. HostRoot is not used: the patch is for talosctl, and Out and
@@ -49,17 +50,17 @@ func Talos(ctx context.Context, o TalosOptions) (*TalosReport, error) {
 		return nil, err
 	}
 	if o.DryRun && o.Out == "" {
-		return nil, bootstrap.Refusedf("--dry-run needs -o FILE: without it gen talos only prints")
+		return nil, refusal.Errorf("--dry-run needs -o FILE: without it gen talos only prints")
 	}
 	opts := talos.Options{Mirror: m, Upstreams: ups, Fallbacks: fallbacks, TalosVersion: o.TalosVersion,
 		SkipFallback: o.SkipFallback, PathPrefix: o.PathPrefix, Remove: o.Remove}
 	if p := o.MachineConfig; p != "" {
 		if !o.Remove {
-			return nil, bootstrap.Refusedf("--machine-config is for --remove: the node's config tells which mirrors to delete")
+			return nil, refusal.Errorf("--machine-config is for --remove: the node's config tells which mirrors to delete")
 		}
 		data, err := inputfile.Read(p, inputfile.MachineConfig)
 		if err != nil {
-			return nil, bootstrap.Refusedf("--machine-config: %v", err)
+			return nil, refusal.Errorf("--machine-config: %v", err)
 		}
 		if opts.MachineConfig, err = talos.ParseMachineConfig(p, data); err != nil {
 			return nil, err
@@ -69,7 +70,7 @@ func Talos(ctx context.Context, o TalosOptions) (*TalosReport, error) {
 		// A file on this machine (the patch carries it), so a relative path is fine.
 		abs, err := filepath.Abs(p)
 		if err != nil {
-			return nil, bootstrap.Refusedf("--mirror-ca %q: %v", p, err)
+			return nil, refusal.Errorf("--mirror-ca %q: %v", p, err)
 		}
 		ca, err := bootstrap.ReadMirrorCA(bootstrap.HostFS("/"), "", abs)
 		if err != nil {
@@ -122,9 +123,9 @@ func Talos(ctx context.Context, o TalosOptions) (*TalosReport, error) {
 // atomically with a temporary file renamed over it, which works for a regular file only. To
 // send the patch to standard output, leave out -o.
 func checkOutFile(fsys fs.FS, out, abs string) error {
-	if err := inputfile.Check(abs, inputfile.Patch); errors.Is(err, inputfile.ErrRefused) {
+	if err := inputfile.Check(abs, inputfile.Patch); inputfile.Refused(err) {
 		if fi, serr := os.Stat(abs); serr != nil || !fi.IsDir() {
-			return bootstrap.Refusedf("-o %s: %v (gen reads it, then replaces it atomically: leave out -o to print the patch to standard output)", out, err)
+			return refusal.Errorf("-o %s: %v (gen reads it, then replaces it atomically: leave out -o to print the patch to standard output)", out, err)
 		}
 	}
 	real, err := bootstrap.Resolve(fsys, abs)
@@ -134,14 +135,14 @@ func checkOutFile(fsys fs.FS, out, abs string) error {
 	dir := path.Dir(real)
 	switch fi, err := fs.Stat(fsys, bootstrap.FSName(dir)); {
 	case errors.Is(err, fs.ErrNotExist):
-		return bootstrap.Refusedf("-o %s: directory %s does not exist: create it first (gen writes the file only)", out, dir)
+		return refusal.Errorf("-o %s: directory %s does not exist: create it first (gen writes the file only)", out, dir)
 	case err != nil:
-		return bootstrap.Refusedf("-o %s: directory %s: %v", out, dir, err)
+		return refusal.Errorf("-o %s: directory %s: %v", out, dir, err)
 	case !fi.IsDir():
-		return bootstrap.Refusedf("-o %s: %s is not a directory", out, dir)
+		return refusal.Errorf("-o %s: %s is not a directory", out, dir)
 	}
 	if fi, err := fs.Stat(fsys, bootstrap.FSName(real)); err == nil && fi.IsDir() {
-		return bootstrap.Refusedf("-o %s: is a directory; want a file path, e.g. %s", out, path.Join(real, "nodecache-patch.yaml"))
+		return refusal.Errorf("-o %s: is a directory; want a file path, e.g. %s", out, path.Join(real, "nodecache-patch.yaml"))
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Effective is a node's containerd configuration as the daemon computes it at start: the main
@@ -396,7 +397,7 @@ func loadFiles(fsys fs.FS, mainPath string) ([]ConfigFile, error) {
 			if first {
 				return nil, nil
 			}
-			return nil, bootstrap.Refusedf("%s: imported but missing: containerd would not start", p)
+			return nil, refusal.Errorf("%s: imported but missing: containerd would not start", p)
 		}
 		first = false
 		f := ConfigFile{Path: p, data: data}
@@ -407,9 +408,9 @@ func loadFiles(fsys fs.FS, mainPath string) ([]ConfigFile, error) {
 			var de *toml.DecodeError
 			if errors.As(err, &de) {
 				row, col := de.Position()
-				return nil, bootstrap.Refusedf("%s does not parse as TOML at row %d column %d: %v: containerd would not start", p, row, col, err)
+				return nil, refusal.Errorf("%s does not parse as TOML at row %d column %d: %v: containerd would not start", p, row, col, err)
 			}
-			return nil, bootstrap.Refusedf("%s does not parse as TOML: %v", p, err)
+			return nil, refusal.Errorf("%s does not parse as TOML: %v", p, err)
 		}
 		f.Schema = 1 // containerd reads a file without `version` as version 1 (0 counts as 1)
 		switch v := f.tree["version"].(type) {
@@ -417,7 +418,7 @@ func loadFiles(fsys fs.FS, mainPath string) ([]ConfigFile, error) {
 		case int64:
 			f.Schema = int(v)
 		default:
-			return nil, bootstrap.Refusedf("%s: `version` must be a whole number such as %d, got %s: containerd would not start", p, 2, tomlKind(v))
+			return nil, refusal.Errorf("%s: `version` must be a whole number such as %d, got %s: containerd would not start", p, 2, tomlKind(v))
 		}
 		loaded[p] = true
 		out = append(out, f)
@@ -436,7 +437,7 @@ func resolveImports(fsys fs.FS, parent string, raw any) ([]string, error) {
 	for _, v := range list {
 		s, ok := v.(string)
 		if !ok {
-			return nil, bootstrap.Refusedf("%s: imports must be strings, got %v", parent, v)
+			return nil, refusal.Errorf("%s: imports must be strings, got %v", parent, v)
 		}
 		p := path.Clean(filepath.ToSlash(s))
 		if !path.IsAbs(p) {
@@ -448,7 +449,7 @@ func resolveImports(fsys fs.FS, parent string, raw any) ([]string, error) {
 		}
 		matches, err := fs.Glob(fsys, bootstrap.FSName(p))
 		if err != nil {
-			return nil, bootstrap.Refusedf("%s: import pattern %q: %v", parent, s, err)
+			return nil, refusal.Errorf("%s: import pattern %q: %v", parent, s, err)
 		}
 		for _, m := range matches {
 			out = append(out, "/"+m)

@@ -21,6 +21,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Options configure Plan and PlanRemove.
@@ -57,7 +58,7 @@ func (o *Options) checkPaths() error {
 		return err
 	}
 	if o.Config != "" && !path.IsAbs(o.Config) {
-		return bootstrap.Refusedf("--containerd-config: want an absolute file path, e.g. %s; got %q", DefaultConfig, o.Config)
+		return refusal.Errorf("--containerd-config: want an absolute file path, e.g. %s; got %q", DefaultConfig, o.Config)
 	}
 	return nil
 }
@@ -217,7 +218,7 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 			h := add(host)
 			entries, err := legacyEndpointEntries(h.file.Server, eff.Registry.Mirrors[host], eff.Registry.ConfigsTLS)
 			if err != nil {
-				return nil, bootstrap.Refusedf("--migrate: registry.mirrors.%q: %v", host, err)
+				return nil, refusal.Errorf("--migrate: registry.mirrors.%q: %v", host, err)
 			}
 			h.hosts = append(h.hosts, entries...)
 			rep.Migrated = append(rep.Migrated, host)
@@ -275,7 +276,7 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 			return nil, err
 		}
 		if hp.adopted && len(h.hosts) > 1 {
-			return nil, bootstrap.Refusedf("--migrate: %s has the site's own hosts.toml for %s: move registry.mirrors.%q into it by hand; nothing was changed", path.Join(cp.hostsDir, hp.dir), host, host)
+			return nil, refusal.Errorf("--migrate: %s has the site's own hosts.toml for %s: move registry.mirrors.%q into it by hand; nothing was changed", path.Join(cp.hostsDir, hp.dir), host, host)
 		}
 		rep.Changes = append(rep.Changes, hp.changes...)
 		keep = append(keep, hp.dir)
@@ -401,7 +402,7 @@ func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 	cp := &configPlan{}
 	if !eff.Exists {
 		if eff.DaemonAssumed {
-			return nil, bootstrap.Refusedf("%s does not exist and the containerd version is unknown: pass --containerd-version (a minimal config.toml is created for it)", opts.Config)
+			return nil, refusal.Errorf("%s does not exist and the containerd version is unknown: pass --containerd-version (a minimal config.toml is created for it)", opts.Config)
 		}
 		data, table, err := minimalConfig(d, opts.CertsDir)
 		if err != nil {
@@ -425,9 +426,9 @@ func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 	case eff.Schema == 1:
 		return nil, refuseVersion1(eff, opts.Config)
 	case eff.Schema > 4:
-		return nil, bootstrap.Refusedf("%s: version = %d is not a containerd config schema this gen knows (2, 3, 4)", opts.Config, eff.Schema)
+		return nil, refusal.Errorf("%s: version = %d is not a containerd config schema this gen knows (2, 3, 4)", opts.Config, eff.Schema)
 	case eff.Schema > d.configVersion() && !eff.DaemonAssumed:
-		return nil, bootstrap.Refusedf("%s: version = %d, but containerd %s loads at most version %d: this containerd would not start with it", opts.Config, eff.Schema, eff.Daemon, d.configVersion())
+		return nil, refusal.Errorf("%s: version = %d, but containerd %s loads at most version %d: this containerd would not start with it", opts.Config, eff.Schema, eff.Daemon, d.configVersion())
 	}
 
 	files := map[string][]byte{}
@@ -472,7 +473,7 @@ func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 			for _, l := range legacy {
 				names = append(names, dotted(l))
 			}
-			return nil, bootstrap.Refusedf("%s: %s: legacy registry settings cannot stand next to config_path (containerd refuses to load the CRI plugin): nothing was changed; run again with --migrate to move them into hosts.toml files and remove them", f.Path, strings.Join(names, ", "))
+			return nil, refusal.Errorf("%s: %s: legacy registry settings cannot stand next to config_path (containerd refuses to load the CRI plugin): nothing was changed; run again with --migrate to move them into hosts.toml files and remove them", f.Path, strings.Join(names, ", "))
 		}
 		td, err := doc(f.Path)
 		if err != nil {
@@ -480,12 +481,12 @@ func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 		}
 		for _, l := range legacy {
 			if err := td.deleteTree(l); err != nil {
-				return nil, bootstrap.Refusedf("%s: %v", f.Path, err)
+				return nil, refusal.Errorf("%s: %v", f.Path, err)
 			}
 		}
 		b, err := td.bytes()
 		if err != nil {
-			return nil, bootstrap.Refusedf("%s: removing legacy tables: %v", f.Path, err)
+			return nil, refusal.Errorf("%s: removing legacy tables: %v", f.Path, err)
 		}
 		files[f.Path] = b
 	}
@@ -522,11 +523,11 @@ func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 			return nil, err
 		}
 		if err := td.setString(tf.RegistryTable, "config_path", opts.CertsDir, tf.RegistryTable[:2]); err != nil {
-			return nil, bootstrap.Refusedf("%s: %v", target, err)
+			return nil, refusal.Errorf("%s: %v", target, err)
 		}
 		b, err := td.bytes()
 		if err != nil {
-			return nil, bootstrap.Refusedf("%s: setting config_path: %v", target, err)
+			return nil, refusal.Errorf("%s: setting config_path: %v", target, err)
 		}
 		files[target] = b
 		cp.edited = target
@@ -585,10 +586,10 @@ func editTarget(e *Effective) string {
 // hostsDir first. A failure here means an import or a rule beat the edit: nothing is written.
 func checkAfter(after *Effective, hostsDir string) error {
 	if len(after.Problems) > 0 {
-		return bootstrap.Refusedf("after the edit the CRI plugin would refuse its configuration: %s", strings.Join(after.Problems, "; "))
+		return refusal.Errorf("after the edit the CRI plugin would refuse its configuration: %s", strings.Join(after.Problems, "; "))
 	}
 	if len(after.HostDirs) == 0 || path.Clean("/"+after.HostDirs[0]) != hostsDir {
-		return bootstrap.Refusedf("after the edit containerd would read hosts.toml from %q, not %q (an import overrides the edited file?): nothing was changed", after.ConfigPath, hostsDir)
+		return refusal.Errorf("after the edit containerd would read hosts.toml from %q, not %q (an import overrides the edited file?): nothing was changed", after.ConfigPath, hostsDir)
 	}
 	return nil
 }
@@ -620,7 +621,7 @@ func minimalDoc(d daemon, certsDir string) ([]byte, []string, error) {
 // gets the schema the daemon loads natively and config_path; the original is backed up.
 func planEmptyConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 	if eff.DaemonAssumed {
-		return nil, bootstrap.Refusedf("%s has no settings and the containerd version is unknown: pass --containerd-version (the file then gets that release's `version` and config_path)", opts.Config)
+		return nil, refusal.Errorf("%s has no settings and the containerd version is unknown: pass --containerd-version (the file then gets that release's `version` and config_path)", opts.Config)
 	}
 	f := eff.Files[0]
 	body, table, err := minimalDoc(daemon{v: eff.Daemon}, opts.CertsDir)
@@ -650,11 +651,11 @@ func refuseVersion1(eff *Effective, file string) error {
 	migrate := fmt.Sprintf("convert it with `containerd config migrate > %s.new` (containerd 2.x), review it, move it in place", file)
 	switch {
 	case eff.DaemonAssumed:
-		return bootstrap.Refusedf("%s has no `version` key, so containerd reads it as the deprecated version 1: on containerd 2.x %s; on 1.x %s; then run gen again", file, migrate, v2)
+		return refusal.Errorf("%s has no `version` key, so containerd reads it as the deprecated version 1: on containerd 2.x %s; on 1.x %s; then run gen again", file, migrate, v2)
 	case eff.Daemon.Major < 2:
-		return bootstrap.Refusedf("%s has no `version` key, so containerd %s reads it as the deprecated version 1: %s, then run gen again", file, eff.Daemon, v2)
+		return refusal.Errorf("%s has no `version` key, so containerd %s reads it as the deprecated version 1: %s, then run gen again", file, eff.Daemon, v2)
 	}
-	return bootstrap.Refusedf("%s has no `version` key, so containerd %s reads it as version 1 and migrates it at every start: %s, then run gen again", file, eff.Daemon, migrate)
+	return refusal.Errorf("%s has no `version` key, so containerd %s reads it as version 1 and migrates it at every start: %s, then run gen again", file, eff.Daemon, migrate)
 }
 
 // refuseForeign refuses configurations another tool renders: k3s and RKE2 (config.toml.tmpl
@@ -662,22 +663,22 @@ func refuseVersion1(eff *Effective, file string) error {
 func refuseForeign(fsys fs.FS, cfg string) error {
 	const k3sMsg = "%s: k3s/RKE2 renders containerd's config itself and overwrites edits: configure mirrors in /etc/rancher/k3s/registries.yaml (RKE2: /etc/rancher/rke2/registries.yaml) with endpoint %s instead"
 	if strings.Contains(cfg, "/rancher/") {
-		return bootstrap.Refusedf(k3sMsg, cfg, "<mirror>")
+		return refusal.Errorf(k3sMsg, cfg, "<mirror>")
 	}
 	if _, err := fs.Stat(fsys, bootstrap.FSName(cfg+".tmpl")); err == nil {
-		return bootstrap.Refusedf(k3sMsg, cfg+".tmpl", "<mirror>")
+		return refusal.Errorf(k3sMsg, cfg+".tmpl", "<mirror>")
 	}
 	if _, err := fs.Stat(fsys, bootstrap.FSName(cfg)); errors.Is(err, fs.ErrNotExist) && cfg == DefaultConfig {
 		for _, p := range []string{"/var/lib/rancher/k3s/agent/etc/containerd/config.toml", "/var/lib/rancher/rke2/agent/etc/containerd/config.toml"} {
 			if _, err := fs.Stat(fsys, bootstrap.FSName(p)); err == nil {
-				return bootstrap.Refusedf(k3sMsg, p, "<mirror>")
+				return refusal.Errorf(k3sMsg, p, "<mirror>")
 			}
 		}
 	}
 	if osr, _, _ := bootstrap.ReadFile(fsys, "/etc/os-release"); osr != nil {
 		for _, line := range strings.Split(string(osr), "\n") {
 			if strings.TrimSpace(line) == "ID=talos" {
-				return bootstrap.Refusedf("this host runs Talos, which generates containerd's configuration from the machine config: use `nodecache gen talos` and apply the patch")
+				return refusal.Errorf("this host runs Talos, which generates containerd's configuration from the machine config: use `nodecache gen talos` and apply the patch")
 			}
 		}
 	}
@@ -691,7 +692,7 @@ func checkMirrorCA(fsys fs.FS, opts Options) error {
 		return nil
 	}
 	if opts.Mirror.HTTP() {
-		return bootstrap.Refusedf("--mirror-ca is for an https mirror; %s is http (a CA would make containerd try HTTPS first)", opts.Mirror)
+		return refusal.Errorf("--mirror-ca is for an https mirror; %s is http (a CA would make containerd try HTTPS first)", opts.Mirror)
 	}
 	_, err := bootstrap.ReadMirrorCA(fsys, "", opts.MirrorCA)
 	return err

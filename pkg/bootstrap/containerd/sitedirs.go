@@ -17,6 +17,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // A site's own per-host directories (DESIGN.md, containerd facts: hostPaths). containerd looks up
@@ -293,7 +294,7 @@ func adoptHosts(file string, cur []byte, host string, mirror hostEntry) (bootstr
 	orig, _ := stripAdopted(cur)
 	next, err := insertAdopted(orig, mirror)
 	if err != nil {
-		return bootstrap.Change{}, bootstrap.Refusedf("%s: the site's hosts.toml is not TOML (%v): containerd ignores it and uses only the directory's certificate files; fix it, then run gen again; nothing was changed", file, err)
+		return bootstrap.Change{}, refusal.Errorf("%s: the site's hosts.toml is not TOML (%v): containerd ignores it and uses only the directory's certificate files; fix it, then run gen again; nothing was changed", file, err)
 	}
 	if err := checkAdopted(file, next, host, mirror); err != nil {
 		return bootstrap.Change{}, err
@@ -327,7 +328,7 @@ func checkAdopted(file string, data []byte, host string, mirror hostEntry) error
 		if strings.Contains(msg, "unable to read CA cert") || strings.Contains(msg, "unable to read CERT file") || strings.Contains(msg, "failed to load X509 key pair") {
 			return nil // parsed: only the TLS files are not in the private copy
 		}
-		return bootstrap.Refusedf("%s: containerd's hosts.toml parser refuses it with the mirror added (%v): nothing was changed", file, err)
+		return refusal.Errorf("%s: containerd's hosts.toml parser refuses it with the mirror added (%v): nothing was changed", file, err)
 	}
 	want := strings.TrimSuffix(mirror.URL, "/")
 	if len(list) == 0 || list[0].Scheme+"://"+list[0].Host != want {
@@ -336,7 +337,7 @@ func checkAdopted(file string, data []byte, host string, mirror hostEntry) error
 		if err := toml.Unmarshal(data, &probe); err != nil {
 			detail = fmt.Sprintf(" (%v)", err)
 		}
-		return bootstrap.Refusedf("%s: containerd's hosts.toml parser does not accept the site's hosts.toml%s, so containerd ignores it and uses only the directory's certificate files: fix it, then run gen again; nothing was changed", file, detail)
+		return refusal.Errorf("%s: containerd's hosts.toml parser does not accept the site's hosts.toml%s, so containerd ignores it and uses only the directory's certificate files: fix it, then run gen again; nothing was changed", file, detail)
 	}
 	return nil
 }

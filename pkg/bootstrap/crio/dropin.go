@@ -21,6 +21,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Defaults and names.
@@ -236,7 +237,7 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 		rep.Upstreams = append(rep.Upstreams, n)
 	}
 	if len(rep.Upstreams) == 0 {
-		return nil, bootstrap.Refusedf("no upstream can be mirrored for CRI-O: %s", strings.Join(rep.Warnings, "; "))
+		return nil, refusal.Errorf("no upstream can be mirrored for CRI-O: %s", strings.Join(rep.Warnings, "; "))
 	}
 	for _, dir := range registriesDirs(fsys, opts) {
 		main := mainFor(dir)
@@ -245,7 +246,7 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 			return nil, err
 		}
 		if len(site.Broken) > 0 {
-			return nil, bootstrap.Refusedf("%s: not TOML, so containers/image refuses the whole registries configuration (every CRI-O pull fails) and %s cannot be validated together with it: fix or remove it, then run gen again; nothing was changed", strings.Join(site.Broken, "; "), DropInName)
+			return nil, refusal.Errorf("%s: not TOML, so containers/image refuses the whole registries configuration (every CRI-O pull fails) and %s cannot be validated together with it: fix or remove it, then run gen again; nothing was changed", strings.Join(site.Broken, "; "), DropInName)
 		}
 		regs, merged, err := planEntries(opts, rep.Upstreams, site)
 		if err != nil {
@@ -293,7 +294,7 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	}
 	if len(opts.MirrorCA) > 0 {
 		if opts.Mirror.HTTP() {
-			return nil, bootstrap.Refusedf("--mirror-ca is for an https mirror; %s is http", opts.Mirror)
+			return nil, refusal.Errorf("--mirror-ca is for an https mirror; %s is http", opts.Mirror)
 		}
 		ca := append([]byte(mirrorapi.ManagedMarker+"\n"), opts.MirrorCA...)
 		c, err := bootstrap.PlanOwned(fsys, path.Join(opts.CertsDir, opts.Mirror.Host(), caFileName), 0o644, ca)
@@ -393,7 +394,7 @@ func v1Mains(fsys fs.FS) ([]string, error) {
 		}
 		var m map[string]any
 		if err := toml.Unmarshal(data, &m); err != nil {
-			return nil, bootstrap.Refusedf("%s does not parse as TOML: %v", p, err)
+			return nil, refusal.Errorf("%s does not parse as TOML: %v", p, err)
 		}
 		if _, v1 := m["registries"]; v1 {
 			out = append(out, p)

@@ -16,6 +16,7 @@ import (
 	"go.podman.io/image/v5/types"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // siteView is what the site's own registries files (the main registries.conf and the other
@@ -114,7 +115,7 @@ func planEntries(opts Options, upstreams []string, site siteView) ([]registry, [
 		r := registry{Prefix: n, Location: n, Insecure: strings.HasPrefix(opts.Fallbacks[n], "http://"), Mirrors: []mirrorEndpoint{ours}}
 		if s, ok := site.Before[n]; ok {
 			if loc := strings.TrimSuffix(s.reg.Location, "/"); loc != "" && loc != n {
-				return nil, nil, bootstrap.Refusedf("%s: [[registry]] prefix %q has location %q: images of %s come from another registry there, so the mirror (which fetches them from %s itself) cannot be merged into it; leave %s out of --upstream or change that entry; nothing was changed", s.file, n, s.reg.Location, n, n, n)
+				return nil, nil, refusal.Errorf("%s: [[registry]] prefix %q has location %q: images of %s come from another registry there, so the mirror (which fetches them from %s itself) cannot be merged into it; leave %s out of --upstream or change that entry; nothing was changed", s.file, n, s.reg.Location, n, n, n)
 			}
 			r.Insecure = r.Insecure || s.reg.Insecure
 			r.Blocked = s.reg.Blocked
@@ -142,7 +143,7 @@ func validateTogether(fsys fs.FS, main, dir string, data []byte) error {
 	if err != nil {
 		var le *LoadError
 		if errors.As(err, &le) {
-			return bootstrap.Refusedf("containers/image refuses %s + %s with %s added: %s: CRI-O would reject the whole registries configuration (every pull fails); fix the file named, then run gen again; nothing was changed", main, dir, DropInName, le.Msg)
+			return refusal.Errorf("containers/image refuses %s + %s with %s added: %s: CRI-O would reject the whole registries configuration (every pull fails); fix the file named, then run gen again; nothing was changed", main, dir, DropInName, le.Msg)
 		}
 		return err
 	}

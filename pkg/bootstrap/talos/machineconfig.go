@@ -15,8 +15,8 @@ import (
 	resconfig "github.com/siderolabs/talos/pkg/machinery/resources/config"
 	yaml "go.yaml.in/yaml/v4"
 
-	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // ParseMachineConfig reads a node's machine configuration in either form talosctl prints it:
@@ -33,18 +33,18 @@ import (
 func ParseMachineConfig(name string, data []byte) (config.Provider, error) {
 	const accepted = "want the output of `talosctl read /system/state/config.yaml` or of `talosctl get machineconfig -o yaml` for one node"
 	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, bootstrap.Refusedf("%s is empty: %s", name, accepted)
+		return nil, refusal.Errorf("%s is empty: %s", name, accepted)
 	}
 	spec, isResource, err := resourceSpec(data)
 	if err != nil {
-		return nil, bootstrap.Refusedf("%s: %v: %s", name, err, accepted)
+		return nil, refusal.Errorf("%s: %v: %s", name, err, accepted)
 	}
 	if isResource {
 		data = spec
 	}
 	cfg, err := configloader.NewFromBytes(data)
 	if err != nil {
-		return nil, bootstrap.Refusedf("%s: not a Talos machine config (%v): %s", name, err, accepted)
+		return nil, refusal.Errorf("%s: not a Talos machine config (%v): %s", name, err, accepted)
 	}
 	return cfg, nil
 }

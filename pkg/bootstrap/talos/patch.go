@@ -26,6 +26,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Form is the shape of the patch.
@@ -107,16 +108,16 @@ func Generate(opts Options) (*Result, error) {
 	}
 	contract, err := config.ParseContractFromVersion(opts.TalosVersion)
 	if err != nil {
-		return nil, bootstrap.Refusedf("--talos-version %q: want vX.Y.Z, e.g. %s", opts.TalosVersion, DefaultVersion())
+		return nil, refusal.Errorf("--talos-version %q: want vX.Y.Z, e.g. %s", opts.TalosVersion, DefaultVersion())
 	}
 	if contract.Major != 1 {
-		return nil, bootstrap.Refusedf("--talos-version %q: only Talos v1.x is known", opts.TalosVersion)
+		return nil, refusal.Errorf("--talos-version %q: only Talos v1.x is known", opts.TalosVersion)
 	}
 	if opts.Mirror.URL == nil && !opts.Remove {
-		return nil, bootstrap.Refusedf("--mirror is required")
+		return nil, refusal.Errorf("--mirror is required")
 	}
 	if len(opts.Upstreams) == 0 && opts.MachineConfig == nil {
-		return nil, bootstrap.Refusedf("at least one --upstream is required")
+		return nil, refusal.Errorf("at least one --upstream is required")
 	}
 	for _, n := range opts.Upstreams {
 		if err := bootstrap.CheckName(n); err != nil {
@@ -141,7 +142,7 @@ func Generate(opts Options) (*Result, error) {
 	switch {
 	case opts.Remove && opts.MachineConfig != nil:
 		if opts.Mirror.URL == nil {
-			return nil, bootstrap.Refusedf("--machine-config needs --mirror: the removal deletes the mirrors whose endpoints include it")
+			return nil, refusal.Errorf("--machine-config needs --mirror: the removal deletes the mirrors whose endpoints include it")
 		}
 		found := findMirrors(opts.MachineConfig, opts.Mirror)
 		res.Upstreams = append(slices.Clone(found.legacy), found.documents...)
@@ -180,21 +181,21 @@ func Generate(opts Options) (*Result, error) {
 func check(opts Options, contract *config.VersionContract) error {
 	if opts.SkipFallback {
 		if !contract.Greater(skipFallbackSince) && !equal(contract, skipFallbackSince) {
-			return bootstrap.Refusedf("--skip-fallback needs Talos >= %s (target %s)", skipFallbackSince, opts.TalosVersion)
+			return refusal.Errorf("--skip-fallback needs Talos >= %s (target %s)", skipFallbackSince, opts.TalosVersion)
 		}
 		if opts.Mirror.Loopback() {
-			return bootstrap.Refusedf("--skip-fallback with the loopback mirror %s is refused: when the node's own agent is down the node could not pull even the agent's image", opts.Mirror)
+			return refusal.Errorf("--skip-fallback with the loopback mirror %s is refused: when the node's own agent is down the node could not pull even the agent's image", opts.Mirror)
 		}
 	}
 	if opts.PathPrefix && !contract.Greater(overridePathSince) && !equal(contract, overridePathSince) {
-		return bootstrap.Refusedf("--path-prefix needs Talos >= %s (overridePath; target %s)", overridePathSince, opts.TalosVersion)
+		return refusal.Errorf("--path-prefix needs Talos >= %s (overridePath; target %s)", overridePathSince, opts.TalosVersion)
 	}
 	if len(opts.MirrorCA) > 0 {
 		if opts.Mirror.HTTP() {
-			return bootstrap.Refusedf("--mirror-ca is for an https mirror; %s is http (a TLS config for an http endpoint makes kubelet pulls fail)", opts.Mirror)
+			return refusal.Errorf("--mirror-ca is for an https mirror; %s is http (a TLS config for an http endpoint makes kubelet pulls fail)", opts.Mirror)
 		}
 		if !x509.NewCertPool().AppendCertsFromPEM(opts.MirrorCA) {
-			return bootstrap.Refusedf("--mirror-ca %s: no PEM certificate in it", opts.MirrorCAName)
+			return refusal.Errorf("--mirror-ca %s: no PEM certificate in it", opts.MirrorCAName)
 		}
 	}
 	return nil
@@ -221,7 +222,7 @@ func fallback(opts Options, name string) (*url.URL, error) {
 	}
 	u, err := url.Parse(fb)
 	if err != nil || u.Host == "" {
-		return nil, bootstrap.Refusedf("--upstream %s=%s: not a registry URL", name, fb)
+		return nil, refusal.Errorf("--upstream %s=%s: not a registry URL", name, fb)
 	}
 	return u, nil
 }

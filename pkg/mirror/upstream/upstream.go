@@ -260,7 +260,7 @@ func transportFor(reg Registry, base http.RoundTripper) (http.RoundTripper, erro
 // (--upstream-ca).
 //
 // Errors: the file cannot be read, is not a regular file of at most inputfile.PEM.Limit bytes
-// (inputfile.ErrRefused), or holds no PEM certificate.
+// (refused: refusal.ErrRefused), or holds no PEM certificate.
 func LoadRootCAs(file string) (*x509.CertPool, error) {
 	b, err := inputfile.Read(file, inputfile.PEM)
 	if err != nil {
