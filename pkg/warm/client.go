@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Routing says how a request names the upstream registry to the mirror.
@@ -37,7 +38,7 @@ func ParseRouting(s string) (Routing, error) {
 	case RoutingPath:
 		return RoutingPath, nil
 	}
-	return "", &RefusedError{What: "--routing", Value: s, Reason: "want ns or path"}
+	return "", refusal.Value("--routing", s, "want ns or path")
 }
 
 // client talks to the mirror, and only to it.

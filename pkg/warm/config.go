@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Config is `nodecache warm` as the command line gives it, one field per flag; Options checks
@@ -54,8 +55,8 @@ type Config struct {
 }
 
 // Options checks c and the IMAGE arguments and returns the Options for Run. Every problem is
-// reported (joined, each naming the flag or value); the error wraps ErrRefused when any input
-// was refused, and nothing has been sent.
+// reported: the error is one refusal (ErrRefused), "warm: " and the problems joined, each naming
+// the flag or value, and nothing has been sent.
 func (c Config) Options(args []string) (Options, error) {
 	var (
 		opts Options
@@ -149,7 +150,9 @@ func (c Config) Options(args []string) (Options, error) {
 		errs = append(errs, errors.New("--wait and --deadline must not be negative"))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return opts, &configError{err}
+		// Every problem is the user's to fix, the ones not refused on their own too (--retries,
+		// a flag-like argument, a read error of --images-from -), so the whole is one refusal.
+		return opts, &refusal.Error{Reason: "warm: " + err.Error(), Err: err}
 	}
 	return opts, nil
 }
@@ -194,27 +197,19 @@ func (c Config) readImagesFrom() ([]input, error) {
 		lr := &io.LimitedReader{R: r, N: inputfile.ImageList.Limit + 1}
 		in, err := readImageList(lr, "-")
 		if err == nil && lr.N == 0 {
-			return nil, &RefusedError{What: "--images-from", Value: "-", Reason: "standard input holds more than " + inputfile.Size(inputfile.ImageList.Limit) + "; want " + inputfile.ImageList.Name + " of at most that size"}
+			return nil, refusal.Value("--images-from", "-", "standard input holds more than "+inputfile.Size(inputfile.ImageList.Limit)+"; want "+inputfile.ImageList.Name+" of at most that size")
 		}
 		return in, err
 	}
 	b, err := inputfile.Read(c.ImagesFrom, inputfile.ImageList)
 	if inputfile.Refused(err) {
-		return nil, &RefusedError{What: "--images-from", Value: c.ImagesFrom, Reason: err.Error() + ", or - for standard input"}
+		return nil, refusal.Value("--images-from", c.ImagesFrom, err.Error()+", or - for standard input")
 	}
 	if err != nil {
-		return nil, &RefusedError{What: "--images-from", Value: c.ImagesFrom, Reason: fmt.Sprintf("cannot read it (%v); want a file with one reference per line, or - for standard input", errors.Unwrap(err))}
+		return nil, refusal.Value("--images-from", c.ImagesFrom, fmt.Sprintf("cannot read it (%v); want a file with one reference per line, or - for standard input", errors.Unwrap(err)))
 	}
 	return readImageList(bytes.NewReader(b), c.ImagesFrom)
 }
-
-// configError is a refused Config: its message is "warm: " and every problem; it matches
-// ErrRefused.
-type configError struct{ err error }
-
-func (e *configError) Error() string        { return "warm: " + e.err.Error() }
-func (e *configError) Unwrap() error        { return e.err }
-func (e *configError) Is(target error) bool { return target == ErrRefused }
 
 func orNegative(d time.Duration) time.Duration {
 	if d == 0 {

@@ -9,8 +9,8 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 
 	"github.com/nodecache/nodecache/internal/inputfile"
-	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/talos"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // machineConfigInputs reads a node's machine config (either form talos.ParseMachineConfig reads,
@@ -31,21 +31,21 @@ import (
 func machineConfigInputs(path, talosVersion string) ([]input, string, error) {
 	data, err := inputfile.Read(path, inputfile.MachineConfig)
 	if inputfile.Refused(err) {
-		return nil, "", &RefusedError{What: "--machine-config", Value: path, Reason: err.Error()}
+		return nil, "", refusal.Value("--machine-config", path, err.Error())
 	}
 	if err != nil {
-		return nil, "", &RefusedError{What: "--machine-config", Value: path, Reason: fmt.Sprintf("cannot read it (%v); want the output of `talosctl read /system/state/config.yaml` or `talosctl get machineconfig -o yaml`", errors.Unwrap(err))}
+		return nil, "", refusal.Value("--machine-config", path, fmt.Sprintf("cannot read it (%v); want the output of `talosctl read /system/state/config.yaml` or `talosctl get machineconfig -o yaml`", errors.Unwrap(err)))
 	}
 	cfg, err := talos.ParseMachineConfig(path, data)
 	if err != nil {
-		if errors.Is(err, bootstrap.ErrRefused) {
-			return nil, "", &RefusedError{What: "--machine-config", Value: path, Reason: err.Error()}
+		if errors.Is(err, refusal.ErrRefused) {
+			return nil, "", refusal.Value("--machine-config", path, err.Error())
 		}
 		return nil, "", fmt.Errorf("--machine-config %s: %w", path, err)
 	}
 	raw := cfg.RawV1Alpha1()
 	if cfg.Machine() == nil || cfg.Cluster() == nil || raw == nil {
-		return nil, "", &RefusedError{What: "--machine-config", Value: path, Reason: "holds no v1alpha1 document (machine and cluster); want a node's whole machine config"}
+		return nil, "", refusal.Value("--machine-config", path, "holds no v1alpha1 document (machine and cluster); want a node's whole machine config")
 	}
 	m, c := cfg.Machine(), cfg.Cluster()
 	install := m.Install().Image()

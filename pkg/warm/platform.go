@@ -9,17 +9,20 @@ import (
 	"github.com/containerd/platforms"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	specs "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // ParsePlatform parses "os/arch[/variant]" with containerd's parser (github.com/containerd/platforms)
 // after the character check, and returns it normalised ("linux/aarch64" -> linux/arm64). Empty s
-// means this machine's platform (platforms.DefaultSpec). Errors are *RefusedError.
+// means this machine's platform (platforms.DefaultSpec). Errors are refusals naming --platform and s
+// (refusal.Value).
 func ParsePlatform(s string) (specs.Platform, error) {
 	if s == "" {
 		return platforms.Normalize(platforms.DefaultSpec()), nil
 	}
 	refuse := func(reason string) (specs.Platform, error) {
-		return specs.Platform{}, &RefusedError{What: "--platform", Value: s, Reason: reason}
+		return specs.Platform{}, refusal.Value("--platform", s, reason)
 	}
 	if bad := checkChars(s, 64); bad != "" {
 		return refuse(bad + "; want os/arch[/variant], e.g. linux/amd64 or linux/arm/v7")
@@ -54,7 +57,7 @@ const (
 )
 
 // ParsePlatformMatch accepts "transfer" or "only"; "" means PlatformMatchTransfer. Errors are
-// *RefusedError.
+// refusal naming --platform-match and s (refusal.Value).
 func ParsePlatformMatch(s string) (PlatformMatch, error) {
 	switch PlatformMatch(s) {
 	case "", PlatformMatchTransfer:
@@ -62,8 +65,8 @@ func ParsePlatformMatch(s string) (PlatformMatch, error) {
 	case PlatformMatchOnly:
 		return PlatformMatchOnly, nil
 	}
-	return "", &RefusedError{What: "--platform-match", Value: s,
-		Reason: "want transfer (exact os/arch/variant: containerd >= 2.1, CRI-O) or only (containerd 1.7 and 2.0 with their fallbacks)"}
+	return "", refusal.Value("--platform-match", s,
+		"want transfer (exact os/arch/variant: containerd >= 2.1, CRI-O) or only (containerd 1.7 and 2.0 with their fallbacks)")
 }
 
 // describe says what the rule accepts, for messages.

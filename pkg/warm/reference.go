@@ -1,7 +1,6 @@
 package warm
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"unicode"
@@ -9,28 +8,16 @@ import (
 
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
-// ErrRefused marks input that warm refuses before sending anything: a reference, platform or
-// version that fails the character check or the grammar. The CLI maps it to exit code 2.
-var ErrRefused = errors.New("input refused")
-
-// RefusedError says which value was refused and why. It matches ErrRefused with errors.Is.
-type RefusedError struct {
-	// What names the kind of input, e.g. "image reference", "--platform".
-	What string
-	// Value is the input as given.
-	Value string
-	// Reason says what was wrong and what is accepted.
-	Reason string
-}
-
-func (e *RefusedError) Error() string {
-	return fmt.Sprintf("%s %s refused: %s", e.What, strconv.Quote(e.Value), e.Reason)
-}
-
-// Is reports whether target is ErrRefused.
-func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
+// ErrRefused is refusal.ErrRefused, kept for callers that test errors.Is(err, warm.ErrRefused).
+// warm refuses input before sending anything — a reference, platform or version that fails the
+// character check or the grammar, a flag out of range, a file it cannot use — with a
+// *refusal.Error naming the flag or value: `--platform "linux" refused: want os/arch[/variant],
+// e.g. linux/amd64 or linux/arm64` (refusal.Value). The CLI exits 2 for it.
+var ErrRefused = refusal.ErrRefused
 
 // maxReferenceLen bounds a reference: a 255-character name (distribution's
 // reference.NameTotalLengthMax), ":" and a 128-character tag, "@" and a sha512 digest.
@@ -83,10 +70,10 @@ func (r Reference) manifestRef() string {
 // The character check runs first and accepts only ASCII letters, digits and ". _ - : / @": it
 // refuses control characters (newline included), whitespace, shell metacharacters and anything
 // else before any pattern sees the value, because a pattern applied per line accepts
-// "v1.35.6\nid". Errors are *RefusedError (errors.Is(err, ErrRefused)).
+// "v1.35.6\nid". Errors are refusals naming the value (refusal.Value("image reference", s, …)).
 func ParseReference(s string) (Reference, error) {
 	refuse := func(reason string) (Reference, error) {
-		return Reference{}, &RefusedError{What: "image reference", Value: s, Reason: reason}
+		return Reference{}, refusal.Value("image reference", s, reason)
 	}
 	if err := checkChars(s, maxReferenceLen); err != "" {
 		return refuse(err + "; a reference is name[:tag][@digest] made of letters, digits and . _ - : / @")

@@ -2,12 +2,14 @@ package warm_test
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/gendata"
 
+	"github.com/nodecache/nodecache/pkg/refusal"
 	"github.com/nodecache/nodecache/pkg/warm"
 )
 
@@ -90,8 +92,8 @@ func TestParseReferenceRefused(t *testing.T) {
 			if !errors.Is(err, warm.ErrRefused) {
 				t.Fatalf("error %v does not match ErrRefused", err)
 			}
-			var re *warm.RefusedError
-			if !errors.As(err, &re) || re.Value != tc.in {
+			var re *refusal.Error
+			if !errors.As(err, &re) || re.Source != "image reference "+strconv.Quote(tc.in) {
 				t.Fatalf("error %v does not name the value %q", err, tc.in)
 			}
 			if !strings.Contains(err.Error(), tc.says) {

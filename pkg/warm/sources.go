@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Source is one image warm fetches and where it was named.
@@ -78,7 +80,7 @@ func readImageList(r io.Reader, name string) ([]input, error) {
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return out, &RefusedError{What: "--images-from", Value: fmt.Sprintf("%s:%d", name, n+1), Reason: fmt.Sprintf("line longer than %d bytes; want one reference per line", maxListLine)}
+			return out, refusal.Value("--images-from", fmt.Sprintf("%s:%d", name, n+1), fmt.Sprintf("line longer than %d bytes; want one reference per line", maxListLine))
 		}
 		return out, fmt.Errorf("read --images-from %s: %w", name, err)
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 	"github.com/siderolabs/talos/pkg/machinery/gendata"
+
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // talosPauseImage is the sandbox (pause) image a Talos 1.13 worker pulls. It is the one image of
@@ -78,8 +80,8 @@ func TalosReleases() []string {
 // ghcr.io/siderolabs/flannel at its flannel version. Another patch of a minor the table knows is
 // served from that minor's release, with a Note naming it. An empty talosVersion is
 // TalosJoinImages. kubernetesVersion overrides the kubelet and kube-proxy tag as there. Errors are
-// *RefusedError: a malformed version, or a release the table does not know (the message lists
-// the known ones).
+// refusals (refusal.Value): a malformed version, or a release the table does not know (the
+// message lists the known ones).
 func TalosJoinImagesFor(talosVersion, kubernetesVersion string) (TalosJoinSet, error) {
 	rel, note, err := talosReleaseFor(talosVersion)
 	if err != nil {
@@ -100,14 +102,14 @@ func TalosJoinImagesFor(talosVersion, kubernetesVersion string) (TalosJoinSet, e
 
 // talosReleaseFor returns the defaults of a Talos release ("v1.12.4" or "1.12.4"): its row of the
 // generated table, or for another patch of a minor the table knows that minor's row with a note
-// naming it. An empty talosVersion is linkedRelease. Errors are *RefusedError: a malformed
+// naming it. An empty talosVersion is linkedRelease. Errors are refusals (refusal.Value): a malformed
 // version, or a release the table does not know (the message lists the known ones).
 func talosReleaseFor(talosVersion string) (talosRelease, string, error) {
 	if talosVersion == "" {
 		return linkedRelease(), "", nil
 	}
 	refuse := func(reason string) (talosRelease, string, error) {
-		return talosRelease{}, "", &RefusedError{What: "--talos-version", Value: talosVersion, Reason: reason}
+		return talosRelease{}, "", refusal.Value("--talos-version", talosVersion, reason)
 	}
 	if bad := checkChars(talosVersion, 64); bad != "" {
 		return refuse(bad + "; want vMAJOR.MINOR.PATCH, e.g. v1.12.4")
@@ -166,12 +168,10 @@ func kubernetesTag(kubernetesVersion, def string) (string, error) {
 	k8s := def
 	if kubernetesVersion != "" {
 		if bad := checkChars(kubernetesVersion, 64); bad != "" {
-			return "", &RefusedError{What: "--kubernetes-version", Value: kubernetesVersion,
-				Reason: bad + "; want vMAJOR.MINOR.PATCH, e.g. v1.36.2"}
+			return "", refusal.Value("--kubernetes-version", kubernetesVersion, bad+"; want vMAJOR.MINOR.PATCH, e.g. v1.36.2")
 		}
 		if !kubernetesVersionRe.MatchString(kubernetesVersion) {
-			return "", &RefusedError{What: "--kubernetes-version", Value: kubernetesVersion,
-				Reason: "want vMAJOR.MINOR.PATCH[-pre], e.g. v1.36.2"}
+			return "", refusal.Value("--kubernetes-version", kubernetesVersion, "want vMAJOR.MINOR.PATCH[-pre], e.g. v1.36.2")
 		}
 		k8s = kubernetesVersion
 	}
@@ -187,7 +187,7 @@ func kubernetesTag(kubernetesVersion, def string) (string, error) {
 //   - flannel:    ghcr.io/siderolabs/flannel:v<constants.FlannelVersion> (Talos' default CNI)
 //
 // kubernetesVersion ("v1.36.2" or "1.36.2") overrides constants.DefaultKubernetesVersion; empty
-// keeps the default. A malformed version is a *RefusedError.
+// keeps the default. A malformed version is refused (refusal.Value).
 func TalosJoinImages(kubernetesVersion string) (TalosJoinSet, error) {
 	return TalosJoinImagesFor("", kubernetesVersion)
 }

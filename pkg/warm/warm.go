@@ -29,6 +29,7 @@ import (
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Defaults for Options (and the CLI flags of the same names).
@@ -102,16 +103,16 @@ type Options struct {
 func (o *Options) setDefaults() error {
 	var errs []error
 	if o.Mirror == nil {
-		errs = append(errs, &RefusedError{What: "--mirror", Value: "", Reason: "required; want http(s)://host[:port]"})
+		errs = append(errs, refusal.Value("--mirror", "", "required; want http(s)://host[:port]"))
 	}
 	if len(o.Images) == 0 {
 		errs = append(errs, fmt.Errorf("%w: nothing to warm: Options.Images is empty; name at least one image", ErrRefused))
 	}
 	if o.Concurrency < 0 {
-		errs = append(errs, &RefusedError{What: "--concurrency", Value: fmt.Sprint(o.Concurrency), Reason: "want at least 1"})
+		errs = append(errs, refusal.Value("--concurrency", fmt.Sprint(o.Concurrency), "want at least 1"))
 	}
 	if o.BlobTimeout < 0 {
-		errs = append(errs, &RefusedError{What: "--blob-timeout", Value: o.BlobTimeout.String(), Reason: "want a positive duration"})
+		errs = append(errs, refusal.Value("--blob-timeout", o.BlobTimeout.String(), "want a positive duration"))
 	}
 	routing, err := ParseRouting(string(o.Routing))
 	if err != nil {
