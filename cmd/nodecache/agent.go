@@ -53,8 +53,7 @@ and /activez say "restart containerd or cycle the node".`,
 				return err
 			}
 			cfg.Stdout = c.App.Writer
-			err = agent.Run(c.Context, cfg)
-			return withCode(startCode(err), err)
+			return agent.Run(c.Context, cfg) // refused, or --root held: exit 2 (exitCode)
 		},
 	})
 }

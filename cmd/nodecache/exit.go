@@ -8,8 +8,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodecache/nodecache/internal/clitext"
-	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Exit codes shared by every command (DESIGN.md, Contracts: exit codes).
@@ -42,15 +42,6 @@ func withCode(code int, err error) error {
 	return &exitError{code: code, err: err}
 }
 
-// startCode is the exit code of a serve or agent run that failed with err: 2 for input refused
-// and for a --root another process holds, else 1.
-func startCode(err error) int {
-	if errors.Is(err, bootstrap.ErrRefused) || errors.Is(err, mirror.ErrRootInUse) {
-		return exitUsage
-	}
-	return exitNegative
-}
-
 // silentExit exits with code and prints nothing more: the command already reported its answer.
 func silentExit(code int) error {
 	if code == exitOK {
@@ -70,22 +61,33 @@ func usageError(c *cli.Context, err error, _ bool) error {
 	return &exitError{code: exitUsage, err: clitext.FlagError(err, flags, where)}
 }
 
-// report prints err (if any) and returns the process exit code for it.
+// report prints err (if any) and returns the process exit code for it (exitCode).
 func report(w io.Writer, err error) int {
 	if err == nil {
 		return exitOK
 	}
-	code := exitNegative
+	if !errors.Is(err, errSilent) && err.Error() != "" {
+		fmt.Fprintf(w, "nodecache: %v\n", err)
+	}
+	return exitCode(err)
+}
+
+// exitCode is the process exit code for err, a command's failure (not nil): the code an
+// exitError in it carries (withCode, usagef, silentExit), else 2 for refused input
+// (refusal.ErrRefused: bootstrap, warm, status and agent options, files of the wrong type or
+// size) and for a --root another process holds (mirror.ErrRootInUse), else the code of a
+// cli.ExitCoder, else 1. This is the one place a refusal becomes exit 2: commands return it as
+// it is.
+func exitCode(err error) int {
 	var ee *exitError
 	var ce cli.ExitCoder
 	switch {
 	case errors.As(err, &ee):
-		code = ee.code
+		return ee.code
+	case errors.Is(err, refusal.ErrRefused), errors.Is(err, mirror.ErrRootInUse):
+		return exitUsage
 	case errors.As(err, &ce):
-		code = ce.ExitCode()
+		return ce.ExitCode()
 	}
-	if !errors.Is(err, errSilent) && err.Error() != "" {
-		fmt.Fprintf(w, "nodecache: %v\n", err)
-	}
-	return code
+	return exitNegative
 }

@@ -39,7 +39,7 @@ func hostRootFlag(dst *string) cli.Flag {
 }
 
 // genAction checks --output and the log flags, runs one configure pass and renders its report.
-// A refusal exits 2, any other failure 1.
+// A refusal exits 2, any other failure 1 (exitCode).
 func genAction[R clitext.Renderer](common *configure.Common, output *string, lc *logConfig, run func(*cli.Context) (R, error)) cli.ActionFunc {
 	return func(c *cli.Context) error {
 		if err := outputFormat(*output); err != nil {
@@ -51,10 +51,8 @@ func genAction[R clitext.Renderer](common *configure.Common, output *string, lc 
 		}
 		common.Logger = log
 		rep, err := run(c)
-		if configure.Refused(err) {
-			return withCode(exitUsage, err)
-		} else if err != nil {
-			return withCode(exitNegative, err)
+		if err != nil {
+			return err
 		}
 		return withCode(exitNegative, clitext.RenderSplit(c.App.Writer, c.App.ErrWriter, *output, rep))
 	}

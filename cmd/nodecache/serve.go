@@ -98,7 +98,7 @@ Examples:
 			mirror.ForwardDistributionLogs(log)
 			m, err := mirror.New(c.Context, opts)
 			if err != nil {
-				return withCode(startCode(err), err)
+				return err // refused, or --root held: exit 2 (exitCode)
 			}
 			log.Info().Str("version", buildinfo.Version()).Msg("nodecache serve")
 			err = mirror.Serve(c.Context, m, mirror.ServeOptions{Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, Logger: log, TLS: cert})

@@ -60,7 +60,7 @@ Examples:
 			}
 			o, err := f.Options()
 			if err != nil {
-				return usagef("%v", err)
+				return err // refused: exit 2
 			}
 			if mirror != "" {
 				m, err := name.ParseMirror(mirror)
@@ -72,7 +72,7 @@ Examples:
 			o.Canary, o.Logger = canary, log
 			rep, err := activation.Evaluate(c.Context, o)
 			if err != nil {
-				return usagef("%v", err)
+				return err // options refused: exit 2
 			}
 			if err := clitext.Render(c.App.Writer, output, rep); err != nil {
 				return withCode(exitUnknown, err)

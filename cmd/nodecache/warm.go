@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -56,8 +55,8 @@ the mirror not ready within --wait, or --deadline reached; 2 a flag or IMAGE ref
 			}
 			cfg.Stdin = c.App.Reader
 			opts, err := cfg.OptionsContext(c.Context, c.Args().Slice())
-			if err != nil { // a refusal, or a signal while --images-from waited for input
-				return withCode(map[bool]int{true: exitUsage, false: exitNegative}[errors.Is(err, warm.ErrRefused)], err)
+			if err != nil { // a refusal (exit 2), or a signal while --images-from waited for input (1)
+				return err
 			}
 			if opts.Talos != nil && opts.Talos.Note != "" {
 				opts.Notes = append([]string{opts.Talos.Note}, opts.Notes...)
@@ -88,11 +87,8 @@ func runWarm(c *cli.Context, output string, opts warm.Options) error {
 	}
 	opts.ProgressBar = writerIsTerminal(opts.Progress)
 	rep, err := warm.Run(c.Context, opts)
-	if errors.Is(err, warm.ErrRefused) {
-		return usagef("%v", err)
-	}
 	if rep == nil {
-		return withCode(exitNegative, err)
+		return err // options refused (exit 2), or the mirror never ready (1)
 	}
 	if err := clitext.Render(c.App.Writer, output, rep); err != nil {
 		return withCode(exitNegative, err)

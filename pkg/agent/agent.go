@@ -106,7 +106,7 @@ func check(c Config) (*plan, error) {
 	p := &plan{cfg: c}
 	var err error
 	if p.status, err = c.Status.Options(); err != nil {
-		return nil, refused(err)
+		return nil, err // a refusal naming the flags
 	}
 	if p.registry, err = c.Registry.Options(c.Logger); err != nil {
 		return nil, refused(err)

@@ -47,6 +47,7 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Runtime names accepted by Options.Runtime.
@@ -125,6 +126,8 @@ type Options struct {
 	Logger zerolog.Logger
 }
 
+// setDefaults fills in the defaults of o and checks the rest; every problem is reported, as one
+// refusal (refusal.ErrRefused) of them joined.
 func (o *Options) setDefaults() error {
 	var errs []error
 	switch o.Runtime {
@@ -181,7 +184,10 @@ func (o *Options) setDefaults() error {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return &refusal.Error{Reason: err.Error(), Err: err}
+	}
+	return nil
 }
 
 // evaluator holds one evaluation's inputs and collects its rows.
@@ -200,7 +206,7 @@ func (e *evaluator) warn(format string, args ...any) {
 }
 
 // Evaluate reads the evidence and returns the report. The error is only for options that are
-// refused; evidence that cannot be read becomes an "unknown" row and, if decisive, the UNKNOWN
+// refused (refusal.ErrRefused); evidence that cannot be read becomes an "unknown" row and, if decisive, the UNKNOWN
 // state.
 func Evaluate(ctx context.Context, opts Options) (*Report, error) {
 	if err := opts.setDefaults(); err != nil {

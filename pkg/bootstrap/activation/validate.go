@@ -7,6 +7,7 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // Flags are the evidence flags status and agent share, as given on the command line.
@@ -25,8 +26,8 @@ type Flags struct {
 }
 
 // Options checks f and returns the Options it gives, with the host view built
-// (bootstrap.NewHost). Every problem is reported, joined, each naming its flag and what it
-// accepts.
+// (bootstrap.NewHost). Every problem is reported: the error is one refusal (refusal.ErrRefused)
+// of the problems joined, each naming its flag and what it accepts.
 func (f Flags) Options() (Options, error) {
 	o := Options{Runtime: f.Runtime, ContainerdConfig: f.ContainerdConfig, ContainerdSocket: f.ContainerdSocket}
 	var errs []error
@@ -56,5 +57,8 @@ func (f Flags) Options() (Options, error) {
 			o.Upstreams = append(o.Upstreams, u.Name)
 		}
 	}
-	return o, errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return o, &refusal.Error{Reason: err.Error(), Err: err}
+	}
+	return o, nil
 }
