@@ -55,7 +55,7 @@ func TestPrivateImageFallbackWithPullCredentials(t *testing.T) {
 	}
 	rep, err := bcontainerd.Plan(os.DirFS("/"), bcontainerd.Options{
 		Mirror: m, Upstreams: []string{host}, Fallbacks: map[string]string{host: "http://" + host},
-		Config: c.ConfigFile(), CertsDir: certs, Daemon: daemon,
+		Config: c.ConfigFile(), CertsDir: certs, Daemon: bcontainerd.Release(daemon),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -100,7 +100,7 @@ func TestGenContainerdRealDaemons(t *testing.T) {
 			}
 			opts := bcontainerd.Options{
 				Mirror: m, Upstreams: []string{host},
-				Config: c.ConfigFile(), CertsDir: certs, Daemon: daemon,
+				Config: c.ConfigFile(), CertsDir: certs, Daemon: bcontainerd.Release(daemon),
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
 			defer cancel()

@@ -139,7 +139,7 @@ func genContainerd(t *testing.T, c *runtimetest.Containerd, mirrorURL, upstream,
 		t.Fatal(err)
 	}
 	plan, err := bcontainerd.Plan(os.DirFS("/"), bcontainerd.Options{
-		Mirror: bm, Upstreams: []string{upstream}, Config: c.ConfigFile(), CertsDir: certs, Daemon: v,
+		Mirror: bm, Upstreams: []string{upstream}, Config: c.ConfigFile(), CertsDir: certs, Daemon: bcontainerd.Release(v),
 	})
 	if err != nil {
 		t.Fatalf("gen containerd: %v", err)

@@ -1,9 +1,6 @@
 package activation
 
-import (
-	"strconv"
-	"strings"
-)
+import "strings"
 
 // flagValue returns the value of the first flag among names in args, in any of the forms
 // urfave/cli accepts ("--name v", "--name=v", "-name v", "-name=v"; names given without
@@ -33,12 +30,4 @@ func flagValue(args []string, names ...string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-// parseDecimal accepts only ASCII digits (no sign, no spaces, no 0x) that fit in 64 bits.
-func parseDecimal(s string) (uint64, error) {
-	if s == "" || strings.TrimLeft(s, "0123456789") != "" {
-		return 0, strconv.ErrSyntax
-	}
-	return strconv.ParseUint(s, 10, 64)
 }

@@ -182,7 +182,7 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 	}
 	defer client.Close()
 	cctx, cancel := context.WithTimeout(ctx, e.opts.APITimeout)
-	ver, err := client.Version(cctx)
+	raw, release, err := client.Version(cctx)
 	cancel()
 	if err != nil {
 		e.add(rt, "version", Unread, "%s: %v", socket, err)
@@ -192,8 +192,8 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		}
 		return unknown(fmt.Sprintf("containerd's API at %s does not answer (unreachable or permission denied: a pod needs the host's socket and root): %v", socket, err))
 	}
-	rep.Version = ver.Raw
-	e.add(rt, "version", Info, "containerd %s on %s (version service)", ver.Raw, socket)
+	rep.Version = raw
+	e.add(rt, "version", Info, "containerd %s on %s (version service)", raw, socket)
 
 	// The CRI plugin must have loaded: otherwise the kubelet pulls nothing through this daemon.
 	cctx, cancel = context.WithTimeout(ctx, e.opts.APITimeout)
@@ -216,7 +216,7 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 	e.add(rt, "cri-plugin", Pass, "introspection lists the CRI plugins loaded")
 
 	// The effective configuration as this release reads it.
-	if eff, err = bcontainerd.Load(e.h.FS(), cfgPath, bcontainerd.LoadOptions{Daemon: bootstrap.Version{Major: ver.Major, Minor: ver.Minor}}); err != nil {
+	if eff, err = bcontainerd.Load(e.h.FS(), cfgPath, bcontainerd.LoadOptions{Daemon: release}); err != nil {
 		return e.configError(rep, err)
 	}
 	restart := Judge(target.Process, configTimes(eff))
@@ -224,7 +224,7 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 
 	var view loadedView
 	switch {
-	case ver.atLeast(2, 4):
+	case release.IntrospectsConfigPath():
 		cctx, cancel := context.WithTimeout(ctx, e.opts.APITimeout)
 		p, err := client.RegistryConfigPath(cctx)
 		cancel()
@@ -234,7 +234,7 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		}
 		view = loadedView{configPath: p, known: true, source: "introspection"}
 		e.add(rt, "loaded-config", Pass, "introspection (%s.%s) says the daemon runs with config_path %q", criImagesPluginType, criImagesPluginID, p)
-	case ver.Major == 1:
+	case release.CRIStatusConfig():
 		cctx, cancel := context.WithTimeout(ctx, e.opts.APITimeout)
 		p, ok, err := client.CRIConfigPath(cctx)
 		cancel()
@@ -249,10 +249,10 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		view = loadedView{configPath: p, known: true, source: "cri-status"}
 		e.add(rt, "loaded-config", Pass, "CRI status (verbose) says the daemon runs with registry.configPath %q", p)
 	default:
-		e.add(rt, "loaded-config", Info, "containerd %s exports no registry configuration (only 1.x CRI status and >= 2.4 introspection do): judging by start time", ver.Raw)
+		e.add(rt, "loaded-config", Info, "containerd %s exports no registry configuration (only 1.x CRI status and >= 2.4 introspection do): judging by start time", raw)
 	}
 
-	v2 := eff.Daemon.Major >= 2
+	v2 := eff.Daemon.V2()
 	onDisk := eff.ConfigPath
 	// The registries the on-disk files route through the mirror: what a canary pulls under
 	// when the verdict is decided before the hosts check (a daemon that has not loaded them

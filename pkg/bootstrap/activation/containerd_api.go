@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	introspection "github.com/containerd/containerd/api/services/introspection/v1"
 	versionapi "github.com/containerd/containerd/api/services/version/v1"
@@ -16,9 +15,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/emptypb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 )
 
-// What a running containerd says about itself, over its gRPC socket:
+// What a running containerd says about itself, over its gRPC socket (which release says what:
+// bcontainerd.Release):
 //   - version service: the daemon's version (decides which evidence exists);
 //   - ≥ 2.4: introspection PluginInfo(type io.containerd.cri.v1, id images) exports
 //     "RegistryConfigPath", the config_path the CRI image service was built with (after
@@ -33,36 +35,6 @@ const (
 	criImagesPluginID   = "images"
 	exportConfigPath    = "RegistryConfigPath"
 )
-
-// daemonVersion is a containerd release as major.minor (the patch level never changes which
-// evidence exists).
-type daemonVersion struct {
-	Raw          string
-	Major, Minor int
-}
-
-func (v daemonVersion) atLeast(major, minor int) bool {
-	return v.Major > major || (v.Major == major && v.Minor >= minor)
-}
-
-// parseDaemonVersion reads "v2.4.2", "1.7.35", "2.1.4+unknown", "1.7.28-0ubuntu1".
-func parseDaemonVersion(s string) (daemonVersion, error) {
-	t := strings.TrimPrefix(strings.TrimSpace(s), "v")
-	parts := strings.SplitN(t, ".", 3)
-	if len(parts) < 2 {
-		return daemonVersion{}, fmt.Errorf("containerd version %q: want MAJOR.MINOR[.PATCH]", s)
-	}
-	minorDigits := parts[1]
-	if i := strings.IndexFunc(minorDigits, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
-		minorDigits = minorDigits[:i]
-	}
-	major, err1 := parseDecimal(parts[0])
-	minor, err2 := parseDecimal(minorDigits)
-	if err1 != nil || err2 != nil || major > 1000 || minor > 1000 {
-		return daemonVersion{}, fmt.Errorf("containerd version %q: want MAJOR.MINOR[.PATCH]", s)
-	}
-	return daemonVersion{Raw: s, Major: int(major), Minor: int(minor)}, nil
-}
 
 // containerdClient talks to one containerd socket.
 type containerdClient struct {
@@ -83,13 +55,19 @@ func dialContainerd(path string) (*containerdClient, error) {
 
 func (c *containerdClient) Close() error { return c.conn.Close() }
 
-// Version asks the version service.
-func (c *containerdClient) Version(ctx context.Context) (daemonVersion, error) {
+// Version asks the version service: the version as the daemon says it ("v2.4.2", shown in
+// reports) and the release it names (bcontainerd.ReportedRelease; an error when it names none).
+func (c *containerdClient) Version(ctx context.Context) (string, bcontainerd.Release, error) {
 	resp, err := versionapi.NewVersionClient(c.conn).Version(ctx, &emptypb.Empty{})
 	if err != nil {
-		return daemonVersion{}, fmt.Errorf("containerd version: %w", err)
+		return "", bcontainerd.Release{}, fmt.Errorf("containerd version: %w", err)
 	}
-	return parseDaemonVersion(resp.GetVersion())
+	raw := resp.GetVersion()
+	r, err := bcontainerd.ReportedRelease(raw)
+	if err != nil {
+		return "", bcontainerd.Release{}, err
+	}
+	return raw, r, nil
 }
 
 // errNoExport reports a CRI images plugin that does not export RegistryConfigPath.

@@ -20,7 +20,7 @@ import (
 // overriding the registry table included.
 func TestCorpusGenThenStatus(t *testing.T) {
 	t.Parallel()
-	daemon := bootstrap.Version{Major: 2, Minor: 3, Patch: 1}
+	daemon := bcontainerd.Release{Major: 2, Minor: 3, Patch: 1}
 	m, err := name.ParseMirror(mirrorURL)
 	if err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/nodecache/nodecache/pkg/bootstrap"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -118,7 +117,7 @@ func TestHostViewAbsoluteLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := bcontainerd.Plan(h.FS(), bcontainerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: bootstrap.Version{Major: 2, Minor: 4, Patch: 2}})
+	plan, err := bcontainerd.Plan(h.FS(), bcontainerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: bcontainerd.Release{Major: 2, Minor: 4, Patch: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func (n *testNode) genAdopt(upstreams ...string) {
 	if err != nil {
 		n.t.Fatal(err)
 	}
-	rep, err := bcontainerd.Plan(os.DirFS(n.Root), bcontainerd.Options{Mirror: m, Upstreams: upstreams, Daemon: bootstrap.Version{Major: 2, Minor: 4}})
+	rep, err := bcontainerd.Plan(os.DirFS(n.Root), bcontainerd.Options{Mirror: m, Upstreams: upstreams, Daemon: bcontainerd.Release{Major: 2, Minor: 4}})
 	if err != nil {
 		n.t.Fatalf("gen containerd plan: %v", err)
 	}

@@ -96,8 +96,8 @@ func apiVersion(ctx context.Context, local, runtime string) (string, error) {
 			return "", err
 		}
 		defer c.Close()
-		v, err := c.Version(ctx)
-		return v.Raw, err
+		raw, _, err := c.Version(ctx)
+		return raw, err
 	}
 	conn, err := grpc.NewClient("unix://"+local, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

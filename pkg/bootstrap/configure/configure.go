@@ -84,26 +84,25 @@ func applyOrDiff(ctx context.Context, h *bootstrap.Host, dryRun bool, log zerolo
 	return "", h.Applier(log).Apply(ctx, changes)
 }
 
-// version returns the version given on the command line (flag names it in a refusal), else
-// the one the running runtime reports on socket (activation.RuntimeVersion: never runs a host
-// binary); when that fails, probeErr says why and v is zero.
-func version(ctx context.Context, h *bootstrap.Host, log zerolog.Logger, runtime, flag, given, socket string) (v bootstrap.Version, probeErr, err error) {
+// release is the runtime's release: the one given on the command line, read by parse (flag
+// names it in a refusal), else the one the running runtime reports on socket
+// (activation.RuntimeVersion: never runs a host binary); when that fails, probeErr says why and
+// the release is zero. R is the runtime's release type, which holds its rules
+// (containerd.Release, crio.Release): a bootstrap.Version by another name.
+func release[R ~struct{ Major, Minor, Patch int }](ctx context.Context, h *bootstrap.Host, log zerolog.Logger, runtime, flag, given, socket string,
+	parse func(string) (R, error)) (r R, probeErr, err error) {
 	if given != "" {
-		example := map[string]string{activation.RuntimeCRIO: "1.34.1"}[runtime]
-		if example == "" {
-			example = "2.4.2"
+		if r, err = parse(given); err != nil {
+			return r, nil, refusal.Errorf("%s: %v", flag, err)
 		}
-		if v, err = bootstrap.ParseVersionFlag(given, example); err != nil {
-			return v, nil, refusal.Errorf("%s: %v", flag, err)
-		}
-		return v, nil, nil
+		return r, nil, nil
 	}
 	dv, probeErr := activation.RuntimeVersion(ctx, h, runtime, socket)
 	if probeErr != nil {
-		return v, probeErr, nil
+		return r, probeErr, nil
 	}
 	log.Debug().Str("version", dv.Raw).Str("from", dv.Source).Msg(runtime + " version")
-	return dv.Version, nil, nil
+	return R(dv.Version), nil, nil
 }
 
 // writeJSON writes v as indented JSON.

@@ -57,7 +57,7 @@ func Containerd(ctx context.Context, o ContainerdOptions) (*ContainerdReport, er
 	if socket == "" {
 		socket = activation.ContainerdSocket(h, o.Config)
 	}
-	daemon, probeErr, err := version(ctx, h, o.Logger, activation.RuntimeContainerd, "--containerd-version", o.Version, socket)
+	daemon, probeErr, err := release(ctx, h, o.Logger, activation.RuntimeContainerd, "--containerd-version", o.Version, socket, containerd.ParseRelease)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +110,7 @@ func Containerd(ctx context.Context, o ContainerdOptions) (*ContainerdReport, er
 // config's grpc address, the newest of config.toml and its imports, ±10 ms), that daemon does
 // not use it yet. reason is "" when the daemon loaded it, or when no containerd is visible; warn
 // says why the check could not be made.
-func startedBefore(h *bootstrap.Host, config string, daemon bootstrap.Version) (reason, warn string) {
+func startedBefore(h *bootstrap.Host, config string, daemon containerd.Release) (reason, warn string) {
 	eff, err := containerd.Load(h.FS(), config, containerd.LoadOptions{Daemon: daemon})
 	if err != nil || !eff.Exists {
 		return "", ""

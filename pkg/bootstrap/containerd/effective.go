@@ -39,7 +39,7 @@ type Effective struct {
 	// makes Load fail, as it makes containerd fail.
 	Files []ConfigFile `json:"files"`
 	// Daemon is the containerd release whose loader rules were applied.
-	Daemon bootstrap.Version `json:"daemon_version"`
+	Daemon Release `json:"daemon_version"`
 	// DaemonAssumed is true when the release was not given and was assumed (newest 2.x rules).
 	DaemonAssumed bool `json:"daemon_assumed,omitempty"`
 	// PluginID is the plugin whose registry table applies: PluginImages (2.x) or PluginCRIv1 (1.x).
@@ -128,12 +128,12 @@ type TLSConfig struct {
 type LoadOptions struct {
 	// Daemon is the containerd release whose rules apply (containerd --version). Zero: assume the
 	// newest 2.x rules and set Effective.DaemonAssumed.
-	Daemon bootstrap.Version
+	Daemon Release
 }
 
 // assumedDaemon is the release assumed when none is given: the containerd this module builds
 // against.
-var assumedDaemon = bootstrap.Version{Major: 2, Minor: 4, Patch: 2}
+var assumedDaemon = Release{Major: 2, Minor: 4, Patch: 2}
 
 // LoadEffective reads the configuration at host path path (usually DefaultConfig) under the host
 // root root ("/" or --host-root), with the newest containerd 2.x rules unless opts says which
@@ -160,8 +160,8 @@ func Load(fsys fs.FS, mainPath string, opts LoadOptions) (*Effective, error) {
 	if e.Daemon.IsZero() {
 		e.Daemon, e.DaemonAssumed = assumedDaemon, true
 	}
-	d := daemon{v: e.Daemon}
-	e.PluginID = d.pluginID()
+	d := e.Daemon
+	e.PluginID = d.PluginID()
 
 	files, err := loadFiles(fsys, mainPath)
 	if err != nil {
@@ -179,11 +179,11 @@ func Load(fsys fs.FS, mainPath string, opts LoadOptions) (*Effective, error) {
 		orig := asMap(f.tree["plugins"])
 		plugins := map[string]any{}
 		deepMerge(plugins, orig) // a copy: migration must not touch the file's own tree
-		if d.v2() {
+		if d.V2() {
 			if f.Schema < 2 {
 				plugins = v1Rename(plugins)
 			}
-			if f.Schema < d.configVersion() {
+			if f.Schema < d.ConfigVersion() {
 				migrateCRI(plugins)
 			}
 		}
@@ -199,7 +199,7 @@ func Load(fsys fs.FS, mainPath string, opts LoadOptions) (*Effective, error) {
 			f.Mirrors = nonEmptyMirrors(reg)
 			f.ConfigsTLS = configsWithTLS(reg)
 		}
-		if d.v2() {
+		if d.V2() {
 			deepMerge(merged, plugins)
 		} else {
 			for k, v := range plugins {
@@ -212,11 +212,11 @@ func Load(fsys fs.FS, mainPath string, opts LoadOptions) (*Effective, error) {
 		if a, ok := asMap(f.tree["grpc"])["address"].(string); ok && a != "" {
 			grpcAddr = a
 		}
-		if f.ConfigPathSet && (d.v2() || e.PluginFrom == f.Path) {
+		if f.ConfigPathSet && (d.V2() || e.PluginFrom == f.Path) {
 			e.ConfigPathFrom = f.Path
 		}
 	}
-	if !d.v2() && e.PluginFrom != "" && e.ConfigPathFrom != e.PluginFrom {
+	if !d.V2() && e.PluginFrom != "" && e.ConfigPathFrom != e.PluginFrom {
 		e.ConfigPathFrom = ""
 	}
 	e.Files = files
@@ -233,10 +233,10 @@ func Load(fsys fs.FS, mainPath string, opts LoadOptions) (*Effective, error) {
 	reg := asMap(images["registry"])
 	e.Registry = registryView(reg)
 	e.ConfigPath = e.Registry.ConfigPath
-	if d.v2() && e.ConfigPath == "" && len(e.Registry.Mirrors) == 0 {
+	if d.V2() && e.ConfigPath == "" && len(e.Registry.Mirrors) == 0 {
 		e.ConfigPath = DefaultConfigPath2x
 	}
-	if d.transferCapable() {
+	if d.TransferService() {
 		e.LocalPull = localPullReasons(images, reg, d)
 		e.TransferService = len(e.LocalPull) == 0
 	}
@@ -253,7 +253,7 @@ func Load(fsys fs.FS, mainPath string, opts LoadOptions) (*Effective, error) {
 
 // validate returns what makes the CRI plugin refuse the registry table (1.7 ValidatePluginConfig,
 // 2.x ValidateImageConfig).
-func validate(r Registry, d daemon) []string {
+func validate(r Registry, d Release) []string {
 	var out []string
 	if r.ConfigPath == "" {
 		return nil
@@ -261,7 +261,7 @@ func validate(r Registry, d daemon) []string {
 	if len(r.Mirrors) > 0 {
 		out = append(out, "`mirrors` cannot be set when `config_path` is provided")
 	}
-	if !d.v2() && len(r.ConfigsTLS) > 0 {
+	if !d.V2() && len(r.ConfigsTLS) > 0 {
 		out = append(out, "`configs.tls` cannot be set when `config_path` is provided")
 	}
 	return out
@@ -270,8 +270,8 @@ func validate(r Registry, d daemon) []string {
 // localPullReasons mirrors containerd's CheckLocalImagePullConfigs over the merged image plugin
 // table, with DefaultImageConfig's defaults (disable_snapshot_annotations true,
 // max_concurrent_downloads 3).
-func localPullReasons(images, reg map[string]any, d daemon) []string {
-	if !d.v2() {
+func localPullReasons(images, reg map[string]any, d Release) []string {
+	if !d.V2() {
 		return nil
 	}
 	var out []string
@@ -548,15 +548,15 @@ func deepMerge(dst, src map[string]any) {
 // whose registry feeds the effective one: the old CRI plugin when the daemon is 1.x, or when a
 // 2.x daemon migrates the file and it has an old registry table (the migration then replaces the
 // new one), or for a schema <= 2 file without either; else the 2.x image plugin.
-func fileRegistryKey(orig map[string]any, schema int, d daemon) string {
+func fileRegistryKey(orig map[string]any, schema int, d Release) string {
 	old := originalKey(orig, PluginCRIv1)
-	if !d.v2() {
+	if !d.V2() {
 		return old
 	}
 	_, hasOld := asMap(orig[old])["registry"]
 	_, hasNew := asMap(orig[PluginImages])["registry"]
 	switch {
-	case schema < d.configVersion() && hasOld:
+	case schema < d.ConfigVersion() && hasOld:
 		return old
 	case hasNew:
 		return PluginImages

@@ -169,7 +169,7 @@ func TestImportRules(t *testing.T) {
 		root := t.TempDir()
 		bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte("[plugins.cri]\n  sandbox_image = 'registry.k8s.io/pause:3.10'\n"))
 		for _, tc := range []struct {
-			v             bootstrap.Version
+			v             containerd.Release
 			want, wantNot string
 		}{
 			{v17, "containerd v1.7.35 reads it as the deprecated version 1: add `version = 2` as its first line", "config migrate"},
@@ -213,9 +213,9 @@ func testConfigForVersion(t *testing.T, m name.Mirror, existing []byte) {
 		bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, existing)
 	}
 	for _, tc := range []struct {
-		v      bootstrap.Version
+		v      containerd.Release
 		schema int
-	}{{v17, 2}, {bootstrap.Version{Major: 2, Minor: 2}, 3}, {bootstrap.Version{Major: 2, Minor: 3, Patch: 7}, 4}, {v24, srvversion.ConfigVersion}} {
+	}{{v17, 2}, {containerd.Release{Major: 2, Minor: 2}, 3}, {containerd.Release{Major: 2, Minor: 3, Patch: 7}, 4}, {v24, srvversion.ConfigVersion}} {
 		rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: tc.v})
 		if err != nil {
 			t.Fatalf("%v: %v", tc.v, err)

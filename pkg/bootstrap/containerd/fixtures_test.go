@@ -23,8 +23,8 @@ import (
 )
 
 var (
-	v17 = bootstrap.Version{Major: 1, Minor: 7, Patch: 35}
-	v24 = bootstrap.Version{Major: 2, Minor: 4, Patch: 2}
+	v17 = containerd.Release{Major: 1, Minor: 7, Patch: 35}
+	v24 = containerd.Release{Major: 2, Minor: 4, Patch: 2}
 )
 
 // criRegistry is the CRI registry table as containerd decodes it (internal/cri/config Registry,
@@ -63,7 +63,7 @@ type outcome struct {
 type fixtureCase struct {
 	name    string
 	fixture string
-	daemon  bootstrap.Version
+	daemon  containerd.Release
 	migrate bool
 	// extra host files: host path -> fixture
 	extra map[string]string
@@ -74,7 +74,7 @@ type fixtureCase struct {
 type planCase struct {
 	name    string
 	host    func(t *testing.T) map[string][]byte // host path -> content; DefaultConfig among them
-	daemon  bootstrap.Version
+	daemon  containerd.Release
 	migrate bool
 	want    outcome
 }
@@ -312,7 +312,7 @@ func isLegacyKey(body string) bool {
 
 // checkWithContainerdLoader loads the result with containerd's server config loader, decodes the
 // CRI registry table the daemon reads, validates it like the CRI plugin, and reads config_path back.
-func checkWithContainerdLoader(t *testing.T, root string, files map[string][]byte, daemon bootstrap.Version, rep *containerd.Report) {
+func checkWithContainerdLoader(t *testing.T, root string, files map[string][]byte, daemon containerd.Release, rep *containerd.Report) {
 	t.Helper()
 	main := filepath.Join(root, containerd.DefaultConfig)
 	// The fixtures import absolute host paths; point them under root for containerd's loader.

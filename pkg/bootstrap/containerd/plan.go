@@ -42,7 +42,7 @@ type Options struct {
 	// Daemon is the containerd release (--containerd-version or `containerd --version`). Zero:
 	// unknown; the newest 2.x rules are assumed, with the 1.x refusals added, and creating a
 	// config.toml from nothing is refused.
-	Daemon bootstrap.Version
+	Daemon Release
 	// MirrorCA is the host path of a PEM CA file for an https mirror; written as the mirror
 	// host's `ca`. Refused for an http mirror.
 	MirrorCA string
@@ -398,7 +398,7 @@ type configPlan struct {
 // planConfig decides config_path and the config edits (legacy tables removed with Migrate), and
 // checks the result by re-reading the configuration as it will be.
 func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
-	d := daemon{v: eff.Daemon}
+	d := eff.Daemon
 	cp := &configPlan{}
 	if !eff.Exists {
 		if eff.DaemonAssumed {
@@ -427,8 +427,8 @@ func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 		return nil, refuseVersion1(eff, opts.Config)
 	case eff.Schema > 4:
 		return nil, refusal.Errorf("%s: version = %d is not a containerd config schema this gen knows (2, 3, 4)", opts.Config, eff.Schema)
-	case eff.Schema > d.configVersion() && !eff.DaemonAssumed:
-		return nil, refusal.Errorf("%s: version = %d, but containerd %s loads at most version %d: this containerd would not start with it", opts.Config, eff.Schema, eff.Daemon, d.configVersion())
+	case eff.Schema > d.ConfigVersion() && !eff.DaemonAssumed:
+		return nil, refusal.Errorf("%s: version = %d, but containerd %s loads at most version %d: this containerd would not start with it", opts.Config, eff.Schema, eff.Daemon, d.ConfigVersion())
 	}
 
 	files := map[string][]byte{}
@@ -447,7 +447,7 @@ func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 	}
 
 	// Legacy tables.
-	strict1x := !d.v2() || eff.DaemonAssumed
+	strict1x := !d.V2() || eff.DaemonAssumed
 	for _, f := range eff.Files {
 		if !contributes(eff, f) {
 			continue
@@ -571,7 +571,7 @@ func contributes(e *Effective, f ConfigFile) bool {
 	return e.PluginFrom == f.Path
 }
 
-func daemonIs2xOnly(e *Effective) bool { return e.Daemon.Major >= 2 && !e.DaemonAssumed }
+func daemonIs2xOnly(e *Effective) bool { return e.Daemon.V2() && !e.DaemonAssumed }
 
 // editTarget picks the file that gets config_path when no file sets it: for 1.x the file whose
 // plugin table wins; for 2.x the main file (nothing overrides a key no file sets).
@@ -595,7 +595,7 @@ func checkAfter(after *Effective, hostsDir string) error {
 }
 
 // minimalConfig is the config.toml created when there is none: the Marker, then minimalDoc.
-func minimalConfig(d daemon, certsDir string) ([]byte, []string, error) {
+func minimalConfig(d Release, certsDir string) ([]byte, []string, error) {
 	b, table, err := minimalDoc(d, certsDir)
 	out := []byte(mirrorapi.ManagedMarker + "\n# Created by `nodecache gen containerd` because there was no config.toml; `gen --remove` deletes it.\n")
 	return append(out, b...), table, err
@@ -604,16 +604,16 @@ func minimalConfig(d daemon, certsDir string) ([]byte, []string, error) {
 // minimalDoc is the schema the daemon loads without migrating (its version.ConfigVersion: 2 for
 // 1.x, 3 for 2.0-2.2, 4 from 2.3, so containerd logs no "Configuration migrated" at start) and
 // the registry config_path in that schema's table, encoded from typed values.
-func minimalDoc(d daemon, certsDir string) ([]byte, []string, error) {
+func minimalDoc(d Release, certsDir string) ([]byte, []string, error) {
 	doc := map[string]any{
-		"version": d.configVersion(),
-		"plugins": map[string]any{d.pluginID(): map[string]any{"registry": map[string]any{"config_path": certsDir}}},
+		"version": d.ConfigVersion(),
+		"plugins": map[string]any{d.PluginID(): map[string]any{"registry": map[string]any{"config_path": certsDir}}},
 	}
 	b, err := toml.Marshal(doc)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encode minimal config.toml: %w", err)
 	}
-	return b, []string{"plugins", d.pluginID(), "registry"}, nil
+	return b, []string{"plugins", d.PluginID(), "registry"}, nil
 }
 
 // planEmptyConfig plans the edit of a config.toml without keys (empty, or comments only), which
@@ -624,7 +624,7 @@ func planEmptyConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, err
 		return nil, refusal.Errorf("%s has no settings and the containerd version is unknown: pass --containerd-version (the file then gets that release's `version` and config_path)", opts.Config)
 	}
 	f := eff.Files[0]
-	body, table, err := minimalDoc(daemon{v: eff.Daemon}, opts.CertsDir)
+	body, table, err := minimalDoc(eff.Daemon, opts.CertsDir)
 	if err != nil {
 		return nil, err
 	}
@@ -652,7 +652,7 @@ func refuseVersion1(eff *Effective, file string) error {
 	switch {
 	case eff.DaemonAssumed:
 		return refusal.Errorf("%s has no `version` key, so containerd reads it as the deprecated version 1: on containerd 2.x %s; on 1.x %s; then run gen again", file, migrate, v2)
-	case eff.Daemon.Major < 2:
+	case !eff.Daemon.V2():
 		return refusal.Errorf("%s has no `version` key, so containerd %s reads it as the deprecated version 1: %s, then run gen again", file, eff.Daemon, v2)
 	}
 	return refusal.Errorf("%s has no `version` key, so containerd %s reads it as version 1 and migrates it at every start: %s, then run gen again", file, eff.Daemon, migrate)

@@ -171,7 +171,7 @@ func resolved(fsys fs.FS, rep *Report) (*Report, error) {
 // wroteFromBackup reports whether f's current bytes are what Plan produces from its backup: the
 // backup's view planned again with config_path = the value now in effect (the one gen set), with
 // and without --migrate, for the containerd release given at removal and then for each release
-// line whose rules change what gen writes (daemon.go: 1.x schema 2 and its plugin ID, 2.0
+// line whose rules change what gen writes (genLines: 1.x schema 2 and its plugin ID, 2.0
 // schema 3, 2.1 the transfer service, 2.3 schema 4), since gen may have run for another release than the one given
 // now (an empty config.toml gets the `version` of the release gen ran for). Only an exact match
 // counts, so a file changed since gen is never restored over. No record beyond the backup is needed.
@@ -180,7 +180,7 @@ func wroteFromBackup(fsys fs.FS, eff *Effective, f ConfigFile, orig []byte, opts
 		return true
 	}
 	over := bootstrap.Overlay{Base: fsys, Files: map[string][]byte{f.Path: orig}}
-	releases := []bootstrap.Version{opts.Daemon, {Major: 1, Minor: 7}, {Major: 2, Minor: 0}, {Major: 2, Minor: 1}, {Major: 2, Minor: 3}}
+	releases := append([]Release{opts.Daemon}, genLines()...)
 	for i, v := range releases {
 		if i > 0 && v == opts.Daemon {
 			continue

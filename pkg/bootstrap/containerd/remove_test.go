@@ -24,13 +24,13 @@ import (
 func TestRemoveRestoresEmptyConfigAnyVersion(t *testing.T) {
 	t.Parallel()
 	m := mustParseMirror(t, "http://127.0.0.1:5000")
-	releases := []bootstrap.Version{
+	releases := []containerd.Release{
 		{Major: 1, Minor: 7, Patch: 35}, {Major: 2, Minor: 0, Patch: 5}, {Major: 2, Minor: 2, Patch: 1}, {Major: 2, Minor: 4, Patch: 2},
 	}
 	originals := map[string][]byte{"empty": {}, "comments only": []byte("# site defaults\n# nothing set")}
 	for origName, orig := range originals {
 		for _, genV := range releases {
-			for _, rmV := range append(releases, bootstrap.Version{}) {
+			for _, rmV := range append(releases, containerd.Release{}) {
 				for _, userEdit := range []bool{false, true} {
 					t.Run(fmt.Sprintf("%s/gen %s/remove %s/user edit %v", origName, genV, rmV, userEdit), func(t *testing.T) {
 						t.Parallel()
@@ -86,7 +86,7 @@ func hasWarning(rep *containerd.Report, part string) bool {
 func TestRemoveAfterPatchWarnsAboutConfigPath(t *testing.T) {
 	t.Parallel()
 	m := mustParseMirror(t, "http://127.0.0.1:5000")
-	opts := containerd.Options{Mirror: m, Daemon: bootstrap.Version{Major: 2, Minor: 0, Patch: 5}, Upstreams: []string{"docker.io"}}
+	opts := containerd.Options{Mirror: m, Daemon: containerd.Release{Major: 2, Minor: 0, Patch: 5}, Upstreams: []string{"docker.io"}}
 	for _, tc := range []struct {
 		name     string
 		config   []byte // nil: none
