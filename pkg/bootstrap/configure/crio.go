@@ -49,8 +49,7 @@ func Crio(ctx context.Context, o CrioOptions) (*CrioReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, probeErr, err := release(ctx, h, o.Logger, activation.RuntimeCRIO, "--crio-version", o.Version, activation.DefaultCRIOSocket,
-		func(s string) (bootstrap.Version, error) { return bootstrap.ParseVersionFlag(s, "1.34.1") })
+	v, probeErr, err := release(ctx, h, o.Logger, activation.RuntimeCRIO, "--crio-version", o.Version, activation.DefaultCRIOSocket, crio.ParseRelease)
 	if err != nil {
 		return nil, err
 	}

@@ -45,9 +45,6 @@ const (
 	caFileName = "nodecache-mirror-ca.crt"
 )
 
-// autoReloadSince is the first CRI-O release with [crio.image] auto_reload_registries.
-var autoReloadSince = bootstrap.Version{Major: 1, Minor: 30}
-
 // registriesConf is a registries.conf v2 drop-in as containers/image reads it
 // (pkg/sysregistriesv2 V2RegistriesConf).
 type registriesConf struct {
@@ -112,7 +109,7 @@ type Options struct {
 	CertsDir string
 	// Version is the CRI-O release (--crio-version or `crio --version`); zero when unknown, in
 	// which case no auto_reload drop-in is written.
-	Version bootstrap.Version
+	Version Release
 	// MirrorCA is a PEM CA certificate for an https mirror, copied to
 	// <CertsDir>/<mirror host:port>/nodecache-mirror-ca.crt. Refused for http.
 	MirrorCA []byte
@@ -280,7 +277,7 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	switch {
 	case opts.Version.IsZero():
 		rep.Warnings = append(rep.Warnings, "CRI-O version unknown (pass --crio-version): no auto_reload_registries drop-in written; a SIGHUP reloads registries")
-	case opts.Version.AtLeast(autoReloadSince.Major, autoReloadSince.Minor):
+	case opts.Version.AutoReloadRegistries():
 		ar, err := autoReloadDropIn()
 		if err != nil {
 			return nil, err

@@ -178,7 +178,7 @@ func runDropInShapes(t *testing.T, shapes []dropInShape) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				opts := crio.Options{Mirror: m, Upstreams: upstreams, Version: bootstrap.Version{Major: 1, Minor: 31, Patch: 2}}
+				opts := crio.Options{Mirror: m, Upstreams: upstreams, Version: crio.Release{Major: 1, Minor: 31, Patch: 2}}
 				rep, err := crio.Plan(os.DirFS(root), opts)
 				if err != nil {
 					t.Fatal(err)
@@ -301,20 +301,20 @@ func TestVersionsAndSpecialFiles(t *testing.T) {
 	cases := []struct {
 		name       string
 		files      map[string]string
-		version    bootstrap.Version
+		version    crio.Release
 		ca         []byte
 		wantPaths  []string
 		wantV1     bool
 		wantRefuse string
 	}{
-		{name: "crio-1.29-no-auto-reload", version: bootstrap.Version{Major: 1, Minor: 29}, wantPaths: []string{"/etc/containers/registries.conf.d/90-nodecache.conf"}},
-		{name: "crio-1.30-auto-reload", version: bootstrap.Version{Major: 1, Minor: 30}, wantPaths: []string{"/etc/containers/registries.conf.d/90-nodecache.conf", "/etc/crio/crio.conf.d/90-nodecache.conf"}},
-		{name: "root-user-conf", version: bootstrap.Version{Major: 1, Minor: 29}, files: map[string]string{"/root/.config/containers/registries.conf": "unqualified-search-registries = []\n"},
+		{name: "crio-1.29-no-auto-reload", version: crio.Release{Major: 1, Minor: 29}, wantPaths: []string{"/etc/containers/registries.conf.d/90-nodecache.conf"}},
+		{name: "crio-1.30-auto-reload", version: crio.Release{Major: 1, Minor: 30}, wantPaths: []string{"/etc/containers/registries.conf.d/90-nodecache.conf", "/etc/crio/crio.conf.d/90-nodecache.conf"}},
+		{name: "root-user-conf", version: crio.Release{Major: 1, Minor: 29}, files: map[string]string{"/root/.config/containers/registries.conf": "unqualified-search-registries = []\n"},
 			wantPaths: []string{"/etc/containers/registries.conf.d/90-nodecache.conf", "/root/.config/containers/registries.conf.d/90-nodecache.conf"}},
-		{name: "v1-main", version: bootstrap.Version{Major: 1, Minor: 29}, files: map[string]string{crio.MainRegistriesConf: "[registries.search]\nregistries = ['docker.io']\n"},
+		{name: "v1-main", version: crio.Release{Major: 1, Minor: 29}, files: map[string]string{crio.MainRegistriesConf: "[registries.search]\nregistries = ['docker.io']\n"},
 			wantPaths: []string{"/etc/containers/registries.conf.d/90-nodecache.conf"}, wantV1: true},
 		{name: "not-ours", files: map[string]string{"/etc/containers/registries.conf.d/90-nodecache.conf": "[[registry]]\nlocation = \"x.io\"\n"}, wantRefuse: "not managed by nodecache"},
-		{name: "ca-copy", version: bootstrap.Version{Major: 1, Minor: 29}, ca: []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
+		{name: "ca-copy", version: crio.Release{Major: 1, Minor: 29}, ca: []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"),
 			wantPaths: []string{"/etc/containers/registries.conf.d/90-nodecache.conf", "/etc/containers/certs.d/cache.example:5443/nodecache-mirror-ca.crt"}},
 	}
 	for _, tc := range cases {
@@ -365,7 +365,7 @@ func TestLinkedDropInDirectory(t *testing.T) {
 		if err := os.Symlink(target, filepath.Join(root, "etc/containers/registries.conf.d")); err != nil {
 			t.Fatal(err)
 		}
-		rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: []string{"docker.io"}, Version: bootstrap.Version{Major: 1, Minor: 29}})
+		rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: []string{"docker.io"}, Version: crio.Release{Major: 1, Minor: 29}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -396,7 +396,7 @@ func TestLinkedDropInDirectory(t *testing.T) {
 func TestSiteFilesCheckedTogether(t *testing.T) {
 	t.Parallel()
 	m, _ := name.ParseMirror("http://10.0.0.5:5000")
-	opts := crio.Options{Mirror: m, Upstreams: []string{"docker.io", "quay.io", "ghcr.io"}, Version: bootstrap.Version{Major: 1, Minor: 29}}
+	opts := crio.Options{Mirror: m, Upstreams: []string{"docker.io", "quay.io", "ghcr.io"}, Version: crio.Release{Major: 1, Minor: 29}}
 	dir := crio.DefaultRegistriesDir
 
 	t.Run("merged", func(t *testing.T) {
