@@ -15,7 +15,9 @@ import (
 	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
-// Version is a runtime release version (containerd, CRI-O, Talos): major.minor.patch.
+// Version is a runtime release version, major.minor.patch, as read from a flag, a --version line
+// or a binary's build information. Each runtime's release rules are on its own type, a Version
+// by another name: containerd.Release, crio.Release.
 type Version struct {
 	Major, Minor, Patch int
 }
