@@ -98,14 +98,14 @@ Examples:
 			mirror.ForwardDistributionLogs(log)
 			m, err := mirror.New(c.Context, opts)
 			if err != nil {
-				return err // refused, or --root held: exit 2 (exitCode)
+				return err // refused input: exit 2 (exitCode)
 			}
 			log.Info().Str("version", buildinfo.Version()).Msg("nodecache serve")
 			err = mirror.Serve(c.Context, m, mirror.ServeOptions{Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, Logger: log, TLS: cert})
 			if cerr := m.Close(); err == nil {
 				err = cerr
 			}
-			return withCode(startCode(err), err)
+			return err // --root held by another process (Serve takes it first): exit 2 (exitCode)
 		},
 	})
 }
