@@ -17,30 +17,34 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// regionalSection is the README section whose `helm install` lines TestRegionalEqualsChart renders.
-const regionalSection = "### Kubernetes: a regional tier"
+// regionalPage and regionalSection are the page and section whose `helm install` lines
+// TestRegionalEqualsChart renders.
+const (
+	regionalPage    = "docs/deploy.md"
+	regionalSection = "## Kubernetes: a regional tier"
+)
 
 // TestRegionalEqualsChart: examples/kubernetes/regional builds (krusty) to exactly the objects
-// the chart renders for the `helm install` commands README's regional tier section shows, as
+// the chart renders for the `helm install` commands docs/deploy.md's regional tier section shows, as
 // written (their release, -n and --set values, parsed by Helm's own strvals): the S3 shared tier
 // and the node agents chained to it; Helm's own labels and the Namespace are ignored, as in
 // TestChartEqualsKustomize. The agents' --chain must name the example's own Service.
 func TestRegionalEqualsChart(t *testing.T) {
 	t.Parallel()
-	installs := readmeHelmInstalls(t, regionalSection)
+	installs := docHelmInstalls(t, regionalPage, regionalSection)
 	if len(installs) != 2 {
-		t.Fatalf("README %q: %d `helm install` commands, want 2 (the shared tier and the agents)", regionalSection, len(installs))
+		t.Fatalf("%s %q: %d `helm install` commands, want 2 (the shared tier and the agents)", regionalPage, regionalSection, len(installs))
 	}
 	got := map[string]map[string]any{}
 	for _, in := range installs {
 		objs, _, err := renderValues(loadChart(t), in.release, in.namespace, in.values, false)
 		if err != nil {
-			t.Fatalf("README's %q: render: %v", in.line, err)
+			t.Fatalf("%s's %q: render: %v", regionalPage, in.line, err)
 		}
 		for _, o := range objs {
 			stripHelmLabels(o.Map)
 			if _, dup := got[o.key()]; dup {
-				t.Fatalf("README's helm installs both render %s", o.key())
+				t.Fatalf("%s's helm installs both render %s", regionalPage, o.key())
 			}
 			got[o.key()] = o.Map
 		}
@@ -58,7 +62,7 @@ func TestRegionalEqualsChart(t *testing.T) {
 		want[o.key()] = o.Map
 	}
 	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("chart for README's regional values (+) differs from kustomize build of examples/kubernetes/regional (-):\n%s", d)
+		t.Errorf("chart for %s's regional values (+) differs from kustomize build of examples/kubernetes/regional (-):\n%s", regionalPage, d)
 	}
 	checkChainNamesService(t, built)
 }
@@ -95,27 +99,27 @@ func checkChainNamesService(t *testing.T, objs []object) {
 	}
 }
 
-// helmInstall is one `helm install RELEASE CHART -n NAMESPACE --set …` command from README.
+// helmInstall is one `helm install RELEASE CHART -n NAMESPACE --set …` command from a page.
 type helmInstall struct {
 	line, release, namespace string
 	values                   map[string]any
 }
 
-// readmeHelmInstalls returns the `helm install` commands of README's section heading (up to the
-// next heading), with `\` continuations joined and a trailing `# comment` dropped. Only the
-// forms README uses are accepted: -n/--namespace, --create-namespace, --set (repeatable,
-// comma lists, Helm's strvals syntax); anything else, or a quote, fails the test so that this
-// reader is extended rather than silently rendering something README does not say.
-func readmeHelmInstalls(t *testing.T, heading string) []helmInstall {
+// docHelmInstalls returns the `helm install` commands of section heading of the Markdown page
+// file (up to the next heading), with `\` continuations joined and a trailing `# comment`
+// dropped. Only the forms the page uses are accepted: -n/--namespace, --create-namespace, --set
+// (repeatable, comma lists, Helm's strvals syntax); anything else, or a quote, fails the test so
+// that this reader is extended rather than silently rendering something the page does not say.
+func docHelmInstalls(t *testing.T, file, heading string) []helmInstall {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	raw, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(file)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(raw)
 	start := strings.Index(text, "\n"+heading)
 	if start < 0 {
-		t.Fatalf("README: section %q is gone; update this test", heading)
+		t.Fatalf("%s: section %q is gone; update this test", file, heading)
 	}
 	section := text[start+1:]
 	if end := strings.Index(section[len(heading):], "\n#"); end >= 0 {
@@ -139,7 +143,7 @@ func readmeHelmInstalls(t *testing.T, heading string) []helmInstall {
 	for _, cmd := range cmds {
 		in, err := parseHelmInstall(cmd)
 		if err != nil {
-			t.Fatalf("README %q: %q: %v", heading, cmd, err)
+			t.Fatalf("%s %q: %q: %v", file, heading, cmd, err)
 		}
 		out = append(out, in)
 	}

@@ -175,7 +175,7 @@ func Bytes(n int64) string {
 // microseconds with decimals), whole milliseconds below a second ("350ms"), tenths of a second
 // below a minute ("1.2s", "3s"), whole seconds above ("2m30s", "5m", "1h"). Zero is "0s"; a
 // negative duration is "-" and its magnitude. Every duration nodecache prints goes through it
-// (README, "Durations in messages"); the access log's duration_ms stays a number.
+// (docs/settings.md, "Logs"); the access log's duration_ms stays a number.
 func Span(d time.Duration) string {
 	var s string
 	switch {

@@ -63,7 +63,7 @@ func TestListenAddresses(t *testing.T) {
 }
 
 // TestBareUpstream (newuser F2): serve's --upstream NAME without =URL is the real registry
-// called NAME (https://NAME; Docker Hub's API host for docker.io), as README and --help say.
+// called NAME (https://NAME; Docker Hub's API host for docker.io), as docs/serve.md and --help say.
 func TestBareUpstream(t *testing.T) {
 	t.Parallel()
 	c := mirror.Config{Listen: ":5000", Root: t.TempDir(), UpstreamTimeout: time.Second, FillTimeout: time.Hour,

@@ -58,7 +58,7 @@ func apiPath(p string) (name []string, kind, ref, rest string, ok bool) {
 	return nil, kindOther, "", "", false
 }
 
-// resolve applies the routing contract (README, serve: Routing) to a request:
+// resolve applies the routing contract (docs/serve.md, "Routing") to a request:
 //  1. ?ns=NAME must name a configured upstream or one of its aliases; a leading path component
 //     naming the same upstream is stripped (containerd with override_path sends both). Otherwise
 //     the path is a repository as given ("my.team/app" is a valid repository name).

@@ -13,7 +13,7 @@ import (
 // maxSizeS3 refuses --max-size with a shared bucket: replicas cannot agree on what to evict,
 // and the bucket bounds itself.
 const maxSizeS3 = "--max-size: not with --storage s3 (replicas share the bucket and cannot agree on what to evict); " +
-	"bound the bucket with a lifecycle expiration rule on the blob data prefix instead (README, Large clusters)"
+	"bound the bucket with a lifecycle expiration rule on the blob data prefix instead (docs/large-clusters.md, Bounding the bucket)"
 
 // Storage kinds (--storage).
 const (

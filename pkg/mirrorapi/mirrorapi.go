@@ -10,7 +10,7 @@ import (
 )
 
 // HeaderCache is the response header by which serve says how it answered a registry request
-// (README, Cache semantics). Other registries and mirrors do not send it.
+// (docs/serve.md, "Cache semantics"). Other registries and mirrors do not send it.
 const HeaderCache = "X-Nodecache-Cache"
 
 // HeaderVersion is the response header by which serve announces itself on /v2/ (its version as

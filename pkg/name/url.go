@@ -34,8 +34,8 @@ const wantURL = "want http://HOST[:PORT] or https://HOST[:PORT]"
 // endpoint (--upstream NAME=URL) — and returns it normalised as scheme://host[:port] with an
 // empty path. field names the value in errors ("--mirror").
 //
-// The rules, the same for every command (README: "--mirror URL", "URL is where its API is
-// reached (http/https, no path)"):
+// The rules, the same for every command (docs/gen.md, "Common flags": --mirror URL; docs/serve.md,
+// "Upstreams": "URL is where its API is reached (http/https, no path)"):
 //   - surrounding white space is trimmed; any other space, control or non-ASCII character is
 //     refused;
 //   - the scheme is http or https, in any case ("HTTP://H:5000" is http://h:5000); a missing

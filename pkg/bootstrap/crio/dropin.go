@@ -4,7 +4,7 @@
 //
 // containers/image sends no ?ns= to a mirror, so each upstream NAME gets the mirror location
 // <mirror host:port>/<NAME>: requests arrive as /v2/<NAME>/<repository>/..., the mirror's path
-// prefix routing (README, serve: Routing). A NAME with a port cannot be a path component, so it
+// prefix routing (docs/serve.md, "Routing"). A NAME with a port cannot be a path component, so it
 // gets its port-free path alias instead (name.PathAlias: "reg.local:5005" → <mirror>/reg.local_5005),
 // which serve accepts as the same prefix.
 package crio
