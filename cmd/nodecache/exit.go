@@ -12,7 +12,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
-// Exit codes shared by every command (DESIGN.md, Contracts: exit codes).
+// Exit codes shared by every command (docs/contracts.md, "Exit codes").
 const (
 	exitOK       = 0 // served, generated, warm, ACTIVE
 	exitNegative = 1 // ran, answer negative or failed

@@ -3,7 +3,7 @@
 // the CRI API exactly as the kubelet reaches them.
 //
 // Tests that need a tool call Binary (or Unavailable) so that a missing tool skips with the
-// reason on a developer machine and fails when CI=true (DESIGN.md, "Test plumbing").
+// reason on a developer machine and fails when CI=true (docs/contracts.md, "Test plumbing").
 package runtimetest
 
 import (

@@ -7,7 +7,7 @@
 // (hosts.toml and config.toml), crio (registries.conf.d drop-ins). Each offers a pure Plan
 // function that only reads the host and returns the changes, and leaves writing to Apply.
 //
-// Ownership rules (DESIGN.md, Contracts: Safety): files nodecache writes start with Marker and
+// Ownership rules (docs/contracts.md, "Files nodecache owns and edits"): files nodecache writes start with Marker and
 // only such files are replaced or removed; a user's file that must be edited (containerd's
 // config.toml) is first copied to <file>.nodecache.bak, written once and never overwritten;
 // unchanged bytes are never rewritten, so mtime and inode stay and activation evidence does not

@@ -15,7 +15,7 @@ import (
 // repository its manifests (with the digests each references and when it was last pulled), its
 // tags and its blob links; globally every blob data file (manifests included) with its size.
 // It is kept up to date by the serving path, saved to disk (indexfile.go) and rebuilt from
-// storage when that file cannot be trusted (rebuild.go). All methods are safe for concurrent use.
+// storage when that file cannot be trusted (indexfile.go, rebuildIndex). All methods are safe for concurrent use.
 type cacheIndex struct {
 	mu    sync.Mutex
 	repos map[string]*repoIndex        // by storage repository name "<upstream key>/<repository>"

@@ -198,8 +198,8 @@ func TestContainerdReadsConfigPathOnlyAtStart(t *testing.T) {
 	}
 }
 
-// TestContainerdListConfigPath reproduces the silent bypass gen guards against (DESIGN.md,
-// containerd #12415): with config_path "<a>:<b>" and a hosts.toml in <a>, containerd 2.x pulling
+// TestContainerdListConfigPath reproduces the silent bypass gen guards against (containerd issue
+// #12415, https://github.com/containerd/containerd/issues/12415): with config_path "<a>:<b>" and a hosts.toml in <a>, containerd 2.x pulling
 // through the transfer service reads the list as ONE directory, ignores the hosts.toml and dials
 // the upstream itself; containerd 1.7 splits the list and uses the mirror. If a containerd
 // release fixes this, the 2.x case fails here: then gen may keep lists on that release.

@@ -14,7 +14,8 @@ import (
 
 // remedyRestartContainerd is the remedy when containerd has not loaded a correct config_path:
 // config_path is read only at daemon start, containerd has no reload, and nodecache never
-// restarts or signals it (DESIGN.md, Contracts: safety).
+// restarts or signals it (containerd docs/cri/registry.md: a change of config.toml needs a
+// restart; docs/contracts.md, "Readiness and activation": what the agent never does).
 const remedyRestartContainerd = "restart containerd or cycle the node (nodecache never restarts containerd)"
 
 // ContainerdDaemon is the containerd process serving a socket and how it was recognised.

@@ -17,7 +17,9 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
-// CRI-O evidence (DESIGN.md, CRI-O facts): our drop-in in registries.conf.d must be present,
+// CRI-O evidence (crio.conf(5): a SIGHUP reloads containers-registries.conf, and
+// auto_reload_registries in [crio.image] reloads it when registries.conf.d changes;
+// containers-registries.conf.d(5): drop-ins are read in name order): our drop-in in registries.conf.d must be present,
 // valid, and not overridden by a later drop-in for the same prefix — judged on containers/image's
 // own merged view (sysregistriesv2) — and the running crio must have read it: it started after
 // the drop-in's last change, or auto_reload_registries was on at its start (then CRI-O watches

@@ -20,7 +20,7 @@ import (
 // the answer on /activez, in the gauge nodecache_runtime_config_active{runtime}, in the readiness
 // answer (and its --ready-file copy), and logs only transitions, with the remedy.
 
-// Readiness modes (DESIGN.md, Contracts: readiness and activation).
+// Readiness modes (docs/contracts.md, "Readiness and activation").
 const (
 	// ReadinessServing: /readyz says whether the mirror can serve.
 	ReadinessServing = "serving"

@@ -6,7 +6,7 @@
 // asked, what the mirror saw (client evidence, a canary pull). Every file, link, socket and
 // process is read through one bootstrap.Host.
 //
-// Verdict rules (docs/status.md, "Verdict rules"; DESIGN.md, Readiness and activation):
+// Verdict rules (docs/status.md, "Verdict rules"; docs/contracts.md, "Status verdicts"):
 //   - Active (exit 0) only when the evidence shows this runtime's pulls go through a reachable
 //     mirror. Without Options.Mirror the reason says reachability was not checked; with it, a
 //     mirror that does not answer is NotActive.

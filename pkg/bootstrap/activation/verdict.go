@@ -12,7 +12,7 @@ import (
 // State is an activation answer.
 type State string
 
-// States, with the exit code `nodecache status` gives each (DESIGN.md, Contracts: exit codes).
+// States, with the exit code `nodecache status` gives each (docs/contracts.md, "Exit codes").
 const (
 	// Active: the running runtime pulls through the mirror (exit 0).
 	Active State = "active"

@@ -12,7 +12,7 @@ import (
 
 // Fixtures returns the real runtime config files folder: $NODECACHE_FIXTURES, else
 // ../shared/fixtures next to the repository root. When it is missing the test is skipped with the
-// reason, or fails when CI=true (DESIGN.md, Contracts: test plumbing).
+// reason, or fails when CI=true (docs/contracts.md, "Test plumbing").
 func Fixtures(t testing.TB) string {
 	t.Helper()
 	dir := os.Getenv("NODECACHE_FIXTURES")

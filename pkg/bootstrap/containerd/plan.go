@@ -3,8 +3,11 @@
 // reader of a node's effective containerd configuration (LoadEffective) that status uses.
 //
 // Plan only reads (through an fs.FS rooted at the host root) and returns the changes as data;
-// bootstrap.Applier writes them. The rules come from containerd itself; DESIGN.md ("containerd
-// facts") lists them with their sources.
+// bootstrap.Applier writes them. The rules come from containerd itself — its docs/hosts.md
+// (hosts.toml, the per-host directory lookup, changes there need no restart), its
+// docs/cri/registry.md (config_path in config.toml, which needs a restart when it changes), and
+// the containerd code or issue each rule's comment names; what they mean for gen is in this
+// repository's docs/gen.md.
 package containerd
 
 import (
@@ -342,7 +345,7 @@ func planDirMarker(fsys fs.FS, dir string) ([]bootstrap.Change, error) {
 // (an earlier run's upstreams) and takes the mirror out of a site's hosts.toml adopted then: a file without mirrorapi.ManagedMarker, or holding more than an upstream's
 // mirror entry (settings moved there by --migrate), is never touched, and a directory goes only
 // when it is then empty (Applier's PruneDir). Talos' applier does the same with the
-// files it owns (STYLE.md, config writers).
+// files it owns (docs/contracts.md, "Files nodecache owns and edits").
 func staleHosts(fsys fs.FS, dir string, keep []string) ([]bootstrap.Change, error) {
 	entries, err := fs.ReadDir(fsys, bootstrap.FSName(dir))
 	if err != nil {

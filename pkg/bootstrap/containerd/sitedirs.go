@@ -20,10 +20,11 @@ import (
 	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
-// A site's own per-host directories (DESIGN.md, containerd facts: hostPaths). containerd looks up
-// a registry host under config_path in the order <host>_<port>_, <host>:<port>, _default and
-// uses the first directory that exists: its hosts.toml, or, without one, its *.crt (CA) and
-// *.cert/*.key (client) files. A directory nodecache did not write is the site's configuration:
+// A site's own per-host directories (containerd docs/hosts.md, "Port Handling in Registry Host"
+// and "Support for Docker's Certificate File Pattern"; hostPaths in
+// core/remotes/docker/config/config_unix.go). containerd looks up a registry host under
+// config_path in the order <host>_<port>_, <host>:<port>, _default and uses the first directory
+// that exists: its hosts.toml, or, without one, its *.crt (CA) and *.cert/*.key (client) files. A directory nodecache did not write is the site's configuration:
 // gen adds the mirror to it and never creates a directory that would be read before it.
 
 // dirKind is what a per-host directory holds, as containerd reads it.

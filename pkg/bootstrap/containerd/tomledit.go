@@ -15,7 +15,7 @@ import (
 
 // tomlDoc is a user's TOML file located by parsed key: every table header and key/value with its
 // byte range, so an edit changes only the bytes it must and keeps comments, order, quoting and
-// everything else (STYLE.md: files we edit).
+// everything else (docs/contracts.md, "Files nodecache owns and edits").
 type tomlDoc struct {
 	data    []byte
 	headers []tomlHeader

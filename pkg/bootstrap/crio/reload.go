@@ -10,7 +10,8 @@ import (
 )
 
 // ReloadResult records the best-effort SIGHUP. A delivered signal proves nothing: CRI-O reloads
-// later and may reject the files, so this is never activation evidence (DESIGN.md, CRI-O facts).
+// later and may reject the files, so this is never activation evidence (crio.conf(5): SIGHUP
+// reloads containers-registries.conf; docs/contracts.md, "Status verdicts").
 type ReloadResult struct {
 	// Skipped says why no signal was sent (--no-reload, --dry-run, nothing changed, no process).
 	Skipped string `json:"skipped,omitempty"`

@@ -40,7 +40,9 @@ const (
 	FormLegacy Form = "machine.registries"
 )
 
-// Feature floors of the legacy form (Talos release notes; DESIGN.md "Talos facts").
+// Feature floors of the legacy form (Talos release notes of v1.3 and v1.9; the fields are
+// machine.registries.mirrors.<host>.overridePath and .skipFallback of Talos' v1alpha1
+// configuration reference).
 var (
 	overridePathSince = config.TalosVersion1_3 // mirrors.<host>.overridePath
 	skipFallbackSince = config.TalosVersion1_9 // mirrors.<host>.skipFallback
