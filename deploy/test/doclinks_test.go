@@ -115,6 +115,63 @@ func TestHeadingSlug(t *testing.T) {
 	}
 }
 
+// TestCodeCitesDocPages: where code, chart or CI files cite a page of this repository's docs —
+// `(docs/PAGE.md, "Heading")`, the form the comments use — the page exists and, when a heading is
+// quoted, has that heading. (A citation of another project's docs names the project first:
+// "containerd docs/hosts.md" is not checked.)
+func TestCodeCitesDocPages(t *testing.T) {
+	t.Parallel()
+	fsys := os.DirFS(repoRoot)
+	cited := 0
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); p != "." && (strings.HasPrefix(name, ".") && name != ".ci" || name == "testdata" || name == "docs") {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		switch path.Ext(p) {
+		case ".go", ".yaml", ".yml", ".sh":
+		default:
+			if base := path.Base(p); base != "Makefile" && base != ".golangci.yml" && base != "run" {
+				return nil
+			}
+		}
+		raw, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(raw), "\n") {
+			for _, m := range docCitation.FindAllStringSubmatch(line, -1) {
+				cited++
+				page := "docs/" + m[1]
+				text, err := fs.ReadFile(fsys, page)
+				if err != nil {
+					t.Errorf("%s:%d cites %s, which does not exist", p, i+1, page)
+					continue
+				}
+				if m[2] != "" && !slices.Contains(headingSlugs(string(text)), headingSlug(m[2])) {
+					t.Errorf("%s:%d cites %s, %q, which is no heading of that page (headings: %s)", p, i+1, page, m[2], strings.Join(headingSlugs(string(text)), " "))
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cited < 10 {
+		t.Errorf("only %d citations of docs pages found: the pattern no longer matches the comments", cited)
+	}
+}
+
+// docCitation is a citation of a page of this repository's docs: "docs/PAGE.md" right after
+// "(", ";", ":" or the start of a comment, and the quoted heading that may follow it.
+var docCitation = regexp.MustCompile(`(?:^|[(;:]\s*|(?://|#)\s*)docs/([a-z0-9-]+\.md)(?:, "([^"]+)")?`)
+
 var (
 	// inlineLink is the destination of an inline link or image: "](dest)" or `](dest "title")`.
 	inlineLink = regexp.MustCompile(`\]\(\s*<?([^)\s>]*)>?(?:\s+"[^"]*")?\s*\)`)
