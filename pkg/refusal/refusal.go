@@ -2,7 +2,7 @@
 // file named on the command line or found on the host that the user must fix. Nothing was
 // changed and nothing was sent when it is returned. bootstrap, warm, the agent and the input
 // file guard (internal/inputfile) all return it; the CLI exits 2 for every error that matches
-// ErrRefused (cmd/nodecache exitCode; README, "Exit codes": 2 usage or input refused).
+// ErrRefused (cmd/nodecache exitCode; docs/contracts.md, "Exit codes": 2 usage or input refused).
 package refusal
 
 import (
