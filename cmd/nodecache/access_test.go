@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/tls"
 	"encoding/base64"
 	"errors"
@@ -27,29 +26,11 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
 
-// lockedBuffer collects a child process's output while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startServe runs `nodecache serve args...` with env added to the test's environment, waits
 // until readyURL answers 200 (client: nil for http.DefaultClient) and returns its stderr.
-func startServe(t *testing.T, env []string, client *http.Client, readyURL string, args ...string) *lockedBuffer {
+func startServe(t *testing.T, env []string, client *http.Client, readyURL string, args ...string) *mirrortest.LogBuffer {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &mirrortest.LogBuffer{}
 	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = logs

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,25 +16,8 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
-
-// syncBuffer is a log sink safe for the agent's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // freeAddr returns a loopback address that was free a moment ago.
 func freeAddr(t *testing.T) string {
@@ -49,7 +31,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // config is a valid agent Config over hostRoot, listening on a free loopback port.
-func config(t *testing.T, hostRoot string, log *syncBuffer) Config {
+func config(t *testing.T, hostRoot string, log *mirrortest.LogBuffer) Config {
 	t.Helper()
 	return Config{
 		Registry: mirror.Config{Listen: freeAddr(t), Root: t.TempDir(), Upstreams: []string{"docker.io=https://registry-1.docker.io"},
@@ -104,7 +86,7 @@ func TestConfigureMigrate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			root := t.TempDir()
-			var log syncBuffer
+			var log mirrortest.LogBuffer
 			c := config(t, root, &log)
 			cfgFile := filepath.Join(root, "etc/containerd/config.toml")
 			if tc.absent {
@@ -153,7 +135,7 @@ func TestCheckRefusals(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var log syncBuffer
+			var log mirrortest.LogBuffer
 			c := config(t, root, &log)
 			tc.edit(&c)
 			err := Run(t.Context(), c)
@@ -168,7 +150,7 @@ func TestCheckRefusals(t *testing.T) {
 // ends, Run returns nil after the configure pass ran once.
 func TestRunStopsWithContext(t *testing.T) {
 	t.Parallel()
-	var log syncBuffer
+	var log mirrortest.LogBuffer
 	root := t.TempDir()
 	writeConfig(t, root, legacyConfig)
 	c := config(t, root, &log)

@@ -36,30 +36,13 @@ import (
 	regname "github.com/nodecache/nodecache/pkg/name"
 )
 
-// syncBuffer collects log output from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // requests returns the access-log lines ("message":"request").
+// syncBuffer is the mirror's JSON log.
+type syncBuffer struct{ mirrortest.LogBuffer }
+
 func (s *syncBuffer) requests(t *testing.T) []map[string]any {
 	t.Helper()
-	s.mu.Lock()
-	data := append([]byte(nil), s.b.Bytes()...)
-	s.mu.Unlock()
+	data := s.Bytes()
 	var out []map[string]any
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)

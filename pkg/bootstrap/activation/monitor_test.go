@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,23 +18,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/name"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // The agent's loop: containerd restarted after the agent wrote its configuration turns the
 // node ACTIVE without restarting the agent; /activez, readiness, the ready file, the gauge and
@@ -49,7 +31,7 @@ func TestMonitor(t *testing.T) {
 	n.withHosts(certsDir, t0+100)
 
 	reg := prometheus.NewRegistry()
-	var logs syncBuffer
+	var logs mirrortest.LogBuffer
 	readyFile := filepath.Join(t.TempDir(), "ready")
 	m, err := NewMonitor(MonitorOptions{
 		Evaluate:   n.opts(),
@@ -188,7 +170,7 @@ func TestMonitorSameSecondSettledByTraffic(t *testing.T) {
 	o := n.opts()
 	o.Mirror = parseMirror(t, msrv.URL)
 
-	var logs syncBuffer
+	var logs mirrortest.LogBuffer
 	m, err := NewMonitor(MonitorOptions{
 		Evaluate:  o,
 		Interval:  100 * time.Millisecond,

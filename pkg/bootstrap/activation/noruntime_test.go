@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
 
 // TestMonitorWarnsNoRuntime (newuser F12): an agent that finds no container runtime under its
@@ -21,7 +23,7 @@ import (
 func TestMonitorWarnsNoRuntime(t *testing.T) {
 	t.Parallel()
 	n := newTestNode(t)
-	var logs syncBuffer
+	var logs mirrortest.LogBuffer
 	reg := prometheus.NewRegistry()
 	m, err := NewMonitor(MonitorOptions{Evaluate: n.opts(), Readiness: ReadinessActivation,
 		Serving: func(context.Context) error { return nil }, Logger: zerolog.New(&logs), Registerer: reg})

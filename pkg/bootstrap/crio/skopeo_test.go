@@ -2,7 +2,6 @@ package crio_test
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"net/http/httptest"
 	"net/url"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -21,23 +19,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/name"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // skopeoBinary finds skopeo: $NODECACHE_SKOPEO (set by .ci/build-tools.sh), else $PATH. Missing:
 // skip with the reason, or fail when CI=true.
@@ -88,7 +69,7 @@ func TestSkopeoPullsThroughNodecache(t *testing.T) {
 		ups = append(ups, up)
 		names = append(names, src.name)
 	}
-	log := &lockedBuffer{}
+	log := &mirrortest.LogBuffer{}
 	m, err := mirror.New(t.Context(), mirror.Options{Upstreams: ups, Logger: zerolog.New(log)})
 	if err != nil {
 		t.Fatalf("mirror.New: %v", err)
