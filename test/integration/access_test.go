@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
@@ -30,9 +31,7 @@ import (
 // credentials), containerd falls back to the registry itself with them, and the pull succeeds.
 func TestPrivateImageFallbackWithPullCredentials(t *testing.T) {
 	t.Parallel()
-	bin := runtimetest.Binary(t, runtimetest.EnvContainerd24)
-	runtimetest.RequireRoot(t)
-	runtimetest.RequireLoopbackName(t, upstreamName)
+	bin := requireContainerd(t, runtimetest.EnvContainerd24)
 	const user, password = "node", "kubelet-pull-secret"
 
 	private := mirrortest.NewPrivateRegistry(t, user, password)
@@ -82,7 +81,7 @@ func TestPrivateImageFallbackWithPullCredentials(t *testing.T) {
 	}
 
 	denied := 0
-	for _, l := range nc.requests(t) {
+	for _, l := range nc.Requests(t) {
 		if l.UserAgent != c.UserAgent() {
 			continue
 		}
@@ -94,7 +93,7 @@ func TestPrivateImageFallbackWithPullCredentials(t *testing.T) {
 		}
 	}
 	if denied == 0 {
-		t.Errorf("nodecache answered no manifest request of containerd with 403: %+v", nc.requests(t))
+		t.Errorf("nodecache answered no manifest request of containerd with 403: %+v", nc.Requests(t))
 	}
 	fromContainerd, authed := 0, 0
 	for _, r := range private.Requests() {
@@ -115,7 +114,7 @@ func TestPrivateImageFallbackWithPullCredentials(t *testing.T) {
 
 // serveTLS runs nodecache (mirror.Serve, as `serve --tls-cert --tls-key` does) on a loopback
 // port with a certificate for 127.0.0.1 issued by ca; it returns the mirror URL and its log.
-func serveTLS(t *testing.T, upstream *mirrortest.Registry, ca *mirrortest.CA) (string, *syncBuffer) {
+func serveTLS(t *testing.T, upstream *mirrortest.Registry, ca *mirrortest.CA) (string, *mirrortest.LogBuffer) {
 	t.Helper()
 	host := upstreamHost(t, upstream)
 	up, err := name.ParseUpstream(host + "=http://" + host)
@@ -124,7 +123,7 @@ func serveTLS(t *testing.T, upstream *mirrortest.Registry, ca *mirrortest.CA) (s
 	}
 	dir := t.TempDir()
 	certFile, keyFile, _ := ca.WriteFiles(t, dir, "nodecache", "127.0.0.1")
-	buf := &syncBuffer{}
+	buf := &mirrortest.LogBuffer{}
 	log := zerolog.New(buf).With().Timestamp().Logger()
 	cert, err := mirror.LoadCertificate(certFile, keyFile, log)
 	if err != nil {
@@ -167,9 +166,7 @@ func serveTLS(t *testing.T, upstream *mirrortest.Registry, ca *mirrortest.CA) (s
 // through the https mirror.
 func TestHTTPSMirrorContainerd(t *testing.T) {
 	t.Parallel()
-	bin := runtimetest.Binary(t, runtimetest.EnvContainerd24)
-	runtimetest.RequireRoot(t)
-	runtimetest.RequireLoopbackName(t, upstreamName)
+	bin := requireContainerd(t, runtimetest.EnvContainerd24)
 	nodecacheBin := nodecacheBinary(t)
 
 	upstream := mirrortest.NewRegistry(t)
@@ -206,7 +203,7 @@ func TestHTTPSMirrorContainerd(t *testing.T) {
 	if _, err := c.PullImage(ctx, host+"/team/app:v1"); err != nil {
 		t.Fatalf("containerd %s through the https mirror: %v\n%s", c.Version(), err, c.LogTail(40))
 	}
-	lines := (&nodecache{log: log}).requests(t)
+	lines := nodecachetest.AccessLog(t, log)
 	checkAccessLog(t, lines, c.UserAgent(), host)
 	for _, r := range upstream.Requests() {
 		if strings.HasPrefix(r.UserAgent, "containerd/") {
@@ -257,7 +254,7 @@ func TestHTTPSMirrorSkopeo(t *testing.T) {
 		t.Fatalf("skopeo copy through the https mirror: %v\n%s", err, out)
 	}
 	served := 0
-	for _, l := range (&nodecache{log: log}).requests(t) {
+	for _, l := range nodecachetest.AccessLog(t, log) {
 		if strings.Contains(strings.ToLower(l.UserAgent), "skopeo") && l.Status == http.StatusOK && strings.Contains(l.Path, "/blobs/") {
 			served++
 		}

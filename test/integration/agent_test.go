@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
@@ -30,7 +31,7 @@ type agentProc struct {
 	cmd  *exec.Cmd
 	url  string // http://<--listen>
 	murl string // http://<--metrics-listen>
-	log  *syncBuffer
+	log  *mirrortest.LogBuffer
 	done chan struct{}
 	err  error // set when done is closed
 }
@@ -50,7 +51,7 @@ func freeAddr(t *testing.T) string {
 // when the test ends and its log is quoted when the test failed.
 func startAgent(t *testing.T, listen, metricsListen string, args ...string) *agentProc {
 	t.Helper()
-	a := &agentProc{url: "http://" + listen, murl: "http://" + metricsListen, log: &syncBuffer{}, done: make(chan struct{})}
+	a := &agentProc{url: "http://" + listen, murl: "http://" + metricsListen, log: &mirrortest.LogBuffer{}, done: make(chan struct{})}
 	a.cmd = exec.Command(nodecacheBinary(t), args...)
 	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -102,15 +103,15 @@ func (a *agentProc) lines() []map[string]any {
 }
 
 // requests returns the access-log lines of the agent's mirror.
-func (a *agentProc) requests(t *testing.T) []accessLine {
+func (a *agentProc) requests(t *testing.T) []nodecachetest.AccessLine {
 	t.Helper()
-	var out []accessLine
+	var out []nodecachetest.AccessLine
 	for _, m := range a.lines() {
 		if m["message"] != "request" {
 			continue
 		}
 		b, _ := json.Marshal(m)
-		var l accessLine
+		var l nodecachetest.AccessLine
 		if err := json.Unmarshal(b, &l); err != nil {
 			t.Fatalf("access line %s: %v", b, err)
 		}
@@ -211,9 +212,7 @@ func linkHostPath(t *testing.T, hostRoot, dir string) {
 // the agent's mirror, and --warm filled an image at start.
 func TestAgentRealContainerd(t *testing.T) {
 	t.Parallel()
-	bin := runtimetest.Binary(t, runtimetest.EnvContainerd24)
-	runtimetest.RequireRoot(t)
-	runtimetest.RequireLoopbackName(t, upstreamName)
+	bin := requireContainerd(t, runtimetest.EnvContainerd24)
 
 	upstream := mirrortest.NewRegistry(t)
 	upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 2, "linux/amd64"))
@@ -352,7 +351,7 @@ func TestAgentRealContainerd(t *testing.T) {
 	if _, err := c.PullImage(pctx, upstreamName+"/team/app:v1"); err != nil {
 		t.Fatalf("CRI pull: %v", err)
 	}
-	var app []accessLine
+	var app []nodecachetest.AccessLine
 	for _, l := range a.requests(t) {
 		if l.Repository == "team/app" {
 			app = append(app, l)

@@ -37,9 +37,7 @@ func TestContainerdPullsThroughHandWrittenHostsToml(t *testing.T) {
 	for _, v := range cases {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
-			bin := runtimetest.Binary(t, v.env)
-			runtimetest.RequireRoot(t)
-			runtimetest.RequireLoopbackName(t, upstreamName)
+			bin := requireContainerd(t, v.env)
 
 			// The upstream is reachable but holds nothing: any request to it is a bypass.
 			upstream := mirrortest.NewRegistry(t)
@@ -111,9 +109,7 @@ func TestContainerdPullsThroughNodecache(t *testing.T) {
 	for _, v := range runtimetest.Containerds() {
 		t.Run("containerd-"+v.Name, func(t *testing.T) {
 			t.Parallel()
-			bin := runtimetest.Binary(t, v.Env)
-			runtimetest.RequireRoot(t)
-			runtimetest.RequireLoopbackName(t, upstreamName)
+			bin := requireContainerd(t, v.Env)
 
 			upstream := mirrortest.NewRegistry(t)
 			host := upstreamHost(t, upstream)
@@ -134,7 +130,7 @@ func TestContainerdPullsThroughNodecache(t *testing.T) {
 			if _, err := c.PullImage(ctx, host+"/team/app:v1"); err != nil {
 				t.Fatalf("containerd %s: %v", c.Version(), err)
 			}
-			checkAccessLog(t, nc.requests(t), c.UserAgent(), host)
+			checkAccessLog(t, nc.Requests(t), c.UserAgent(), host)
 			// The upstream was reached by nodecache only (its fill), never by containerd.
 			for _, r := range upstream.Requests() {
 				if strings.HasPrefix(r.UserAgent, "containerd/") {
@@ -156,9 +152,7 @@ func TestContainerdReadsConfigPathOnlyAtStart(t *testing.T) {
 	for _, v := range runtimetest.Containerds() {
 		t.Run("containerd-"+v.Name, func(t *testing.T) {
 			t.Parallel()
-			bin := runtimetest.Binary(t, v.Env)
-			runtimetest.RequireRoot(t)
-			runtimetest.RequireLoopbackName(t, upstreamName)
+			bin := requireContainerd(t, v.Env)
 
 			upstream := mirrortest.NewStoppedRegistry(t, "127.0.0.1:0") // refuses: only the mirror can serve
 			host := upstreamHost(t, upstream)
@@ -208,9 +202,7 @@ func TestContainerdListConfigPath(t *testing.T) {
 	for _, v := range runtimetest.Containerds() {
 		t.Run("containerd-"+v.Name, func(t *testing.T) {
 			t.Parallel()
-			bin := runtimetest.Binary(t, v.Env)
-			runtimetest.RequireRoot(t)
-			runtimetest.RequireLoopbackName(t, upstreamName)
+			bin := requireContainerd(t, v.Env)
 
 			upstream := mirrortest.NewStoppedRegistry(t, "127.0.0.1:0")
 			host := upstreamHost(t, upstream)

@@ -71,9 +71,7 @@ func TestGenContainerdRealDaemons(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
 			t.Parallel()
-			bin := runtimetest.Binary(t, tc.env)
-			runtimetest.RequireRoot(t)
-			runtimetest.RequireLoopbackName(t, upstreamName)
+			bin := requireContainerd(t, tc.env)
 
 			upstream := mirrortest.NewRegistry(t)
 			host := upstreamHost(t, upstream)
@@ -131,7 +129,7 @@ func TestGenContainerdRealDaemons(t *testing.T) {
 			if _, err := c.PullImage(ctx, ref); err != nil {
 				t.Fatalf("containerd %s after gen: %v\nconfig.toml:\n%s", c.Version(), err, readFile(t, c.ConfigFile()))
 			}
-			lines := nc.requests(t)
+			lines := nc.Requests(t)
 			t.Logf("containerd %s pulled %s through nodecache: %d access-log lines", c.Version(), ref, len(lines))
 			checkAccessLog(t, lines, c.UserAgent(), host)
 			for _, r := range upstream.Requests() {
@@ -174,9 +172,7 @@ func TestGenContainerdCommandAndRemove(t *testing.T) {
 	} {
 		t.Run("containerd-"+v.name, func(t *testing.T) {
 			t.Parallel()
-			bin := runtimetest.Binary(t, v.env)
-			runtimetest.RequireRoot(t)
-			runtimetest.RequireLoopbackName(t, upstreamName)
+			bin := requireContainerd(t, v.env)
 			nodecacheBin := nodecacheBinary(t)
 
 			upstream := mirrortest.NewRegistry(t)
@@ -208,7 +204,7 @@ func TestGenContainerdCommandAndRemove(t *testing.T) {
 			if _, err := c.PullImage(ctx, host+"/team/app:v1"); err != nil {
 				t.Fatalf("containerd %s after gen: %v", c.Version(), err)
 			}
-			checkAccessLog(t, nc.requests(t), c.UserAgent(), host)
+			checkAccessLog(t, nc.Requests(t), c.UserAgent(), host)
 
 			runNodecacheJSON(t, nodecacheBin, append(args, "--remove"), &rep)
 			if !rep.RestartRequired {
@@ -221,11 +217,11 @@ func TestGenContainerdCommandAndRemove(t *testing.T) {
 				t.Errorf("after --remove hosts.toml still there (stat err %v)", err)
 			}
 			c.Restart(t)
-			before := len(nc.requests(t))
+			before := len(nc.Requests(t))
 			if _, err := c.PullImage(ctx, host+"/team/app:v2"); err == nil {
 				t.Errorf("containerd %s pulled v2 after --remove; want a failure (its default for upstream.test is https, the upstream speaks http)", c.Version())
 			}
-			if after := len(nc.requests(t)); after != before {
+			if after := len(nc.Requests(t)); after != before {
 				t.Errorf("nodecache saw %d requests after --remove, want 0", after-before)
 			}
 		})

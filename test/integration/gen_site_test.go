@@ -27,9 +27,7 @@ func TestGenContainerdAdoptsSiteDirectory(t *testing.T) {
 	for _, form := range []string{"colon", "host_port_"} {
 		t.Run(form, func(t *testing.T) {
 			t.Parallel()
-			bin := runtimetest.Binary(t, runtimetest.EnvContainerd24)
-			runtimetest.RequireRoot(t)
-			runtimetest.RequireLoopbackName(t, upstreamName)
+			bin := requireContainerd(t, runtimetest.EnvContainerd24)
 			nodecacheBin := nodecacheBinary(t)
 
 			upstream := mirrortest.NewRegistry(t)
@@ -80,7 +78,7 @@ func TestGenContainerdAdoptsSiteDirectory(t *testing.T) {
 			if _, err := c.PullImage(ctx, host+"/team/app:v1"); err != nil {
 				t.Fatalf("containerd %s after gen: %v\nhosts.toml:\n%s", c.Version(), err, readFile(t, userFile))
 			}
-			checkAccessLog(t, nc.requests(t), c.UserAgent(), host)
+			checkAccessLog(t, nc.Requests(t), c.UserAgent(), host)
 			// status judges the adopted site file as containerd reads it (newuser F7: it said "no
 			// hosts.toml written by nodecache" and asked for the gen just run): ACTIVE with
 			// --mirror, with --upstream, and without --mirror (the mirror read from gen's block).

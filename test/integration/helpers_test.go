@@ -4,7 +4,6 @@
 package integration
 
 import (
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
 
@@ -25,11 +25,7 @@ const upstreamName = "upstream.test"
 // upstreamHost returns "upstream.test:<port of r>": a registry name that reaches r.
 func upstreamHost(t *testing.T, r *mirrortest.Registry) string {
 	t.Helper()
-	_, port, err := net.SplitHostPort(r.Addr)
-	if err != nil {
-		t.Fatalf("registry address %q: %v", r.Addr, err)
-	}
-	return net.JoinHostPort(upstreamName, port)
+	return nodecachetest.UpstreamHost(t, r, upstreamName)
 }
 
 // writeFile writes b to path, creating parent directories.

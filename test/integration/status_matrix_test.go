@@ -47,9 +47,7 @@ func TestStatusMatrixRealContainerd(t *testing.T) {
 	for _, v := range runtimetest.Containerds() {
 		t.Run("containerd-"+v.Name, func(t *testing.T) {
 			t.Parallel()
-			bin := runtimetest.Binary(t, v.Env)
-			runtimetest.RequireRoot(t)
-			runtimetest.RequireLoopbackName(t, upstreamName)
+			bin := requireContainerd(t, v.Env)
 			ncBin := nodecacheBinary(t)
 
 			upstream := mirrortest.NewRegistry(t)
@@ -164,9 +162,7 @@ func TestStatusMatrixRealContainerd(t *testing.T) {
 // status says NOT ACTIVE (exit 1) with the plugin's error, whatever the files say.
 func TestStatusCRIPluginFailedRealContainerd17(t *testing.T) {
 	t.Parallel()
-	bin := runtimetest.Binary(t, runtimetest.EnvContainerd17)
-	runtimetest.RequireRoot(t)
-	runtimetest.RequireLoopbackName(t, upstreamName)
+	bin := requireContainerd(t, runtimetest.EnvContainerd17)
 	upstream := mirrortest.NewRegistry(t)
 	host := upstreamHost(t, upstream)
 	nc := startNodecache(t, upstream)
@@ -212,9 +208,7 @@ func TestAgentMatrixRealContainerd(t *testing.T) {
 	for _, v := range runtimetest.Containerds() {
 		t.Run("containerd-"+v.Name, func(t *testing.T) {
 			t.Parallel()
-			bin := runtimetest.Binary(t, v.Env)
-			runtimetest.RequireRoot(t)
-			runtimetest.RequireLoopbackName(t, upstreamName)
+			bin := requireContainerd(t, v.Env)
 			upstream := mirrortest.NewRegistry(t)
 			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
 
@@ -309,9 +303,7 @@ func shortTempDir(t *testing.T) string {
 // UNKNOWN (exit 3) saying permission denied — never ACTIVE on files and start time alone.
 func TestStatusPermissionDeniedRealContainerd(t *testing.T) {
 	t.Parallel()
-	bin := runtimetest.Binary(t, runtimetest.EnvContainerd24)
-	runtimetest.RequireRoot(t)
-	runtimetest.RequireLoopbackName(t, upstreamName)
+	bin := requireContainerd(t, runtimetest.EnvContainerd24)
 	upstream := mirrortest.NewRegistry(t)
 	host := upstreamHost(t, upstream)
 	nc := startNodecache(t, upstream)

@@ -17,6 +17,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
@@ -167,9 +168,7 @@ func TestStatusRealContainerd(t *testing.T) {
 	for _, v := range runtimetest.Containerds() {
 		t.Run("containerd-"+v.Name, func(t *testing.T) {
 			t.Parallel()
-			bin := runtimetest.Binary(t, v.Env)
-			runtimetest.RequireRoot(t)
-			runtimetest.RequireLoopbackName(t, upstreamName)
+			bin := requireContainerd(t, v.Env)
 
 			upstream := mirrortest.NewRegistry(t)
 			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 2, "linux/amd64"))
@@ -218,7 +217,7 @@ func TestStatusRealContainerd(t *testing.T) {
 			if _, err := c.PullImage(ctx, host+"/team/app:v1"); err != nil {
 				t.Fatalf("CRI pull: %v", err)
 			}
-			checkAccessLog(t, nc.requests(t), c.UserAgent(), host)
+			checkAccessLog(t, nc.Requests(t), c.UserAgent(), host)
 			r = runStatus(t, c, "--mirror", nc.URL)
 			if row, _ := r.row("traffic"); row.Result != activation.Pass {
 				t.Fatalf("traffic row %+v\n%s", row, r.Raw)
@@ -258,9 +257,7 @@ func TestStatusRealContainerd(t *testing.T) {
 // first directory holds a correct hosts.toml.
 func TestStatusRealContainerdList(t *testing.T) {
 	t.Parallel()
-	bin := runtimetest.Binary(t, runtimetest.EnvContainerd24)
-	runtimetest.RequireRoot(t)
-	runtimetest.RequireLoopbackName(t, upstreamName)
+	bin := requireContainerd(t, runtimetest.EnvContainerd24)
 	upstream := mirrortest.NewRegistry(t)
 	host := upstreamHost(t, upstream)
 	nc := startNodecache(t, upstream)
@@ -282,7 +279,7 @@ server = "http://%s"
 // checkCanary runs `status --canary --mirror` on a daemon whose configuration is active: exit 0,
 // the canary row passes, the mirror logged the canary pull from the daemon, and the daemon's
 // image store holds no canary image afterwards.
-func checkCanary(t *testing.T, c *runtimetest.Containerd, nc *nodecache) {
+func checkCanary(t *testing.T, c *runtimetest.Containerd, nc *nodecachetest.Nodecache) {
 	t.Helper()
 	r := runStatus(t, c, "--mirror", nc.URL, "--canary")
 	expectState(t, "--canary", r, activation.Active, 0)
@@ -294,7 +291,7 @@ func checkCanary(t *testing.T, c *runtimetest.Containerd, nc *nodecache) {
 		t.Fatalf("canary image not removed: %+v\n%s", cleanup, r.Raw)
 	}
 	var canaryReqs int
-	for _, l := range nc.requests(t) {
+	for _, l := range nc.Requests(t) {
 		if l.Repository == mirrorapi.CanaryRepository {
 			canaryReqs++
 			if l.UserAgent != c.UserAgent() || l.Status >= 400 {
@@ -330,9 +327,7 @@ func checkCanary(t *testing.T, c *runtimetest.Containerd, nc *nodecache) {
 // with --mirror, without restarting containerd.
 func TestStatusSameSecondRealContainerd23(t *testing.T) {
 	t.Parallel()
-	bin := runtimetest.Binary(t, runtimetest.EnvContainerd23)
-	runtimetest.RequireRoot(t)
-	runtimetest.RequireLoopbackName(t, upstreamName)
+	bin := requireContainerd(t, runtimetest.EnvContainerd23)
 
 	upstream := mirrortest.NewRegistry(t)
 	upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 2, "linux/amd64"))
