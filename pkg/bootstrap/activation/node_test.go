@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,6 +162,31 @@ func criStatusConfig(configPath string) string {
 func (n *testNode) containerdProc(pid int, sec int64, socket string, args ...string) {
 	n.Proc.addProcess(pid, "containerd", ticksAt(sec), append([]string{"/usr/bin/containerd"}, args...)...)
 	n.Proc.listen(pid, socket, uint64(7000+pid))
+}
+
+// newContainerd24Node is a node whose containerd 2.4.2 (pid 1000, started at t0, on sock)
+// exports config_path certsDir, which its config.toml set before the start.
+func newContainerd24Node(t *testing.T) *testNode {
+	t.Helper()
+	n := newTestNode(t)
+	n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}})
+	n.containerdProc(1000, t0, sock)
+	n.file(cfgFile, v3Config(certsDir, ""), t0-10)
+	return n
+}
+
+// hostsOpts are n's options for upstreams and, when mirrorURL is set, that mirror, probed by
+// a client whose every answer is the mirror's (answer) from a node with no addresses.
+func (n *testNode) hostsOpts(t *testing.T, upstreams []string, mirrorURL string) Options {
+	t.Helper()
+	o := n.opts()
+	o.Upstreams = upstreams
+	if mirrorURL != "" {
+		o.Mirror = parseMirror(t, mirrorURL)
+		o.NodeAddrs = func() ([]netip.Addr, error) { return nil, nil }
+		o.HTTPClient = &http.Client{Transport: answer{}}
+	}
+	return o
 }
 
 func (n *testNode) opts() Options {

@@ -1,8 +1,6 @@
 package activation
 
 import (
-	"net/http"
-	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -104,18 +102,9 @@ func TestContainerdSiteHosts(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			n := newTestNode(t)
-			n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}})
-			n.containerdProc(1000, t0, sock)
-			n.file(cfgFile, v3Config(certsDir, ""), t0-10)
+			n := newContainerd24Node(t)
 			tt.setup(n)
-			o := n.opts()
-			o.Upstreams = tt.upstreams
-			if tt.mirror != "" {
-				o.Mirror = parseMirror(t, tt.mirror)
-				o.NodeAddrs = func() ([]netip.Addr, error) { return nil, nil }
-				o.HTTPClient = &http.Client{Transport: answer{}}
-			}
+			o := n.hostsOpts(t, tt.upstreams, tt.mirror)
 			r := n.evaluate(o)
 			want(t, r, tt.state, tt.state.ExitCode(), tt.has)
 			if tt.row != "" {
