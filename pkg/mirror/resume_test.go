@@ -118,6 +118,9 @@ func TestFillThatProgressesKeepsGoing(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp, err = http.Head(url)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
 	if err != nil || resp.StatusCode != http.StatusOK || resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheHit {
 		t.Fatalf("after the fill: %v %v %s=%q; want the blob stored (hit)", err, resp.StatusCode, mirrorapi.HeaderCache, resp.Header.Get(mirrorapi.HeaderCache))
 	}

@@ -136,18 +136,18 @@ func findMirrors(cfg config.Provider, m name.Mirror) mirrorsUsing {
 	}
 	if raw := cfg.RawV1Alpha1(); raw != nil && raw.MachineConfig != nil {
 		regs := raw.MachineConfig.MachineRegistries  //nolint:staticcheck // the legacy form is what is being removed
-		for name, mc := range regs.RegistryMirrors { //nolint:staticcheck // legacy form
+		for name, mc := range regs.RegistryMirrors { // legacy form
 			if mc == nil {
 				continue
 			}
-			if hit, rest := match(mc.MirrorEndpoints); hit { //nolint:staticcheck // legacy form
+			if hit, rest := match(mc.MirrorEndpoints); hit { // legacy form
 				out.legacy = append(out.legacy, name)
 				for _, r := range rest {
 					out.others = append(out.others, name+": "+r)
 				}
 			}
 		}
-		_, out.legacyTLS = regs.RegistryConfig[m.Host()] //nolint:staticcheck // legacy form
+		_, out.legacyTLS = regs.RegistryConfig[m.Host()] // legacy form
 	}
 	for _, d := range cfg.Documents() {
 		switch doc := d.(type) {

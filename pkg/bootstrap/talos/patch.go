@@ -260,7 +260,7 @@ func documentsPatch(opts Options) ([]byte, error) {
 
 // legacyPatch: a v1alpha1 document with machine.registries.mirrors (and .config for the CA).
 func legacyPatch(opts Options) ([]byte, error) {
-	regs := v1alpha1.RegistriesConfig{RegistryMirrors: map[string]*v1alpha1.RegistryMirrorConfig{}} //nolint:staticcheck // the only form Talos <= v1.11 accepts
+	regs := v1alpha1.RegistriesConfig{RegistryMirrors: map[string]*v1alpha1.RegistryMirrorConfig{}} // the only form Talos <= v1.11 accepts
 	for _, n := range opts.Upstreams {
 		u, override := endpoint(opts, n)
 		m := &v1alpha1.RegistryMirrorConfig{MirrorEndpoints: []string{u.String()}} //nolint:staticcheck // legacy form

@@ -269,6 +269,7 @@ func TestBoundedPing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
 	n, _ := io.Copy(io.Discard, resp.Body)
 	if n != maxPingBody {
 		t.Errorf("read %d bytes of an endless /v2/ body, want %d", n, maxPingBody)
@@ -294,7 +295,10 @@ func TestNoDowngrade(t *testing.T) {
 	} {
 		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, target, nil)
 		req.Response = &http.Response{Request: from}
-		_, err := rt.RoundTrip(req)
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			_ = resp.Body.Close()
+		}
 		if got := errors.Is(err, ErrUnsafeTarget); got != refused {
 			t.Errorf("%s: refused %v (%v), want %v", target, got, err, refused)
 		}
