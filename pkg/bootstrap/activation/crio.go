@@ -12,7 +12,9 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
+	"go.podman.io/image/v5/types"
 
+	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
@@ -87,7 +89,8 @@ func (e *evaluator) readDropIns() ([]dropIn, error) {
 	return out, nil
 }
 
-// crio examines CRI-O.
+// crio examines CRI-O: its process, its API, our drop-ins in containers/image's merged view, and
+// whether the running crio has read them.
 func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 	const rt = RuntimeCRIO
 	rep := RuntimeReport{Runtime: rt}
@@ -109,44 +112,67 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 			ours = append(ours, d)
 		}
 	}
+	p, ok := e.crioProcess(&rep, procs, len(ours) > 0)
+	if !ok || !e.crioAPI(ctx, &rep) || !e.crioRegistries(&rep, drops, ours) {
+		return rep
+	}
+	e.crioLoaded(&rep, p, ours)
+	return rep
+}
+
+// crioProcess is the process step: exactly one crio process, or the report says why not (no
+// CRI-O at all, configuration without a visible process, several processes).
+func (e *evaluator) crioProcess(rep *RuntimeReport, procs []bootstrap.Process, haveOurs bool) (bootstrap.Process, bool) {
+	const rt = RuntimeCRIO
 	crioInstalled := e.h.Exists(e.opts.CRIOConfig) || e.h.Exists(e.opts.CRIODropInDir)
 	if len(procs) == 0 {
-		if len(ours) == 0 && !crioInstalled {
+		if !haveOurs && !crioInstalled {
 			rep.State, rep.Reason = NotApplicable, "no crio process and no CRI-O configuration"
 			if r := e.explicitNone(rt, "CRI-O", fmt.Sprintf("no process named crio under %s, no %s, no %s and no nodecache drop-in", e.h.ProcRoot(), e.opts.CRIOConfig, e.opts.CRIODropInDir)); r != "" {
 				rep.Reason = r
 			}
 			e.add(rt, "process", Skipped, "no process named crio; no %s, no %s and no nodecache drop-in", e.opts.CRIOConfig, e.opts.CRIODropInDir)
-			return rep
+			return bootstrap.Process{}, false
 		}
 		e.add(rt, "process", Unread, "no process named crio under %s (a pod needs hostPID), but CRI-O configuration exists", e.h.ProcRoot())
 		rep.State, rep.Reason = Unknown, "CRI-O configuration present but no crio process is visible"
-		return rep
+		return bootstrap.Process{}, false
 	}
 	if len(procs) > 1 {
 		e.add(rt, "process", Unread, "%d processes named crio", len(procs))
 		rep.State, rep.Reason = Unknown, fmt.Sprintf("%d crio processes: cannot tell which serves the kubelet", len(procs))
-		return rep
+		return bootstrap.Process{}, false
 	}
 	p := procs[0]
 	start := p.Start
 	rep.PID, rep.ProcessStart = p.PID, &start
 	e.add(rt, "process", Pass, "pid %d; started %s", p.PID, fmtPrecise(start))
+	return p, true
+}
 
-	// CRI-O must answer on its CRI socket: without its API there is no runtime evidence.
+// crioAPI is the version step: CRI-O must answer on its CRI socket, since without its API there
+// is no runtime evidence.
+func (e *evaluator) crioAPI(ctx context.Context, rep *RuntimeReport) bool {
+	const rt = RuntimeCRIO
 	ver, err := e.crioVersion(ctx)
 	if err != nil {
 		e.add(rt, "version", Unread, "%s: %v", e.opts.CRIOSocket, err)
 		rep.State, rep.Reason = Unknown, fmt.Sprintf("CRI-O's API at %s does not answer (unreachable or permission denied: a pod needs the host's socket and root): %v", e.opts.CRIOSocket, err)
-		return rep
+		return false
 	}
 	rep.Version = ver
 	e.add(rt, "version", Info, "CRI-O %s on %s (CRI version)", ver, e.opts.CRIOSocket)
+	return true
+}
 
+// crioRegistries is the drop-in step: our drop-ins exist, the registries configuration loads,
+// and every upstream goes to the mirror first in containers/image's merged view.
+func (e *evaluator) crioRegistries(rep *RuntimeReport, drops, ours []dropIn) bool {
+	const rt = RuntimeCRIO
 	if len(ours) == 0 {
 		e.add(rt, "drop-in", Fail, "no drop-in written by nodecache in %s", e.opts.RegistriesDir)
 		rep.State, rep.Reason, rep.Remedy = NotActive, "no nodecache drop-in in "+e.opts.RegistriesDir, "run nodecache gen crio (the agent does this at start)"
-		return rep
+		return false
 	}
 	// Valid, merged: containers/image's own reading of registries.conf + registries.conf.d, from
 	// a private copy of the files read through the host view (links resolve under the host root
@@ -158,27 +184,47 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 		e.add(rt, "drop-in", Fail, "containers/image refuses the registries configuration: %s", le.Msg)
 		rep.State, rep.Reason = NotActive, "the registries configuration does not load: "+le.Msg
 		rep.Remedy = "fix or remove the file named in the error (CRI-O rejects the whole configuration on reload)"
-		return rep
+		return false
 	case err != nil:
 		e.add(rt, "drop-in", Fail, "%v", err)
 		rep.State, rep.Reason = NotActive, "the registries configuration does not load: "+err.Error()
 		rep.Remedy = "fix or remove the symbolic link named"
-		return rep
+		return false
 	}
 	defer done()
-	var (
-		newest  dropIn
-		bad     []string
-		checked []string
-	)
 	want := map[string]bool{}
 	for _, u := range e.opts.Upstreams {
 		want[u] = true
 	}
-	for _, d := range ours {
-		if d.modTime.After(newest.modTime) {
-			newest = d
+	checked, bad := e.crioPrefixes(rep, sys, drops, ours, want)
+	bad = append(bad, e.crioLongerPrefixes(sys, ours, checked)...)
+	for u := range want {
+		found := false
+		for _, c := range checked {
+			found = found || c == u
 		}
+		if !found {
+			e.add(rt, "registry "+u, Fail, "no nodecache drop-in configures %s", u)
+			bad = append(bad, u)
+		}
+	}
+	rep.upstreams = checked
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		rep.State = NotActive
+		rep.Reason = fmt.Sprintf("registries that do not go through the mirror: %s", strings.Join(bad, ", "))
+		rep.Remedy = "run nodecache gen crio and remove or rename the overriding drop-ins"
+		return false
+	}
+	return true
+}
+
+// crioPrefixes checks each prefix our drop-ins configure (those of want, when want is not empty)
+// in the merged view: the mirror first, and not blocked. It returns the prefixes checked and the
+// ones that do not go through the mirror; rep.Mirror becomes the first good mirror.
+func (e *evaluator) crioPrefixes(rep *RuntimeReport, sys *types.SystemContext, drops, ours []dropIn, want map[string]bool) (checked, bad []string) {
+	const rt = RuntimeCRIO
+	for _, d := range ours {
 		for prefix, ourMirror := range d.prefixes {
 			if len(want) > 0 && !want[prefix] {
 				continue
@@ -217,50 +263,46 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 			}
 		}
 	}
-	// A longer prefix inside one of ours wins in containers/image whatever the file order
-	// (docker.io/library over docker.io): pulls under it must reach the mirror too.
-	if regs, err := sysregistriesv2.GetRegistries(sys); err == nil {
-		for _, r := range regs {
-			for _, prefix := range checked {
-				if len(r.Prefix) <= len(prefix) || !strings.HasPrefix(r.Prefix, prefix) || !strings.ContainsRune("/:@", rune(r.Prefix[len(prefix)])) {
-					continue
-				}
-				first := ""
-				if len(r.Mirrors) > 0 {
-					first = r.Mirrors[0].Location
-				}
-				host := strings.SplitN(first, "/", 2)[0]
-				if e.opts.Mirror != nil && strings.EqualFold(host, e.opts.Mirror.Host) {
-					continue
-				}
-				if e.opts.Mirror == nil && host != "" && host == strings.SplitN(ourFirst(ours, prefix), "/", 2)[0] {
-					continue
-				}
-				e.add(rt, "registry "+r.Prefix, Fail, "[[registry]] prefix %q is longer than %q, so containers/image uses it for %s/... whatever the file order, and it tries %q first, not the mirror", r.Prefix, prefix, r.Prefix, first)
-				bad = append(bad, fmt.Sprintf("%s (a longer prefix than %s, without the mirror)", r.Prefix, prefix))
-			}
-		}
-	}
-	for u := range want {
-		found := false
-		for _, c := range checked {
-			found = found || c == u
-		}
-		if !found {
-			e.add(rt, "registry "+u, Fail, "no nodecache drop-in configures %s", u)
-			bad = append(bad, u)
-		}
-	}
-	rep.upstreams = checked
-	if len(bad) > 0 {
-		sort.Strings(bad)
-		rep.State = NotActive
-		rep.Reason = fmt.Sprintf("registries that do not go through the mirror: %s", strings.Join(bad, ", "))
-		rep.Remedy = "run nodecache gen crio and remove or rename the overriding drop-ins"
-		return rep
-	}
+	return checked, bad
+}
 
-	// Has the running crio read it? The restart-evidence rule over our drop-ins.
+// crioLongerPrefixes returns the [[registry]] prefixes longer than a checked one that do not try
+// the mirror first. A longer prefix inside one of ours wins in containers/image whatever the file
+// order (docker.io/library over docker.io): pulls under it must reach the mirror too.
+func (e *evaluator) crioLongerPrefixes(sys *types.SystemContext, ours []dropIn, checked []string) []string {
+	const rt = RuntimeCRIO
+	regs, err := sysregistriesv2.GetRegistries(sys)
+	if err != nil {
+		return nil
+	}
+	var bad []string
+	for _, r := range regs {
+		for _, prefix := range checked {
+			if len(r.Prefix) <= len(prefix) || !strings.HasPrefix(r.Prefix, prefix) || !strings.ContainsRune("/:@", rune(r.Prefix[len(prefix)])) {
+				continue
+			}
+			first := ""
+			if len(r.Mirrors) > 0 {
+				first = r.Mirrors[0].Location
+			}
+			host := strings.SplitN(first, "/", 2)[0]
+			if e.opts.Mirror != nil && strings.EqualFold(host, e.opts.Mirror.Host) {
+				continue
+			}
+			if e.opts.Mirror == nil && host != "" && host == strings.SplitN(ourFirst(ours, prefix), "/", 2)[0] {
+				continue
+			}
+			e.add(rt, "registry "+r.Prefix, Fail, "[[registry]] prefix %q is longer than %q, so containers/image uses it for %s/... whatever the file order, and it tries %q first, not the mirror", r.Prefix, prefix, r.Prefix, first)
+			bad = append(bad, fmt.Sprintf("%s (a longer prefix than %s, without the mirror)", r.Prefix, prefix))
+		}
+	}
+	return bad
+}
+
+// crioLoaded is the loaded step: the restart-evidence rule over our drop-ins, then
+// auto_reload_registries as it was at crio's start. A SIGHUP is not evidence.
+func (e *evaluator) crioLoaded(rep *RuntimeReport, p bootstrap.Process, ours []dropIn) {
+	const rt = RuntimeCRIO
 	files := map[string]time.Time{}
 	for _, d := range ours {
 		files[d.path] = d.modTime
@@ -270,20 +312,19 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 		rep.State, rep.Evidence = Active, "start-time"
 		e.add(rt, "loaded", Pass, "%s", restart.Reason("crio"))
 		rep.Reason = "crio started after the nodecache drop-in was written, and containers/image's merged view puts the mirror first"
-		return rep
+		return
 	}
-	newest = dropIn{path: restart.File, modTime: restart.ModTime}
-	on, from, err := e.autoReloadAtStart(start)
+	on, from, err := e.autoReloadAtStart(p.Start)
 	if err != nil {
 		e.add(rt, "loaded", Unread, "%v", err)
 		rep.State, rep.Reason = Unknown, err.Error()
-		return rep
+		return
 	}
 	if on {
 		rep.State, rep.Evidence = Active, "live"
-		e.add(rt, "loaded", Pass, "%s changed after crio started, but auto_reload_registries was on at its start (%s): CRI-O re-reads registries.conf.d", newest.path, from)
+		e.add(rt, "loaded", Pass, "%s changed after crio started, but auto_reload_registries was on at its start (%s): CRI-O re-reads registries.conf.d", restart.File, from)
 		rep.Reason = "auto_reload_registries was on when crio started, and containers/image's merged view puts the mirror first"
-		return rep
+		return
 	}
 	why := restart.Reason("crio") + ", and auto_reload_registries was off at its start"
 	e.add(rt, "loaded", Fail, "%s (a SIGHUP is not evidence: the reload may have rejected the file)", why)
@@ -298,7 +339,6 @@ func (e *evaluator) crio(ctx context.Context) RuntimeReport {
 		rep.Reason, rep.Remedy = ambiguousStart(restart, "crio", "restart CRI-O", remedyCRIO, "auto_reload_registries was off at its start", mirror)
 	}
 	rep.Pending, rep.startTimeOnly = true, true
-	return rep
 }
 
 // ourFirst is the first mirror our drop-ins give prefix.
