@@ -402,26 +402,8 @@ type configPlan struct {
 // checks the result by re-reading the configuration as it will be.
 func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 	d := eff.Daemon
-	cp := &configPlan{}
 	if !eff.Exists {
-		if eff.DaemonAssumed {
-			return nil, refusal.Errorf("%s does not exist and the containerd version is unknown: pass --containerd-version (a minimal config.toml is created for it)", opts.Config)
-		}
-		data, table, err := minimalConfig(d, opts.CertsDir)
-		if err != nil {
-			return nil, err
-		}
-		c, err := bootstrap.PlanOwned(fsys, opts.Config, 0o644, data)
-		if err != nil {
-			return nil, err
-		}
-		after, err := Load(bootstrap.Overlay{Base: fsys, Files: map[string][]byte{opts.Config: data}}, opts.Config, LoadOptions{Daemon: eff.Daemon})
-		if err != nil {
-			return nil, fmt.Errorf("re-read created %s: %w", opts.Config, err)
-		}
-		cp.table, cp.edited, cp.action, cp.hostsDir, cp.after = table, opts.Config, ConfigPathCreated, opts.CertsDir, after
-		cp.changes = []bootstrap.Change{c}
-		return cp, checkAfter(after, cp.hostsDir)
+		return planCreatedConfig(fsys, eff, opts)
 	}
 	switch {
 	case eff.Schema == 1 && len(eff.Files) == 1 && len(eff.Files[0].tree) == 0:
@@ -434,23 +416,97 @@ func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 		return nil, refusal.Errorf("%s: version = %d, but containerd %s loads at most version %d: this containerd would not start with it", opts.Config, eff.Schema, eff.Daemon, d.ConfigVersion())
 	}
 
-	files := map[string][]byte{}
-	docs := map[string]*tomlDoc{}
-	doc := func(p string) (*tomlDoc, error) {
-		if td, ok := docs[p]; ok {
-			return td, nil
-		}
-		f, _ := eff.FileByPath(p)
-		td, err := parseTOMLDoc(f.data)
+	cp := &configPlan{}
+	ed := &configEdits{eff: eff, files: map[string][]byte{}, docs: map[string]*tomlDoc{}}
+	if err := ed.removeLegacy(cp, opts); err != nil {
+		return nil, err
+	}
+	cur := eff
+	if len(ed.files) > 0 {
+		var err error
+		cur, err = Load(bootstrap.Overlay{Base: fsys, Files: ed.files}, opts.Config, LoadOptions{Daemon: eff.Daemon})
 		if err != nil {
-			return nil, fmt.Errorf("parse %s: %w", p, err)
+			return nil, fmt.Errorf("re-read %s after removing legacy tables: %w", opts.Config, err)
 		}
-		docs[p] = td
+	}
+	if err := ed.setConfigPath(cp, cur, opts); err != nil {
+		return nil, err
+	}
+	after := cur
+	if len(ed.files) > 0 {
+		var err error
+		after, err = Load(bootstrap.Overlay{Base: fsys, Files: ed.files}, opts.Config, LoadOptions{Daemon: eff.Daemon})
+		if err != nil {
+			return nil, fmt.Errorf("re-read %s after editing: %w", opts.Config, err)
+		}
+	}
+	cp.after = after
+	if err := checkAfter(after, cp.hostsDir); err != nil {
+		return nil, err
+	}
+	for _, f := range eff.Files {
+		if b, ok := ed.files[f.Path]; ok {
+			cp.changes = append(cp.changes, bootstrap.PlanEdit(f.Path, f.data, b))
+			if cp.edited == "" {
+				cp.edited = f.Path
+			}
+		}
+	}
+	return cp, nil
+}
+
+// planCreatedConfig plans a minimal config.toml where none exists, for a known containerd
+// release.
+func planCreatedConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
+	if eff.DaemonAssumed {
+		return nil, refusal.Errorf("%s does not exist and the containerd version is unknown: pass --containerd-version (a minimal config.toml is created for it)", opts.Config)
+	}
+	data, table, err := minimalConfig(eff.Daemon, opts.CertsDir)
+	if err != nil {
+		return nil, err
+	}
+	c, err := bootstrap.PlanOwned(fsys, opts.Config, 0o644, data)
+	if err != nil {
+		return nil, err
+	}
+	after, err := Load(bootstrap.Overlay{Base: fsys, Files: map[string][]byte{opts.Config: data}}, opts.Config, LoadOptions{Daemon: eff.Daemon})
+	if err != nil {
+		return nil, fmt.Errorf("re-read created %s: %w", opts.Config, err)
+	}
+	cp := &configPlan{}
+	cp.table, cp.edited, cp.action, cp.hostsDir, cp.after = table, opts.Config, ConfigPathCreated, opts.CertsDir, after
+	cp.changes = []bootstrap.Change{c}
+	return cp, checkAfter(after, cp.hostsDir)
+}
+
+// configEdits are the edited contents of the configuration's files, by path, and their parsed
+// documents (each file of eff parsed once).
+type configEdits struct {
+	eff   *Effective
+	files map[string][]byte
+	docs  map[string]*tomlDoc
+}
+
+// doc is the parsed document of the file at p.
+func (ed *configEdits) doc(p string) (*tomlDoc, error) {
+	if td, ok := ed.docs[p]; ok {
 		return td, nil
 	}
+	f, _ := ed.eff.FileByPath(p)
+	td, err := parseTOMLDoc(f.data)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", p, err)
+	}
+	ed.docs[p] = td
+	return td, nil
+}
 
-	// Legacy tables.
-	strict1x := !d.V2() || eff.DaemonAssumed
+// removeLegacy is the legacy-tables step: the mirrors and (for 1.x) configs.<host>.tls tables of
+// every contributing file are removed with Migrate, or refused without it; a 2.x daemon's ignored
+// TLS tables are a warning.
+func (ed *configEdits) removeLegacy(cp *configPlan, opts Options) error {
+	eff := ed.eff
+	strict1x := !eff.Daemon.V2() || eff.DaemonAssumed
 	for _, f := range eff.Files {
 		if !contributes(eff, f) {
 			continue
@@ -471,38 +527,43 @@ func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 		if len(legacy) == 0 {
 			continue
 		}
-		if !opts.Migrate {
-			var names []string
-			for _, l := range legacy {
-				names = append(names, dotted(l))
-			}
-			return nil, refusal.Errorf("%s: %s: legacy registry settings cannot stand next to config_path (containerd refuses to load the CRI plugin): nothing was changed; run again with --migrate to move them into hosts.toml files and remove them", f.Path, strings.Join(names, ", "))
-		}
-		td, err := doc(f.Path)
-		if err != nil {
-			return nil, err
-		}
-		for _, l := range legacy {
-			if err := td.deleteTree(l); err != nil {
-				return nil, refusal.Errorf("%s: %v", f.Path, err)
-			}
-		}
-		b, err := td.bytes()
-		if err != nil {
-			return nil, refusal.Errorf("%s: removing legacy tables: %v", f.Path, err)
-		}
-		files[f.Path] = b
-	}
-	cur := eff
-	if len(files) > 0 {
-		var err error
-		cur, err = Load(bootstrap.Overlay{Base: fsys, Files: files}, opts.Config, LoadOptions{Daemon: eff.Daemon})
-		if err != nil {
-			return nil, fmt.Errorf("re-read %s after removing legacy tables: %w", opts.Config, err)
+		if err := ed.deleteLegacy(f.Path, legacy, opts.Migrate); err != nil {
+			return err
 		}
 	}
+	return nil
+}
 
-	// config_path.
+// deleteLegacy removes the legacy tables from the file at p (refused without migrate).
+func (ed *configEdits) deleteLegacy(p string, legacy [][]string, migrate bool) error {
+	if !migrate {
+		var names []string
+		for _, l := range legacy {
+			names = append(names, dotted(l))
+		}
+		return refusal.Errorf("%s: %s: legacy registry settings cannot stand next to config_path (containerd refuses to load the CRI plugin): nothing was changed; run again with --migrate to move them into hosts.toml files and remove them", p, strings.Join(names, ", "))
+	}
+	td, err := ed.doc(p)
+	if err != nil {
+		return err
+	}
+	for _, l := range legacy {
+		if err := td.deleteTree(l); err != nil {
+			return refusal.Errorf("%s: %v", p, err)
+		}
+	}
+	b, err := td.bytes()
+	if err != nil {
+		return refusal.Errorf("%s: removing legacy tables: %v", p, err)
+	}
+	ed.files[p] = b
+	return nil
+}
+
+// setConfigPath is the config_path step over cur (the configuration with the legacy tables
+// gone): an existing directory is adopted (the first of a list), else config_path is set to the
+// certs directory in the file that should hold it.
+func (ed *configEdits) setConfigPath(cp *configPlan, cur *Effective, opts Options) error {
 	raw := cur.Registry.ConfigPath
 	transfer := transferAfterSet(cur)
 	switch {
@@ -520,42 +581,23 @@ func planConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, error) {
 	}
 	tf, _ := cur.FileByPath(target)
 	cp.table = tf.RegistryTable
-	if cp.action == ConfigPathSet {
-		td, err := doc(target)
-		if err != nil {
-			return nil, err
-		}
-		if err := td.setString(tf.RegistryTable, "config_path", opts.CertsDir, tf.RegistryTable[:2]); err != nil {
-			return nil, refusal.Errorf("%s: %v", target, err)
-		}
-		b, err := td.bytes()
-		if err != nil {
-			return nil, refusal.Errorf("%s: setting config_path: %v", target, err)
-		}
-		files[target] = b
-		cp.edited = target
+	if cp.action != ConfigPathSet {
+		return nil
 	}
-	after := cur
-	if len(files) > 0 {
-		var err error
-		after, err = Load(bootstrap.Overlay{Base: fsys, Files: files}, opts.Config, LoadOptions{Daemon: eff.Daemon})
-		if err != nil {
-			return nil, fmt.Errorf("re-read %s after editing: %w", opts.Config, err)
-		}
+	td, err := ed.doc(target)
+	if err != nil {
+		return err
 	}
-	cp.after = after
-	if err := checkAfter(after, cp.hostsDir); err != nil {
-		return nil, err
+	if err := td.setString(tf.RegistryTable, "config_path", opts.CertsDir, tf.RegistryTable[:2]); err != nil {
+		return refusal.Errorf("%s: %v", target, err)
 	}
-	for _, f := range eff.Files {
-		if b, ok := files[f.Path]; ok {
-			cp.changes = append(cp.changes, bootstrap.PlanEdit(f.Path, f.data, b))
-			if cp.edited == "" {
-				cp.edited = f.Path
-			}
-		}
+	b, err := td.bytes()
+	if err != nil {
+		return refusal.Errorf("%s: setting config_path: %v", target, err)
 	}
-	return cp, nil
+	ed.files[target] = b
+	cp.edited = target
+	return nil
 }
 
 // transferAfterSet reports whether CRI pulls of this containerd go through the transfer service
