@@ -188,67 +188,105 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	rep.TransferService = cp.after.TransferService
 
 	// hosts.toml per upstream, then per migrated legacy host.
-	hostsFor := map[string]*struct {
-		file  hostsFile
-		hosts []hostEntry
-	}{}
-	var order []string
-	add := func(host string) *struct {
-		file  hostsFile
-		hosts []hostEntry
-	} {
-		if h, ok := hostsFor[host]; ok {
-			return h
-		}
-		h := &struct {
-			file  hostsFile
-			hosts []hostEntry
-		}{file: hostsFile{Server: defaultServer(host)}}
-		hostsFor[host] = h
-		order = append(order, host)
-		return h
-	}
-	for _, n := range opts.Upstreams {
-		h := add(n)
-		h.file.Server = name.RegistryURL(n)
-		if fb, ok := opts.Fallbacks[n]; ok {
-			h.file.Server = fb
-		}
-		h.hosts = append(h.hosts, mirrorEntry(opts.Mirror, opts.MirrorCA))
-	}
-	if opts.Migrate {
-		for _, host := range slices.Sorted(maps.Keys(eff.Registry.Mirrors)) {
-			h := add(host)
-			entries, err := legacyEndpointEntries(h.file.Server, eff.Registry.Mirrors[host], eff.Registry.ConfigsTLS)
-			if err != nil {
-				return nil, refusal.Errorf("--migrate: registry.mirrors.%q: %v", host, err)
-			}
-			h.hosts = append(h.hosts, entries...)
-			rep.Migrated = append(rep.Migrated, host)
-		}
-		if !daemonIs2xOnly(eff) {
-			for _, host := range slices.Sorted(maps.Keys(eff.Registry.ConfigsTLS)) {
-				h := add(host)
-				t := eff.Registry.ConfigsTLS[host]
-				var ca string
-				applyTLS(&ca, &h.file.ServerClient, &h.file.ServerSkipVerify, t)
-				if ca != "" {
-					h.file.ServerCA = ca
-				}
-				if !slices.Contains(rep.Migrated, host) {
-					rep.Migrated = append(rep.Migrated, host)
-				}
-			}
-		}
+	hs, err := hostsToWrite(eff, opts, rep)
+	if err != nil {
+		return nil, err
 	}
 	marker, err := planDirMarker(fsys, cp.hostsDir)
 	if err != nil {
 		return nil, err
 	}
 	rep.Changes = append(rep.Changes, marker...)
+	if err := planHostsFiles(fsys, cp.hostsDir, hs, opts, rep); err != nil {
+		return nil, err
+	}
+	// Config edits last: hosts.toml are in place before a restart can read the new config_path.
+	for _, f := range cp.changes {
+		rep.Changes = append(rep.Changes, f)
+		if f.Changed() {
+			rep.RestartRequired = true
+		}
+	}
+	// Edit what symbolic links lead to, never the links.
+	if rep.Changes, err = bootstrap.ResolveChanges(fsys, rep.Changes); err != nil {
+		return nil, err
+	}
+	return rep, nil
+}
+
+// hostsSpec is what one host's hosts.toml holds: its server settings and its hosts, the mirror
+// first.
+type hostsSpec struct {
+	file  hostsFile
+	hosts []hostEntry
+}
+
+// hostsSet is the hosts.toml files to write, by host, in the order first added.
+type hostsSet struct {
+	byHost map[string]*hostsSpec
+	order  []string
+}
+
+// add returns host's spec, a new one (the default server) the first time.
+func (s *hostsSet) add(host string) *hostsSpec {
+	if h, ok := s.byHost[host]; ok {
+		return h
+	}
+	h := &hostsSpec{file: hostsFile{Server: defaultServer(host)}}
+	s.byHost[host] = h
+	s.order = append(s.order, host)
+	return h
+}
+
+// hostsToWrite is the hosts step: one hosts.toml per upstream (the mirror, then the upstream
+// or its fallback as server), then, with Migrate, the legacy mirrors and TLS settings of eff by
+// host; rep.Migrated names the migrated hosts.
+func hostsToWrite(eff *Effective, opts Options, rep *Report) (*hostsSet, error) {
+	hs := &hostsSet{byHost: map[string]*hostsSpec{}}
+	for _, n := range opts.Upstreams {
+		h := hs.add(n)
+		h.file.Server = name.RegistryURL(n)
+		if fb, ok := opts.Fallbacks[n]; ok {
+			h.file.Server = fb
+		}
+		h.hosts = append(h.hosts, mirrorEntry(opts.Mirror, opts.MirrorCA))
+	}
+	if !opts.Migrate {
+		return hs, nil
+	}
+	for _, host := range slices.Sorted(maps.Keys(eff.Registry.Mirrors)) {
+		h := hs.add(host)
+		entries, err := legacyEndpointEntries(h.file.Server, eff.Registry.Mirrors[host], eff.Registry.ConfigsTLS)
+		if err != nil {
+			return nil, refusal.Errorf("--migrate: registry.mirrors.%q: %v", host, err)
+		}
+		h.hosts = append(h.hosts, entries...)
+		rep.Migrated = append(rep.Migrated, host)
+	}
+	if daemonIs2xOnly(eff) {
+		return hs, nil
+	}
+	for _, host := range slices.Sorted(maps.Keys(eff.Registry.ConfigsTLS)) {
+		h := hs.add(host)
+		t := eff.Registry.ConfigsTLS[host]
+		var ca string
+		applyTLS(&ca, &h.file.ServerClient, &h.file.ServerSkipVerify, t)
+		if ca != "" {
+			h.file.ServerCA = ca
+		}
+		if !slices.Contains(rep.Migrated, host) {
+			rep.Migrated = append(rep.Migrated, host)
+		}
+	}
+	return hs, nil
+}
+
+// planHostsFiles is the hosts.toml step: each file of hs planned in hostsDir (a site's own file
+// adopted), the site's shadowed default named, and the stale files of earlier runs removed.
+func planHostsFiles(fsys fs.FS, hostsDir string, hs *hostsSet, opts Options, rep *Report) error {
 	var keep, own []string
-	for _, host := range order {
-		h := hostsFor[host]
+	for _, host := range hs.order {
+		h := hs.byHost[host]
 		// A host that holds only migrated settings is marked so that later runs keep it.
 		migratedOnly := slices.Contains(rep.Migrated, host) && !slices.Contains(opts.Upstreams, host)
 		render := func(cas []string, pairs [][]string) ([]byte, error) {
@@ -264,59 +302,48 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 		if migratedOnly {
 			data, err := render(nil, nil)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			c, err := bootstrap.PlanOwned(fsys, hostsPath(cp.hostsDir, host), hostsMode, data)
+			c, err := bootstrap.PlanOwned(fsys, hostsPath(hostsDir, host), hostsMode, data)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			rep.Changes = append(rep.Changes, c)
 			keep = append(keep, name.HostDir(host))
 			continue
 		}
-		hp, err := planHostsFile(fsys, cp.hostsDir, host, render, h.hosts[0])
+		hp, err := planHostsFile(fsys, hostsDir, host, render, h.hosts[0])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if hp.adopted && len(h.hosts) > 1 {
-			return nil, refusal.Errorf("--migrate: %s has the site's own hosts.toml for %s: move registry.mirrors.%q into it by hand; nothing was changed", path.Join(cp.hostsDir, hp.dir), host, host)
+			return refusal.Errorf("--migrate: %s has the site's own hosts.toml for %s: move registry.mirrors.%q into it by hand; nothing was changed", path.Join(hostsDir, hp.dir), host, host)
 		}
 		rep.Changes = append(rep.Changes, hp.changes...)
 		keep = append(keep, hp.dir)
 		if hp.adopted {
-			rep.Adopted = append(rep.Adopted, path.Join(cp.hostsDir, hp.dir, "hosts.toml"))
+			rep.Adopted = append(rep.Adopted, path.Join(hostsDir, hp.dir, "hosts.toml"))
 		}
 		if hp.own {
 			own = append(own, host)
 		}
 	}
 	if len(own) > 0 {
-		def, err := defaultShadowed(fsys, cp.hostsDir)
+		def, err := defaultShadowed(fsys, hostsDir)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if def != "" {
 			rep.ShadowedDefault = def
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s is the site's default for registries without their own directory; containerd reads the directories nodecache writes for %s instead, so it no longer applies to them: copy what they need from it into those hosts.toml files", def, strings.Join(own, ", ")))
 		}
 	}
-	stale, err := staleHosts(fsys, cp.hostsDir, keep)
+	stale, err := staleHosts(fsys, hostsDir, keep)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	rep.Changes = append(rep.Changes, stale...)
-	// Config edits last: hosts.toml are in place before a restart can read the new config_path.
-	for _, f := range cp.changes {
-		rep.Changes = append(rep.Changes, f)
-		if f.Changed() {
-			rep.RestartRequired = true
-		}
-	}
-	// Edit what symbolic links lead to, never the links.
-	if rep.Changes, err = bootstrap.ResolveChanges(fsys, rep.Changes); err != nil {
-		return nil, err
-	}
-	return rep, nil
+	return nil
 }
 
 // DirMarker is the file gen writes into the hosts.toml directory it creates (--certs-dir on a
