@@ -33,69 +33,111 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("config not readable (%v): only hosts.toml files under %s are removed", err, opts.CertsDir))
 		eff = nil
 	}
-	dirs := []string{opts.CertsDir}
 	if eff != nil {
 		rep.Schema, rep.Daemon, rep.DaemonAssumed = eff.Schema, eff.Daemon.String(), eff.DaemonAssumed
 		rep.ConfigPath = eff.ConfigPath
-		for _, d := range append(slices.Clone(eff.HostDirs), strings.Split(eff.Registry.ConfigPath, ":")...) {
-			if d == "" {
-				continue
-			}
-			d = path.Clean("/" + d)
-			if !slices.Contains(dirs, d) {
-				dirs = append(dirs, d)
-			}
-		}
 	}
-	for _, dir := range dirs {
-		entries, err := fs.ReadDir(fsys, bootstrap.FSName(dir))
-		if err != nil {
-			continue // a directory that does not exist holds nothing of ours
-		}
-		for _, ent := range entries {
-			if !ent.IsDir() {
-				// A per-host directory may be a link to a directory elsewhere.
-				fi, err := fs.Stat(fsys, bootstrap.FSName(path.Join(dir, ent.Name())))
-				if ent.Type()&fs.ModeSymlink == 0 || err != nil || !fi.IsDir() {
-					continue
-				}
-			}
-			file := path.Join(dir, ent.Name(), "hosts.toml")
-			if data, ok, err := bootstrap.ReadFile(fsys, file); err == nil && ok && !mirrorapi.Managed(data) {
-				// The site's own hosts.toml: take out the mirror gen added, if any.
-				c, ok, err := planUnadopt(fsys, file, data)
-				if err != nil {
-					return nil, err
-				}
-				if ok {
-					rep.Changes = append(rep.Changes, c)
-				}
-				continue
-			}
-			c, ok, note, err := bootstrap.PlanRemoveOwned(fsys, file, true)
-			if err != nil {
-				return nil, err
-			}
-			if note != "" {
-				rep.Warnings = append(rep.Warnings, note)
-			}
-			if ok {
-				rep.Changes = append(rep.Changes, c)
-			}
-		}
-		// Last in the directory: the directory goes with it when nothing else is left.
-		c, ok, _, err := bootstrap.PlanRemoveOwned(fsys, path.Join(dir, DirMarker), true)
-		if err != nil {
+	for _, dir := range removeDirs(eff, opts) {
+		if err := planRemoveHosts(fsys, dir, rep); err != nil {
 			return nil, err
-		}
-		if ok {
-			rep.Changes = append(rep.Changes, c)
 		}
 	}
 	if eff == nil {
 		return resolved(fsys, rep)
 	}
-	backedUp := map[string]bool{} // config files with a backup, or removed as nodecache's own
+	backedUp, err := planRestoreConfigs(fsys, eff, opts, rep)
+	if err != nil {
+		return nil, err
+	}
+	if from := eff.ConfigPathFrom; from != "" && !backedUp[from] {
+		if w := unbackedConfigPath(eff, from, rep.Changes); w != "" {
+			rep.Warnings = append(rep.Warnings, w)
+		}
+	}
+	return resolved(fsys, rep)
+}
+
+// removeDirs are the hosts.toml directories --remove looks in: CertsDir, then those containerd
+// reads (eff nil: the configuration is unreadable).
+func removeDirs(eff *Effective, opts Options) []string {
+	dirs := []string{opts.CertsDir}
+	if eff == nil {
+		return dirs
+	}
+	for _, d := range append(slices.Clone(eff.HostDirs), strings.Split(eff.Registry.ConfigPath, ":")...) {
+		if d == "" {
+			continue
+		}
+		d = path.Clean("/" + d)
+		if !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// planRemoveHosts is the hosts.toml step for one directory: our hosts.toml files removed, the
+// mirror taken out of a site's own, then DirMarker (and the directory when nothing else is left).
+func planRemoveHosts(fsys fs.FS, dir string, rep *Report) error {
+	entries, err := fs.ReadDir(fsys, bootstrap.FSName(dir))
+	if err != nil {
+		return nil // a directory that does not exist holds nothing of ours
+	}
+	for _, ent := range entries {
+		if !ent.IsDir() {
+			// A per-host directory may be a link to a directory elsewhere.
+			fi, err := fs.Stat(fsys, bootstrap.FSName(path.Join(dir, ent.Name())))
+			if ent.Type()&fs.ModeSymlink == 0 || err != nil || !fi.IsDir() {
+				continue
+			}
+		}
+		if err := planRemoveHostsFile(fsys, path.Join(dir, ent.Name(), "hosts.toml"), rep); err != nil {
+			return err
+		}
+	}
+	// Last in the directory: the directory goes with it when nothing else is left.
+	c, ok, _, err := bootstrap.PlanRemoveOwned(fsys, path.Join(dir, DirMarker), true)
+	if err != nil {
+		return err
+	}
+	if ok {
+		rep.Changes = append(rep.Changes, c)
+	}
+	return nil
+}
+
+// planRemoveHostsFile removes file when it is ours, or takes the mirror gen added out of the
+// site's own.
+func planRemoveHostsFile(fsys fs.FS, file string, rep *Report) error {
+	if data, ok, err := bootstrap.ReadFile(fsys, file); err == nil && ok && !mirrorapi.Managed(data) {
+		// The site's own hosts.toml: take out the mirror gen added, if any.
+		c, ok, err := planUnadopt(fsys, file, data)
+		if err != nil {
+			return err
+		}
+		if ok {
+			rep.Changes = append(rep.Changes, c)
+		}
+		return nil
+	}
+	c, ok, note, err := bootstrap.PlanRemoveOwned(fsys, file, true)
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		rep.Warnings = append(rep.Warnings, note)
+	}
+	if ok {
+		rep.Changes = append(rep.Changes, c)
+	}
+	return nil
+}
+
+// planRestoreConfigs is the config step: a config.toml nodecache created is removed, an edited
+// config file is restored from its backup when it still holds what gen wrote from it. It returns
+// the config files with a backup, or removed as nodecache's own.
+func planRestoreConfigs(fsys fs.FS, eff *Effective, opts Options, rep *Report) (map[string]bool, error) {
+	backedUp := map[string]bool{}
 	for _, f := range eff.Files {
 		if mirrorapi.Managed(f.data) && f.Path == opts.Config {
 			backedUp[f.Path] = true
@@ -126,12 +168,7 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 		rep.EditedFile = f.Path
 		rep.RestartRequired = true
 	}
-	if from := eff.ConfigPathFrom; from != "" && !backedUp[from] {
-		if w := unbackedConfigPath(eff, from, rep.Changes); w != "" {
-			rep.Warnings = append(rep.Warnings, w)
-		}
-	}
-	return resolved(fsys, rep)
+	return backedUp, nil
 }
 
 // unbackedConfigPath is the warning for a config_path that --remove leaves in a file without a
