@@ -103,14 +103,12 @@ type loadedView struct {
 	source     string // introspection, cri-status, start-time
 }
 
-// containerd examines the containerd that serves ContainerdSocket.
+// containerd examines the containerd that serves ContainerdSocket: its process, its
+// configuration, its API and CRI plugin, the config_path it has loaded, and the hosts.toml
+// files under it.
 func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 	const rt = RuntimeContainerd
 	rep := RuntimeReport{Runtime: rt}
-	unknown := func(reason string) RuntimeReport {
-		rep.State, rep.Reason = Unknown, reason
-		return rep
-	}
 	socket := e.opts.ContainerdSocket
 	if socket == "" {
 		socket = bcontainerd.DefaultSocket
@@ -119,11 +117,73 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 	target, err := FindContainerd(e.h, socket)
 	if err != nil {
 		e.add(rt, "process", Unread, "%v", err)
-		return unknown("cannot tell which containerd serves " + socket + ": " + err.Error())
+		rep.State, rep.Reason = Unknown, "cannot tell which containerd serves "+socket+": "+err.Error()
+		return rep
+	}
+	cfgPath, cfgFrom := e.containerdConfigPath(target)
+	// The files first with the newest 2.x rules (which files, their mtimes); read again below
+	// with the rules of the release that answers on the socket.
+	eff, cfgErr := bcontainerd.Load(e.h.FS(), cfgPath, bcontainerd.LoadOptions{})
+	if !e.containerdProcess(&rep, target, cfgPath, cfgErr == nil && !eff.Exists) {
+		return rep
+	}
+	if cfgErr != nil {
+		return e.configError(rep, cfgErr)
+	}
+	e.containerdConfigInfo(eff, cfgPath, cfgFrom)
+
+	// What the daemon says. No answer on its socket: no runtime evidence, so UNKNOWN.
+	local, err := e.h.Local(socket)
+	if err != nil {
+		e.add(rt, "version", Unread, "%s: %v", socket, err)
+		rep.State, rep.Reason = Unknown, fmt.Sprintf("cannot reach containerd's API at %s: %v", socket, err)
+		return rep
+	}
+	client, err := dialContainerd(local)
+	if err != nil {
+		e.add(rt, "version", Unread, "%s: %v", socket, err)
+		rep.State, rep.Reason = Unknown, fmt.Sprintf("cannot reach containerd's API at %s: %v", socket, err)
+		return rep
+	}
+	defer client.Close()
+	raw, release, ok := e.containerdVersion(ctx, &rep, client, socket, target)
+	if !ok || !e.criPlugin(ctx, &rep, client, eff) {
+		return rep
 	}
 
-	cfgPath := e.opts.ContainerdConfig
-	cfgFrom := "--containerd-config"
+	// The effective configuration as this release reads it.
+	if eff, err = bcontainerd.Load(e.h.FS(), cfgPath, bcontainerd.LoadOptions{Daemon: release}); err != nil {
+		return e.configError(rep, err)
+	}
+	restart := Judge(target.Process, configTimes(eff))
+	view := e.loadedConfigPath(ctx, client, release, raw)
+	onDisk := eff.ConfigPath
+	// The registries the on-disk files route through the mirror: what a canary pulls under
+	// when the verdict is decided before the hosts check (a daemon that has not loaded them
+	// yet is exactly where the canary's answer matters).
+	rep.upstreams = e.upstreamsOr(e.onDiskRegistries(ctx, onDisk))
+	if !view.known {
+		if view, ok = e.startTimeView(ctx, &rep, restart, onDisk); !ok {
+			return rep
+		}
+	}
+	rep.Evidence = view.source
+	loaded := view.configPath
+	rep.LoadedConfigPath = &loaded
+	if view.source != "start-time" {
+		e.pendingChange(&rep, restart, loaded, onDisk)
+	}
+	roots, ok := e.configPathUse(&rep, eff, loaded, onDisk)
+	if !ok {
+		return rep
+	}
+	return e.judgeHosts(ctx, rep, rt, roots)
+}
+
+// containerdConfigPath is the config file of the containerd at target and where that comes
+// from: --containerd-config, the daemon's --config, or the default.
+func (e *evaluator) containerdConfigPath(target *ContainerdDaemon) (cfgPath, cfgFrom string) {
+	cfgPath, cfgFrom = e.opts.ContainerdConfig, "--containerd-config"
 	if cfgPath == "" && target != nil {
 		if args, err := e.h.Cmdline(target.PID); err == nil {
 			if c, ok := flagValue(args, "config", "c"); ok {
@@ -134,11 +194,13 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 	if cfgPath == "" {
 		cfgPath, cfgFrom = bcontainerd.DefaultConfig, "default"
 	}
-	// The files first with the newest 2.x rules (which files, their mtimes); read again below
-	// with the rules of the release that answers on the socket.
-	eff, cfgErr := bcontainerd.Load(e.h.FS(), cfgPath, bcontainerd.LoadOptions{})
-	cfgMissing := cfgErr == nil && !eff.Exists
+	return cfgPath, cfgFrom
+}
 
+// containerdProcess is the process step: a containerd serves the socket, or the report says
+// why not (no containerd at all, or a configuration without a visible process).
+func (e *evaluator) containerdProcess(rep *RuntimeReport, target *ContainerdDaemon, cfgPath string, cfgMissing bool) bool {
+	const rt = RuntimeContainerd
 	if target == nil {
 		if cfgMissing {
 			rep.State, rep.Reason = NotApplicable, fmt.Sprintf("no containerd process and no %s", cfgPath)
@@ -146,42 +208,38 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 				rep.Reason = r
 			}
 			e.add(rt, "process", Skipped, "no process named containerd; no config at %s", cfgPath)
-			return rep
+			return false
 		}
 		e.add(rt, "process", Unread, "no process named containerd under %s (a pod needs hostPID), but %s exists", e.h.ProcRoot(), cfgPath)
-		return unknown("containerd configuration present but no containerd process is visible")
+		rep.State, rep.Reason = Unknown, "containerd configuration present but no containerd process is visible"
+		return false
 	}
 	rep.PID = target.PID
 	start := target.Start
 	rep.ProcessStart = &start
 	e.add(rt, "process", Pass, "pid %d %s; started %s", target.PID, target.How, fmtPrecise(start))
+	return true
+}
 
-	if cfgErr != nil {
-		return e.configError(rep, cfgErr)
-	}
-	if eff.Exists {
-		var names []string
-		for _, f := range eff.Files {
-			names = append(names, e.h.Display(f.Path))
-		}
-		newest := eff.Newest()
-		e.add(rt, "config", Info, "%s (%s), schema version %d, newest change %s at %s", strings.Join(names, " + "), cfgFrom, eff.Schema, newest.Path, fmtPrecise(newest.ModTime))
-	} else {
+// containerdConfigInfo records the configuration files read (or that there are none).
+func (e *evaluator) containerdConfigInfo(eff *bcontainerd.Effective, cfgPath, cfgFrom string) {
+	const rt = RuntimeContainerd
+	if !eff.Exists {
 		e.add(rt, "config", Info, "%s (%s) does not exist: containerd runs on built-in defaults", e.h.Display(cfgPath), cfgFrom)
+		return
 	}
+	var names []string
+	for _, f := range eff.Files {
+		names = append(names, e.h.Display(f.Path))
+	}
+	newest := eff.Newest()
+	e.add(rt, "config", Info, "%s (%s), schema version %d, newest change %s at %s", strings.Join(names, " + "), cfgFrom, eff.Schema, newest.Path, fmtPrecise(newest.ModTime))
+}
 
-	// What the daemon says. No answer on its socket: no runtime evidence, so UNKNOWN.
-	local, err := e.h.Local(socket)
-	if err != nil {
-		e.add(rt, "version", Unread, "%s: %v", socket, err)
-		return unknown(fmt.Sprintf("cannot reach containerd's API at %s: %v", socket, err))
-	}
-	client, err := dialContainerd(local)
-	if err != nil {
-		e.add(rt, "version", Unread, "%s: %v", socket, err)
-		return unknown(fmt.Sprintf("cannot reach containerd's API at %s: %v", socket, err))
-	}
-	defer client.Close()
+// containerdVersion is the version step: the release the daemon's version service reports, or
+// (no answer) its build information and an Unknown report.
+func (e *evaluator) containerdVersion(ctx context.Context, rep *RuntimeReport, client *containerdClient, socket string, target *ContainerdDaemon) (string, bcontainerd.Release, bool) {
+	const rt = RuntimeContainerd
 	cctx, cancel := context.WithTimeout(ctx, e.opts.APITimeout)
 	raw, release, err := client.Version(cctx)
 	cancel()
@@ -191,19 +249,26 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 			rep.Version = v.String()
 			e.add(rt, "version", Info, "containerd %s (build information of pid %d; its API does not answer)", v, target.PID)
 		}
-		return unknown(fmt.Sprintf("containerd's API at %s does not answer (unreachable or permission denied: a pod needs the host's socket and root): %v", socket, err))
+		rep.State, rep.Reason = Unknown, fmt.Sprintf("containerd's API at %s does not answer (unreachable or permission denied: a pod needs the host's socket and root): %v", socket, err)
+		return "", release, false
 	}
 	rep.Version = raw
 	e.add(rt, "version", Info, "containerd %s on %s (version service)", raw, socket)
+	return raw, release, true
+}
 
-	// The CRI plugin must have loaded: otherwise the kubelet pulls nothing through this daemon.
-	cctx, cancel = context.WithTimeout(ctx, e.opts.APITimeout)
+// criPlugin is the CRI plugin step: it must have loaded, otherwise the kubelet pulls nothing
+// through this daemon.
+func (e *evaluator) criPlugin(ctx context.Context, rep *RuntimeReport, client *containerdClient, eff *bcontainerd.Effective) bool {
+	const rt = RuntimeContainerd
+	cctx, cancel := context.WithTimeout(ctx, e.opts.APITimeout)
 	failed, err := client.CRIPluginFailures(cctx)
 	cancel()
 	switch {
 	case err != nil:
 		e.add(rt, "cri-plugin", Unread, "%v", err)
-		return unknown("cannot list containerd's plugins: " + err.Error())
+		rep.State, rep.Reason = Unknown, "cannot list containerd's plugins: "+err.Error()
+		return false
 	case len(failed) > 0:
 		e.add(rt, "cri-plugin", Fail, "%s", strings.Join(failed, "; "))
 		rep.State, rep.Reason = NotActive, "containerd's CRI plugin failed to load: "+strings.Join(failed, "; ")
@@ -212,18 +277,16 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 			problems = strings.Join(eff.Problems, "; ")
 		}
 		rep.Remedy = "fix the CRI configuration (" + problems + ") and " + remedyRestartContainerd
-		return rep
+		return false
 	}
 	e.add(rt, "cri-plugin", Pass, "introspection lists the CRI plugins loaded")
+	return true
+}
 
-	// The effective configuration as this release reads it.
-	if eff, err = bcontainerd.Load(e.h.FS(), cfgPath, bcontainerd.LoadOptions{Daemon: release}); err != nil {
-		return e.configError(rep, err)
-	}
-	restart := Judge(target.Process, configTimes(eff))
-	changedSinceStart := restart.RestartRequired()
-
-	var view loadedView
+// loadedConfigPath is the loaded-config step: the config_path the daemon says it runs with
+// (introspection on >= 2.4, CRI status on 1.x); not known when it cannot say.
+func (e *evaluator) loadedConfigPath(ctx context.Context, client *containerdClient, release bcontainerd.Release, raw string) loadedView {
+	const rt = RuntimeContainerd
 	switch {
 	case release.IntrospectsConfigPath():
 		cctx, cancel := context.WithTimeout(ctx, e.opts.APITimeout)
@@ -231,79 +294,81 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		cancel()
 		if err != nil {
 			e.add(rt, "loaded-config", Unread, "%v: judging by start time", err)
-			break
+			return loadedView{}
 		}
-		view = loadedView{configPath: p, known: true, source: "introspection"}
 		e.add(rt, "loaded-config", Pass, "introspection (%s.%s) says the daemon runs with config_path %q", criImagesPluginType, criImagesPluginID, p)
+		return loadedView{configPath: p, known: true, source: "introspection"}
 	case release.CRIStatusConfig():
 		cctx, cancel := context.WithTimeout(ctx, e.opts.APITimeout)
 		p, ok, err := client.CRIConfigPath(cctx)
 		cancel()
 		if err != nil {
 			e.add(rt, "loaded-config", Unread, "%v: judging by start time", err)
-			break
+			return loadedView{}
 		}
 		if !ok {
 			e.add(rt, "loaded-config", Unread, "CRI status (verbose) carries no registry section: judging by start time")
-			break
+			return loadedView{}
 		}
-		view = loadedView{configPath: p, known: true, source: "cri-status"}
 		e.add(rt, "loaded-config", Pass, "CRI status (verbose) says the daemon runs with registry.configPath %q", p)
+		return loadedView{configPath: p, known: true, source: "cri-status"}
 	default:
 		e.add(rt, "loaded-config", Info, "containerd %s exports no registry configuration (only 1.x CRI status and >= 2.4 introspection do): judging by start time", raw)
+		return loadedView{}
 	}
+}
 
-	v2 := eff.Daemon.V2()
-	onDisk := eff.ConfigPath
-	// The registries the on-disk files route through the mirror: what a canary pulls under
-	// when the verdict is decided before the hosts check (a daemon that has not loaded them
-	// yet is exactly where the canary's answer matters).
-	rep.upstreams = e.upstreamsOr(e.onDiskRegistries(ctx, onDisk))
-
-	if !view.known {
-		// Start time against the newest change of the configuration (2.0–2.3, or no answer).
-		switch {
-		case restart == nil:
-			view = loadedView{configPath: onDisk, known: true, source: "start-time"}
-			e.add(rt, "start-time", Pass, "no config file: the daemon runs with the built-in default")
-		case restart.Order == Loaded:
-			view = loadedView{configPath: onDisk, known: true, source: "start-time"}
-			e.add(rt, "start-time", Pass, "%s: it loaded the files on disk", restart.Reason("containerd"))
-		default:
-			why := restart.Reason("containerd")
-			e.add(rt, "start-time", Fail, "%s: it has not loaded the files on disk", why)
-			rep.State, rep.Reason, rep.Remedy = NotActive, why+": the running daemon has not loaded the current configuration", remedyRestartContainerd
-			if restart.Order == Ambiguous {
-				rep.Reason, rep.Remedy = ambiguousStart(restart, "containerd", "restart containerd", remedyRestartContainerd, "",
-					e.mirrorHint(ctx, splitConfigPath(onDisk)))
-			}
-			rep.Pending, rep.startTimeOnly = true, true
-			e.warn("containerd: the configuration changed after containerd started: pending until containerd restarts")
-			return rep
-		}
+// startTimeView is the start-time step, when the daemon cannot say what it loaded (2.0–2.3, or
+// no answer): its start against the newest change of the configuration. Not ok: the report is
+// NotActive and pending.
+func (e *evaluator) startTimeView(ctx context.Context, rep *RuntimeReport, restart *RestartEvidence, onDisk string) (loadedView, bool) {
+	const rt = RuntimeContainerd
+	switch {
+	case restart == nil:
+		e.add(rt, "start-time", Pass, "no config file: the daemon runs with the built-in default")
+		return loadedView{configPath: onDisk, known: true, source: "start-time"}, true
+	case restart.Order == Loaded:
+		e.add(rt, "start-time", Pass, "%s: it loaded the files on disk", restart.Reason("containerd"))
+		return loadedView{configPath: onDisk, known: true, source: "start-time"}, true
 	}
-	rep.Evidence = view.source
-	loaded := view.configPath
-	rep.LoadedConfigPath = &loaded
-	if view.source != "start-time" {
-		switch {
-		case loaded != onDisk:
-			rep.Pending = true
-			e.add(rt, "pending", Warn, "config_path on disk is %q but the daemon runs with %q: pending until containerd restarts", onDisk, loaded)
-			e.warn("containerd: config_path on disk (%q) differs from the loaded one (%q): pending until containerd restarts", onDisk, loaded)
-		case changedSinceStart:
-			rep.Pending = true
-			e.add(rt, "pending", Warn, "%s: any change is pending until containerd restarts", restart.Reason("containerd"))
-			e.warn("containerd: %s changed after containerd started: pending until containerd restarts", restart.File)
-		}
+	why := restart.Reason("containerd")
+	e.add(rt, "start-time", Fail, "%s: it has not loaded the files on disk", why)
+	rep.State, rep.Reason, rep.Remedy = NotActive, why+": the running daemon has not loaded the current configuration", remedyRestartContainerd
+	if restart.Order == Ambiguous {
+		rep.Reason, rep.Remedy = ambiguousStart(restart, "containerd", "restart containerd", remedyRestartContainerd, "",
+			e.mirrorHint(ctx, splitConfigPath(onDisk)))
 	}
+	rep.Pending, rep.startTimeOnly = true, true
+	e.warn("containerd: the configuration changed after containerd started: pending until containerd restarts")
+	return loadedView{}, false
+}
 
-	// How the daemon uses that config_path.
+// pendingChange is the pending step, when the daemon said what it loaded: a config_path on disk
+// that differs, or any change since its start, waits for a restart.
+func (e *evaluator) pendingChange(rep *RuntimeReport, restart *RestartEvidence, loaded, onDisk string) {
+	const rt = RuntimeContainerd
+	switch {
+	case loaded != onDisk:
+		rep.Pending = true
+		e.add(rt, "pending", Warn, "config_path on disk is %q but the daemon runs with %q: pending until containerd restarts", onDisk, loaded)
+		e.warn("containerd: config_path on disk (%q) differs from the loaded one (%q): pending until containerd restarts", onDisk, loaded)
+	case restart.RestartRequired():
+		rep.Pending = true
+		e.add(rt, "pending", Warn, "%s: any change is pending until containerd restarts", restart.Reason("containerd"))
+		e.warn("containerd: %s changed after containerd started: pending until containerd restarts", restart.File)
+	}
+}
+
+// configPathUse is the config_path step: how the daemon uses the loaded config_path (one
+// directory, or a list that only local pull splits). It returns the directories to look in;
+// not ok: the report is NotActive.
+func (e *evaluator) configPathUse(rep *RuntimeReport, eff *bcontainerd.Effective, loaded, onDisk string) ([]string, bool) {
+	const rt = RuntimeContainerd
 	if loaded == "" {
 		e.add(rt, "config_path", Fail, "no config_path: containerd %s does not read hosts.toml files", rep.Version)
 		rep.State, rep.Reason = NotActive, "the running containerd has no registry config_path"
-		rep.Remedy = fixThenRestart(rep, onDisk, "run nodecache gen containerd")
-		return rep
+		rep.Remedy = fixThenRestart(*rep, onDisk, "run nodecache gen containerd")
+		return nil, false
 	}
 	roots := splitConfigPath(loaded)
 	transfer := eff.TransferService
@@ -311,8 +376,8 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		if transfer {
 			e.add(rt, "config_path", Fail, "%q is a list; containerd >= 2.1 pulls through the transfer service, which reads it as ONE directory, so every hosts.toml is ignored (containerd #12415, #12808)", loaded)
 			rep.State, rep.Reason = NotActive, fmt.Sprintf("config_path %q is a list, which the transfer service ignores", loaded)
-			rep.Remedy = fixThenRestart(rep, onDisk, "set config_path to a single directory (nodecache gen containerd)")
-			return rep
+			rep.Remedy = fixThenRestart(*rep, onDisk, "set config_path to a single directory (nodecache gen containerd)")
+			return nil, false
 		}
 		why := "containerd 1.x and 2.0 split it"
 		if len(eff.LocalPull) > 0 {
@@ -329,13 +394,12 @@ func (e *evaluator) containerd(ctx context.Context) RuntimeReport {
 		}
 		e.add(rt, "config_path", Pass, "one directory %s (%s)", loaded, mode)
 	}
-	if !v2 {
+	if !eff.Daemon.V2() {
 		if legacy := legacyTables(eff.Registry); len(legacy) > 0 {
 			e.warn("containerd: legacy registry.%s set next to config_path", strings.Join(legacy, "/"))
 		}
 	}
-
-	return e.judgeHosts(ctx, rep, rt, roots)
+	return roots, true
 }
 
 // judgeHosts runs the hosts.toml check under roots and sets the runtime's state. The registries
