@@ -69,16 +69,27 @@ func (e *evaluator) canary(ctx context.Context, rep *RuntimeReport) {
 		return
 	}
 	ref := CanaryRef(up, tag)
+	if !e.pullCanary(ctx, rep, ref) {
+		return
+	}
+	e.canarySeen(ctx, rep, ref, begin)
+}
+
+// pullCanary is the pull step: ref pulled through the runtime's CRI socket, then removed again
+// (a leftover is reported, not fatal). Not ok: the socket does not answer, or the pull failed and
+// the report is NotActive.
+func (e *evaluator) pullCanary(ctx context.Context, rep *RuntimeReport, ref string) bool {
+	rt := rep.Runtime
 	socket := e.criSocket(rt)
 	local, err := e.h.Local(socket)
 	if err != nil {
 		e.add(rt, "canary", Unread, "CRI socket %s: %v", socket, err)
-		return
+		return false
 	}
 	conn, err := grpc.NewClient("unix://"+local, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		e.add(rt, "canary", Unread, "CRI socket %s: %v", socket, err)
-		return
+		return false
 	}
 	defer conn.Close()
 	images := runtimeapi.NewImageServiceClient(conn)
@@ -88,7 +99,7 @@ func (e *evaluator) canary(ctx context.Context, rep *RuntimeReport) {
 	if err != nil {
 		if unreachable(err) && pctx.Err() == nil {
 			e.add(rt, "canary", Unread, "CRI socket %s does not answer: %v", socket, err)
-			return
+			return false
 		}
 		e.add(rt, "canary", Fail, "CRI pull of %s (only the mirror serves it) failed: %v", ref, err)
 		rep.State = NotActive
@@ -96,7 +107,7 @@ func (e *evaluator) canary(ctx context.Context, rep *RuntimeReport) {
 		if rep.Remedy == "" {
 			rep.Remedy = "check the mirror is serving, then the runtime configuration rows above"
 		}
-		return
+		return false
 	}
 	// Remove it again; a leftover is reported, not fatal.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.opts.APITimeout)
@@ -106,7 +117,12 @@ func (e *evaluator) canary(ctx context.Context, rep *RuntimeReport) {
 		e.add(rt, "canary-cleanup", Warn, "could not remove the canary image %s (%s): %v", ref, resp.GetImageRef(), rerr)
 		e.warn("%s: canary image %s left behind: %v", rt, ref, rerr)
 	}
-	// The mirror must have seen this runtime since the pull began.
+	return true
+}
+
+// canarySeen is the mirror step: the mirror must have seen this runtime since the pull began.
+func (e *evaluator) canarySeen(ctx context.Context, rep *RuntimeReport, ref string, begin time.Time) {
+	rt := rep.Runtime
 	fam := runtimeFamily(rt)
 	doc, err := FetchClientEvidence(ctx, e.opts.HTTPClient, e.opts.Mirror)
 	if err != nil {
