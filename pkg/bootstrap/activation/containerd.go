@@ -429,22 +429,7 @@ func (e *evaluator) judgeHosts(ctx context.Context, rep RuntimeReport, rt string
 	}
 	rep.upstreams = ups
 	verdicts := checkHosts(ctx, e.h, roots, ups, mirrors)
-	var bad, undecided []hostsVerdict
-	for _, v := range verdicts {
-		switch {
-		case v.OK:
-			e.add(rt, "hosts "+v.Upstream, Pass, "%s", v.Reason)
-			if rep.Mirror == "" {
-				rep.Mirror = v.First
-			}
-		case v.Undecided:
-			e.add(rt, "hosts "+v.Upstream, Unread, "%s", v.Reason)
-			undecided = append(undecided, v)
-		default:
-			e.add(rt, "hosts "+v.Upstream, Fail, "%s", v.Reason)
-			bad = append(bad, v)
-		}
-	}
+	bad, undecided := e.addHostsVerdicts(&rep, rt, verdicts)
 	switch {
 	case len(bad) > 0:
 		rep.State = NotActive
@@ -461,21 +446,48 @@ func (e *evaluator) judgeHosts(ctx context.Context, rep RuntimeReport, rt string
 		return rep
 	}
 	rep.State = Active
-	first := fmt.Sprintf("containerd's hosts.toml parser puts the mirror first for %s", strings.Join(ups, ", "))
-	switch rep.Evidence {
-	case "introspection":
-		rep.Reason = "the running containerd loaded config_path " + *rep.LoadedConfigPath + " (introspection) and " + first
-	case "cri-status":
-		rep.Reason = "the running containerd loaded config_path " + *rep.LoadedConfigPath + " (CRI status) and " + first
-	case "start-time":
-		rep.Reason = "containerd started after its configuration last changed, config_path " + *rep.LoadedConfigPath + ", and " + first
-	default:
-		rep.Reason = first
-	}
+	rep.Reason = activeHostsReason(rep, ups)
 	if rep.Pending {
 		rep.Remedy = "a configuration change is pending: " + remedyRestartContainerd
 	}
 	return rep
+}
+
+// addHostsVerdicts records each registry's verdict and returns those that do not go through
+// the mirror and those it cannot tell; rep.Mirror becomes the first good mirror.
+func (e *evaluator) addHostsVerdicts(rep *RuntimeReport, rt string, verdicts []hostsVerdict) (bad, undecided []hostsVerdict) {
+	for _, v := range verdicts {
+		switch {
+		case v.OK:
+			e.add(rt, "hosts "+v.Upstream, Pass, "%s", v.Reason)
+			if rep.Mirror == "" {
+				rep.Mirror = v.First
+			}
+		case v.Undecided:
+			e.add(rt, "hosts "+v.Upstream, Unread, "%s", v.Reason)
+			undecided = append(undecided, v)
+		default:
+			e.add(rt, "hosts "+v.Upstream, Fail, "%s", v.Reason)
+			bad = append(bad, v)
+		}
+	}
+	return bad, undecided
+}
+
+// activeHostsReason is the reason of an Active verdict, by the evidence that the daemon loaded
+// its config_path.
+func activeHostsReason(rep RuntimeReport, ups []string) string {
+	first := fmt.Sprintf("containerd's hosts.toml parser puts the mirror first for %s", strings.Join(ups, ", "))
+	switch rep.Evidence {
+	case "introspection":
+		return "the running containerd loaded config_path " + *rep.LoadedConfigPath + " (introspection) and " + first
+	case "cri-status":
+		return "the running containerd loaded config_path " + *rep.LoadedConfigPath + " (CRI status) and " + first
+	case "start-time":
+		return "containerd started after its configuration last changed, config_path " + *rep.LoadedConfigPath + ", and " + first
+	default:
+		return first
+	}
 }
 
 // noMirrorHosts is the verdict when no hosts.toml under roots is nodecache's or names the
