@@ -175,45 +175,8 @@ func Load(fsys fs.FS, mainPath string, opts LoadOptions) (*Effective, error) {
 	merged := map[string]any{}
 	var grpcAddr string
 	for i := range files {
-		f := &files[i]
-		orig := asMap(f.tree["plugins"])
-		plugins := map[string]any{}
-		deepMerge(plugins, orig) // a copy: migration must not touch the file's own tree
-		if d.V2() {
-			if f.Schema < 2 {
-				plugins = v1Rename(plugins)
-			}
-			if f.Schema < d.ConfigVersion() {
-				migrateCRI(plugins)
-			}
-		}
-		pl, has := plugins[e.PluginID].(map[string]any)
-		f.HasPlugin = has
-		f.RegistryTable = []string{"plugins", fileRegistryKey(orig, f.Schema, d), "registry"}
-		if has {
-			reg := asMap(pl["registry"])
-			if v, ok := reg["config_path"]; ok {
-				f.ConfigPathSet = true
-				f.ConfigPath, _ = v.(string)
-			}
-			f.Mirrors = nonEmptyMirrors(reg)
-			f.ConfigsTLS = configsWithTLS(reg)
-		}
-		if d.V2() {
-			deepMerge(merged, plugins)
-		} else {
-			for k, v := range plugins {
-				merged[k] = v
-			}
-			if has {
-				e.PluginFrom = f.Path
-			}
-		}
-		if a, ok := asMap(f.tree["grpc"])["address"].(string); ok && a != "" {
+		if a := e.mergeFile(&files[i], merged); a != "" {
 			grpcAddr = a
-		}
-		if f.ConfigPathSet && (d.V2() || e.PluginFrom == f.Path) {
-			e.ConfigPathFrom = f.Path
 		}
 	}
 	if !d.V2() && e.PluginFrom != "" && e.ConfigPathFrom != e.PluginFrom {
@@ -228,7 +191,62 @@ func Load(fsys fs.FS, mainPath string, opts LoadOptions) (*Effective, error) {
 	if e.GRPCAddress == "" {
 		e.GRPCAddress = DefaultSocket
 	}
+	e.setRegistry(merged)
+	return e, nil
+}
 
+// mergeFile reads one file's plugins table (migrated to the daemon's schema) into f's registry
+// fields and into merged, as the daemon merges files: 2.x merges them deeply, 1.x takes each
+// plugin from the last file that has it. It returns the file's [grpc] address ("" when none).
+func (e *Effective) mergeFile(f *ConfigFile, merged map[string]any) string {
+	d := e.Daemon
+	orig := asMap(f.tree["plugins"])
+	plugins := map[string]any{}
+	deepMerge(plugins, orig) // a copy: migration must not touch the file's own tree
+	if d.V2() {
+		if f.Schema < 2 {
+			plugins = v1Rename(plugins)
+		}
+		if f.Schema < d.ConfigVersion() {
+			migrateCRI(plugins)
+		}
+	}
+	pl, has := plugins[e.PluginID].(map[string]any)
+	f.HasPlugin = has
+	f.RegistryTable = []string{"plugins", fileRegistryKey(orig, f.Schema, d), "registry"}
+	if has {
+		reg := asMap(pl["registry"])
+		if v, ok := reg["config_path"]; ok {
+			f.ConfigPathSet = true
+			f.ConfigPath, _ = v.(string)
+		}
+		f.Mirrors = nonEmptyMirrors(reg)
+		f.ConfigsTLS = configsWithTLS(reg)
+	}
+	if d.V2() {
+		deepMerge(merged, plugins)
+	} else {
+		for k, v := range plugins {
+			merged[k] = v
+		}
+		if has {
+			e.PluginFrom = f.Path
+		}
+	}
+	if f.ConfigPathSet && (d.V2() || e.PluginFrom == f.Path) {
+		e.ConfigPathFrom = f.Path
+	}
+	if a, ok := asMap(f.tree["grpc"])["address"].(string); ok && a != "" {
+		return a
+	}
+	return ""
+}
+
+// setRegistry sets the effective registry settings from the merged plugins: the registry
+// table, config_path (2.x's default when nothing configures the registry), how CRI pulls, and the
+// hosts.toml directories it reads.
+func (e *Effective) setRegistry(merged map[string]any) {
+	d := e.Daemon
 	images := asMap(merged[e.PluginID])
 	reg := asMap(images["registry"])
 	e.Registry = registryView(reg)
@@ -248,7 +266,6 @@ func Load(fsys fs.FS, mainPath string, opts LoadOptions) (*Effective, error) {
 		e.HostDirs = filepath.SplitList(e.ConfigPath)
 	}
 	e.Problems = validate(e.Registry, d)
-	return e, nil
 }
 
 // validate returns what makes the CRI plugin refuse the registry table (1.7 ValidatePluginConfig,
