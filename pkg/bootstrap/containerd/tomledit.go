@@ -53,6 +53,8 @@ type splice struct {
 	text       string
 }
 
+// parseTOMLDoc records where each table header and key/value expression of data lies, so that
+// edits can splice the bytes and keep everything else as written.
 func parseTOMLDoc(data []byte) (*tomlDoc, error) {
 	d := &tomlDoc{data: data}
 	p := unstable.Parser{}
@@ -63,61 +65,15 @@ func parseTOMLDoc(data []byte) (*tomlDoc, error) {
 		e := p.Expression()
 		switch e.Kind {
 		case unstable.Table, unstable.ArrayTable:
-			var parts []string
-			var quotes []byte
-			first, last := -1, -1
-			for it := e.Key(); it.Next(); {
-				k := it.Node()
-				parts = append(parts, string(k.Data))
-				raw := data[k.Raw.Offset : k.Raw.Offset+k.Raw.Length]
-				q := byte(0)
-				if len(raw) > 0 && (raw[0] == '"' || raw[0] == '\'') {
-					q = raw[0]
-				}
-				quotes = append(quotes, q)
-				if first < 0 {
-					first = int(k.Raw.Offset)
-				}
-				last = int(k.Raw.Offset + k.Raw.Length)
+			h, err := tableHeader(data, e)
+			if err != nil {
+				return nil, err
 			}
-			if first < 0 {
-				return nil, errors.New("table header without key")
-			}
-			start := lineStart(data, first)
-			end := lineEnd(data, last)
-			h := tomlHeader{path: parts, array: e.Kind == unstable.ArrayTable, start: start, end: end, bodyEnd: end,
-				indent: leadingSpace(data[start:first]), quote: quotes}
 			d.headers = append(d.headers, h)
 			curHeader = len(d.headers) - 1
-			cur = parts
+			cur = h.path
 		case unstable.KeyValue:
-			var parts []string
-			first := -1
-			for it := e.Key(); it.Next(); {
-				k := it.Node()
-				parts = append(parts, string(k.Data))
-				if first < 0 {
-					first = int(k.Raw.Offset)
-				}
-			}
-			v := e.Value()
-			exprEnd := int(e.Raw.Offset + e.Raw.Length)
-			k := tomlKey{
-				path:   append(slices.Clone(cur), parts...),
-				header: curHeader,
-				start:  lineStart(data, first),
-				end:    lineEnd(data, exprEnd),
-				kind:   v.Kind,
-				inline: v.Kind == unstable.InlineTable,
-			}
-			k.indent = leadingSpace(data[k.start:first])
-			k.valStart, k.valEnd = -1, -1
-			if v.Kind != unstable.Array && v.Kind != unstable.InlineTable && v.Raw.Length > 0 {
-				k.valStart, k.valEnd = int(v.Raw.Offset), int(v.Raw.Offset+v.Raw.Length)
-				if v.Kind == unstable.String {
-					k.quote = data[k.valStart]
-				}
-			}
+			k := keyValue(data, e, cur, curHeader)
 			d.keys = append(d.keys, k)
 			if curHeader >= 0 {
 				d.headers[curHeader].bodyEnd = k.end
@@ -128,6 +84,68 @@ func parseTOMLDoc(data []byte) (*tomlDoc, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// tableHeader is where the [table] or [[array table]] header e lies in data, with its key's
+// parts and their quotes.
+func tableHeader(data []byte, e *unstable.Node) (tomlHeader, error) {
+	var parts []string
+	var quotes []byte
+	first, last := -1, -1
+	for it := e.Key(); it.Next(); {
+		k := it.Node()
+		parts = append(parts, string(k.Data))
+		raw := data[k.Raw.Offset : k.Raw.Offset+k.Raw.Length]
+		q := byte(0)
+		if len(raw) > 0 && (raw[0] == '"' || raw[0] == '\'') {
+			q = raw[0]
+		}
+		quotes = append(quotes, q)
+		if first < 0 {
+			first = int(k.Raw.Offset)
+		}
+		last = int(k.Raw.Offset + k.Raw.Length)
+	}
+	if first < 0 {
+		return tomlHeader{}, errors.New("table header without key")
+	}
+	start := lineStart(data, first)
+	end := lineEnd(data, last)
+	return tomlHeader{path: parts, array: e.Kind == unstable.ArrayTable, start: start, end: end, bodyEnd: end,
+		indent: leadingSpace(data[start:first]), quote: quotes}, nil
+}
+
+// keyValue is where the key/value expression e lies in data, under the table cur (header
+// curHeader, -1 for the root table).
+func keyValue(data []byte, e *unstable.Node, cur []string, curHeader int) tomlKey {
+	var parts []string
+	first := -1
+	for it := e.Key(); it.Next(); {
+		k := it.Node()
+		parts = append(parts, string(k.Data))
+		if first < 0 {
+			first = int(k.Raw.Offset)
+		}
+	}
+	v := e.Value()
+	exprEnd := int(e.Raw.Offset + e.Raw.Length)
+	k := tomlKey{
+		path:   append(slices.Clone(cur), parts...),
+		header: curHeader,
+		start:  lineStart(data, first),
+		end:    lineEnd(data, exprEnd),
+		kind:   v.Kind,
+		inline: v.Kind == unstable.InlineTable,
+	}
+	k.indent = leadingSpace(data[k.start:first])
+	k.valStart, k.valEnd = -1, -1
+	if v.Kind != unstable.Array && v.Kind != unstable.InlineTable && v.Raw.Length > 0 {
+		k.valStart, k.valEnd = int(v.Raw.Offset), int(v.Raw.Offset+v.Raw.Length)
+		if v.Kind == unstable.String {
+			k.quote = data[k.valStart]
+		}
+	}
+	return k
 }
 
 func lineStart(b []byte, off int) int {
