@@ -119,42 +119,11 @@ type hostsPlan struct {
 // An earlier gen's own "host_port_" directory that shadows a site "host:port" directory is
 // removed and the site's adopted instead.
 func planHostsFile(fsys fs.FS, hostsDir, host string, render func(cas []string, pairs [][]string) ([]byte, error), mirror hostEntry) (hostsPlan, error) {
-	var cands []hostDir
-	for _, n := range name.HostDirs(host) {
-		d, err := readHostDir(fsys, hostsDir, n)
-		if err != nil {
-			return hostsPlan{}, err
-		}
-		cands = append(cands, d)
+	chosen, changes, err := chooseHostDir(fsys, hostsDir, host)
+	if err != nil {
+		return hostsPlan{}, err
 	}
-	var hp hostsPlan
-	chosen := hostDir{name: name.HostDir(host), path: path.Join(hostsDir, name.HostDir(host))}
-	for i, d := range cands {
-		if d.kind == dirAbsent {
-			continue
-		}
-		chosen = d
-		if d.kind == dirOurs && upstreamOnly(d.name, d.hosts) {
-			// Ours first, a site directory after it: ours shadows the site's (an older gen did
-			// that). Give the site's directory back its place.
-			for _, later := range cands[i+1:] {
-				if later.kind == dirSiteHosts || later.kind == dirSiteCerts {
-					c, ok, _, err := bootstrap.PlanRemoveOwned(fsys, path.Join(d.path, "hosts.toml"), true)
-					if err != nil {
-						return hostsPlan{}, err
-					}
-					if ok {
-						c.Note = fmt.Sprintf("shadowed the site's %s (containerd reads %s first): removed, the site's directory gets the mirror", later.path, d.name)
-						hp.changes = append(hp.changes, c)
-					}
-					chosen = later
-					break
-				}
-			}
-		}
-		break
-	}
-	hp.dir = chosen.name
+	hp := hostsPlan{dir: chosen.name, changes: changes}
 	file := path.Join(chosen.path, "hosts.toml")
 	switch chosen.kind {
 	case dirSiteHosts:
@@ -189,6 +158,47 @@ func planHostsFile(fsys fs.FS, hostsDir, host string, render func(cas []string, 
 	hp.own = true
 	hp.changes = append(hp.changes, c)
 	return hp, nil
+}
+
+// chooseHostDir is the directory containerd reads first for host in hostsDir ("host_port_" under
+// hostsDir when there is none), and the removal of an earlier gen's own directory that shadows a
+// site's (the site's is chosen then).
+func chooseHostDir(fsys fs.FS, hostsDir, host string) (hostDir, []bootstrap.Change, error) {
+	var cands []hostDir
+	for _, n := range name.HostDirs(host) {
+		d, err := readHostDir(fsys, hostsDir, n)
+		if err != nil {
+			return hostDir{}, nil, err
+		}
+		cands = append(cands, d)
+	}
+	chosen := hostDir{name: name.HostDir(host), path: path.Join(hostsDir, name.HostDir(host))}
+	for i, d := range cands {
+		if d.kind == dirAbsent {
+			continue
+		}
+		if d.kind != dirOurs || !upstreamOnly(d.name, d.hosts) {
+			return d, nil, nil
+		}
+		// Ours first, a site directory after it: ours shadows the site's (an older gen did
+		// that). Give the site's directory back its place.
+		for _, later := range cands[i+1:] {
+			if later.kind != dirSiteHosts && later.kind != dirSiteCerts {
+				continue
+			}
+			c, ok, _, err := bootstrap.PlanRemoveOwned(fsys, path.Join(d.path, "hosts.toml"), true)
+			if err != nil {
+				return hostDir{}, nil, err
+			}
+			if !ok {
+				return later, nil, nil
+			}
+			c.Note = fmt.Sprintf("shadowed the site's %s (containerd reads %s first): removed, the site's directory gets the mirror", later.path, d.name)
+			return later, []bootstrap.Change{c}, nil
+		}
+		return d, nil, nil
+	}
+	return chosen, nil, nil
 }
 
 // The lines around the [host] table gen adds to a site's hosts.toml. Everything outside them is
