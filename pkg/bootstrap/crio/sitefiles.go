@@ -73,29 +73,34 @@ func readSite(fsys fs.FS, main, dir string, upstreams []string) (siteView, error
 			v.Broken = append(v.Broken, fmt.Sprintf("%s: %v", p, err))
 			continue
 		}
-		later := i > 0 && path.Base(p) > DropInName
-		for _, r := range conf.Registries {
-			prefix := r.Prefix
-			if prefix == "" {
-				prefix = r.Location
-			}
-			prefix = strings.TrimSuffix(prefix, "/")
-			for _, up := range upstreams {
-				if len(prefix) > len(up) && strings.HasPrefix(prefix, up) && strings.ContainsRune("/:@", rune(prefix[len(up)])) {
-					v.Longer = append(v.Longer, Override{Prefix: prefix, File: p, Of: up})
-				}
-			}
-			if !slices.Contains(upstreams, prefix) {
-				continue
-			}
-			if later {
-				v.Overrides = append(v.Overrides, Override{Prefix: prefix, File: p})
-			} else {
-				v.Before[prefix] = siteEntry{file: p, reg: r}
-			}
-		}
+		v.add(p, i > 0 && path.Base(p) > DropInName, conf.Registries, upstreams)
 	}
 	return v, nil
+}
+
+// add records the tables of file p that bear on upstreams: a longer prefix inside one, a table
+// for one before our drop-in, or one that overrides it (later: p is read after our drop-in).
+func (v *siteView) add(p string, later bool, regs []registry, upstreams []string) {
+	for _, r := range regs {
+		prefix := r.Prefix
+		if prefix == "" {
+			prefix = r.Location
+		}
+		prefix = strings.TrimSuffix(prefix, "/")
+		for _, up := range upstreams {
+			if len(prefix) > len(up) && strings.HasPrefix(prefix, up) && strings.ContainsRune("/:@", rune(prefix[len(up)])) {
+				v.Longer = append(v.Longer, Override{Prefix: prefix, File: p, Of: up})
+			}
+		}
+		if !slices.Contains(upstreams, prefix) {
+			continue
+		}
+		if later {
+			v.Overrides = append(v.Overrides, Override{Prefix: prefix, File: p})
+		} else {
+			v.Before[prefix] = siteEntry{file: p, reg: r}
+		}
+	}
 }
 
 // planEntries builds our [[registry]] table for each upstream: the mirror first, then the
