@@ -237,33 +237,9 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 		return nil, refusal.Errorf("no upstream can be mirrored for CRI-O: %s", strings.Join(rep.Warnings, "; "))
 	}
 	for _, dir := range registriesDirs(fsys, opts) {
-		main := mainFor(dir)
-		site, err := readSite(fsys, main, dir, rep.Upstreams)
-		if err != nil {
+		if err := planDropIn(fsys, opts, dir, rep); err != nil {
 			return nil, err
 		}
-		if len(site.Broken) > 0 {
-			return nil, refusal.Errorf("%s: not TOML, so containers/image refuses the whole registries configuration (every CRI-O pull fails) and %s cannot be validated together with it: fix or remove it, then run gen again; nothing was changed", strings.Join(site.Broken, "; "), DropInName)
-		}
-		regs, merged, err := planEntries(opts, rep.Upstreams, site)
-		if err != nil {
-			return nil, err
-		}
-		data, err := dropIn(regs)
-		if err != nil {
-			return nil, err
-		}
-		c, err := bootstrap.PlanOwned(fsys, path.Join(dir, DropInName), 0o644, data)
-		if err != nil {
-			return nil, err
-		}
-		rep.Changes = append(rep.Changes, c)
-		if err := validateTogether(fsys, main, dir, data); err != nil {
-			return nil, err
-		}
-		rep.Overrides = append(rep.Overrides, site.Overrides...)
-		rep.Merged = append(rep.Merged, merged...)
-		rep.Longer = append(rep.Longer, site.Longer...)
 	}
 	for _, o := range rep.Merged {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s defines [[registry]] prefix %q, which %s (read after it) replaces: its settings (blocked, insecure, mirror-by-digest-only) and its mirrors (after nodecache's) are carried into %s", o.File, o.Prefix, DropInName, DropInName))
@@ -274,31 +250,8 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	for _, o := range rep.Overrides {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s defines [[registry]] prefix %q after %s: it replaces ours, so %s pulls skip the mirror", o.File, o.Prefix, DropInName, o.Prefix))
 	}
-	switch {
-	case opts.Version.IsZero():
-		rep.Warnings = append(rep.Warnings, "CRI-O version unknown (pass --crio-version): no auto_reload_registries drop-in written; a SIGHUP reloads registries")
-	case opts.Version.AutoReloadRegistries():
-		ar, err := autoReloadDropIn()
-		if err != nil {
-			return nil, err
-		}
-		c, err := bootstrap.PlanOwned(fsys, path.Join(opts.CrioDir, DropInName), 0o644, ar)
-		if err != nil {
-			return nil, err
-		}
-		rep.Changes = append(rep.Changes, c)
-		rep.AutoReload = true
-	}
-	if len(opts.MirrorCA) > 0 {
-		if opts.Mirror.HTTP() {
-			return nil, refusal.Errorf("--mirror-ca is for an https mirror; %s is http", opts.Mirror)
-		}
-		ca := append([]byte(mirrorapi.ManagedMarker+"\n"), opts.MirrorCA...)
-		c, err := bootstrap.PlanOwned(fsys, path.Join(opts.CertsDir, opts.Mirror.Host(), caFileName), 0o644, ca)
-		if err != nil {
-			return nil, err
-		}
-		rep.Changes = append(rep.Changes, c)
+	if err := planCRIOFiles(fsys, opts, rep); err != nil {
+		return nil, err
 	}
 	v1, err := v1Mains(fsys)
 	if err != nil {
@@ -313,6 +266,72 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// planDropIn is the drop-in step for one registries.conf.d directory: our drop-in, merged with
+// the site's tables for our prefixes and validated together with the site's files.
+func planDropIn(fsys fs.FS, opts Options, dir string, rep *Report) error {
+	main := mainFor(dir)
+	site, err := readSite(fsys, main, dir, rep.Upstreams)
+	if err != nil {
+		return err
+	}
+	if len(site.Broken) > 0 {
+		return refusal.Errorf("%s: not TOML, so containers/image refuses the whole registries configuration (every CRI-O pull fails) and %s cannot be validated together with it: fix or remove it, then run gen again; nothing was changed", strings.Join(site.Broken, "; "), DropInName)
+	}
+	regs, merged, err := planEntries(opts, rep.Upstreams, site)
+	if err != nil {
+		return err
+	}
+	data, err := dropIn(regs)
+	if err != nil {
+		return err
+	}
+	c, err := bootstrap.PlanOwned(fsys, path.Join(dir, DropInName), 0o644, data)
+	if err != nil {
+		return err
+	}
+	rep.Changes = append(rep.Changes, c)
+	if err := validateTogether(fsys, main, dir, data); err != nil {
+		return err
+	}
+	rep.Overrides = append(rep.Overrides, site.Overrides...)
+	rep.Merged = append(rep.Merged, merged...)
+	rep.Longer = append(rep.Longer, site.Longer...)
+	return nil
+}
+
+// planCRIOFiles is the step of CRI-O's own files: the auto_reload_registries drop-in (for a
+// CRI-O that has it) and the mirror's CA copy.
+func planCRIOFiles(fsys fs.FS, opts Options, rep *Report) error {
+	switch {
+	case opts.Version.IsZero():
+		rep.Warnings = append(rep.Warnings, "CRI-O version unknown (pass --crio-version): no auto_reload_registries drop-in written; a SIGHUP reloads registries")
+	case opts.Version.AutoReloadRegistries():
+		ar, err := autoReloadDropIn()
+		if err != nil {
+			return err
+		}
+		c, err := bootstrap.PlanOwned(fsys, path.Join(opts.CrioDir, DropInName), 0o644, ar)
+		if err != nil {
+			return err
+		}
+		rep.Changes = append(rep.Changes, c)
+		rep.AutoReload = true
+	}
+	if len(opts.MirrorCA) == 0 {
+		return nil
+	}
+	if opts.Mirror.HTTP() {
+		return refusal.Errorf("--mirror-ca is for an https mirror; %s is http", opts.Mirror)
+	}
+	ca := append([]byte(mirrorapi.ManagedMarker+"\n"), opts.MirrorCA...)
+	c, err := bootstrap.PlanOwned(fsys, path.Join(opts.CertsDir, opts.Mirror.Host(), caFileName), 0o644, ca)
+	if err != nil {
+		return err
+	}
+	rep.Changes = append(rep.Changes, c)
+	return nil
 }
 
 // PlanRemove removes our drop-ins and every CA copy we wrote
