@@ -148,18 +148,7 @@ func Resolve(fsys fs.FS, p string) (string, error) {
 		next := path.Join(done, c.name)
 		fi, err := rl.Lstat(FSName(next))
 		if errors.Is(err, fs.ErrNotExist) {
-			if c.link != "" {
-				return "", refusal.Errorf("%s is a symbolic link to %s, which does not exist under the host root (%s is missing): fix or remove the link; nothing was changed", c.link, c.target, next)
-			}
-			tail := []string{next}
-			for _, r := range rest {
-				if r.name == ".." {
-					// The kernel stops at the missing directory; "x/missing/.." is no path.
-					return "", &fs.PathError{Op: "resolve", Path: p, Err: fs.ErrNotExist}
-				}
-				tail = append(tail, r.name)
-			}
-			return path.Join(tail...), nil
+			return missingTail(p, next, c, rest)
 		}
 		if err != nil {
 			return "", fmt.Errorf("resolve %s: %w", p, err)
@@ -188,6 +177,24 @@ func Resolve(fsys fs.FS, p string) (string, error) {
 		rest = append(components(target, next, target), rest...)
 	}
 	return done, nil
+}
+
+// missingTail is Resolve's answer when next (reached as component c of p) does not exist: the
+// path with the rest of p kept as it is, or a refusal when c came from a link (its target is
+// missing), or no path when the rest goes up out of the missing directory.
+func missingTail(p, next string, c component, rest []component) (string, error) {
+	if c.link != "" {
+		return "", refusal.Errorf("%s is a symbolic link to %s, which does not exist under the host root (%s is missing): fix or remove the link; nothing was changed", c.link, c.target, next)
+	}
+	tail := []string{next}
+	for _, r := range rest {
+		if r.name == ".." {
+			// The kernel stops at the missing directory; "x/missing/.." is no path.
+			return "", &fs.PathError{Op: "resolve", Path: p, Err: fs.ErrNotExist}
+		}
+		tail = append(tail, r.name)
+	}
+	return path.Join(tail...), nil
 }
 
 // ResolveChanges points every change at the file its Path reaches through symbolic links (see
