@@ -208,41 +208,13 @@ func missingTail(p, next string, c component, rest []component) (string, error) 
 func ResolveChanges(fsys fs.FS, cs []Change) ([]Change, error) {
 	out := make([]Change, 0, len(cs))
 	seen := map[string]int{}
-	for _, c := range cs {
-		planned := path.Clean("/" + c.Path)
-		real, err := Resolve(fsys, planned)
+	for _, orig := range cs {
+		planned := path.Clean("/" + orig.Path)
+		c, err := resolveChange(fsys, orig, planned)
 		if err != nil {
 			return nil, err
 		}
-		if real != planned {
-			c.Via = planned
-			if c.PruneDir {
-				// The directory to prune must be the planned one reached by name, not the
-				// target of a link named like it (…/certs.d/docker.io -> /elsewhere).
-				pd := path.Dir(planned)
-				parent, err := Resolve(fsys, path.Dir(pd))
-				if err != nil || path.Join(parent, path.Base(pd)) != path.Dir(real) {
-					c.PruneDir = false
-				}
-			}
-		}
-		c.Path = real
-		switch {
-		case c.Action == ActionUpdate && c.Backup != "":
-			c.Backup = real + BackupSuffix
-		case c.Action == ActionRestore && c.Backup != "":
-			// Its directories resolved, never the backup itself (RefuseLinkedBackup).
-			dir, err := Resolve(fsys, path.Dir(path.Clean("/"+c.Backup)))
-			if err != nil {
-				return nil, err
-			}
-			c.Backup = path.Join(dir, path.Base(c.Backup))
-		}
-		if c.Backup != "" {
-			if err := RefuseLinkedBackup(fsys, c.Backup); err != nil {
-				return nil, err
-			}
-		}
+		real := c.Path
 		if i, dup := seen[real]; dup {
 			prev := out[i]
 			if prev.Action == ActionRemove && c.Action == ActionRemove {
@@ -258,6 +230,45 @@ func ResolveChanges(fsys fs.FS, cs []Change) ([]Change, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// resolveChange points c (planned at the clean host path planned) at the file it reaches, as
+// ResolveChanges describes, and refuses a backup that is a symbolic link.
+func resolveChange(fsys fs.FS, c Change, planned string) (Change, error) {
+	real, err := Resolve(fsys, planned)
+	if err != nil {
+		return c, err
+	}
+	if real != planned {
+		c.Via = planned
+		if c.PruneDir {
+			// The directory to prune must be the planned one reached by name, not the
+			// target of a link named like it (…/certs.d/docker.io -> /elsewhere).
+			pd := path.Dir(planned)
+			parent, err := Resolve(fsys, path.Dir(pd))
+			if err != nil || path.Join(parent, path.Base(pd)) != path.Dir(real) {
+				c.PruneDir = false
+			}
+		}
+	}
+	c.Path = real
+	switch {
+	case c.Action == ActionUpdate && c.Backup != "":
+		c.Backup = real + BackupSuffix
+	case c.Action == ActionRestore && c.Backup != "":
+		// Its directories resolved, never the backup itself (RefuseLinkedBackup).
+		dir, err := Resolve(fsys, path.Dir(path.Clean("/"+c.Backup)))
+		if err != nil {
+			return c, err
+		}
+		c.Backup = path.Join(dir, path.Base(c.Backup))
+	}
+	if c.Backup != "" {
+		if err := RefuseLinkedBackup(fsys, c.Backup); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
 }
 
 // RefuseLinkedBackup refuses (ErrRefused) a backup path p (a host path, its directories
