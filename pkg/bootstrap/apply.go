@@ -146,34 +146,7 @@ func (a Applier) apply(c Change) error {
 	case ActionUnchanged:
 		return nil
 	case ActionCreate, ActionUpdate:
-		mode, uid, gid := c.Mode, -1, -1
-		if fi, err := os.Stat(target); err == nil {
-			mode = fi.Mode().Perm()
-			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-				uid, gid = int(st.Uid), int(st.Gid)
-			}
-		}
-		if mode == 0 {
-			mode = 0o644
-		}
-		if c.Backup != "" && c.Old != nil {
-			bak := a.HostPath(c.Backup)
-			if _, err := os.Lstat(bak); errors.Is(err, fs.ErrNotExist) {
-				if err := WriteFileAtomic(bak, c.Old, mode, uid, gid); err != nil {
-					return fmt.Errorf("back up %s to %s: %w", c.Path, c.Backup, err)
-				}
-				a.Logger.Info().Str("file", c.Backup).Msg("backup written")
-			} else if err != nil {
-				return fmt.Errorf("back up %s: %w", c.Path, err)
-			}
-		}
-		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-			return fmt.Errorf("create directory for %s: %w", c.Path, err)
-		}
-		if err := WriteFileAtomic(target, c.New, mode, uid, gid); err != nil {
-			return fmt.Errorf("write %s: %w", c.Path, err)
-		}
-		a.Logger.Info().Str("file", c.Path).Str("action", string(c.Action)).Msg("file written")
+		return a.write(c, target)
 	case ActionRemove:
 		if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove %s: %w", c.Path, err)
@@ -194,6 +167,40 @@ func (a Applier) apply(c Change) error {
 	default:
 		return fmt.Errorf("apply %s: unknown action %q", c.Path, c.Action)
 	}
+	return nil
+}
+
+// write applies a create or an update at target (c.Path on the host): the existing file's mode
+// and owner are kept, and its old bytes are backed up first when c asks and no backup is there.
+func (a Applier) write(c Change, target string) error {
+	mode, uid, gid := c.Mode, -1, -1
+	if fi, err := os.Stat(target); err == nil {
+		mode = fi.Mode().Perm()
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			uid, gid = int(st.Uid), int(st.Gid)
+		}
+	}
+	if mode == 0 {
+		mode = 0o644
+	}
+	if c.Backup != "" && c.Old != nil {
+		bak := a.HostPath(c.Backup)
+		if _, err := os.Lstat(bak); errors.Is(err, fs.ErrNotExist) {
+			if err := WriteFileAtomic(bak, c.Old, mode, uid, gid); err != nil {
+				return fmt.Errorf("back up %s to %s: %w", c.Path, c.Backup, err)
+			}
+			a.Logger.Info().Str("file", c.Backup).Msg("backup written")
+		} else if err != nil {
+			return fmt.Errorf("back up %s: %w", c.Path, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return fmt.Errorf("create directory for %s: %w", c.Path, err)
+	}
+	if err := WriteFileAtomic(target, c.New, mode, uid, gid); err != nil {
+		return fmt.Errorf("write %s: %w", c.Path, err)
+	}
+	a.Logger.Info().Str("file", c.Path).Str("action", string(c.Action)).Msg("file written")
 	return nil
 }
 
