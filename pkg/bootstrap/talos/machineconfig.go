@@ -121,26 +121,13 @@ type mirrorsUsing struct {
 
 func findMirrors(cfg config.Provider, m name.Mirror) mirrorsUsing {
 	var out mirrorsUsing
-	match := func(names []string) (bool, []string) {
-		var hit bool
-		var rest []string
-		for _, ep := range names {
-			u, err := url.Parse(ep)
-			if err == nil && strings.EqualFold(u.Scheme, m.URL.Scheme) && strings.EqualFold(u.Host, m.URL.Host) {
-				hit = true
-				continue
-			}
-			rest = append(rest, ep)
-		}
-		return hit, rest
-	}
 	if raw := cfg.RawV1Alpha1(); raw != nil && raw.MachineConfig != nil {
 		regs := raw.MachineConfig.MachineRegistries  //nolint:staticcheck // the legacy form is what is being removed
 		for name, mc := range regs.RegistryMirrors { // legacy form
 			if mc == nil {
 				continue
 			}
-			if hit, rest := match(mc.MirrorEndpoints); hit { // legacy form
+			if hit, rest := matchEndpoints(m, mc.MirrorEndpoints); hit { // legacy form
 				out.legacy = append(out.legacy, name)
 				for _, r := range rest {
 					out.others = append(out.others, name+": "+r)
@@ -150,28 +137,50 @@ func findMirrors(cfg config.Provider, m name.Mirror) mirrorsUsing {
 		_, out.legacyTLS = regs.RegistryConfig[m.Host()] // legacy form
 	}
 	for _, d := range cfg.Documents() {
-		switch doc := d.(type) {
-		case *cri.RegistryMirrorConfigV1Alpha1:
-			var eps []string
-			for _, ep := range doc.RegistryEndpoints {
-				if ep.EndpointURL.URL != nil {
-					eps = append(eps, ep.EndpointURL.URL.String())
-				}
-			}
-			if hit, rest := match(eps); hit {
-				out.documents = append(out.documents, doc.MetaName)
-				for _, r := range rest {
-					out.others = append(out.others, doc.MetaName+": "+r)
-				}
-			}
-		case *cri.RegistryTLSConfigV1Alpha1:
-			if strings.EqualFold(doc.MetaName, m.Host()) {
-				out.docTLS = true
-			}
-		}
+		out.addDocument(d, m)
 	}
 	slices.Sort(out.legacy)
 	slices.Sort(out.documents)
 	slices.Sort(out.others)
 	return out
+}
+
+// addDocument records what the document d holds for the mirror m: a RegistryMirrorConfig with
+// an endpoint at m, or a RegistryTLSConfig for m's host.
+func (out *mirrorsUsing) addDocument(d any, m name.Mirror) {
+	switch doc := d.(type) {
+	case *cri.RegistryMirrorConfigV1Alpha1:
+		var eps []string
+		for _, ep := range doc.RegistryEndpoints {
+			if ep.EndpointURL.URL != nil {
+				eps = append(eps, ep.EndpointURL.URL.String())
+			}
+		}
+		if hit, rest := matchEndpoints(m, eps); hit {
+			out.documents = append(out.documents, doc.MetaName)
+			for _, r := range rest {
+				out.others = append(out.others, doc.MetaName+": "+r)
+			}
+		}
+	case *cri.RegistryTLSConfigV1Alpha1:
+		if strings.EqualFold(doc.MetaName, m.Host()) {
+			out.docTLS = true
+		}
+	}
+}
+
+// matchEndpoints reports whether one of the endpoints names is at the mirror m (its scheme and
+// host, any path), and returns the others.
+func matchEndpoints(m name.Mirror, names []string) (bool, []string) {
+	var hit bool
+	var rest []string
+	for _, ep := range names {
+		u, err := url.Parse(ep)
+		if err == nil && strings.EqualFold(u.Scheme, m.URL.Scheme) && strings.EqualFold(u.Host, m.URL.Host) {
+			hit = true
+			continue
+		}
+		rest = append(rest, ep)
+	}
+	return hit, rest
 }
