@@ -108,23 +108,9 @@ func Generate(opts Options) (*Result, error) {
 	if opts.TalosVersion == "" {
 		opts.TalosVersion = DefaultVersion()
 	}
-	contract, err := config.ParseContractFromVersion(opts.TalosVersion)
+	contract, err := checkOptions(opts)
 	if err != nil {
-		return nil, refusal.Errorf("--talos-version %q: want vX.Y.Z, e.g. %s", opts.TalosVersion, DefaultVersion())
-	}
-	if contract.Major != 1 {
-		return nil, refusal.Errorf("--talos-version %q: only Talos v1.x is known", opts.TalosVersion)
-	}
-	if opts.Mirror.URL == nil && !opts.Remove {
-		return nil, refusal.Errorf("--mirror is required")
-	}
-	if len(opts.Upstreams) == 0 && opts.MachineConfig == nil {
-		return nil, refusal.Errorf("at least one --upstream is required")
-	}
-	for _, n := range opts.Upstreams {
-		if err := bootstrap.CheckName(n); err != nil {
-			return nil, err
-		}
+		return nil, err
 	}
 	res := &Result{Runtime: "talos", TalosVersion: opts.TalosVersion, Upstreams: opts.Upstreams, Remove: opts.Remove}
 	if opts.Mirror.URL != nil {
@@ -143,27 +129,10 @@ func Generate(opts Options) (*Result, error) {
 	var body []byte
 	switch {
 	case opts.Remove && opts.MachineConfig != nil:
-		if opts.Mirror.URL == nil {
-			return nil, refusal.Errorf("--machine-config needs --mirror: the removal deletes the mirrors whose endpoints include it")
-		}
-		found := findMirrors(opts.MachineConfig, opts.Mirror)
-		res.Upstreams = append(slices.Clone(found.legacy), found.documents...)
-		slices.Sort(res.Upstreams)
-		res.Upstreams = slices.Compact(res.Upstreams)
-		switch {
-		case len(found.documents) > 0 && len(found.legacy) == 0:
-			res.Form = FormDocuments
-		case len(found.legacy) > 0 && len(found.documents) == 0:
-			res.Form = FormLegacy
-		}
-		if len(res.Upstreams) == 0 && !found.legacyTLS && !found.docTLS {
-			res.NothingToRemove = fmt.Sprintf("the machine config lists no mirror with an endpoint at %s", opts.Mirror)
+		var done bool
+		if body, done, err = removalFromMachineConfig(opts, res); done {
 			return res, nil
 		}
-		for _, o := range found.others {
-			res.Warnings = append(res.Warnings, fmt.Sprintf("the mirror of %s also lists it; the removal deletes the whole mirror: add it again if the node still needs it", o))
-		}
-		body, err = removalFrom(found, opts.Mirror)
 	case opts.Remove && legacy:
 		body, err = legacyRemoval(opts)
 	case opts.Remove:
@@ -178,6 +147,58 @@ func Generate(opts Options) (*Result, error) {
 	}
 	res.Patch = mirrorapi.ManagedMarker + "\n" + string(body)
 	return res, nil
+}
+
+// checkOptions refuses an unknown Talos version and missing flags, and returns the version's
+// contract.
+func checkOptions(opts Options) (*config.VersionContract, error) {
+	contract, err := config.ParseContractFromVersion(opts.TalosVersion)
+	if err != nil {
+		return nil, refusal.Errorf("--talos-version %q: want vX.Y.Z, e.g. %s", opts.TalosVersion, DefaultVersion())
+	}
+	if contract.Major != 1 {
+		return nil, refusal.Errorf("--talos-version %q: only Talos v1.x is known", opts.TalosVersion)
+	}
+	if opts.Mirror.URL == nil && !opts.Remove {
+		return nil, refusal.Errorf("--mirror is required")
+	}
+	if len(opts.Upstreams) == 0 && opts.MachineConfig == nil {
+		return nil, refusal.Errorf("at least one --upstream is required")
+	}
+	for _, n := range opts.Upstreams {
+		if err := bootstrap.CheckName(n); err != nil {
+			return nil, err
+		}
+	}
+	return contract, nil
+}
+
+// removalFromMachineConfig is the removal patch for the mirrors the node's machine config lists
+// with an endpoint at the mirror, in the form they are written in; res gets their registries and
+// warnings. done: there is nothing to remove (res.NothingToRemove says so), and no patch.
+func removalFromMachineConfig(opts Options, res *Result) (body []byte, done bool, err error) {
+	if opts.Mirror.URL == nil {
+		return nil, false, refusal.Errorf("--machine-config needs --mirror: the removal deletes the mirrors whose endpoints include it")
+	}
+	found := findMirrors(opts.MachineConfig, opts.Mirror)
+	res.Upstreams = append(slices.Clone(found.legacy), found.documents...)
+	slices.Sort(res.Upstreams)
+	res.Upstreams = slices.Compact(res.Upstreams)
+	switch {
+	case len(found.documents) > 0 && len(found.legacy) == 0:
+		res.Form = FormDocuments
+	case len(found.legacy) > 0 && len(found.documents) == 0:
+		res.Form = FormLegacy
+	}
+	if len(res.Upstreams) == 0 && !found.legacyTLS && !found.docTLS {
+		res.NothingToRemove = fmt.Sprintf("the machine config lists no mirror with an endpoint at %s", opts.Mirror)
+		return nil, true, nil
+	}
+	for _, o := range found.others {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("the mirror of %s also lists it; the removal deletes the whole mirror: add it again if the node still needs it", o))
+	}
+	body, err = removalFrom(found, opts.Mirror)
+	return body, false, err
 }
 
 func check(opts Options, contract *config.VersionContract) error {
