@@ -284,13 +284,13 @@ func legacyPatch(opts Options) ([]byte, error) {
 	regs := v1alpha1.RegistriesConfig{RegistryMirrors: map[string]*v1alpha1.RegistryMirrorConfig{}} // the only form Talos <= v1.11 accepts
 	for _, n := range opts.Upstreams {
 		u, override := endpoint(opts, n)
-		m := &v1alpha1.RegistryMirrorConfig{MirrorEndpoints: []string{u.String()}} //nolint:staticcheck // legacy form
+		m := &v1alpha1.RegistryMirrorConfig{MirrorEndpoints: []string{u.String()}} // legacy form
 		fb, err := fallback(opts, n)
 		if err != nil {
 			return nil, err
 		}
 		if fb != nil {
-			m.MirrorEndpoints = append(m.MirrorEndpoints, fb.String()) //nolint:staticcheck // legacy form
+			m.MirrorEndpoints = append(m.MirrorEndpoints, fb.String()) // legacy form
 		}
 		if override {
 			m.MirrorOverridePath = new(true)
@@ -298,7 +298,7 @@ func legacyPatch(opts Options) ([]byte, error) {
 		if opts.SkipFallback {
 			m.MirrorSkipFallback = new(true)
 		}
-		regs.RegistryMirrors[n] = m //nolint:staticcheck // legacy form
+		regs.RegistryMirrors[n] = m // legacy form
 	}
 	if len(opts.MirrorCA) > 0 {
 		regs.RegistryConfig = map[string]*v1alpha1.RegistryConfig{ //nolint:staticcheck // legacy form
