@@ -286,45 +286,14 @@ func hostsToWrite(eff *Effective, opts Options, rep *Report) (*hostsSet, error) 
 func planHostsFiles(fsys fs.FS, hostsDir string, hs *hostsSet, opts Options, rep *Report) error {
 	var keep, own []string
 	for _, host := range hs.order {
-		h := hs.byHost[host]
 		// A host that holds only migrated settings is marked so that later runs keep it.
 		migratedOnly := slices.Contains(rep.Migrated, host) && !slices.Contains(opts.Upstreams, host)
-		render := func(cas []string, pairs [][]string) ([]byte, error) {
-			f := h.file
-			if len(cas) > 0 && f.ServerCA == nil {
-				f.ServerCA = cas
-			}
-			if len(pairs) > 0 && len(f.ServerClient) == 0 {
-				f.ServerClient = pairs
-			}
-			return hostsTOML(f, h.hosts, migratedOnly)
-		}
-		if migratedOnly {
-			data, err := render(nil, nil)
-			if err != nil {
-				return err
-			}
-			c, err := bootstrap.PlanOwned(fsys, hostsPath(hostsDir, host), hostsMode, data)
-			if err != nil {
-				return err
-			}
-			rep.Changes = append(rep.Changes, c)
-			keep = append(keep, name.HostDir(host))
-			continue
-		}
-		hp, err := planHostsFile(fsys, hostsDir, host, render, h.hosts[0])
+		dir, ours, err := planHostsFor(fsys, hostsDir, host, hs.byHost[host], migratedOnly, rep)
 		if err != nil {
 			return err
 		}
-		if hp.adopted && len(h.hosts) > 1 {
-			return refusal.Errorf("--migrate: %s has the site's own hosts.toml for %s: move registry.mirrors.%q into it by hand; nothing was changed", path.Join(hostsDir, hp.dir), host, host)
-		}
-		rep.Changes = append(rep.Changes, hp.changes...)
-		keep = append(keep, hp.dir)
-		if hp.adopted {
-			rep.Adopted = append(rep.Adopted, path.Join(hostsDir, hp.dir, "hosts.toml"))
-		}
-		if hp.own {
+		keep = append(keep, dir)
+		if ours {
 			own = append(own, host)
 		}
 	}
@@ -344,6 +313,45 @@ func planHostsFiles(fsys fs.FS, hostsDir string, hs *hostsSet, opts Options, rep
 	}
 	rep.Changes = append(rep.Changes, stale...)
 	return nil
+}
+
+// planHostsFor plans host's hosts.toml (h) in hostsDir and returns the directory it is in, and
+// whether that directory is nodecache's own (a site default no longer applies to host).
+func planHostsFor(fsys fs.FS, hostsDir, host string, h *hostsSpec, migratedOnly bool, rep *Report) (dir string, own bool, err error) {
+	render := func(cas []string, pairs [][]string) ([]byte, error) {
+		f := h.file
+		if len(cas) > 0 && f.ServerCA == nil {
+			f.ServerCA = cas
+		}
+		if len(pairs) > 0 && len(f.ServerClient) == 0 {
+			f.ServerClient = pairs
+		}
+		return hostsTOML(f, h.hosts, migratedOnly)
+	}
+	if migratedOnly {
+		data, err := render(nil, nil)
+		if err != nil {
+			return "", false, err
+		}
+		c, err := bootstrap.PlanOwned(fsys, hostsPath(hostsDir, host), hostsMode, data)
+		if err != nil {
+			return "", false, err
+		}
+		rep.Changes = append(rep.Changes, c)
+		return name.HostDir(host), false, nil
+	}
+	hp, err := planHostsFile(fsys, hostsDir, host, render, h.hosts[0])
+	if err != nil {
+		return "", false, err
+	}
+	if hp.adopted && len(h.hosts) > 1 {
+		return "", false, refusal.Errorf("--migrate: %s has the site's own hosts.toml for %s: move registry.mirrors.%q into it by hand; nothing was changed", path.Join(hostsDir, hp.dir), host, host)
+	}
+	rep.Changes = append(rep.Changes, hp.changes...)
+	if hp.adopted {
+		rep.Adopted = append(rep.Adopted, path.Join(hostsDir, hp.dir, "hosts.toml"))
+	}
+	return hp.dir, hp.own, nil
 }
 
 // DirMarker is the file gen writes into the hosts.toml directory it creates (--certs-dir on a
