@@ -281,19 +281,10 @@ type blobOutcome struct {
 func (w *walker) image(ctx context.Context, ref Reference, out *ImageReport) {
 	start := time.Now()
 	defer func() { out.Seconds = time.Since(start).Seconds() }()
-	countCache := func(v string) {
-		if v == "" {
-			return
-		}
-		if out.Cache == nil {
-			out.Cache = map[string]int{}
-		}
-		out.Cache[v]++
-	}
 	walked, err := w.c.walk(ctx, ref, w.matcher, w.opts.BlobTimeout)
 	out.Manifests, out.Skipped = walked.Manifests, walked.Skipped
 	for _, v := range walked.Caches {
-		countCache(v)
+		out.countCache(v)
 	}
 	if walked.Top.Digest != "" {
 		out.Digest = walked.Top.Digest.String()
@@ -309,7 +300,7 @@ func (w *walker) image(ctx context.Context, ref Reference, out *ImageReport) {
 	if walked.Platform == "" && len(walked.Manifest.Config.URLs) == 0 {
 		o, problem := w.checkConfig(ctx, ref, walked.Manifest.Config, out)
 		if problem != "" {
-			countCache(o.res.Cache)
+			out.countCache(o.res.Cache)
 			if o.err != nil {
 				out.BlobsFailed++
 			} else {
@@ -321,10 +312,45 @@ func (w *walker) image(ctx context.Context, ref Reference, out *ImageReport) {
 		}
 	}
 
-	// The config and every layer, once each; foreign layers (with urls) are reported only.
+	todo := w.blobsToFetch(ref, walked.Manifest, out)
+	var errs []error
+	for _, o := range w.fetchBlobs(ctx, ref, todo) {
+		out.countCache(o.res.Cache)
+		if o.err != nil {
+			out.BlobsFailed++
+			errs = append(errs, o.err)
+			continue
+		}
+		out.BlobsFetched++
+		out.Bytes += o.res.Bytes
+	}
+	switch {
+	case len(errs) > 0:
+		out.Error = fmt.Sprintf("%d of %d blobs failed; first: %s", len(errs), len(todo), describe(ctx, errs[0]))
+	case out.BlobsFetched == 0:
+		out.Error = "nothing fetched: every layer is external (foreign), so the cache holds none of it"
+	default:
+		out.Warm = true
+	}
+}
+
+// countCache counts one answer of the mirror's cache header (none: "").
+func (out *ImageReport) countCache(v string) {
+	if v == "" {
+		return
+	}
+	if out.Cache == nil {
+		out.Cache = map[string]int{}
+	}
+	out.Cache[v]++
+}
+
+// blobsToFetch is the config and every layer of m, once each; foreign layers (with urls) are
+// reported only, not returned.
+func (w *walker) blobsToFetch(ref Reference, m *v1.Manifest, out *ImageReport) []v1.Descriptor {
 	var todo []v1.Descriptor
 	seen := map[v1.Hash]bool{}
-	for _, d := range append([]v1.Descriptor{walked.Manifest.Config}, walked.Manifest.Layers...) {
+	for _, d := range append([]v1.Descriptor{m.Config}, m.Layers...) {
 		if seen[d.Digest] {
 			continue
 		}
@@ -338,66 +364,54 @@ func (w *walker) image(ctx context.Context, ref Reference, out *ImageReport) {
 		}
 		todo = append(todo, d)
 	}
+	return todo
+}
 
-	type result struct {
-		o   blobOutcome
-		key string
-	}
-	results := make([]result, len(todo))
+// fetchBlobs fetches the blobs todo of ref at once (bounded by the run's concurrency) and returns
+// their outcomes in todo's order.
+func (w *walker) fetchBlobs(ctx context.Context, ref Reference, todo []v1.Descriptor) []blobOutcome {
+	results := make([]blobOutcome, len(todo))
 	var wg sync.WaitGroup
 	for i, d := range todo {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			key := ref.Registry + "/" + ref.Repository + "@" + d.Digest.String()
-			v, _, _ := w.group.Do(key, func() (any, error) {
-				w.mu.Lock()
-				if o, ok := w.blobs[key]; ok {
-					w.mu.Unlock()
-					return o, nil
-				}
-				w.mu.Unlock()
-				w.prog.planned(d.Size)
-				select {
-				case w.sem <- struct{}{}:
-				case <-ctx.Done():
-					o := blobOutcome{err: fmt.Errorf("blob %s not started: %w", d.Digest, context.Cause(ctx))}
-					w.record(ref, d, o)
-					w.prog.blob(blobEvent{Image: ref.String(), Digest: d.Digest.String(), Size: d.Size, Err: o.err})
-					return o, nil
-				}
-				res, err := w.c.getBlob(ctx, ref, d, w.opts.BlobTimeout, w.prog, nil)
-				<-w.sem
-				o := blobOutcome{res: res, err: err}
-				w.record(ref, d, o)
-				w.prog.blob(blobEvent{Image: ref.String(), Digest: d.Digest.String(), Size: d.Size,
-					Took: res.Duration, Cache: res.Cache, Attempts: res.Attempts, Err: err})
-				return o, nil
-			})
-			results[i] = result{o: v.(blobOutcome), key: key}
+			results[i] = w.fetchBlob(ctx, ref, d)
 		}()
 	}
 	wg.Wait()
+	return results
+}
 
-	var errs []error
-	for _, r := range results {
-		countCache(r.o.res.Cache)
-		if r.o.err != nil {
-			out.BlobsFailed++
-			errs = append(errs, r.o.err)
-			continue
+// fetchBlob fetches blob d of ref once per run, whichever image asks first (the outcome is
+// recorded and shared).
+func (w *walker) fetchBlob(ctx context.Context, ref Reference, d v1.Descriptor) blobOutcome {
+	key := ref.Registry + "/" + ref.Repository + "@" + d.Digest.String()
+	v, _, _ := w.group.Do(key, func() (any, error) {
+		w.mu.Lock()
+		if o, ok := w.blobs[key]; ok {
+			w.mu.Unlock()
+			return o, nil
 		}
-		out.BlobsFetched++
-		out.Bytes += r.o.res.Bytes
-	}
-	switch {
-	case len(errs) > 0:
-		out.Error = fmt.Sprintf("%d of %d blobs failed; first: %s", len(errs), len(todo), describe(ctx, errs[0]))
-	case out.BlobsFetched == 0:
-		out.Error = "nothing fetched: every layer is external (foreign), so the cache holds none of it"
-	default:
-		out.Warm = true
-	}
+		w.mu.Unlock()
+		w.prog.planned(d.Size)
+		select {
+		case w.sem <- struct{}{}:
+		case <-ctx.Done():
+			o := blobOutcome{err: fmt.Errorf("blob %s not started: %w", d.Digest, context.Cause(ctx))}
+			w.record(ref, d, o)
+			w.prog.blob(blobEvent{Image: ref.String(), Digest: d.Digest.String(), Size: d.Size, Err: o.err})
+			return o, nil
+		}
+		res, err := w.c.getBlob(ctx, ref, d, w.opts.BlobTimeout, w.prog, nil)
+		<-w.sem
+		o := blobOutcome{res: res, err: err}
+		w.record(ref, d, o)
+		w.prog.blob(blobEvent{Image: ref.String(), Digest: d.Digest.String(), Size: d.Size,
+			Took: res.Duration, Cache: res.Cache, Attempts: res.Attempts, Err: err})
+		return o, nil
+	})
+	return v.(blobOutcome)
 }
 
 // maxConfigBytes is the largest image config whose platform warm reads (bytes); a larger one is
