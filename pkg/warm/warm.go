@@ -210,20 +210,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	opts.Logger.Debug().Str("waited", clitext.Span(waited)).Str("mirror", rep.Mirror).Msg("mirror ready")
 
-	var prog progress = noProgress{}
-	stopBar := func() {}
-	switch {
-	case opts.Progress != nil && opts.ProgressBar:
-		bar := newBarProgress(opts.Progress)
-		bctx, bcancel := context.WithCancel(context.WithoutCancel(ctx))
-		done := make(chan struct{})
-		go func() { defer close(done); bar.run(bctx, 200*time.Millisecond) }()
-		stopBar = func() { bcancel(); <-done }
-		prog = bar
-	case opts.Progress != nil:
-		prog = &lineProgress{w: opts.Progress}
-	}
-
+	prog, stopBar := startProgress(ctx, &opts)
 	w := &walker{c: c, opts: &opts, prog: prog, matcher: newPlatformMatcher(opts.Platform, opts.PlatformMatch),
 		sem: make(chan struct{}, opts.Concurrency), blobs: map[string]blobOutcome{}}
 	var g errgroup.Group
@@ -241,21 +228,42 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	for i := range rep.Images {
 		rep.Warm = rep.Warm && rep.Images[i].Warm
 	}
-	for _, o := range w.blobs {
-		switch {
-		case o.external:
-			rep.BlobsExternal++
-		case o.err != nil:
-			rep.BlobsFailed++
-		default:
-			rep.BlobsFetched++
-			rep.Bytes += o.res.Bytes
-		}
-	}
+	rep.countBlobs(w.blobs)
 	if ctx.Err() != nil {
 		rep.Error = fmt.Sprintf("stopped: %v", context.Cause(ctx))
 	}
 	return finish(), nil
+}
+
+// startProgress starts the run's progress output (Options.Progress: a bar redrawn until stop is
+// called, or a line per blob; none when nil).
+func startProgress(ctx context.Context, opts *Options) (prog progress, stop func()) {
+	switch {
+	case opts.Progress != nil && opts.ProgressBar:
+		bar := newBarProgress(opts.Progress)
+		bctx, bcancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan struct{})
+		go func() { defer close(done); bar.run(bctx, 200*time.Millisecond) }()
+		return bar, func() { bcancel(); <-done }
+	case opts.Progress != nil:
+		return &lineProgress{w: opts.Progress}, func() {}
+	}
+	return noProgress{}, func() {}
+}
+
+// countBlobs counts the run's blob outcomes (each blob once, whatever the images sharing it).
+func (r *Report) countBlobs(blobs map[string]blobOutcome) {
+	for _, o := range blobs {
+		switch {
+		case o.external:
+			r.BlobsExternal++
+		case o.err != nil:
+			r.BlobsFailed++
+		default:
+			r.BlobsFetched++
+			r.Bytes += o.res.Bytes
+		}
+	}
 }
 
 // walker holds the state shared by the images of one run.
