@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/types/v1alpha1"
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 
@@ -29,19 +30,9 @@ import (
 // the cluster's kube-proxy; the other unset images are the release's (Kubernetes components at
 // its DefaultKubernetesVersion, its DefaultCoreDNSVersion and DefaultEtcdVersion).
 func machineConfigInputs(path, talosVersion string) ([]input, string, error) {
-	data, err := inputfile.Read(path, inputfile.MachineConfig)
-	if inputfile.Refused(err) {
-		return nil, "", refusal.Value("--machine-config", path, err.Error())
-	}
+	cfg, err := readMachineConfig(path)
 	if err != nil {
-		return nil, "", refusal.Value("--machine-config", path, fmt.Sprintf("cannot read it (%v); want the output of `talosctl read /system/state/config.yaml` or `talosctl get machineconfig -o yaml`", errors.Unwrap(err)))
-	}
-	cfg, err := talos.ParseMachineConfig(path, data)
-	if err != nil {
-		if errors.Is(err, refusal.ErrRefused) {
-			return nil, "", refusal.Value("--machine-config", path, err.Error())
-		}
-		return nil, "", fmt.Errorf("--machine-config %s: %w", path, err)
+		return nil, "", err
 	}
 	raw := cfg.RawV1Alpha1()
 	if cfg.Machine() == nil || cfg.Cluster() == nil || raw == nil {
@@ -49,27 +40,9 @@ func machineConfigInputs(path, talosVersion string) ([]input, string, error) {
 	}
 	m, c := cfg.Machine(), cfg.Cluster()
 	install := m.Install().Image()
-
-	// The release whose defaults fill in what the machine config leaves unset.
-	release, how := talosVersion, "--talos-version"
-	if release == "" {
-		nameTag, _, _ := strings.Cut(lastPathElement(install), "@")
-		if _, tag, ok := strings.Cut(nameTag, ":"); ok {
-			if _, _, err := talosReleaseFor(tag); err == nil {
-				release, how = tag, "the tag of machine.install.image"
-			}
-		}
-	}
-	rel, relNote, err := talosReleaseFor(release)
+	rel, notes, err := nodeRelease(talosVersion, install)
 	if err != nil {
 		return nil, "", err
-	}
-	if release == "" {
-		how = "this build's machinery (machine.install.image names no release the table knows)"
-	}
-	notes := []string{fmt.Sprintf("defaults of Talos %s, from %s", rel.Version, how)}
-	if relNote != "" {
-		notes = append(notes, relNote)
 	}
 
 	var out []input
@@ -113,7 +86,53 @@ func machineConfigInputs(path, talosVersion string) ([]input, string, error) {
 	if c.Network().CNI().Name() == constants.FlannelCNI {
 		add("flannel", talosFlannelRepository+":"+rel.Flannel, false)
 	}
-	return out, strings.Join(notes, "; "), nil
+	return out, notes, nil
+}
+
+// readMachineConfig reads and parses the machine config at path (--machine-config).
+func readMachineConfig(path string) (config.Provider, error) {
+	data, err := inputfile.Read(path, inputfile.MachineConfig)
+	if inputfile.Refused(err) {
+		return nil, refusal.Value("--machine-config", path, err.Error())
+	}
+	if err != nil {
+		return nil, refusal.Value("--machine-config", path, fmt.Sprintf("cannot read it (%v); want the output of `talosctl read /system/state/config.yaml` or `talosctl get machineconfig -o yaml`", errors.Unwrap(err)))
+	}
+	cfg, err := talos.ParseMachineConfig(path, data)
+	if err != nil {
+		if errors.Is(err, refusal.ErrRefused) {
+			return nil, refusal.Value("--machine-config", path, err.Error())
+		}
+		return nil, fmt.Errorf("--machine-config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// nodeRelease is the release whose defaults fill in what the machine config leaves unset:
+// talosVersion when given, else the tag of the install image when the table knows it, else this
+// build's. notes says which, and why.
+func nodeRelease(talosVersion, install string) (talosRelease, string, error) {
+	release, how := talosVersion, "--talos-version"
+	if release == "" {
+		nameTag, _, _ := strings.Cut(lastPathElement(install), "@")
+		if _, tag, ok := strings.Cut(nameTag, ":"); ok {
+			if _, _, err := talosReleaseFor(tag); err == nil {
+				release, how = tag, "the tag of machine.install.image"
+			}
+		}
+	}
+	rel, relNote, err := talosReleaseFor(release)
+	if err != nil {
+		return talosRelease{}, "", err
+	}
+	if release == "" {
+		how = "this build's machinery (machine.install.image names no release the table knows)"
+	}
+	notes := []string{fmt.Sprintf("defaults of Talos %s, from %s", rel.Version, how)}
+	if relNote != "" {
+		notes = append(notes, relNote)
+	}
+	return rel, strings.Join(notes, "; "), nil
 }
 
 // configImages are the images a v1alpha1 machine config really names; "" where it leaves the
