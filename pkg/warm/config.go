@@ -75,8 +75,28 @@ func (c Config) Options(args []string) (Options, error) {
 	opts.PlatformMatch, err = ParsePlatformMatch(c.PlatformMatch)
 	errs = append(errs, err)
 
-	// Sources in order: the Talos set, --images-from, the arguments; duplicates dropped.
-	var inputs []input
+	inputs, inputErrs := c.inputs(args, &opts)
+	errs = append(errs, inputErrs...)
+	refs, srcs, refErrs := sources(inputs)
+	opts.Images, opts.Sources = refs, srcs
+	errs = append(errs, refErrs...)
+	errs = append(errs, c.setLimits(&opts)...)
+	if err := errors.Join(errs...); err != nil {
+		// Every problem is the user's to fix, the ones not refused on their own too (--retries,
+		// a flag-like argument, a read error of --images-from -), so the whole is one refusal.
+		return opts, &refusal.Error{Reason: "warm: " + err.Error(), Err: err}
+	}
+	return opts, nil
+}
+
+// inputs are the images named, from the sources in order: the Talos set (opts.Talos), the
+// machine config (its note in opts.Notes), --installer-image, --images-from, the arguments.
+// Nothing to warm is a problem too.
+func (c Config) inputs(args []string, opts *Options) ([]input, []error) {
+	var (
+		inputs []input
+		errs   []error
+	)
 	if c.Talos || (c.TalosVersion != "" && c.MachineConfig == "") {
 		set, err := TalosJoinImagesFor(c.TalosVersion, c.KubernetesVersion)
 		errs = append(errs, err)
@@ -125,10 +145,13 @@ func (c Config) Options(args []string) (Options, error) {
 			errs = append(errs, fmt.Errorf("nothing to warm: --images-from %s lists no image (it is empty, or only blank lines and # comments); put references in it, name an IMAGE, or use --talos, --talos-version or --machine-config", c.ImagesFrom))
 		}
 	}
-	refs, srcs, refErrs := sources(inputs)
-	opts.Images, opts.Sources = refs, srcs
-	errs = append(errs, refErrs...)
+	return inputs, errs
+}
 
+// setLimits sets the waits, retries, concurrency and blob timeout of opts and returns the
+// problems with them.
+func (c Config) setLimits(opts *Options) []error {
+	var errs []error
 	// 0 on the command line means "none" where Options' zero means "default".
 	opts.Wait, opts.Deadline = orNegative(c.Wait), orNegative(c.Deadline)
 	if c.Retries < 0 {
@@ -149,12 +172,7 @@ func (c Config) Options(args []string) (Options, error) {
 	if c.Wait < 0 || c.Deadline < 0 {
 		errs = append(errs, errors.New("--wait and --deadline must not be negative"))
 	}
-	if err := errors.Join(errs...); err != nil {
-		// Every problem is the user's to fix, the ones not refused on their own too (--retries,
-		// a flag-like argument, a read error of --images-from -), so the whole is one refusal.
-		return opts, &refusal.Error{Reason: "warm: " + err.Error(), Err: err}
-	}
-	return opts, nil
+	return errs
 }
 
 // OptionsContext is Options, ended by ctx: reading --images-from from standard input or a
