@@ -92,24 +92,34 @@ func ParseURL(field, s string) (*url.URL, error) {
 	case u.Fragment != "" || strings.Contains(t, "#"):
 		return refuse(t, "a fragment is not accepted: %s", wantURL)
 	}
+	h, reason := urlHost(u)
+	if reason != "" {
+		return refuse(t, "%s", reason)
+	}
+	return &url.URL{Scheme: u.Scheme, Host: h}, nil
+}
+
+// urlHost is the host[:port] of u as ParseURL returns it (the host lower-cased, an IPv6 address
+// bracketed), or why u's host or port is refused.
+func urlHost(u *url.URL) (h, reason string) {
 	host, port := u.Hostname(), u.Port()
 	if strings.HasSuffix(u.Host, ":") {
-		return refuse(t, "empty port: %s", wantURL)
+		return "", "empty port: " + wantURL
 	}
 	if strings.HasPrefix(u.Host, "[") {
 		a, err := netip.ParseAddr(host)
 		if err != nil || !a.Is6() || a.Zone() != "" {
-			return refuse(t, "host [%s] is not an IPv6 address without zone: %s", host, wantURL)
+			return "", fmt.Sprintf("host [%s] is not an IPv6 address without zone: %s", host, wantURL)
 		}
 	} else if strings.Contains(host, ":") || !anchoredDomain.MatchString(host) {
-		return refuse(t, "host %q is not a DNS name or IP address: %s", host, wantURL)
+		return "", fmt.Sprintf("host %q is not a DNS name or IP address: %s", host, wantURL)
 	}
 	if port != "" {
 		if err := checkPort(port); err != nil {
-			return refuse(t, "%v", err)
+			return "", err.Error()
 		}
 	}
-	h := strings.ToLower(host)
+	h = strings.ToLower(host)
 	if strings.HasPrefix(u.Host, "[") || port != "" {
 		if port == "" {
 			h = "[" + h + "]"
@@ -117,7 +127,7 @@ func ParseURL(field, s string) (*url.URL, error) {
 			h = net.JoinHostPort(h, port)
 		}
 	}
-	return &url.URL{Scheme: u.Scheme, Host: h}, nil
+	return h, ""
 }
 
 // redact hides a password in a URL that carries one; anything else is returned as it is.
