@@ -113,6 +113,16 @@ func (o *Origins) Explain(err error) error {
 		return err
 	}
 	msg := err.Error()
+	notes := append(o.originNotes(msg), o.keyHints(msg)...)
+	if len(notes) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, strings.Join(slices.Compact(notes), "; "))
+}
+
+// originNotes say where each flag msg names got its value, when from the environment or the
+// file, in flag order.
+func (o *Origins) originNotes(msg string) []string {
 	var notes []string
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
 		for n := range o.env {
@@ -135,6 +145,13 @@ func (o *Origins) Explain(err error) error {
 			notes = append(notes, fmt.Sprintf("--%s: from %s", name, o.from))
 		}
 	}
+	return notes
+}
+
+// keyHints are the hints for the flags msg names that kept their default while the file sets
+// another command's key of a related name, in key order.
+func (o *Origins) keyHints(msg string) []string {
+	var notes []string
 	for _, key := range slices.Sorted(func(yield func(string) bool) {
 		for k := range o.others {
 			if !yield(k) {
@@ -149,10 +166,7 @@ func (o *Origins) Explain(err error) error {
 			notes = append(notes, fmt.Sprintf("%s sets %s: %v, another command's key, but not %s, which this command reads: add %s to it", o.from, key, o.others[key], name, name))
 		}
 	}
-	if len(notes) == 0 {
-		return err
-	}
-	return fmt.Errorf("%w (%s)", err, strings.Join(slices.Compact(notes), "; "))
+	return notes
 }
 
 // namesFlag reports whether msg names --name as a whole flag (not --name-more).
