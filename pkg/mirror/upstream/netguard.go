@@ -306,15 +306,7 @@ func (g *addressGuard) dial(next dialFunc) dialFunc {
 			return next(ctx, network, addr)
 		}
 		if addrKey(addr) == g.endpoint {
-			conn, err := next(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			if err := g.reachedEndpoint(conn); err != nil {
-				_ = conn.Close()
-				return nil, err
-			}
-			return conn, nil
+			return g.dialEndpoint(ctx, next, network, addr)
 		}
 		host, port, err := net.SplitHostPort(addr)
 		if err != nil {
@@ -324,31 +316,54 @@ func (g *addressGuard) dial(next dialFunc) dialFunc {
 		if err != nil {
 			return nil, err
 		}
-		var (
-			refused error
-			ok      []netip.Addr
-		)
-		for _, ip := range ips {
-			ip = ip.Unmap()
-			if (network == "tcp4" && !ip.Is4()) || (network == "tcp6" && ip.Is4()) {
-				continue
-			}
-			if err := g.check(addr, ip); err != nil {
-				if refused == nil {
-					refused = err
-				}
-				continue
-			}
-			ok = append(ok, ip)
-		}
-		if len(ok) == 0 {
-			if refused != nil {
-				return nil, refused
-			}
-			return nil, fmt.Errorf("%s: no %s address", host, network)
+		ok, err := g.allowedAddrs(network, addr, host, ips)
+		if err != nil {
+			return nil, err
 		}
 		return dialAddrs(ctx, next, network, port, ok)
 	}
+}
+
+// dialEndpoint dials the configured endpoint as given and checks the address it reached.
+func (g *addressGuard) dialEndpoint(ctx context.Context, next dialFunc, network, addr string) (net.Conn, error) {
+	conn, err := next(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := g.reachedEndpoint(conn); err != nil {
+		_ = conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// allowedAddrs are the addresses ips of host (addr's) of network's family that pass the check;
+// none is an error: the first refusal, or that host has no address of the family.
+func (g *addressGuard) allowedAddrs(network, addr, host string, ips []netip.Addr) ([]netip.Addr, error) {
+	var (
+		refused error
+		ok      []netip.Addr
+	)
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		if (network == "tcp4" && !ip.Is4()) || (network == "tcp6" && ip.Is4()) {
+			continue
+		}
+		if err := g.check(addr, ip); err != nil {
+			if refused == nil {
+				refused = err
+			}
+			continue
+		}
+		ok = append(ok, ip)
+	}
+	if len(ok) == 0 {
+		if refused != nil {
+			return nil, refused
+		}
+		return nil, fmt.Errorf("%s: no %s address", host, network)
+	}
+	return ok, nil
 }
 
 // fallbackDelay is how long the first address family is tried alone before the other one joins
