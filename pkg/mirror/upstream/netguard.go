@@ -383,31 +383,15 @@ func dialAddrs(ctx context.Context, next dialFunc, network, port string, addrs [
 		}
 	}
 	serial := func(ctx context.Context, list []netip.Addr) (net.Conn, error) {
-		var last error
-		for _, a := range list {
-			conn, err := next(ctx, network, net.JoinHostPort(a.String(), port))
-			if err == nil {
-				return conn, nil
-			}
-			last = err
-			if ctx.Err() != nil {
-				break
-			}
-		}
-		return nil, last
+		return dialSerial(ctx, next, network, port, list)
 	}
 	if len(fallback) == 0 {
 		return serial(ctx, primary)
 	}
-	type result struct {
-		conn    net.Conn
-		err     error
-		primary bool
-	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	results := make(chan result, 2)
-	go func() { c, err := serial(rctx, primary); results <- result{c, err, true} }()
+	results := make(chan dialResult, 2)
+	go func() { c, err := serial(rctx, primary); results <- dialResult{c, err, true} }()
 	timer := time.NewTimer(fallbackDelay)
 	defer timer.Stop()
 	started, pending := false, 1
@@ -417,20 +401,14 @@ func dialAddrs(ctx context.Context, next dialFunc, network, port string, addrs [
 		case <-timer.C:
 			if !started {
 				started, pending = true, pending+1
-				go func() { c, err := serial(rctx, fallback); results <- result{c, err, false} }()
+				go func() { c, err := serial(rctx, fallback); results <- dialResult{c, err, false} }()
 			}
 		case r := <-results:
 			pending--
 			if r.err == nil {
 				cancel()
 				// The other attempt may still connect: close what it brings.
-				go func(n int) {
-					for ; n > 0; n-- {
-						if o := <-results; o.conn != nil {
-							_ = o.conn.Close()
-						}
-					}
-				}(pending)
+				go closeLate(results, pending)
 				return r.conn, nil
 			}
 			if r.primary || firstErr == nil {
@@ -439,12 +417,46 @@ func dialAddrs(ctx context.Context, next dialFunc, network, port string, addrs [
 			if !started {
 				started, pending = true, pending+1
 				timer.Stop()
-				go func() { c, err := serial(rctx, fallback); results <- result{c, err, false} }()
+				go func() { c, err := serial(rctx, fallback); results <- dialResult{c, err, false} }()
 				continue
 			}
 			if pending == 0 {
 				return nil, firstErr
 			}
+		}
+	}
+}
+
+// dialResult is one address family's attempt in dialAddrs.
+type dialResult struct {
+	conn    net.Conn
+	err     error
+	primary bool
+}
+
+// dialSerial dials the addresses list in turn, port on each; the first connection wins, else
+// the last error (the dial stops early when ctx ends).
+func dialSerial(ctx context.Context, next dialFunc, network, port string, list []netip.Addr) (net.Conn, error) {
+	var last error
+	for _, a := range list {
+		conn, err := next(ctx, network, net.JoinHostPort(a.String(), port))
+		if err == nil {
+			return conn, nil
+		}
+		last = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, last
+}
+
+// closeLate receives the n attempts still running after one connected and closes what they
+// bring.
+func closeLate(results <-chan dialResult, n int) {
+	for ; n > 0; n-- {
+		if o := <-results; o.conn != nil {
+			_ = o.conn.Close()
 		}
 	}
 }
