@@ -310,6 +310,8 @@ func (f *Fill) run() {
 // past Options.MaxUnknownBlobSize; nothing of it is stored.
 var ErrUnknownSizeTooLarge = errors.New("blob of unstated size is larger than the bound")
 
+// download fetches the blob into the staging file, resuming a broken stream from the bytes
+// written, and checks its size and digest.
 func (f *Fill) download(ctx context.Context) error {
 	r := f.remote
 	file, err := os.OpenFile(f.path, os.O_WRONLY, 0)
@@ -322,12 +324,8 @@ func (f *Fill) download(ctx context.Context) error {
 	stalled := 0 // attempts in a row that added no byte
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
-			delay := resumeDelay
-			if stalled > 0 {
-				delay = time.Duration(1<<min(stalled-1, 4)) * 250 * time.Millisecond
-			}
 			select {
-			case <-time.After(delay):
+			case <-time.After(retryDelay(stalled)):
 			case <-ctx.Done():
 				return fmt.Errorf("fill timeout or abandoned after %d attempts: %w (last error: %w)", attempt, ctx.Err(), lastErr)
 			}
@@ -340,16 +338,7 @@ func (f *Fill) download(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("fill timeout or abandoned after %d attempts: %w (last error: %w)", attempt+1, ctx.Err(), err)
 		}
-		var ue *Error
-		if errors.As(err, &ue) && (ue.NotFound() || ue.Status == http.StatusForbidden || ue.Status == http.StatusUnauthorized) {
-			return err
-		}
-		if errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrUnsafeTarget) || errors.Is(err, ErrUnknownSizeTooLarge) {
-			return err
-		}
-		if errors.As(err, &ue) && ue.Status != 0 && f.written == 0 && attempt+1 >= statusAttempts {
-			// The upstream answers, but with an error, and has not sent a byte: clients waiting
-			// for headers get that error now rather than after every resume attempt.
+		if f.finalError(err, attempt) {
 			return err
 		}
 		if progressed {
@@ -375,6 +364,31 @@ func (f *Fill) download(ctx context.Context) error {
 		return fmt.Errorf("sync staging file: %w", err)
 	}
 	return nil
+}
+
+// retryDelay is the wait before the next attempt of download: resumeDelay after an attempt that
+// added bytes, else doubling from 250ms with the attempts in a row that added none (at most 4s).
+func retryDelay(stalled int) time.Duration {
+	if stalled > 0 {
+		return time.Duration(1<<min(stalled-1, 4)) * 250 * time.Millisecond
+	}
+	return resumeDelay
+}
+
+// finalError reports whether err, of the attempt numbered attempt (from 0), ends download
+// without a resume: the blob is not there or not ours to read, its bytes are wrong or too many,
+// or the upstream keeps answering an error before a byte was sent.
+func (f *Fill) finalError(err error, attempt int) bool {
+	var ue *Error
+	if errors.As(err, &ue) && (ue.NotFound() || ue.Status == http.StatusForbidden || ue.Status == http.StatusUnauthorized) {
+		return true
+	}
+	if errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrUnsafeTarget) || errors.Is(err, ErrUnknownSizeTooLarge) {
+		return true
+	}
+	// The upstream answers, but with an error, and has not sent a byte: clients waiting for
+	// headers get that error now rather than after every resume attempt.
+	return errors.As(err, &ue) && ue.Status != 0 && f.written == 0 && attempt+1 >= statusAttempts
 }
 
 // downloadOnce makes one upstream request for the rest of the blob (all of it, or with Range
