@@ -158,41 +158,11 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 	case opts.Registerer == nil:
 		return nil, errors.New("upstream: metrics registerer is required")
 	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = DefaultTimeout
-	}
-	if opts.FillTimeout <= 0 {
-		opts.FillTimeout = DefaultFillTimeout
-	}
-	if opts.Clock == nil {
-		opts.Clock = time.Now
-	}
-	if opts.Transport == nil {
-		opts.Transport = DefaultTransport(opts.Timeout)
-	}
-	if opts.InstanceID == "" {
-		opts.InstanceID = NewInstanceID()
-	}
-	if opts.MaxUnknownBlobSize <= 0 {
-		opts.MaxUnknownBlobSize = DefaultMaxUnknownBlobSize
-	}
+	opts.setDefaults()
 	dialer := &net.Dialer{Timeout: opts.Timeout, KeepAlive: 30 * time.Second}
-	var ch *chain
-	if opts.Chain != nil {
-		if opts.Chain.Scheme != "http" && opts.Chain.Scheme != "https" || opts.Chain.Host == "" {
-			return nil, fmt.Errorf("upstream: chain URL %q: want http:// or https://HOST[:PORT]", opts.Chain)
-		}
-		base := opts.Transport
-		if t, ok := base.(*http.Transport); ok {
-			t = t.Clone()
-			t.ResponseHeaderTimeout = SharedTierTimeout(opts.Timeout)
-			base = t
-		}
-		base = newAddressGuard(opts.Chain, opts.AllowPrivate, opts.Resolver).guardTransport(base, dialer)
-		ch = &chain{url: opts.Chain, base: base, breaker: &breaker{now: opts.Clock}, log: opts.Logger}
-		if t, ok := base.(*http.Transport); ok {
-			ch.own = t
-		}
+	ch, err := newChain(opts, dialer)
+	if err != nil {
+		return nil, err
 	}
 	met, err := newMetrics(opts.Registerer)
 	if err != nil {
@@ -217,26 +187,80 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 		}
 	}
 	for _, reg := range regs {
-		base, err := transportFor(reg, opts.Transport)
-		if err != nil {
+		if err := f.addRemote(reg, dialer); err != nil {
 			return nil, err
 		}
-		// Each upstream has its own guard and connection pool: its own address is its own, not
-		// another upstream's.
-		base = newAddressGuard(reg.URL, opts.AllowPrivate, opts.Resolver).guardTransport(base, dialer)
-		if t, ok := base.(*http.Transport); ok {
-			f.owned = append(f.owned, t)
-		}
-		c, err := newClient(reg, base, opts.Timeout, opts.UserAgent, opts.Clock, ch, opts.InstanceID)
-		if err != nil {
-			return nil, err
-		}
-		c.onRefused = f.noteRefused
-		f.remotes[reg.Name] = &Remote{Registry: reg, f: f, client: c}
-		met.initUpstream(reg.Name)
 	}
 	f.fillCtx, f.abandon = context.WithCancel(context.WithoutCancel(ctx))
 	return f, nil
+}
+
+// setDefaults fills in the defaults of the options left unset.
+func (o *Options) setDefaults() {
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultTimeout
+	}
+	if o.FillTimeout <= 0 {
+		o.FillTimeout = DefaultFillTimeout
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Transport == nil {
+		o.Transport = DefaultTransport(o.Timeout)
+	}
+	if o.InstanceID == "" {
+		o.InstanceID = NewInstanceID()
+	}
+	if o.MaxUnknownBlobSize <= 0 {
+		o.MaxUnknownBlobSize = DefaultMaxUnknownBlobSize
+	}
+}
+
+// newChain is the shared tier at opts.Chain (nil when none): its own guarded transport, with
+// the shared tier's response header timeout.
+func newChain(opts Options, dialer *net.Dialer) (*chain, error) {
+	if opts.Chain == nil {
+		return nil, nil
+	}
+	if opts.Chain.Scheme != "http" && opts.Chain.Scheme != "https" || opts.Chain.Host == "" {
+		return nil, fmt.Errorf("upstream: chain URL %q: want http:// or https://HOST[:PORT]", opts.Chain)
+	}
+	base := opts.Transport
+	if t, ok := base.(*http.Transport); ok {
+		t = t.Clone()
+		t.ResponseHeaderTimeout = SharedTierTimeout(opts.Timeout)
+		base = t
+	}
+	base = newAddressGuard(opts.Chain, opts.AllowPrivate, opts.Resolver).guardTransport(base, dialer)
+	ch := &chain{url: opts.Chain, base: base, breaker: &breaker{now: opts.Clock}, log: opts.Logger}
+	if t, ok := base.(*http.Transport); ok {
+		ch.own = t
+	}
+	return ch, nil
+}
+
+// addRemote adds the upstream reg, with its own guarded transport, and its metrics at 0.
+func (f *Fetcher) addRemote(reg Registry, dialer *net.Dialer) error {
+	opts := f.opts
+	base, err := transportFor(reg, opts.Transport)
+	if err != nil {
+		return err
+	}
+	// Each upstream has its own guard and connection pool: its own address is its own, not
+	// another upstream's.
+	base = newAddressGuard(reg.URL, opts.AllowPrivate, opts.Resolver).guardTransport(base, dialer)
+	if t, ok := base.(*http.Transport); ok {
+		f.owned = append(f.owned, t)
+	}
+	c, err := newClient(reg, base, opts.Timeout, opts.UserAgent, opts.Clock, f.chain, opts.InstanceID)
+	if err != nil {
+		return err
+	}
+	c.onRefused = f.noteRefused
+	f.remotes[reg.Name] = &Remote{Registry: reg, f: f, client: c}
+	f.metrics.initUpstream(reg.Name)
+	return nil
 }
 
 // transportFor is base with reg's RootCAs.
