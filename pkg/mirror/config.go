@@ -95,25 +95,9 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	if err != nil {
 		return Options{}, err
 	}
-	creds := map[string]*upstream.Credentials{}
-	for _, spec := range SplitList(c.UpstreamAuth) {
-		n, file, err := upstreamFileSpec("upstream-auth", spec, ups)
-		if err != nil {
-			return Options{}, err
-		}
-		if creds[n], err = upstream.LoadCredentials(file, n, upstream.CredentialsOptions{Logger: log}); err != nil {
-			return Options{}, fmt.Errorf("--upstream-auth %s: %w", n, err)
-		}
-	}
-	cas := map[string]*x509.CertPool{}
-	for _, spec := range SplitList(c.UpstreamCA) {
-		n, file, err := upstreamFileSpec("upstream-ca", spec, ups)
-		if err != nil {
-			return Options{}, err
-		}
-		if cas[n], err = upstream.LoadRootCAs(file); err != nil {
-			return Options{}, fmt.Errorf("--upstream-ca %s: %w", n, err)
-		}
+	creds, cas, err := c.upstreamFiles(ups, log)
+	if err != nil {
+		return Options{}, err
 	}
 	o := Options{PullAllow: pullAllow, UpstreamCredentials: creds, UpstreamRootCAs: cas,
 		Root: c.Root, Upstreams: ups, DefaultUpstream: c.DefaultUpstream,
@@ -128,70 +112,121 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	if o.MaxSize, err = ParseMaxSize(c.MaxSize, o.Root); err != nil {
 		return o, fmt.Errorf("--max-size %w", err)
 	}
-	o.Storage, o.S3 = c.Storage, c.S3
-	switch c.Storage {
-	case "", StorageFilesystem:
-		if c.S3 != (S3Storage{}) || c.S3Profile != "" {
-			return o, errors.New("--s3-*: only with --storage s3")
-		}
-	case StorageS3:
-		if err := c.S3.validate(); err != nil {
-			return o, err
-		}
-		if o.MaxSize != 0 { // "0", "0B", "0GiB": no cap, as without the flag
-			return o, errors.New(maxSizeS3)
-		}
-		if c.S3Profile != "" {
-			// The AWS SDK for Go v1 under distribution's s3 driver takes the profile only from
-			// the process environment.
-			if err := errors.Join(os.Setenv("AWS_PROFILE", c.S3Profile), os.Setenv("AWS_SDK_LOAD_CONFIG", "1")); err != nil {
-				return o, fmt.Errorf("--s3-profile: %w", err)
-			}
-		}
-	default:
-		return o, fmt.Errorf("--storage %q: want filesystem or s3", c.Storage)
+	if err := c.setStorage(&o); err != nil {
+		return o, err
 	}
 	if c.Chain != "" {
 		if o.Chain, err = name.ParseURL("--chain", c.Chain); err != nil {
 			return o, err
 		}
 	}
+	if err := c.checkListeners(); err != nil {
+		return o, err
+	}
+	if err := o.checkTimes(); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// upstreamFiles loads the credentials (--upstream-auth) and CAs (--upstream-ca) of the
+// upstreams ups, by upstream name.
+func (c Config) upstreamFiles(ups []name.Upstream, log zerolog.Logger) (map[string]*upstream.Credentials, map[string]*x509.CertPool, error) {
+	creds := map[string]*upstream.Credentials{}
+	for _, spec := range SplitList(c.UpstreamAuth) {
+		n, file, err := upstreamFileSpec("upstream-auth", spec, ups)
+		if err != nil {
+			return nil, nil, err
+		}
+		if creds[n], err = upstream.LoadCredentials(file, n, upstream.CredentialsOptions{Logger: log}); err != nil {
+			return nil, nil, fmt.Errorf("--upstream-auth %s: %w", n, err)
+		}
+	}
+	cas := map[string]*x509.CertPool{}
+	for _, spec := range SplitList(c.UpstreamCA) {
+		n, file, err := upstreamFileSpec("upstream-ca", spec, ups)
+		if err != nil {
+			return nil, nil, err
+		}
+		if cas[n], err = upstream.LoadRootCAs(file); err != nil {
+			return nil, nil, fmt.Errorf("--upstream-ca %s: %w", n, err)
+		}
+	}
+	return creds, cas, nil
+}
+
+// setStorage sets o's storage (--storage and the --s3-* flags, only with s3) and checks it.
+func (c Config) setStorage(o *Options) error {
+	o.Storage, o.S3 = c.Storage, c.S3
+	switch c.Storage {
+	case "", StorageFilesystem:
+		if c.S3 != (S3Storage{}) || c.S3Profile != "" {
+			return errors.New("--s3-*: only with --storage s3")
+		}
+	case StorageS3:
+		if err := c.S3.validate(); err != nil {
+			return err
+		}
+		if o.MaxSize != 0 { // "0", "0B", "0GiB": no cap, as without the flag
+			return errors.New(maxSizeS3)
+		}
+		if c.S3Profile != "" {
+			// The AWS SDK for Go v1 under distribution's s3 driver takes the profile only from
+			// the process environment.
+			if err := errors.Join(os.Setenv("AWS_PROFILE", c.S3Profile), os.Setenv("AWS_SDK_LOAD_CONFIG", "1")); err != nil {
+				return fmt.Errorf("--s3-profile: %w", err)
+			}
+		}
+	default:
+		return fmt.Errorf("--storage %q: want filesystem or s3", c.Storage)
+	}
+	return nil
+}
+
+// checkListeners checks --listen and --metrics-listen (when set), which must not be one port.
+func (c Config) checkListeners() error {
 	for _, l := range []struct{ name, value string }{{"listen", c.Listen}, {"metrics-listen", c.MetricsListen}} {
 		if l.value != "" || l.name == "listen" {
 			if err := checkListen(l.value); err != nil {
-				return o, fmt.Errorf("--%s %q: %w", l.name, l.value, err)
+				return fmt.Errorf("--%s %q: %w", l.name, l.value, err)
 			}
 		}
 	}
 	if c.MetricsListen != "" && sameListener(c.Listen, c.MetricsListen) {
-		return o, fmt.Errorf("--metrics-listen %q and --listen %q would bind the same port: give --metrics-listen another port (e.g. :9464), or leave it empty, since --listen serves /metrics and the probes too",
+		return fmt.Errorf("--metrics-listen %q and --listen %q would bind the same port: give --metrics-listen another port (e.g. :9464), or leave it empty, since --listen serves /metrics and the probes too",
 			c.MetricsListen, c.Listen)
 	}
+	return nil
+}
+
+// checkTimes checks o's timeouts and TTL, and that the default upstream is one of its upstreams.
+func (o *Options) checkTimes() error {
 	if o.UpstreamTimeout <= 0 {
-		return o, fmt.Errorf("--upstream-timeout %s: want a positive duration such as 10s", o.UpstreamTimeout)
+		return fmt.Errorf("--upstream-timeout %s: want a positive duration such as 10s", o.UpstreamTimeout)
 	}
 	if o.TagTTL < 0 {
-		return o, fmt.Errorf("--tag-ttl %s: want 0 or a positive duration", o.TagTTL)
+		return fmt.Errorf("--tag-ttl %s: want 0 or a positive duration", o.TagTTL)
 	}
 	if o.FillTimeout <= 0 {
-		return o, fmt.Errorf("--fill-timeout %s: want a positive duration such as 2h", o.FillTimeout)
+		return fmt.Errorf("--fill-timeout %s: want a positive duration such as 2h", o.FillTimeout)
 	}
-	if o.DefaultUpstream != "" {
-		n, err := name.ParseRegistry(o.DefaultUpstream)
-		if err != nil {
-			return o, fmt.Errorf("--default-upstream: %w", err)
-		}
-		var names []string
-		found := false
-		for _, u := range ups {
-			names = append(names, u.Name)
-			found = found || name.Canonical(u.Name) == name.Canonical(n)
-		}
-		if !found {
-			return o, fmt.Errorf("--default-upstream %q is not among --upstream names %s", n, strings.Join(names, ", "))
-		}
+	if o.DefaultUpstream == "" {
+		return nil
 	}
-	return o, nil
+	n, err := name.ParseRegistry(o.DefaultUpstream)
+	if err != nil {
+		return fmt.Errorf("--default-upstream: %w", err)
+	}
+	var names []string
+	found := false
+	for _, u := range o.Upstreams {
+		names = append(names, u.Name)
+		found = found || name.Canonical(u.Name) == name.Canonical(n)
+	}
+	if !found {
+		return fmt.Errorf("--default-upstream %q is not among --upstream names %s", n, strings.Join(names, ", "))
+	}
+	return nil
 }
 
 // checkRoot refuses a --root that can never be the storage directory: an existing file that is
