@@ -349,50 +349,63 @@ func (x *cacheIndex) images(name func(storageRepo string) (upstream, repo string
 			}
 			img := mirrorapi.CachedImage{Upstream: up, Repository: repo, Digest: d.String(), LastPulled: e.LastPulled.UTC()}
 			img.Tags = slices.Sorted(slices.Values(tagsOf[d]))
-			seen := map[digest.Digest]bool{}
-			var walk func(digest.Digest)
-			walk = func(c digest.Digest) {
-				if seen[c] {
-					return
-				}
-				seen[c] = true
-				if b := x.blobs[c]; b != nil {
-					img.SizeBytes += b.Size
-				}
-				if m := r.manifests[c]; m != nil {
-					if c != d {
-						for _, tag := range tagsOf[c] {
-							if img.ChildTags == nil {
-								img.ChildTags = map[string]string{}
-							}
-							img.ChildTags[tag] = c.String()
-						}
-					}
-					for _, cc := range m.Refs {
-						walk(cc)
-					}
-				}
-			}
-			walk(d)
+			x.addContent(&img, r, d, tagsOf)
 			out = append(out, img)
 		}
 	}
-	slices.SortFunc(out, func(a, b mirrorapi.CachedImage) int {
-		if c := b.LastPulled.Compare(a.LastPulled); c != 0 {
-			return c
+	slices.SortFunc(out, compareImages)
+	return out
+}
+
+// addContent adds to img, the image whose top manifest is d in r, the size of every blob it
+// holds (each once) and the tags of its child manifests (tagsOf: the tags of each manifest).
+// x.mu is held.
+func (x *cacheIndex) addContent(img *mirrorapi.CachedImage, r *repoIndex, d digest.Digest, tagsOf map[digest.Digest][]string) {
+	seen := map[digest.Digest]bool{}
+	var walk func(digest.Digest)
+	walk = func(c digest.Digest) {
+		if seen[c] {
+			return
 		}
-		if a.Upstream+"/"+a.Repository != b.Upstream+"/"+b.Repository {
-			if a.Upstream+"/"+a.Repository < b.Upstream+"/"+b.Repository {
-				return -1
+		seen[c] = true
+		if b := x.blobs[c]; b != nil {
+			img.SizeBytes += b.Size
+		}
+		m := r.manifests[c]
+		if m == nil {
+			return
+		}
+		if c != d {
+			for _, tag := range tagsOf[c] {
+				if img.ChildTags == nil {
+					img.ChildTags = map[string]string{}
+				}
+				img.ChildTags[tag] = c.String()
 			}
-			return 1
 		}
-		if a.Digest < b.Digest {
+		for _, cc := range m.Refs {
+			walk(cc)
+		}
+	}
+	walk(d)
+}
+
+// compareImages orders images most recently pulled first, then by upstream/repository, then by
+// digest.
+func compareImages(a, b mirrorapi.CachedImage) int {
+	if c := b.LastPulled.Compare(a.LastPulled); c != 0 {
+		return c
+	}
+	if a.Upstream+"/"+a.Repository != b.Upstream+"/"+b.Repository {
+		if a.Upstream+"/"+a.Repository < b.Upstream+"/"+b.Repository {
 			return -1
 		}
 		return 1
-	})
-	return out
+	}
+	if a.Digest < b.Digest {
+		return -1
+	}
+	return 1
 }
 
 // maxManifestRefs bounds the descriptors (config, layers, child manifests) a manifest fetched
