@@ -213,68 +213,16 @@ func (m *Mirror) loadIndex(ctx context.Context) {
 // repository's manifest revisions (read and parsed for their references), blob links and tags.
 // Last-pulled times come from hints when it has them, else from the revision link's time.
 func (m *Mirror) rebuildIndex(ctx context.Context, hints *indexFile) error {
+	if err := m.indexBlobs(ctx); err != nil {
+		return err
+	}
+	revisions, err := m.indexRepos(ctx)
+	if err != nil {
+		return err
+	}
 	x := m.cache.idx
-	drv := m.cache.driver
-	err := drv.Walk(ctx, storageBlobsRoot, func(fi storagedriver.FileInfo) error {
-		if fi.IsDir() || path.Base(fi.Path()) != "data" {
-			return nil
-		}
-		parts := strings.Split(strings.TrimPrefix(fi.Path(), storageBlobsRoot+"/"), "/")
-		if len(parts) != 4 {
-			return nil
-		}
-		d := digest.NewDigestFromEncoded(digest.Algorithm(parts[0]), parts[2])
-		if d.Validate() == nil {
-			x.addBlob("", d, fi.Size(), fi.ModTime())
-		}
-		return ctx.Err()
-	})
-	if err != nil && !isPathNotFound(err) {
-		return fmt.Errorf("walk blobs: %w", err)
-	}
-	type manifestLink struct {
-		repo string
-		d    digest.Digest
-		at   time.Time
-	}
-	var revisions []manifestLink
-	err = drv.Walk(ctx, storageRepoRoot, func(fi storagedriver.FileInfo) error {
-		p := fi.Path()
-		if fi.IsDir() {
-			if base := path.Base(p); base == "_uploads" || (base == "index" && strings.Contains(p, "/_manifests/tags/")) {
-				return storagedriver.ErrSkipDir
-			}
-			return nil
-		}
-		if path.Base(p) != "link" {
-			return nil
-		}
-		rel := strings.TrimPrefix(p, storageRepoRoot+"/")
-		if repo, rest, ok := strings.Cut(rel, "/_manifests/revisions/"); ok {
-			if d, ok := linkDigest(rest); ok {
-				revisions = append(revisions, manifestLink{repo, d, fi.ModTime()})
-			}
-		} else if repo, rest, ok := strings.Cut(rel, "/_layers/"); ok {
-			if d, ok := linkDigest(rest); ok {
-				x.addLink(repo, d)
-			}
-		} else if repo, rest, ok := strings.Cut(rel, "/_manifests/tags/"); ok {
-			if tag, ok := strings.CutSuffix(rest, "/current/link"); ok {
-				b, err := drv.GetContent(ctx, p)
-				if err == nil {
-					if d, err := digest.Parse(strings.TrimSpace(string(b))); err == nil {
-						x.setTag(repo, tag, d)
-					}
-				}
-			}
-		}
-		return ctx.Err()
-	})
-	if err != nil && !isPathNotFound(err) {
-		return fmt.Errorf("walk repositories: %w", err)
-	}
 	for _, rv := range revisions {
-		raw, err := drv.GetContent(ctx, blobDataPath(rv.d))
+		raw, err := m.cache.driver.GetContent(ctx, blobDataPath(rv.d))
 		if err != nil {
 			continue // a revision without data: nothing to serve, nothing to count
 		}
@@ -291,6 +239,88 @@ func (m *Mirror) rebuildIndex(ctx context.Context, hints *indexFile) error {
 		x.addManifest(rv.repo, rv.d, int64(len(raw)), refs, pulled)
 	}
 	return ctx.Err()
+}
+
+// indexBlobs indexes the blob data files of storage (their sizes and times).
+func (m *Mirror) indexBlobs(ctx context.Context) error {
+	x := m.cache.idx
+	err := m.cache.driver.Walk(ctx, storageBlobsRoot, func(fi storagedriver.FileInfo) error {
+		if fi.IsDir() || path.Base(fi.Path()) != "data" {
+			return nil
+		}
+		parts := strings.Split(strings.TrimPrefix(fi.Path(), storageBlobsRoot+"/"), "/")
+		if len(parts) != 4 {
+			return nil
+		}
+		d := digest.NewDigestFromEncoded(digest.Algorithm(parts[0]), parts[2])
+		if d.Validate() == nil {
+			x.addBlob("", d, fi.Size(), fi.ModTime())
+		}
+		return ctx.Err()
+	})
+	if err != nil && !isPathNotFound(err) {
+		return fmt.Errorf("walk blobs: %w", err)
+	}
+	return nil
+}
+
+// manifestLink is a manifest revision link of a repository found in storage, and its time.
+type manifestLink struct {
+	repo string
+	d    digest.Digest
+	at   time.Time
+}
+
+// indexRepos indexes every repository's blob links and tags, and returns its manifest
+// revisions, which are read after the walk.
+func (m *Mirror) indexRepos(ctx context.Context) ([]manifestLink, error) {
+	var revisions []manifestLink
+	err := m.cache.driver.Walk(ctx, storageRepoRoot, func(fi storagedriver.FileInfo) error {
+		p := fi.Path()
+		if fi.IsDir() {
+			if base := path.Base(p); base == "_uploads" || (base == "index" && strings.Contains(p, "/_manifests/tags/")) {
+				return storagedriver.ErrSkipDir
+			}
+			return nil
+		}
+		if path.Base(p) != "link" {
+			return nil
+		}
+		if rv, ok := m.indexLink(ctx, p, fi.ModTime()); ok {
+			revisions = append(revisions, rv)
+		}
+		return ctx.Err()
+	})
+	if err != nil && !isPathNotFound(err) {
+		return nil, fmt.Errorf("walk repositories: %w", err)
+	}
+	return revisions, nil
+}
+
+// indexLink indexes the link file at storage path p (written at): a blob link or a tag goes
+// into the index; a manifest revision is returned (ok).
+func (m *Mirror) indexLink(ctx context.Context, p string, at time.Time) (manifestLink, bool) {
+	x := m.cache.idx
+	rel := strings.TrimPrefix(p, storageRepoRoot+"/")
+	if repo, rest, ok := strings.Cut(rel, "/_manifests/revisions/"); ok {
+		if d, ok := linkDigest(rest); ok {
+			return manifestLink{repo, d, at}, true
+		}
+	} else if repo, rest, ok := strings.Cut(rel, "/_layers/"); ok {
+		if d, ok := linkDigest(rest); ok {
+			x.addLink(repo, d)
+		}
+	} else if repo, rest, ok := strings.Cut(rel, "/_manifests/tags/"); ok {
+		if tag, ok := strings.CutSuffix(rest, "/current/link"); ok {
+			b, err := m.cache.driver.GetContent(ctx, p)
+			if err == nil {
+				if d, err := digest.Parse(strings.TrimSpace(string(b))); err == nil {
+					x.setTag(repo, tag, d)
+				}
+			}
+		}
+	}
+	return manifestLink{}, false
 }
 
 // linkDigest parses "<algorithm>/<hex>/link".
