@@ -301,7 +301,7 @@ func legacyPatch(opts Options) ([]byte, error) {
 		regs.RegistryMirrors[n] = m // legacy form
 	}
 	if len(opts.MirrorCA) > 0 {
-		regs.RegistryConfig = map[string]*v1alpha1.RegistryConfig{ //nolint:staticcheck // legacy form
+		regs.RegistryConfig = map[string]*v1alpha1.RegistryConfig{ // legacy form
 			opts.Mirror.Host(): {RegistryTLS: &v1alpha1.RegistryTLSConfig{TLSCA: v1alpha1.Base64Bytes(opts.MirrorCA)}},
 		}
 	}
