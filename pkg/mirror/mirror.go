@@ -81,18 +81,7 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 	if opts.UserAgent == "" {
 		opts.UserAgent = buildinfo.UserAgent("")
 	}
-	gatherer := opts.Gatherer
-	if opts.Registerer == nil {
-		reg := prometheus.NewRegistry()
-		opts.Registerer, gatherer = reg, reg
-	}
-	if gatherer == nil {
-		if g, ok := opts.Registerer.(prometheus.Gatherer); ok {
-			gatherer = g
-		} else {
-			gatherer = prometheus.DefaultGatherer
-		}
-	}
+	gatherer := metricsGatherer(&opts)
 	cache := newCacheState()
 	cache.log = opts.Logger
 	if opts.Storage == StorageFilesystem {
@@ -102,33 +91,7 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	staging, err := stagingDir(opts.Root)
-	if err != nil {
-		return nil, err
-	}
-	regs := make([]upstream.Registry, len(opts.Upstreams))
-	for i, u := range opts.Upstreams {
-		regs[i] = upstream.Registry{Name: u.Name, URL: u.URL,
-			Credentials: opts.UpstreamCredentials[u.Name], RootCAs: opts.UpstreamRootCAs[u.Name]}
-	}
-	fetch, err := upstream.New(ctx, regs, upstream.Options{
-		StagingDir:  staging,
-		Timeout:     opts.UpstreamTimeout,
-		TagTTL:      opts.TagTTL,
-		FillTimeout: opts.FillTimeout,
-		Transport:   opts.Transport,
-		UserAgent:   opts.UserAgent,
-		Logger:      opts.Logger,
-		Registerer:  opts.Registerer,
-		OnDiskFull:  cache.diskFull,
-		Clock:       opts.Clock,
-		Chain:       opts.Chain,
-		InstanceID:  opts.InstanceID,
-
-		AllowPrivate:       opts.UpstreamAllowPrivate,
-		Resolver:           opts.UpstreamResolver,
-		MaxUnknownBlobSize: opts.MaxUnknownBlobSize,
-	})
+	fetch, err := newFetcher(ctx, opts, cache)
 	if err != nil {
 		return nil, err
 	}
@@ -170,6 +133,57 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		return nil, errors.New("distribution registry middleware was not applied")
 	}
 	return m, nil
+}
+
+// metricsGatherer is where /metrics gathers from: Options.Gatherer, else the Registerer when it
+// gathers too, else the default gatherer. Without a Registerer, opts gets a registry of its own,
+// which is the gatherer.
+func metricsGatherer(opts *Options) prometheus.Gatherer {
+	gatherer := opts.Gatherer
+	if opts.Registerer == nil {
+		reg := prometheus.NewRegistry()
+		opts.Registerer, gatherer = reg, reg
+	}
+	if gatherer == nil {
+		if g, ok := opts.Registerer.(prometheus.Gatherer); ok {
+			gatherer = g
+		} else {
+			gatherer = prometheus.DefaultGatherer
+		}
+	}
+	return gatherer
+}
+
+// newFetcher builds the upstream fetcher of opts' upstreams, staging fills under the storage
+// root, and reporting a full disk to cache.
+func newFetcher(ctx context.Context, opts Options, cache *cacheState) (*upstream.Fetcher, error) {
+	staging, err := stagingDir(opts.Root)
+	if err != nil {
+		return nil, err
+	}
+	regs := make([]upstream.Registry, len(opts.Upstreams))
+	for i, u := range opts.Upstreams {
+		regs[i] = upstream.Registry{Name: u.Name, URL: u.URL,
+			Credentials: opts.UpstreamCredentials[u.Name], RootCAs: opts.UpstreamRootCAs[u.Name]}
+	}
+	return upstream.New(ctx, regs, upstream.Options{
+		StagingDir:  staging,
+		Timeout:     opts.UpstreamTimeout,
+		TagTTL:      opts.TagTTL,
+		FillTimeout: opts.FillTimeout,
+		Transport:   opts.Transport,
+		UserAgent:   opts.UserAgent,
+		Logger:      opts.Logger,
+		Registerer:  opts.Registerer,
+		OnDiskFull:  cache.diskFull,
+		Clock:       opts.Clock,
+		Chain:       opts.Chain,
+		InstanceID:  opts.InstanceID,
+
+		AllowPrivate:       opts.UpstreamAllowPrivate,
+		Resolver:           opts.UpstreamResolver,
+		MaxUnknownBlobSize: opts.MaxUnknownBlobSize,
+	})
 }
 
 func names(ups []name.Upstream) []string {
