@@ -326,22 +326,8 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	if !m.pull.allowed(r.RemoteAddr) {
-		_, rt.kind, rt.ref, _, _ = apiPath(r.URL.Path)
-		m.metrics.refused.WithLabelValues(RefusedPullAllow).Inc()
-		refusePull(rw, r.RemoteAddr)
-		return
-	}
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		_, rt.kind, rt.ref, _, _ = apiPath(r.URL.Path)
-		w.Header().Set("Allow", "GET, HEAD")
-		(&apiError{Status: http.StatusMethodNotAllowed, Code: "UNSUPPORTED",
-			Message: "this registry is a read-only pull-through cache: " + r.Method + " is not supported"}).write(rw)
-		return
-	}
-	via, loop := m.refuseLoop(rw, r)
-	if loop {
-		_, rt.kind, rt.ref, _, _ = apiPath(r.URL.Path)
+	via, refused := m.refuseRequest(w, rw, r, &rt)
+	if refused {
 		return
 	}
 	if r.URL.Path == "/v2" {
@@ -352,19 +338,55 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 		apiErr.write(rw)
 		return
 	}
-	if rt.kind == kindBase {
-		w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
-		w.Header().Set(mirrorapi.HeaderVersion, buildinfo.Version()) // a chained nodecache forwards ?ns= to us
-		w.Header().Set("Content-Type", "application/json")           // byte for byte what distribution answers
-		w.Header().Set("Content-Length", "2")
-		rw.WriteHeader(http.StatusOK)
-		_, _ = rw.Write([]byte("{}"))
-		return
-	}
-	if rt.repo == mirrorapi.CanaryRepository {
+	switch {
+	case rt.kind == kindBase:
+		serveBase(w, rw)
+	case rt.repo == mirrorapi.CanaryRepository:
 		m.canary.serve(rw, r, rt, st)
-		return
+	default:
+		m.forward(rw, r, rt, st, via)
 	}
+}
+
+// refuseRequest answers the requests the registry refuses before routing them: a client outside
+// --pull-allow, a method other than GET and HEAD, a request that went round in a loop of
+// mirrors; rt gets the kind and reference the path names (for the log and, for the first two,
+// the client evidence recorded as the answer goes out). Otherwise it returns the request's Via
+// hops.
+func (m *Mirror) refuseRequest(w http.ResponseWriter, rw *responseWriter, r *http.Request, rt *route) (via []string, refused bool) {
+	if !m.pull.allowed(r.RemoteAddr) {
+		_, rt.kind, rt.ref, _, _ = apiPath(r.URL.Path)
+		m.metrics.refused.WithLabelValues(RefusedPullAllow).Inc()
+		refusePull(rw, r.RemoteAddr)
+		return nil, true
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		_, rt.kind, rt.ref, _, _ = apiPath(r.URL.Path)
+		w.Header().Set("Allow", "GET, HEAD")
+		(&apiError{Status: http.StatusMethodNotAllowed, Code: "UNSUPPORTED",
+			Message: "this registry is a read-only pull-through cache: " + r.Method + " is not supported"}).write(rw)
+		return nil, true
+	}
+	via, loop := m.refuseLoop(rw, r)
+	if loop {
+		_, rt.kind, rt.ref, _, _ = apiPath(r.URL.Path)
+	}
+	return via, loop
+}
+
+// serveBase answers the base /v2/ check.
+func serveBase(w http.ResponseWriter, rw *responseWriter) {
+	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
+	w.Header().Set(mirrorapi.HeaderVersion, buildinfo.Version()) // a chained nodecache forwards ?ns= to us
+	w.Header().Set("Content-Type", "application/json")           // byte for byte what distribution answers
+	w.Header().Set("Content-Length", "2")
+	rw.WriteHeader(http.StatusOK)
+	_, _ = rw.Write([]byte("{}"))
+}
+
+// forward hands the request routed to rt to distribution, under the upstream's storage name,
+// with the request state (st) and Via hops in its context.
+func (m *Mirror) forward(rw *responseWriter, r *http.Request, rt route, st *reqState, via []string) {
 	if comps, _, _, _, ok := apiPath(r.URL.Path); ok {
 		st.clientName = strings.Join(comps, "/")
 	}
