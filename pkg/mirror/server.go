@@ -43,21 +43,14 @@ type ServeOptions struct {
 	OnListen func(addr net.Addr)
 }
 
-// Serve serves m until ctx ends, then stops accepting, lets in-flight responses finish (bounded by
-// ShutdownTimeout), and gives blob fills FillGrace to be stored before abandoning them. It returns
-// nil after a clean shutdown, an error when responses were still running at ShutdownTimeout.
-func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
-	if o.ShutdownTimeout == 0 {
-		o.ShutdownTimeout = 5 * time.Minute
-	}
-	if o.FillGrace == 0 {
-		o.FillGrace = 30 * time.Second
-	}
-	h := o.Handler
+// serveHandlers are the handler of the registry listener (o.Handler, else m) and the /readyz
+// handler (m, or o.Readiness's probe, which then answers /readyz on the registry listener too).
+func serveHandlers(m *Mirror, o ServeOptions) (h, readyz http.Handler) {
+	h = o.Handler
 	if h == nil {
 		h = m
 	}
-	var readyz http.Handler = m
+	readyz = m
 	if o.Readiness != nil {
 		readyz = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.probe(w, r, o.Readiness) })
 		inner := h
@@ -69,6 +62,50 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 			inner.ServeHTTP(w, r)
 		})
 	}
+	return h, readyz
+}
+
+// listenServers binds the registry listener (o.Listen, serving h, with o.TLS) and, with
+// o.MetricsListen, the metrics listener (/metrics, /healthz, and readyz at /readyz), and returns
+// their servers and listeners in that order.
+func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz http.Handler) ([]*http.Server, []net.Listener, error) {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", o.Listen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen %s: %w", o.Listen, err)
+	}
+	servers := []*http.Server{{Handler: h, ReadHeaderTimeout: 30 * time.Second}}
+	if o.TLS != nil {
+		servers[0].TLSConfig = o.TLS.TLSConfig()
+	}
+	listeners := []net.Listener{l}
+	if o.MetricsListen != "" {
+		ml, err := lc.Listen(ctx, "tcp", o.MetricsListen)
+		if err != nil {
+			_ = l.Close()
+			return nil, nil, fmt.Errorf("listen %s (metrics): %w", o.MetricsListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", m.MetricsHandler())
+		mux.Handle("/healthz", m)
+		mux.Handle("/readyz", readyz)
+		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second})
+		listeners = append(listeners, ml)
+	}
+	return servers, listeners, nil
+}
+
+// Serve serves m until ctx ends, then stops accepting, lets in-flight responses finish (bounded by
+// ShutdownTimeout), and gives blob fills FillGrace to be stored before abandoning them. It returns
+// nil after a clean shutdown, an error when responses were still running at ShutdownTimeout.
+func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
+	if o.ShutdownTimeout == 0 {
+		o.ShutdownTimeout = 5 * time.Minute
+	}
+	if o.FillGrace == 0 {
+		o.FillGrace = 30 * time.Second
+	}
+	h, readyz := serveHandlers(m, o)
 	// The root is taken (locked and swept) before any listener binds: a second process on the
 	// same root fails here, before it could answer a single request.
 	runCtx, stopRun := context.WithCancel(ctx)
@@ -85,29 +122,11 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 		<-runDone
 		return err
 	}
-	var lc net.ListenConfig
-	l, err := lc.Listen(ctx, "tcp", o.Listen)
+	servers, listeners, err := listenServers(ctx, m, o, h, readyz)
 	if err != nil {
-		return stop(fmt.Errorf("listen %s: %w", o.Listen, err))
+		return stop(err)
 	}
-	servers := []*http.Server{{Handler: h, ReadHeaderTimeout: 30 * time.Second}}
-	if o.TLS != nil {
-		servers[0].TLSConfig = o.TLS.TLSConfig()
-	}
-	listeners := []net.Listener{l}
-	if o.MetricsListen != "" {
-		ml, err := lc.Listen(ctx, "tcp", o.MetricsListen)
-		if err != nil {
-			_ = l.Close()
-			return stop(fmt.Errorf("listen %s (metrics): %w", o.MetricsListen, err))
-		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", m.MetricsHandler())
-		mux.Handle("/healthz", m)
-		mux.Handle("/readyz", readyz)
-		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second})
-		listeners = append(listeners, ml)
-	}
+	l := listeners[0]
 	for _, ln := range listeners {
 		o.Logger.Info().Str("addr", ln.Addr().String()).Bool("tls", ln == l && o.TLS != nil).Msg("listening")
 	}
