@@ -19,6 +19,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
@@ -170,7 +171,7 @@ func (b *blobStore) serveFile(ctx context.Context, w http.ResponseWriter, r *htt
 	if err != nil {
 		return false
 	}
-	f, err := os.Open(filepath.Join(m.opts.Root, filepath.FromSlash(blobDataPath(desc.Digest))))
+	f, err := os.Open(filepath.Join(m.opts.Root, filepath.FromSlash(cache.BlobDataPath(desc.Digest))))
 	if err != nil {
 		return false
 	}
@@ -202,7 +203,7 @@ func (b *blobStore) serveFile(ctx context.Context, w http.ResponseWriter, r *htt
 // size free once. Other storage gets the file through one of distribution's uploads.
 func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descriptor) error {
 	if root := r.m.cache.fsRoot; root != "" {
-		err := r.linkBlob(ctx, path, filepath.Join(root, filepath.FromSlash(blobDataPath(desc.Digest))), desc)
+		err := r.linkBlob(ctx, path, filepath.Join(root, filepath.FromSlash(cache.BlobDataPath(desc.Digest))), desc)
 		if !errors.Is(err, syscall.EXDEV) {
 			return err
 		}
@@ -238,7 +239,7 @@ func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descri
 	c.storeMu.Lock()
 	_, err = bw.Commit(ctx, desc)
 	if err == nil {
-		c.idx.addBlob(r.storageName(), desc.Digest, desc.Size, r.m.opts.Clock())
+		c.idx.AddBlob(r.storageName(), desc.Digest, desc.Size, r.m.opts.Clock())
 	}
 	c.storeMu.Unlock()
 	if err != nil {
@@ -250,7 +251,7 @@ func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descri
 }
 
 // linkBlob stores the verified staging file as blob data file dst of the filesystem driver's
-// layout (storagepaths.go) by a hard link, then writes r's blob link through the driver: what
+// layout (cache/paths.go) by a hard link, then writes r's blob link through the driver: what
 // distribution's blob writer Commit does (data moved in place, then the _layers link), without
 // the upload copy its API takes. Data already stored (the same digest filled for another
 // repository) is kept as it is. Both happen under the lock eviction deletes blob data with.
@@ -274,14 +275,14 @@ func (r *repository) linkBlob(ctx context.Context, staging, dst string, desc v1.
 		}
 		return fmt.Errorf("store blob %s: %w", desc.Digest, err)
 	}
-	link := path.Join(layerLinkPath(r.storageName(), desc.Digest), "link")
+	link := path.Join(cache.LayerLinkPath(r.storageName(), desc.Digest), "link")
 	if err := c.driver.PutContent(ctx, link, []byte(desc.Digest.String())); err != nil {
 		if errors.Is(err, syscall.ENOSPC) {
 			c.diskFull(-1)
 		}
 		return fmt.Errorf("link blob %s into %s: %w", desc.Digest, r.storageName(), err)
 	}
-	c.idx.addBlob(r.storageName(), desc.Digest, desc.Size, r.m.opts.Clock())
+	c.idx.AddBlob(r.storageName(), desc.Digest, desc.Size, r.m.opts.Clock())
 	r.m.grew()
 	return nil
 }

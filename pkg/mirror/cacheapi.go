@@ -16,14 +16,14 @@ import (
 
 // Inventory returns the cache inventory (mirrorapi.CachePath's document).
 func (m *Mirror) Inventory() mirrorapi.CacheInventory {
-	size, blobs := m.cache.idx.totals()
+	size, blobs := m.cache.idx.Totals()
 	inv := mirrorapi.CacheInventory{SizeBytes: size, MaxSizeBytes: m.opts.MaxSize, Blobs: blobs}
 	select {
-	case <-m.cache.idx.ready:
+	case <-m.cache.idx.Ready():
 		inv.Ready = true
 	default:
 	}
-	inv.Images = m.cache.idx.images(func(sr string) (string, string) {
+	inv.Images = m.cache.idx.Images(func(sr string) (string, string) {
 		key, repo, _ := strings.Cut(sr, "/")
 		if up := m.byKey[key]; up != nil {
 			return up.Name, repo
@@ -79,7 +79,7 @@ func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string
 		return
 	}
 	select {
-	case <-m.cache.idx.ready:
+	case <-m.cache.idx.Ready():
 	default:
 		writeJSONError(w, http.StatusServiceUnavailable, "the cache index is being rebuilt from storage; try again shortly")
 		return
@@ -91,7 +91,7 @@ func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string
 			img = &i
 		}
 	}
-	if img == nil || !m.cache.idx.hasManifest(sr, d) {
+	if img == nil || !m.cache.idx.HasManifest(sr, d) {
 		writeJSONError(w, http.StatusNotFound, "not cached: "+up.Name+"/"+repo+"@"+d.String())
 		return
 	}

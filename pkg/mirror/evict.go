@@ -10,6 +10,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodecache/nodecache/pkg/mirror/cache"
 )
 
 // Eviction reasons, the values of nodecache_evictions_total's reason label.
@@ -29,7 +31,7 @@ const evictPause = 5 * time.Millisecond
 
 // cacheState is the part of the Mirror that eviction and the serving path share.
 type cacheState struct {
-	idx    *cacheIndex
+	idx    *cache.Index
 	driver storagedriver.StorageDriver
 	// storeMu is taken by a fill while distribution commits its blob (data moved into the blob
 	// store, then linked) and by eviction while it deletes blob data, so a fill of the same
@@ -50,7 +52,7 @@ type cacheState struct {
 }
 
 func newCacheState() *cacheState {
-	return &cacheState{idx: newCacheIndex(), inUse: map[digest.Digest]int{}, kick: make(chan struct{}, 1)}
+	return &cacheState{idx: cache.NewIndex(), inUse: map[digest.Digest]int{}, kick: make(chan struct{}, 1)}
 }
 
 // acquire marks blob d as being served until release.
@@ -86,33 +88,33 @@ func (c *cacheState) wake() {
 // (being served or filled) and returns the bytes it freed.
 func (m *Mirror) evictTo(ctx context.Context, target int64, reason string) int64 {
 	c := m.cache
-	skip := map[victim]bool{}
+	skip := map[cache.Victim]bool{}
 	var freed int64
 	images := 0
 	for ctx.Err() == nil {
-		size, _ := c.idx.totals()
+		size, _ := c.idx.Totals()
 		if size <= target {
 			break
 		}
-		v, ok := c.idx.nextVictim(skip)
+		v, ok := c.idx.NextVictim(skip)
 		if !ok {
 			m.log.Warn().Int64("size_bytes", size).Int64("target_bytes", target).
 				Msg("eviction stopped above its target: what is left is being served or filled")
 			break
 		}
 		skip[v] = true
-		if v.repo == "" {
-			if n, ok := m.removeBlobData(ctx, v.manifest); ok {
+		if v.Repo == "" {
+			if n, ok := m.removeBlobData(ctx, v.Manifest); ok {
 				freed += n
 				m.metrics.evictions.WithLabelValues(EvictUnreferenced).Inc()
 			}
 			continue
 		}
-		freed += m.evictImage(ctx, v.repo, v.manifest, reason)
+		freed += m.evictImage(ctx, v.Repo, v.Manifest, reason)
 		images++
 	}
 	if freed > 0 {
-		size, _ := c.idx.totals()
+		size, _ := c.idx.Totals()
 		m.log.Info().Str("reason", reason).Int("images", images).Int64("freed_bytes", freed).
 			Int64("size_bytes", size).Int64("target_bytes", target).Msg("evicted")
 	}
@@ -123,28 +125,28 @@ func (m *Mirror) evictTo(ctx context.Context, target int64, reason string) int64
 // tags, blob links), then the blob data nothing references any more and nobody uses.
 func (m *Mirror) evictImage(ctx context.Context, repo string, manifest digest.Digest, reason string) int64 {
 	c := m.cache
-	rm := c.idx.removeImage(repo, manifest)
-	if len(rm.manifests) == 0 {
+	rm := c.idx.RemoveImage(repo, manifest)
+	if len(rm.Manifests) == 0 {
 		return 0
 	}
 	log := m.log.With().Str("repository", repo).Str("digest", manifest.String()).Str("reason", reason).Logger()
-	for _, d := range rm.manifests {
-		m.deletePath(ctx, log, revisionPath(repo, d))
+	for _, d := range rm.Manifests {
+		m.deletePath(ctx, log, cache.RevisionPath(repo, d))
 	}
-	for _, t := range rm.tags {
-		m.deletePath(ctx, log, tagPath(repo, t))
+	for _, t := range rm.Tags {
+		m.deletePath(ctx, log, cache.TagPath(repo, t))
 	}
-	for _, d := range rm.layers {
-		m.deletePath(ctx, log, layerLinkPath(repo, d))
+	for _, d := range rm.Layers {
+		m.deletePath(ctx, log, cache.LayerLinkPath(repo, d))
 	}
 	var freed int64
-	for _, d := range rm.data {
+	for _, d := range rm.Data {
 		if n, ok := m.removeBlobData(ctx, d); ok {
 			freed += n
 		}
 	}
 	m.metrics.evictions.WithLabelValues(reason).Inc()
-	log.Debug().Int("manifests", len(rm.manifests)).Strs("tags", rm.tags).Int64("freed_bytes", freed).Msg("image evicted")
+	log.Debug().Int("manifests", len(rm.Manifests)).Strs("tags", rm.Tags).Int64("freed_bytes", freed).Msg("image evicted")
 	return freed
 }
 
@@ -154,16 +156,16 @@ func (m *Mirror) removeBlobData(ctx context.Context, d digest.Digest) (int64, bo
 	c := m.cache
 	c.storeMu.Lock()
 	defer c.storeMu.Unlock()
-	if !c.idx.unreferenced(d) || c.used(d) || m.fetch.FillingDigest(d) {
+	if !c.idx.Unreferenced(d) || c.used(d) || m.fetch.FillingDigest(d) {
 		return 0, false
 	}
-	for _, repo := range c.idx.linksOf(d) {
-		m.deletePath(ctx, m.log, layerLinkPath(repo, d))
+	for _, repo := range c.idx.LinksOf(d) {
+		m.deletePath(ctx, m.log, cache.LayerLinkPath(repo, d))
 	}
-	if !m.deletePath(ctx, m.log, blobDirPath(d)) {
+	if !m.deletePath(ctx, m.log, cache.BlobDirPath(d)) {
 		return 0, false
 	}
-	n := c.idx.dropBlob(d)
+	n := c.idx.DropBlob(d)
 	m.metrics.evictedBytes.Add(float64(n))
 	return n, true
 }
@@ -185,21 +187,21 @@ func (m *Mirror) deletePath(ctx context.Context, log zerolog.Logger, p string) b
 }
 
 // runCache loads the index, then evicts whenever the cache is over its cap (at once when it
-// already is) or a disk-full fill asks for room, and saves the index every indexSaveInterval.
+// already is) or a disk-full fill asks for room, and saves the index every cache.SaveInterval.
 func (m *Mirror) runCache(ctx context.Context) {
 	c := m.cache
 	m.loadIndex(ctx)
 	if err := m.saveIndex(false); err != nil {
 		m.log.Warn().Err(err).Msg("write cache index")
 	}
-	save := time.NewTicker(indexSaveInterval)
+	save := time.NewTicker(cache.SaveInterval)
 	defer save.Stop()
 	for {
 		if target := c.takeENOSPCTarget(); target > 0 {
 			m.evictTo(ctx, target, EvictENOSPC)
 		}
 		if max := m.opts.MaxSize; max > 0 {
-			if size, _ := c.idx.totals(); size > max {
+			if size, _ := c.idx.Totals(); size > max {
 				m.evictTo(ctx, int64(float64(max)*evictLowWater), EvictCap)
 			}
 		}
@@ -223,7 +225,7 @@ func (m *Mirror) runCache(ctx context.Context) {
 // or the blob is larger than it), nothing is evicted: it would empty the cache for a blob that
 // never fits.
 func (c *cacheState) diskFull(lacked int64) {
-	size, _ := c.idx.totals()
+	size, _ := c.idx.Totals()
 	target := int64(float64(size) * evictLowWater)
 	if lacked >= 0 && c.fsRoot != "" {
 		var st unix.Statfs_t
@@ -260,7 +262,7 @@ func (c *cacheState) takeENOSPCTarget() int64 {
 // grew is called after content was stored: over the cap, the eviction loop is woken.
 func (m *Mirror) grew() {
 	if m.opts.MaxSize > 0 {
-		if size, _ := m.cache.idx.totals(); size > m.opts.MaxSize {
+		if size, _ := m.cache.idx.Totals(); size > m.opts.MaxSize {
 			m.cache.wake()
 		}
 	}

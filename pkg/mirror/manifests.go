@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
@@ -53,7 +54,7 @@ func (s *manifestService) Get(ctx context.Context, dgst digest.Digest, options .
 		}
 		man = fetched.Kept.(distribution.Manifest)
 	}
-	s.r.m.cache.idx.touch(s.r.storageName(), dgst, s.r.m.opts.Clock())
+	s.r.m.cache.idx.Touch(s.r.storageName(), dgst, s.r.m.opts.Clock())
 	st.mu.Lock()
 	pt := st.pendingTag
 	st.pendingTag = nil
@@ -65,7 +66,7 @@ func (s *manifestService) Get(ctx context.Context, dgst digest.Digest, options .
 		if terr := s.r.Repository.Tags(tctx).Tag(tctx, pt.tag, v1.Descriptor{Digest: dgst}); terr != nil {
 			s.r.log.Error().Err(terr).Str("repository", s.r.repo).Str("tag", pt.tag).Msg("store tag")
 		} else {
-			s.r.m.cache.idx.setTag(s.r.storageName(), pt.tag, dgst)
+			s.r.m.cache.idx.SetTag(s.r.storageName(), pt.tag, dgst)
 			s.r.fetch.MarkTagFresh(s.r.up.Name, s.r.repo, pt.tag)
 		}
 	}
@@ -85,16 +86,16 @@ func (s *manifestService) Delete(context.Context, digest.Digest) error {
 //
 // Errors: MANIFEST_INVALID (400, the client's answer as is, see upstreamAPIError) naming the
 // upstream and digest for content that is not an OCI or Docker v2 manifest or index, and for
-// one that lists more than maxManifestRefs descriptors (nothing of it is stored); a plain error
+// one that lists more than cache.MaxManifestRefs descriptors (nothing of it is stored); a plain error
 // (503 to the client) when storing fails.
 func (r *repository) keepManifest(ctx context.Context, fm upstream.Manifest) (any, error) {
 	// Parsed and bounded before the store lock: every manifest store and blob commit of the
 	// cache waits for that lock, so under it is only what must be atomic with eviction.
-	refs, listed := manifestRefs(fm.Raw, maxManifestRefs)
-	if listed > maxManifestRefs {
+	refs, listed := cache.ManifestRefs(fm.Raw, cache.MaxManifestRefs)
+	if listed > cache.MaxManifestRefs {
 		return nil, errcode.ErrorCodeManifestInvalid.WithMessage(fmt.Sprintf(
 			"upstream %s: manifest %s lists %d descriptors (config, layers, child manifests); nodecache refuses more than %d per manifest (real images have at most 125 layers)",
-			r.up.Name, fm.Digest, listed, maxManifestRefs))
+			r.up.Name, fm.Digest, listed, cache.MaxManifestRefs))
 	}
 	man, _, err := distribution.UnmarshalManifest(fm.MediaType, fm.Raw)
 	if err != nil {
@@ -112,7 +113,7 @@ func (r *repository) keepManifest(ctx context.Context, fm upstream.Manifest) (an
 	c.storeMu.Lock()
 	_, err = store.Put(ctx, man)
 	if err == nil {
-		c.idx.addManifest(r.storageName(), fm.Digest, int64(len(fm.Raw)), refs, r.m.opts.Clock())
+		c.idx.AddManifest(r.storageName(), fm.Digest, int64(len(fm.Raw)), refs, r.m.opts.Clock())
 	}
 	c.storeMu.Unlock()
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
-// maxRefs is the mirror's bound on descriptors per manifest (maxManifestRefs).
+// maxRefs is the mirror's bound on descriptors per manifest (cache.MaxManifestRefs).
 const maxRefs = 10_000
 
 // pushSparseIndex PUTs to up, as repo:tag, an OCI index (compact JSON) of n child manifests that

@@ -6,14 +6,20 @@ import (
 
 	"github.com/distribution/distribution/v3/registry/storage"
 
+	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 )
+
+// ErrRootInUse is wrapped by Run's error when another process holds the lock of a filesystem
+// --root: two processes on one root would keep separate indexes and evict what the other serves.
+// It is cache.ErrRootInUse (cache.LockRoot).
+var ErrRootInUse = cache.ErrRootInUse
 
 // uploadSweepInterval is how often Run removes uploads left by fills.
 const uploadSweepInterval = time.Hour
 
 // Run takes the storage root and does the mirror's background work until ctx ends. Before
-// anything else it takes the root lock (filesystem storage: one process per root, lockRoot),
+// anything else it takes the root lock (filesystem storage: one process per root, cache.LockRoot),
 // then removes what an earlier run left (staging files of fills, and distribution's uploads:
 // every one on a filesystem root, those older than Options.FillTimeout in a shared bucket,
 // which also holds other replicas' fills in flight). Then it loads the cache index (or rebuilds
@@ -63,7 +69,7 @@ func (m *Mirror) takeRoot(ctx context.Context) error {
 		return nil // swept already: what is staged now belongs to fills in flight
 	}
 	if m.opts.Root != "" && m.opts.Storage != StorageS3 {
-		f, err := lockRoot(m.opts.Root)
+		f, err := cache.LockRoot(m.opts.Root)
 		if err != nil {
 			return err
 		}

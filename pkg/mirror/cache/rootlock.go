@@ -1,4 +1,4 @@
-package mirror
+package cache
 
 import (
 	"errors"
@@ -13,21 +13,22 @@ import (
 	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
-// ErrRootInUse is wrapped by New's error when another process holds the lock of a filesystem
-// --root: two processes on one root would keep separate indexes and evict what the other serves.
+// ErrRootInUse is wrapped by LockRoot's error when another process holds the lock of a
+// filesystem root: two processes on one root would keep separate indexes and evict what the
+// other serves.
 var ErrRootInUse = errors.New("storage root in use")
 
-// rootLockPath is the lock file of a filesystem root: <root>/nodecache/lock.
-func rootLockPath(root string) string { return filepath.Join(root, "nodecache", "lock") }
+// LockPath is the lock file of a filesystem root: <root>/nodecache/lock.
+func LockPath(root string) string { return filepath.Join(root, "nodecache", "lock") }
 
-// lockRoot takes an exclusive flock(2) on <root>/nodecache/lock (created if missing) and writes
+// LockRoot takes an exclusive flock(2) on <root>/nodecache/lock (created if missing) and writes
 // this process's pid into it. The lock is held until the returned file is closed (or the
 // process ends; the kernel then releases it, so a crash leaves no stale lock).
 //
 // Errors: ErrRootInUse, naming root and the holder's pid when the file records one; a root
 // where the lock file cannot be created.
-func lockRoot(root string) (*os.File, error) {
-	path := rootLockPath(root)
+func LockRoot(root string) (*os.File, error) {
+	path := LockPath(root)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("storage root %s: %w", root, err)
 	}

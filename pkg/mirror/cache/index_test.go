@@ -1,4 +1,4 @@
-package mirror
+package cache
 
 import (
 	"encoding/json"
@@ -47,33 +47,33 @@ func distinctDigests(n int) []digest.Digest {
 
 // TestManifestRefs: references come out once each, in order of first appearance, invalid digests
 // left out; listed counts every descriptor (duplicates and invalid ones too), which is what
-// keepManifest holds against maxManifestRefs; the work is linear (27,000 distinct references,
+// keepManifest holds against MaxManifestRefs; the work is linear (27,000 distinct references,
 // about the most a 4 MiB index holds, took about 0.9 s with the quadratic duplicate check).
 func TestManifestRefs(t *testing.T) {
 	t.Parallel()
 	a, b, c := digest.FromString("a"), digest.FromString("b"), digest.FromString("c")
 	raw := fmt.Sprintf(`{"schemaVersion":2,"config":{"digest":%q},"layers":[{"digest":%q},{"digest":%q},{"digest":"sha256:short"},{"digest":%q}]}`, a, b, a, c)
-	refs, listed := manifestRefs([]byte(raw), 0)
+	refs, listed := ManifestRefs([]byte(raw), 0)
 	if want := []digest.Digest{a, b, c}; !slices.Equal(refs, want) || listed != 5 {
-		t.Errorf("manifestRefs = %v, listed %d; want %v, listed 5", refs, listed, want)
+		t.Errorf("ManifestRefs = %v, listed %d; want %v, listed 5", refs, listed, want)
 	}
-	if refs, listed := manifestRefs([]byte("not json"), 0); refs != nil || listed != 0 {
+	if refs, listed := ManifestRefs([]byte("not json"), 0); refs != nil || listed != 0 {
 		t.Errorf("unparsable: %v, listed %d; want nothing", refs, listed)
 	}
 
 	// The bound counts descriptors, not distinct digests: 10,001 copies of one child is over it.
-	same := make([]digest.Digest, maxManifestRefs+1)
+	same := make([]digest.Digest, MaxManifestRefs+1)
 	for i := range same {
 		same[i] = a
 	}
-	if refs, listed := manifestRefs(indexOf(t, same), 0); len(refs) != 1 || listed != maxManifestRefs+1 {
-		t.Errorf("%d copies of one child, no limit: %d refs, listed %d; want 1 and %d", len(same), len(refs), listed, maxManifestRefs+1)
+	if refs, listed := ManifestRefs(indexOf(t, same), 0); len(refs) != 1 || listed != MaxManifestRefs+1 {
+		t.Errorf("%d copies of one child, no limit: %d refs, listed %d; want 1 and %d", len(same), len(refs), listed, MaxManifestRefs+1)
 	}
-	if refs, listed := manifestRefs(indexOf(t, same), maxManifestRefs); refs != nil || listed != maxManifestRefs+1 {
-		t.Errorf("%d copies of one child, limit %d: %d refs, listed %d; want none and %d", len(same), maxManifestRefs, len(refs), listed, maxManifestRefs+1)
+	if refs, listed := ManifestRefs(indexOf(t, same), MaxManifestRefs); refs != nil || listed != MaxManifestRefs+1 {
+		t.Errorf("%d copies of one child, limit %d: %d refs, listed %d; want none and %d", len(same), MaxManifestRefs, len(refs), listed, MaxManifestRefs+1)
 	}
-	if refs, listed := manifestRefs(indexOf(t, distinctDigests(maxManifestRefs)), maxManifestRefs); len(refs) != maxManifestRefs || listed != maxManifestRefs {
-		t.Errorf("%d distinct children, limit %d: %d refs, listed %d; want all of them", maxManifestRefs, maxManifestRefs, len(refs), listed)
+	if refs, listed := ManifestRefs(indexOf(t, distinctDigests(MaxManifestRefs)), MaxManifestRefs); len(refs) != MaxManifestRefs || listed != MaxManifestRefs {
+		t.Errorf("%d distinct children, limit %d: %d refs, listed %d; want all of them", MaxManifestRefs, MaxManifestRefs, len(refs), listed)
 	}
 
 	many := distinctDigests(manyRefs)
@@ -81,7 +81,7 @@ func TestManifestRefs(t *testing.T) {
 	if len(body) > 4<<20 {
 		t.Fatalf("test index is %d bytes, over the 4 MiB manifest cap", len(body))
 	}
-	refs, listed = manifestRefs(body, 0)
+	refs, listed = ManifestRefs(body, 0)
 	if !slices.Equal(refs, many) || listed != len(many) {
 		t.Fatalf("%d children: %d refs, listed %d; want every child once", len(many), len(refs), listed)
 	}
@@ -106,10 +106,10 @@ func TestManifestRefs(t *testing.T) {
 		}
 		_ = json.Unmarshal(body, &m)
 	})
-	took := best(func() { manifestRefs(body, 0) })
-	t.Logf("%d distinct children: manifestRefs %s, decoding alone %s", len(many), took, decode)
+	took := best(func() { ManifestRefs(body, 0) })
+	t.Logf("%d distinct children: ManifestRefs %s, decoding alone %s", len(many), took, decode)
 	if took > 8*decode {
-		t.Errorf("manifestRefs of %d distinct children took %s, %.0f times decoding them (%s); want linear time (< 8 times)",
+		t.Errorf("ManifestRefs of %d distinct children took %s, %.0f times decoding them (%s); want linear time (< 8 times)",
 			len(many), took, float64(took)/float64(decode), decode)
 	}
 }

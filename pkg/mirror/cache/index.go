@@ -1,4 +1,9 @@
-package mirror
+// Package cache is nodecache's on-disk cache as eviction and the inventory see it: the index of
+// what storage holds (manifests with their references and last-pulled times, tags, blob links,
+// blob data sizes), its file under the storage root, the paths of distribution's storage layout
+// that eviction and the index rebuild walk and delete, and the lock one process takes on a
+// filesystem root.
+package cache
 
 import (
 	"encoding/json"
@@ -11,15 +16,16 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
-// cacheIndex is what eviction and the inventory know of the stored content: per storage
-// repository its manifests (with the digests each references and when it was last pulled), its
-// tags and its blob links; globally every blob data file (manifests included) with its size.
-// It is kept up to date by the serving path, saved to disk (indexfile.go) and rebuilt from
-// storage when that file cannot be trusted (indexfile.go, rebuildIndex). All methods are safe for concurrent use.
-type cacheIndex struct {
+// Index is what eviction and the inventory know of the stored content: per storage
+// repository ("<upstream key>/<repository>") its manifests (with the digests each references
+// and when it was last pulled), its tags and its blob links; globally every blob data file
+// (manifests included) with its size in bytes. It is kept up to date by the serving path, saved
+// to disk (Save, file.go) and rebuilt from storage when that file cannot be trusted. The zero
+// value is not usable: NewIndex. All methods are safe for concurrent use.
+type Index struct {
 	mu    sync.Mutex
 	repos map[string]*repoIndex        // by storage repository name "<upstream key>/<repository>"
-	blobs map[digest.Digest]*blobEntry // every blob data file, manifests included
+	blobs map[digest.Digest]*BlobEntry // every blob data file, manifests included
 	size  int64                        // sum of blobs' sizes (bytes)
 	// refs counts, per digest, the manifests (in any repository) that reference it plus the
 	// repositories that hold it as a manifest: a blob whose count is 0 is unreferenced.
@@ -32,52 +38,70 @@ type cacheIndex struct {
 
 // repoIndex is one storage repository.
 type repoIndex struct {
-	manifests map[digest.Digest]*manifestEntry
+	manifests map[digest.Digest]*ManifestEntry
 	tags      map[string]digest.Digest
 	layers    map[digest.Digest]bool // blob links (_layers)
 	// parents lists, per digest, the manifests of this repository that reference it (once per
-	// reference): a manifest with none is top-level (an image). touch walks it up from a child.
+	// reference): a manifest with none is top-level (an image). Touch walks it up from a child.
 	parents map[digest.Digest][]digest.Digest
 }
 
-type manifestEntry struct {
+// ManifestEntry is one manifest of a repository, as held in the index and its file.
+type ManifestEntry struct {
 	Refs       []digest.Digest `json:"refs,omitempty"` // child manifests, config and layers
 	LastPulled time.Time       `json:"last_pulled"`
 }
 
-type blobEntry struct {
+// BlobEntry is one blob data file (a manifest's too), as held in the index and its file.
+type BlobEntry struct {
 	Size  int64     `json:"size"`
 	Added time.Time `json:"added"`
 }
 
-func newCacheIndex() *cacheIndex {
-	return &cacheIndex{repos: map[string]*repoIndex{}, blobs: map[digest.Digest]*blobEntry{},
+// NewIndex returns an empty index, not ready (Ready) until MarkReady.
+func NewIndex() *Index {
+	return &Index{repos: map[string]*repoIndex{}, blobs: map[digest.Digest]*BlobEntry{},
 		refs: map[digest.Digest]int{}, ready: make(chan struct{})}
 }
 
-func (x *cacheIndex) markReady() { x.readyOnce.Do(func() { close(x.ready) }) }
+// MarkReady records that the index reflects storage (loaded from its file or rebuilt); calls
+// after the first do nothing.
+func (x *Index) MarkReady() { x.readyOnce.Do(func() { close(x.ready) }) }
 
-func (x *cacheIndex) repo(name string) *repoIndex {
+// Ready is closed once the index reflects storage (MarkReady).
+func (x *Index) Ready() <-chan struct{} { return x.ready }
+
+// IsReady reports whether Ready is closed.
+func (x *Index) IsReady() bool {
+	select {
+	case <-x.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+func (x *Index) repo(name string) *repoIndex {
 	r := x.repos[name]
 	if r == nil {
-		r = &repoIndex{manifests: map[digest.Digest]*manifestEntry{}, tags: map[string]digest.Digest{},
+		r = &repoIndex{manifests: map[digest.Digest]*ManifestEntry{}, tags: map[string]digest.Digest{},
 			layers: map[digest.Digest]bool{}, parents: map[digest.Digest][]digest.Digest{}}
 		x.repos[name] = r
 	}
 	return r
 }
 
-// addBlob records a blob data file of size bytes (idempotent) and, when repo is not "", its link
+// AddBlob records a blob data file of size bytes (idempotent) and, when repo is not "", its link
 // in repo.
-func (x *cacheIndex) addBlob(repo string, d digest.Digest, size int64, at time.Time) {
+func (x *Index) AddBlob(repo string, d digest.Digest, size int64, at time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.addBlobLocked(repo, d, size, at)
 }
 
-func (x *cacheIndex) addBlobLocked(repo string, d digest.Digest, size int64, at time.Time) {
+func (x *Index) addBlobLocked(repo string, d digest.Digest, size int64, at time.Time) {
 	if b := x.blobs[d]; b == nil {
-		x.blobs[d] = &blobEntry{Size: size, Added: at}
+		x.blobs[d] = &BlobEntry{Size: size, Added: at}
 		x.size += size
 		x.dirty = true
 	}
@@ -87,8 +111,8 @@ func (x *cacheIndex) addBlobLocked(repo string, d digest.Digest, size int64, at 
 	}
 }
 
-// addLink records repo's link to blob d when d's data is known.
-func (x *cacheIndex) addLink(repo string, d digest.Digest) {
+// AddLink records repo's link to blob d when d's data is known.
+func (x *Index) AddLink(repo string, d digest.Digest) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.blobs[d] != nil && !x.repo(repo).layers[d] {
@@ -97,9 +121,9 @@ func (x *cacheIndex) addLink(repo string, d digest.Digest) {
 	}
 }
 
-// addManifest records manifest d of repo, stored in a blob of size bytes, referencing refs.
+// AddManifest records manifest d of repo, stored in a blob of size bytes, referencing refs.
 // Recording it again only moves its last-pulled time forward.
-func (x *cacheIndex) addManifest(repo string, d digest.Digest, size int64, refs []digest.Digest, pulled time.Time) {
+func (x *Index) AddManifest(repo string, d digest.Digest, size int64, refs []digest.Digest, pulled time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.addBlobLocked("", d, size, pulled)
@@ -111,7 +135,7 @@ func (x *cacheIndex) addManifest(repo string, d digest.Digest, size int64, refs 
 		}
 		return
 	}
-	r.manifests[d] = &manifestEntry{Refs: refs, LastPulled: pulled}
+	r.manifests[d] = &ManifestEntry{Refs: refs, LastPulled: pulled}
 	x.refs[d]++
 	for _, c := range refs {
 		r.parents[c] = append(r.parents[c], d)
@@ -120,11 +144,11 @@ func (x *cacheIndex) addManifest(repo string, d digest.Digest, size int64, refs 
 	x.dirty = true
 }
 
-// touch records a pull (GET or HEAD, by tag or digest) of manifest d of repo. A pull of a child
+// Touch records a pull (GET or HEAD, by tag or digest) of manifest d of repo. A pull of a child
 // manifest (an index's image, pulled by digest or through a tag of its own such as "amd64") is
 // a use of every manifest of repo that references it, directly or through nested indexes: they
 // are pulled at the same time, so eviction never takes an image whose child was just pulled.
-func (x *cacheIndex) touch(repo string, d digest.Digest, at time.Time) {
+func (x *Index) Touch(repo string, d digest.Digest, at time.Time) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	r := x.repos[repo]
@@ -152,8 +176,8 @@ func (x *cacheIndex) touch(repo string, d digest.Digest, at time.Time) {
 	}
 }
 
-// setTag records that tag of repo points at manifest d.
-func (x *cacheIndex) setTag(repo, tag string, d digest.Digest) {
+// SetTag records that tag of repo points at manifest d.
+func (x *Index) SetTag(repo, tag string, d digest.Digest) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	r := x.repo(repo)
@@ -163,39 +187,39 @@ func (x *cacheIndex) setTag(repo, tag string, d digest.Digest) {
 	}
 }
 
-// hasManifest reports whether repo holds manifest d.
-func (x *cacheIndex) hasManifest(repo string, d digest.Digest) bool {
+// HasManifest reports whether repo holds manifest d.
+func (x *Index) HasManifest(repo string, d digest.Digest) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	r := x.repos[repo]
 	return r != nil && r.manifests[d] != nil
 }
 
-// totals are the stored bytes and blob data files.
-func (x *cacheIndex) totals() (size int64, blobs int) {
+// Totals are the stored bytes and blob data files.
+func (x *Index) Totals() (size int64, blobs int) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.size, len(x.blobs)
 }
 
-// victim is what eviction removes next: an unreferenced blob (repo == "") or an image.
-type victim struct {
-	repo     string
-	manifest digest.Digest // the image's top-level manifest; the blob when repo == ""
+// Victim is what eviction removes next: an unreferenced blob (Repo == "") or an image.
+type Victim struct {
+	Repo     string        // storage repository; "" for an unreferenced blob
+	Manifest digest.Digest // the image's top-level manifest; the blob when Repo == ""
 }
 
-// nextVictim picks, among what skip does not hold, the oldest unreferenced blob, else the least
+// NextVictim picks, among what skip does not hold, the oldest unreferenced blob, else the least
 // recently pulled image (top-level manifest of one repository). ok is false when nothing is left.
-func (x *cacheIndex) nextVictim(skip map[victim]bool) (v victim, ok bool) {
+func (x *Index) NextVictim(skip map[Victim]bool) (v Victim, ok bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var oldest time.Time
 	for d, b := range x.blobs {
-		c := victim{manifest: d}
+		c := Victim{Manifest: d}
 		if x.refs[d] > 0 || skip[c] {
 			continue
 		}
-		if !ok || b.Added.Before(oldest) || (b.Added.Equal(oldest) && d < v.manifest) {
+		if !ok || b.Added.Before(oldest) || (b.Added.Equal(oldest) && d < v.Manifest) {
 			v, oldest, ok = c, b.Added, true
 		}
 	}
@@ -204,11 +228,11 @@ func (x *cacheIndex) nextVictim(skip map[victim]bool) (v victim, ok bool) {
 	}
 	for name, r := range x.repos {
 		for d, e := range r.manifests {
-			c := victim{repo: name, manifest: d}
+			c := Victim{Repo: name, Manifest: d}
 			if len(r.parents[d]) > 0 || skip[c] {
 				continue
 			}
-			if !ok || e.LastPulled.Before(oldest) || (e.LastPulled.Equal(oldest) && (name < v.repo || name == v.repo && d < v.manifest)) {
+			if !ok || e.LastPulled.Before(oldest) || (e.LastPulled.Equal(oldest) && (name < v.Repo || name == v.Repo && d < v.Manifest)) {
 				v, oldest, ok = c, e.LastPulled, true
 			}
 		}
@@ -216,26 +240,26 @@ func (x *cacheIndex) nextVictim(skip map[victim]bool) (v victim, ok bool) {
 	return v, ok
 }
 
-// removal is what evicting one image takes away: links first, then the blob data no remaining
+// Removal is what evicting one image takes away: links first, then the blob data no remaining
 // manifest references.
-type removal struct {
-	repo      string
-	manifests []digest.Digest // revision links
-	tags      []string
-	layers    []digest.Digest // blob links in repo
-	// data are the blobs (manifests included) nothing references any more, with the other
-	// repositories that still link them.
-	data []digest.Digest
+type Removal struct {
+	Repo      string          // the storage repository
+	Manifests []digest.Digest // revision links (RevisionPath)
+	Tags      []string        // tag directories (TagPath), sorted
+	Layers    []digest.Digest // blob links in Repo (LayerLinkPath)
+	// Data are the blobs (manifests included) nothing references any more, sorted; other
+	// repositories may still link them (LinksOf).
+	Data []digest.Digest
 }
 
-// removeImage drops image m of repo from the index (its child manifests that no other manifest
+// RemoveImage drops image m of repo from the index (its child manifests that no other manifest
 // of repo references, the tags pointing at any of them, the blob links of repo nothing there
 // references any more) and returns what storage must lose. Blob data stays in the index until
-// dropBlob: the caller removes it only when no request uses it.
-func (x *cacheIndex) removeImage(repo string, m digest.Digest) removal {
+// DropBlob: the caller removes it only when no request uses it.
+func (x *Index) RemoveImage(repo string, m digest.Digest) Removal {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	out := removal{repo: repo}
+	out := Removal{Repo: repo}
 	r := x.repos[repo]
 	if r == nil || r.manifests[m] == nil {
 		return out
@@ -250,7 +274,7 @@ func (x *cacheIndex) removeImage(repo string, m digest.Digest) removal {
 			continue
 		}
 		delete(r.manifests, d)
-		out.manifests = append(out.manifests, d)
+		out.Manifests = append(out.Manifests, d)
 		x.refs[d]--
 		touched[d] = true
 		for _, c := range e.Refs {
@@ -267,36 +291,36 @@ func (x *cacheIndex) removeImage(repo string, m digest.Digest) removal {
 	for tag, d := range r.tags {
 		if touched[d] && r.manifests[d] == nil {
 			delete(r.tags, tag)
-			out.tags = append(out.tags, tag)
+			out.Tags = append(out.Tags, tag)
 		}
 	}
 	for d := range touched {
 		if r.layers[d] && len(r.parents[d]) == 0 {
 			delete(r.layers, d)
-			out.layers = append(out.layers, d)
+			out.Layers = append(out.Layers, d)
 		}
 		if x.refs[d] <= 0 {
 			delete(x.refs, d)
 			if x.blobs[d] != nil {
-				out.data = append(out.data, d)
+				out.Data = append(out.Data, d)
 			}
 		}
 	}
-	slices.Sort(out.data)
-	slices.Sort(out.tags)
+	slices.Sort(out.Data)
+	slices.Sort(out.Tags)
 	x.dirty = true
 	return out
 }
 
-// unreferenced reports whether blob d is referenced by no manifest and is no manifest itself.
-func (x *cacheIndex) unreferenced(d digest.Digest) bool {
+// Unreferenced reports whether blob d is referenced by no manifest and is no manifest itself.
+func (x *Index) Unreferenced(d digest.Digest) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	return x.refs[d] <= 0
 }
 
-// linksOf returns the repositories that link blob d (_layers).
-func (x *cacheIndex) linksOf(d digest.Digest) []string {
+// LinksOf returns the repositories that link blob d (_layers).
+func (x *Index) LinksOf(d digest.Digest) []string {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var out []string
@@ -309,8 +333,8 @@ func (x *cacheIndex) linksOf(d digest.Digest) []string {
 	return out
 }
 
-// dropBlob forgets blob d's data file and every link to it; it returns the size it had.
-func (x *cacheIndex) dropBlob(d digest.Digest) int64 {
+// DropBlob forgets blob d's data file and every link to it; it returns the size it had.
+func (x *Index) DropBlob(d digest.Digest) int64 {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	b := x.blobs[d]
@@ -326,11 +350,11 @@ func (x *cacheIndex) dropBlob(d digest.Digest) int64 {
 	return b.Size
 }
 
-// images lists the images of the index, most recently pulled first. name maps a storage
+// Images lists the images of the index, most recently pulled first. name maps a storage
 // repository to its upstream name and repository ("" when unknown). A tag naming a child
 // manifest of an image (an index's "amd64" image tagged on its own) is listed in that image's
 // ChildTags: the image is what holds the child and what eviction removes with it.
-func (x *cacheIndex) images(name func(storageRepo string) (upstream, repo string)) []mirrorapi.CachedImage {
+func (x *Index) Images(name func(storageRepo string) (upstream, repo string)) []mirrorapi.CachedImage {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	out := []mirrorapi.CachedImage{}
@@ -360,7 +384,7 @@ func (x *cacheIndex) images(name func(storageRepo string) (upstream, repo string
 // addContent adds to img, the image whose top manifest is d in r, the size of every blob it
 // holds (each once) and the tags of its child manifests (tagsOf: the tags of each manifest).
 // x.mu is held.
-func (x *cacheIndex) addContent(img *mirrorapi.CachedImage, r *repoIndex, d digest.Digest, tagsOf map[digest.Digest][]string) {
+func (x *Index) addContent(img *mirrorapi.CachedImage, r *repoIndex, d digest.Digest, tagsOf map[digest.Digest][]string) {
 	seen := map[digest.Digest]bool{}
 	var walk func(digest.Digest)
 	walk = func(c digest.Digest) {
@@ -408,7 +432,7 @@ func compareImages(a, b mirrorapi.CachedImage) int {
 	return 1
 }
 
-// maxManifestRefs bounds the descriptors (config, layers, child manifests) a manifest fetched
+// MaxManifestRefs bounds the descriptors (config, layers, child manifests) a manifest fetched
 // from an upstream may list; keepManifest refuses one that lists more, before anything is stored.
 // Each reference becomes index entries (refs, parents) and the eviction walk's work, recorded
 // under the store lock every fill takes. The OCI distribution spec and distribution set no
@@ -417,16 +441,16 @@ func compareImages(a, b mirrorapi.CachedImage) int {
 // layer store refuses deeper chains, maxLayerDepth, for graphdrivers' 127) and real indexes tens
 // of children (platforms and their attestations), so 10,000 is 80 times what a real image or
 // index needs and a third of what a 4 MiB manifest can list.
-const maxManifestRefs = 10_000
+const MaxManifestRefs = 10_000
 
-// manifestRefs returns the distinct digests a manifest or index references (config, layers,
+// ManifestRefs returns the distinct digests a manifest or index references (config, layers,
 // child manifests; a subject is not part of the image), in the order they first appear, and
 // listed, the number of descriptors it lists (duplicates and invalid digests included: what
-// maxManifestRefs bounds). When limit > 0 and listed exceeds it, refs is nil: the caller refuses
+// MaxManifestRefs bounds). When limit > 0 and listed exceeds it, refs is nil: the caller refuses
 // the manifest and needs only the count. Content that does not parse references nothing (listed
 // 0). Time and memory are linear in the size of raw (a set removes duplicates); callers call it
 // before taking any lock.
-func manifestRefs(raw []byte, limit int) (refs []digest.Digest, listed int) {
+func ManifestRefs(raw []byte, limit int) (refs []digest.Digest, listed int) {
 	var m struct {
 		Config *struct {
 			Digest digest.Digest `json:"digest"`
