@@ -144,7 +144,7 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 
 // serveLocal serves a stored blob; eviction leaves its data alone meanwhile.
 func (b *blobStore) serveLocal(ctx context.Context, w http.ResponseWriter, r *http.Request, dgst digest.Digest) error {
-	release := b.r.m.cache.acquire(dgst)
+	release := b.r.m.cache.Acquire(dgst)
 	defer release()
 	if b.serveFile(ctx, w, r, dgst) {
 		return nil
@@ -202,7 +202,7 @@ func (b *blobStore) serveFile(ctx context.Context, w http.ResponseWriter, r *htt
 // hard-linked into the blob store, so storing takes no second copy: a fill needs the blob's
 // size free once. Other storage gets the file through one of distribution's uploads.
 func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descriptor) error {
-	if root := r.m.cache.fsRoot; root != "" {
+	if root := r.m.cache.FilesystemRoot(); root != "" {
 		err := r.linkBlob(ctx, path, filepath.Join(root, filepath.FromSlash(cache.BlobDataPath(desc.Digest))), desc)
 		if !errors.Is(err, syscall.EXDEV) {
 			return err
@@ -230,23 +230,24 @@ func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descri
 	if _, err := io.Copy(bw, src); err != nil {
 		_ = bw.Cancel(ctx)
 		if errors.Is(err, syscall.ENOSPC) {
-			r.m.cache.diskFull(-1)
+			r.m.cache.DiskFull(-1)
 		}
 		return fmt.Errorf("write blob: %w", err)
 	}
 	// Data moved into the blob store and linked under the lock eviction deletes data with.
-	c := r.m.cache
-	c.storeMu.Lock()
-	_, err = bw.Commit(ctx, desc)
-	if err == nil {
-		c.idx.AddBlob(r.storageName(), desc.Digest, desc.Size, r.m.opts.Clock())
-	}
-	c.storeMu.Unlock()
+	st := r.m.cache
+	err = st.Locked(func() error {
+		if _, err := bw.Commit(ctx, desc); err != nil {
+			return err
+		}
+		st.Index().AddBlob(r.storageName(), desc.Digest, desc.Size, r.m.opts.Clock())
+		return nil
+	})
 	if err != nil {
 		_ = bw.Cancel(ctx)
 		return fmt.Errorf("commit blob: %w", err)
 	}
-	r.m.grew()
+	st.Grew()
 	return nil
 }
 
@@ -256,34 +257,38 @@ func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descri
 // the upload copy its API takes. Data already stored (the same digest filled for another
 // repository) is kept as it is. Both happen under the lock eviction deletes blob data with.
 func (r *repository) linkBlob(ctx context.Context, staging, dst string, desc v1.Descriptor) error {
-	c := r.m.cache
+	st := r.m.cache
 	// The driver writes files 0666 and directories 0777, less the umask; the staging file is 0600.
 	if err := os.Chmod(staging, 0o644); err != nil {
 		return fmt.Errorf("store blob %s: %w", desc.Digest, err)
 	}
-	c.storeMu.Lock()
-	defer c.storeMu.Unlock()
+	return st.Locked(func() error { return r.linkLocked(ctx, staging, dst, desc) })
+}
+
+// linkLocked is linkBlob's work under the store lock.
+func (r *repository) linkLocked(ctx context.Context, staging, dst string, desc v1.Descriptor) error {
+	st := r.m.cache
 	if err := os.MkdirAll(filepath.Dir(dst), 0o777); err != nil {
 		if errors.Is(err, syscall.ENOSPC) {
-			c.diskFull(-1)
+			st.DiskFull(-1)
 		}
 		return fmt.Errorf("store blob %s: %w", desc.Digest, err)
 	}
 	if err := os.Link(staging, dst); err != nil && !errors.Is(err, fs.ErrExist) {
 		if errors.Is(err, syscall.ENOSPC) {
-			c.diskFull(-1)
+			st.DiskFull(-1)
 		}
 		return fmt.Errorf("store blob %s: %w", desc.Digest, err)
 	}
 	link := path.Join(cache.LayerLinkPath(r.storageName(), desc.Digest), "link")
-	if err := c.driver.PutContent(ctx, link, []byte(desc.Digest.String())); err != nil {
+	if err := st.Driver().PutContent(ctx, link, []byte(desc.Digest.String())); err != nil {
 		if errors.Is(err, syscall.ENOSPC) {
-			c.diskFull(-1)
+			st.DiskFull(-1)
 		}
 		return fmt.Errorf("link blob %s into %s: %w", desc.Digest, r.storageName(), err)
 	}
-	c.idx.AddBlob(r.storageName(), desc.Digest, desc.Size, r.m.opts.Clock())
-	r.m.grew()
+	st.Index().AddBlob(r.storageName(), desc.Digest, desc.Size, r.m.opts.Clock())
+	st.Grew()
 	return nil
 }
 

@@ -16,14 +16,10 @@ import (
 
 // Inventory returns the cache inventory (mirrorapi.CachePath's document).
 func (m *Mirror) Inventory() mirrorapi.CacheInventory {
-	size, blobs := m.cache.idx.Totals()
-	inv := mirrorapi.CacheInventory{SizeBytes: size, MaxSizeBytes: m.opts.MaxSize, Blobs: blobs}
-	select {
-	case <-m.cache.idx.Ready():
-		inv.Ready = true
-	default:
-	}
-	inv.Images = m.cache.idx.Images(func(sr string) (string, string) {
+	size, blobs := m.cache.Index().Totals()
+	inv := mirrorapi.CacheInventory{SizeBytes: size, MaxSizeBytes: m.cache.MaxSize(), Blobs: blobs}
+	inv.Ready = m.cache.Index().IsReady()
+	inv.Images = m.cache.Index().Images(func(sr string) (string, string) {
 		key, repo, _ := strings.Cut(sr, "/")
 		if up := m.byKey[key]; up != nil {
 			return up.Name, repo
@@ -78,9 +74,7 @@ func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string
 		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("upstream %q is not configured here (configured: %s): want UPSTREAM/REPOSITORY@DIGEST as cache ls lists it, e.g. docker.io/library/alpine@sha256:...", upName, m.upstreamList()))
 		return
 	}
-	select {
-	case <-m.cache.idx.Ready():
-	default:
+	if !m.cache.Index().IsReady() {
 		writeJSONError(w, http.StatusServiceUnavailable, "the cache index is being rebuilt from storage; try again shortly")
 		return
 	}
@@ -91,11 +85,11 @@ func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string
 			img = &i
 		}
 	}
-	if img == nil || !m.cache.idx.HasManifest(sr, d) {
+	if img == nil || !m.cache.Index().HasManifest(sr, d) {
 		writeJSONError(w, http.StatusNotFound, "not cached: "+up.Name+"/"+repo+"@"+d.String())
 		return
 	}
-	m.evictImage(r.Context(), sr, d, EvictAPI)
+	m.cache.EvictImage(r.Context(), sr, d, EvictAPI)
 	m.log.Info().Str("upstream", up.Name).Str("repository", repo).Str("digest", d.String()).
 		Str("client", r.RemoteAddr).Msg("image evicted on request")
 	_ = json.NewEncoder(w).Encode(img)

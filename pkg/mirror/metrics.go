@@ -2,6 +2,8 @@ package mirror
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodecache/nodecache/pkg/mirror/cache"
 )
 
 // metrics are the mirror's Prometheus collectors. Labels never carry client addresses.
@@ -17,7 +19,7 @@ type metrics struct {
 	firstByte *prometheus.HistogramVec // upstream, kind, cache
 }
 
-func newMetrics(reg prometheus.Registerer, cache *cacheState, maxSize int64) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, idx *cache.Index, maxSize int64) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodecache_requests_total",
@@ -48,11 +50,11 @@ func newMetrics(reg prometheus.Registerer, cache *cacheState, maxSize int64) (*m
 	sizeGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "nodecache_cache_size_bytes",
 		Help: "Bytes of blob and manifest data in the cache (uploads in progress excluded).",
-	}, func() float64 { s, _ := cache.idx.Totals(); return float64(s) })
+	}, func() float64 { s, _ := idx.Totals(); return float64(s) })
 	blobsGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "nodecache_cache_blobs",
 		Help: "Blob data files in the cache (manifests included).",
-	}, func() float64 { _, n := cache.idx.Totals(); return float64(n) })
+	}, func() float64 { _, n := idx.Totals(); return float64(n) })
 	maxGauge := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "nodecache_cache_max_size_bytes",
 		Help: "The cache's size cap in bytes (--max-size); 0 when there is none.",

@@ -19,17 +19,17 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/distribution/distribution/v3"
-	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/opencontainers/go-digest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
@@ -44,21 +44,15 @@ type Mirror struct {
 	byKey           map[string]*configured // by storage key
 	defaultUpstream *configured
 	app             http.Handler
-	store           distribution.Namespace      // distribution's storage, set when the App is built
-	driver          storagedriver.StorageDriver // under store, for the cleanup of fill leftovers
+	store           distribution.Namespace // distribution's storage, set when the App is built
 	fetch           *upstream.Fetcher
 	metrics         *metrics
 	gatherer        prometheus.Gatherer
 	clients         *clientLog
 	pull            pullGate
 	canary          *canary
-	cache           *cacheState // index, eviction
+	cache           *cache.Store // storage driver, index, eviction, root lock
 	cancel          context.CancelFunc
-	// rootLock is the flock on <root>/nodecache/lock (filesystem storage) Run takes and Close
-	// releases; rootTaken is set once Run took and swept the root. lockMu guards both.
-	lockMu    sync.Mutex
-	rootLock  *os.File
-	rootTaken bool
 }
 
 // configured is a configured upstream with its storage key and its upstream side.
@@ -82,31 +76,27 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		opts.UserAgent = buildinfo.UserAgent("")
 	}
 	gatherer := metricsGatherer(&opts)
-	cache := newCacheState()
-	cache.log = opts.Logger
-	if opts.Storage == StorageFilesystem {
-		cache.fsRoot = opts.Root
-	}
-	met, err := newMetrics(opts.Registerer, cache, opts.MaxSize)
-	if err != nil {
-		return nil, fmt.Errorf("register metrics: %w", err)
-	}
-	fetch, err := newFetcher(ctx, opts, cache)
-	if err != nil {
-		return nil, err
-	}
 	m := &Mirror{
 		opts:      opts,
 		log:       opts.Logger,
 		upstreams: map[string]*configured{},
 		byKey:     map[string]*configured{},
-		fetch:     fetch,
-		metrics:   met,
 		gatherer:  gatherer,
 		clients:   newClientLog(opts.ClientEvidenceAllow),
 		pull:      pullGate{allow: opts.PullAllow},
-		cache:     cache,
 	}
+	var err error
+	if m.cache, err = m.newStore(ctx); err != nil {
+		return nil, err
+	}
+	if m.metrics, err = newMetrics(opts.Registerer, m.cache.Index(), opts.MaxSize); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	fetch, err := newFetcher(ctx, opts, m.cache)
+	if err != nil {
+		return nil, err
+	}
+	m.fetch = fetch
 	for _, u := range opts.Upstreams {
 		key := storageKey(u.Name)
 		if m.byKey[key] != nil {
@@ -135,6 +125,22 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 	return m, nil
 }
 
+// newStore builds the cache store over m.opts' storage (storageConfig), its eviction reporting
+// to m's metrics and leaving alone what m's fetcher is filling (both set before it runs).
+func (m *Mirror) newStore(ctx context.Context) (*cache.Store, error) {
+	return cache.New(ctx, cache.Options{
+		Root:    m.opts.Root,
+		Kind:    m.opts.Storage,
+		Config:  storageConfig(m.opts),
+		MaxSize: m.opts.MaxSize,
+		Clock:   m.opts.Clock,
+		Logger:  m.opts.Logger,
+		Filling: func(d digest.Digest) bool { return m.fetch.FillingDigest(d) },
+		Evicted: func(reason string) { m.metrics.evictions.WithLabelValues(reason).Inc() },
+		Freed:   func(n int64) { m.metrics.evictedBytes.Add(float64(n)) },
+	})
+}
+
 // metricsGatherer is where /metrics gathers from: Options.Gatherer, else the Registerer when it
 // gathers too, else the default gatherer. Without a Registerer, opts gets a registry of its own,
 // which is the gatherer.
@@ -155,8 +161,8 @@ func metricsGatherer(opts *Options) prometheus.Gatherer {
 }
 
 // newFetcher builds the upstream fetcher of opts' upstreams, staging fills under the storage
-// root, and reporting a full disk to cache.
-func newFetcher(ctx context.Context, opts Options, cache *cacheState) (*upstream.Fetcher, error) {
+// root, and reporting a full disk to st.
+func newFetcher(ctx context.Context, opts Options, st *cache.Store) (*upstream.Fetcher, error) {
 	staging, err := stagingDir(opts.Root)
 	if err != nil {
 		return nil, err
@@ -175,7 +181,7 @@ func newFetcher(ctx context.Context, opts Options, cache *cacheState) (*upstream
 		UserAgent:   opts.UserAgent,
 		Logger:      opts.Logger,
 		Registerer:  opts.Registerer,
-		OnDiskFull:  cache.diskFull,
+		OnDiskFull:  st.DiskFull,
 		Clock:       opts.Clock,
 		Chain:       opts.Chain,
 		InstanceID:  opts.InstanceID,
@@ -219,19 +225,14 @@ func (m *Mirror) Drain(ctx context.Context) int { return m.fetch.Drain(ctx) }
 // work.
 func (m *Mirror) Close() error {
 	err := m.fetch.Close()
-	if serr := m.saveIndex(true); serr != nil {
+	// The index is written before the root lock is released: the next process reads a clean one.
+	if serr := m.cache.Close(); serr != nil {
 		m.log.Warn().Err(serr).Msg("write cache index at shutdown")
 	}
 	m.cancel()
 	if m.opts.Root == "" {
 		_ = os.RemoveAll(m.fetch.StagingDir())
 	}
-	m.lockMu.Lock()
-	if m.rootLock != nil {
-		_ = m.rootLock.Close() // after the index is written: the next process reads a clean one
-		m.rootLock = nil
-	}
-	m.lockMu.Unlock()
 	return err
 }
 

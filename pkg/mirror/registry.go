@@ -13,6 +13,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/handlers"
 	registrymiddleware "github.com/distribution/distribution/v3/registry/middleware/registry"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/distribution/distribution/v3/registry/storage/driver/factory"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem" // storage driver
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory"   // storage driver
 	"github.com/distribution/reference"
@@ -26,16 +27,34 @@ import (
 // so the factory is registered once and finds its Mirror in the per-App options.
 const middlewareName = "nodecache-pull-through"
 
+// storeDriverName is the storage driver through which every App of this package serves from its
+// cache.Store's driver: distribution builds an App's driver from its configuration (a factory
+// name and parameters, in another process-wide table), so the factory hands back the driver the
+// Store built, found in the parameters.
+const storeDriverName = "nodecache-store"
+
 var registerOnce sync.Once
+
+// storeDriverFactory returns the driver in the "driver" parameter.
+type storeDriverFactory struct{}
+
+func (storeDriverFactory) Create(_ context.Context, params map[string]any) (storagedriver.StorageDriver, error) {
+	d, ok := params["driver"].(storagedriver.StorageDriver)
+	if !ok {
+		return nil, fmt.Errorf("%s: missing driver parameter", storeDriverName)
+	}
+	return d, nil
+}
 
 func registerMiddleware() {
 	registerOnce.Do(func() {
-		err := registrymiddleware.Register(middlewareName, func(_ context.Context, inner distribution.Namespace, driver storagedriver.StorageDriver, opts map[string]any) (distribution.Namespace, error) {
+		factory.Register(storeDriverName, storeDriverFactory{})
+		err := registrymiddleware.Register(middlewareName, func(_ context.Context, inner distribution.Namespace, _ storagedriver.StorageDriver, opts map[string]any) (distribution.Namespace, error) {
 			m, ok := opts["mirror"].(*Mirror)
 			if !ok {
 				return nil, fmt.Errorf("%s: missing mirror option", middlewareName)
 			}
-			m.store, m.driver, m.cache.driver = inner, driver, driver
+			m.store = inner
 			return &namespace{Namespace: inner, byKey: m.byKey, fetch: m.fetch, log: m.log, m: m}, nil
 		})
 		if err != nil {
@@ -44,12 +63,15 @@ func registerMiddleware() {
 	})
 }
 
-// newApp builds distribution's registry App over the storage of m.opts (storageConfig),
-// read-only, with our namespace in front of its storage.
+// newApp builds distribution's registry App over the storage driver of m.cache (built from
+// storageConfig), read-only, with our namespace in front of its storage.
 func (m *Mirror) newApp(ctx context.Context) *handlers.App {
 	registerMiddleware()
 	cfg := &configuration.Configuration{}
-	cfg.Storage = storageConfig(m.opts)
+	cfg.Storage = configuration.Storage{
+		storeDriverName: configuration.Parameters{"driver": m.cache.Driver()},
+		"redirect":      storageConfig(m.opts)["redirect"],
+	}
 	// No blob descriptor cache: distribution's is one per repository for manifests and blobs
 	// alike, so once cached a manifest digest answered at /blobs/ (200 instead of 404) and a
 	// blob digest at /manifests/ (500): answers then depended on what was cached.

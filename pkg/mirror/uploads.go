@@ -45,7 +45,7 @@ func (m *Mirror) run(ctx context.Context, started chan<- struct{}) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		m.runCache(ctx)
+		m.cache.Run(ctx)
 	}()
 	defer func() { <-done }()
 	t := time.NewTicker(uploadSweepInterval)
@@ -63,19 +63,10 @@ func (m *Mirror) run(ctx context.Context, started chan<- struct{}) error {
 // takeRoot locks a filesystem root and removes what an earlier run left: staging files and
 // uploads. Only the first call does: a second Run keeps the lock and the fills in flight.
 func (m *Mirror) takeRoot(ctx context.Context) error {
-	m.lockMu.Lock()
-	defer m.lockMu.Unlock()
-	if m.rootTaken {
-		return nil // swept already: what is staged now belongs to fills in flight
+	first, err := m.cache.Take()
+	if err != nil || !first {
+		return err // !first: swept already, what is staged now belongs to fills in flight
 	}
-	if m.opts.Root != "" && m.opts.Storage != StorageS3 {
-		f, err := cache.LockRoot(m.opts.Root)
-		if err != nil {
-			return err
-		}
-		m.rootLock = f
-	}
-	m.rootTaken = true
 	upstream.RemoveStaging(m.fetch.StagingDir())
 	if m.opts.Storage == StorageS3 {
 		m.purgeUploads(ctx, m.opts.Clock().Add(-m.opts.FillTimeout))
@@ -92,10 +83,7 @@ func (m *Mirror) sweepUploads(ctx context.Context) {
 
 // purgeUploads removes the uploads started before olderThan, through the storage driver.
 func (m *Mirror) purgeUploads(ctx context.Context, olderThan time.Time) {
-	if m.driver == nil {
-		return
-	}
-	deleted, errs := storage.PurgeUploads(ctx, m.driver, olderThan, true)
+	deleted, errs := storage.PurgeUploads(ctx, m.cache.Driver(), olderThan, true)
 	for _, err := range errs {
 		m.log.Debug().Err(err).Msg("remove fill leftovers")
 	}

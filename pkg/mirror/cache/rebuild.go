@@ -1,4 +1,4 @@
-package mirror
+package cache
 
 import (
 	"context"
@@ -13,62 +13,54 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/nodecache/nodecache/internal/clitext"
-	"github.com/nodecache/nodecache/pkg/mirror/cache"
 )
 
-func (m *Mirror) indexPath() string { return cache.FilePath(m.opts.Root) }
-
-// saveIndex writes the index file when the index changed (always when clean): cache.Index.Save.
-func (m *Mirror) saveIndex(clean bool) error {
-	return m.cache.idx.Save(m.indexPath(), m.opts.Clock, clean)
-}
-
-// loadIndex fills the index from the index file, or, when that is missing, of another version,
+// LoadIndex fills the index from the index file, or, when that is missing, of another version,
 // corrupt or not written at a clean shutdown, from storage (keeping the file's last-pulled
 // times where it had them). The index is ready afterwards, even when the rebuild failed (it
 // then holds what was found).
-func (m *Mirror) loadIndex(ctx context.Context) {
-	x := m.cache.idx
+func (s *Store) LoadIndex(ctx context.Context) {
+	x := s.idx
 	defer x.MarkReady()
 	start := time.Now()
-	p := m.indexPath()
-	var hints *cache.File
+	p := FilePath(s.opts.Root)
+	var hints *File
 	if p != "" {
-		f, err := cache.ReadFile(p)
+		f, err := ReadFile(p)
 		if err == nil {
 			x.Fill(f)
 			size, blobs := x.Totals()
-			m.log.Info().Str("file", p).Int64("size_bytes", size).Int("blobs", blobs).
+			s.log.Info().Str("file", p).Int64("size_bytes", size).Int("blobs", blobs).
 				Str("duration", clitext.Span(time.Since(start))).Msg("cache index loaded")
 			return
 		}
 		hints = f
 		if !errors.Is(err, os.ErrNotExist) {
-			m.log.Warn().Err(err).Str("file", p).Msg("cache index unusable; rebuilding it from storage")
+			s.log.Warn().Err(err).Str("file", p).Msg("cache index unusable; rebuilding it from storage")
 		}
 	}
-	if err := m.rebuildIndex(ctx, hints); err != nil {
-		m.log.Error().Err(err).Msg("rebuild cache index from storage")
+	if err := s.rebuildIndex(ctx, hints); err != nil {
+		s.log.Error().Err(err).Msg("rebuild cache index from storage")
 	}
 	size, blobs := x.Totals()
-	m.log.Info().Int64("size_bytes", size).Int("blobs", blobs).Str("duration", clitext.Span(time.Since(start))).
+	s.log.Info().Int64("size_bytes", size).Int("blobs", blobs).Str("duration", clitext.Span(time.Since(start))).
 		Msg("cache index rebuilt from storage")
 }
 
 // rebuildIndex walks storage through the driver: blob data files (sizes), then every
 // repository's manifest revisions (read and parsed for their references), blob links and tags.
 // Last-pulled times come from hints when it has them, else from the revision link's time.
-func (m *Mirror) rebuildIndex(ctx context.Context, hints *cache.File) error {
-	if err := m.indexBlobs(ctx); err != nil {
+func (s *Store) rebuildIndex(ctx context.Context, hints *File) error {
+	if err := s.indexBlobs(ctx); err != nil {
 		return err
 	}
-	revisions, err := m.indexRepos(ctx)
+	revisions, err := s.indexRepos(ctx)
 	if err != nil {
 		return err
 	}
-	x := m.cache.idx
+	x := s.idx
 	for _, rv := range revisions {
-		raw, err := m.cache.driver.GetContent(ctx, cache.BlobDataPath(rv.d))
+		raw, err := s.driver.GetContent(ctx, BlobDataPath(rv.d))
 		if err != nil {
 			continue // a revision without data: nothing to serve, nothing to count
 		}
@@ -76,23 +68,23 @@ func (m *Mirror) rebuildIndex(ctx context.Context, hints *cache.File) error {
 		if t := hints.LastPulled(rv.repo, rv.d); !t.IsZero() {
 			pulled = t
 		}
-		// No cache.MaxManifestRefs check: what is stored was accepted when it was kept (a manifest
+		// No MaxManifestRefs check: what is stored was accepted when it was kept (a manifest
 		// over the bound can only come from a nodecache before it), and all its references
 		// are recorded so eviction never takes a blob it still uses. No lock is held here.
-		refs, _ := cache.ManifestRefs(raw, 0)
+		refs, _ := ManifestRefs(raw, 0)
 		x.AddManifest(rv.repo, rv.d, int64(len(raw)), refs, pulled)
 	}
 	return ctx.Err()
 }
 
 // indexBlobs indexes the blob data files of storage (their sizes and times).
-func (m *Mirror) indexBlobs(ctx context.Context) error {
-	x := m.cache.idx
-	err := m.cache.driver.Walk(ctx, cache.BlobsRoot, func(fi storagedriver.FileInfo) error {
+func (s *Store) indexBlobs(ctx context.Context) error {
+	x := s.idx
+	err := s.driver.Walk(ctx, BlobsRoot, func(fi storagedriver.FileInfo) error {
 		if fi.IsDir() || path.Base(fi.Path()) != "data" {
 			return nil
 		}
-		parts := strings.Split(strings.TrimPrefix(fi.Path(), cache.BlobsRoot+"/"), "/")
+		parts := strings.Split(strings.TrimPrefix(fi.Path(), BlobsRoot+"/"), "/")
 		if len(parts) != 4 {
 			return nil
 		}
@@ -117,9 +109,9 @@ type manifestLink struct {
 
 // indexRepos indexes every repository's blob links and tags, and returns its manifest
 // revisions, which are read after the walk.
-func (m *Mirror) indexRepos(ctx context.Context) ([]manifestLink, error) {
+func (s *Store) indexRepos(ctx context.Context) ([]manifestLink, error) {
 	var revisions []manifestLink
-	err := m.cache.driver.Walk(ctx, cache.RepoRoot, func(fi storagedriver.FileInfo) error {
+	err := s.driver.Walk(ctx, RepoRoot, func(fi storagedriver.FileInfo) error {
 		p := fi.Path()
 		if fi.IsDir() {
 			if base := path.Base(p); base == "_uploads" || (base == "index" && strings.Contains(p, "/_manifests/tags/")) {
@@ -130,7 +122,7 @@ func (m *Mirror) indexRepos(ctx context.Context) ([]manifestLink, error) {
 		if path.Base(p) != "link" {
 			return nil
 		}
-		if rv, ok := m.indexLink(ctx, p, fi.ModTime()); ok {
+		if rv, ok := s.indexLink(ctx, p, fi.ModTime()); ok {
 			revisions = append(revisions, rv)
 		}
 		return ctx.Err()
@@ -143,20 +135,20 @@ func (m *Mirror) indexRepos(ctx context.Context) ([]manifestLink, error) {
 
 // indexLink indexes the link file at storage path p (written at): a blob link or a tag goes
 // into the index; a manifest revision is returned (ok).
-func (m *Mirror) indexLink(ctx context.Context, p string, at time.Time) (manifestLink, bool) {
-	x := m.cache.idx
-	rel := strings.TrimPrefix(p, cache.RepoRoot+"/")
+func (s *Store) indexLink(ctx context.Context, p string, at time.Time) (manifestLink, bool) {
+	x := s.idx
+	rel := strings.TrimPrefix(p, RepoRoot+"/")
 	if repo, rest, ok := strings.Cut(rel, "/_manifests/revisions/"); ok {
-		if d, ok := cache.LinkDigest(rest); ok {
+		if d, ok := LinkDigest(rest); ok {
 			return manifestLink{repo, d, at}, true
 		}
 	} else if repo, rest, ok := strings.Cut(rel, "/_layers/"); ok {
-		if d, ok := cache.LinkDigest(rest); ok {
+		if d, ok := LinkDigest(rest); ok {
 			x.AddLink(repo, d)
 		}
 	} else if repo, rest, ok := strings.Cut(rel, "/_manifests/tags/"); ok {
 		if tag, ok := strings.CutSuffix(rest, "/current/link"); ok {
-			b, err := m.cache.driver.GetContent(ctx, p)
+			b, err := s.driver.GetContent(ctx, p)
 			if err == nil {
 				if d, err := digest.Parse(strings.TrimSpace(string(b))); err == nil {
 					x.SetTag(repo, tag, d)
@@ -165,9 +157,4 @@ func (m *Mirror) indexLink(ctx context.Context, p string, at time.Time) (manifes
 		}
 	}
 	return manifestLink{}, false
-}
-
-func isPathNotFound(err error) bool {
-	var nf storagedriver.PathNotFoundError
-	return errors.As(err, &nf)
 }

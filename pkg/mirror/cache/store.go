@@ -1,0 +1,210 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/distribution/distribution/v3/configuration"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/distribution/distribution/v3/registry/storage/driver/factory"
+	"github.com/opencontainers/go-digest"
+	"github.com/rs/zerolog"
+)
+
+// Storage kinds (Options.Kind), as the mirror's --storage names them.
+const (
+	// KindFilesystem keeps the cache under Options.Root (in memory when Root is "").
+	KindFilesystem = "filesystem"
+	// KindS3 keeps it in a bucket several replicas may share; Options.Root then holds only the
+	// index file (and the mirror's staging directory), and is not locked.
+	KindS3 = "s3"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Root is the storage root: the index file (FilePath) and, for KindFilesystem, the cache
+	// itself and its lock (LockPath). "" keeps no file and takes no lock (in-memory storage).
+	Root string
+	// Kind is KindFilesystem or KindS3.
+	Kind string
+	// Config is distribution's storage configuration the driver is built from (factory.Create
+	// of its Type with its Parameters; the drivers must be registered, by importing them).
+	Config configuration.Storage
+	// MaxSize is the cap in bytes eviction keeps the cache under; 0: none.
+	MaxSize int64
+	// Clock gives the times recorded in the index (stored, last pulled) and the file's.
+	Clock func() time.Time
+	// Logger receives eviction's and the index's messages.
+	Logger zerolog.Logger
+	// Filling reports whether a fill of blob d is in flight: eviction leaves its data alone.
+	// Called only once Run runs; nil: never.
+	Filling func(d digest.Digest) bool
+	// Evicted is called for each image evicted (with its reason: EvictCap, EvictENOSPC,
+	// EvictAPI) and each unreferenced blob removed (EvictUnreferenced); nil: not called.
+	Evicted func(reason string)
+	// Freed is called with the bytes of each blob data file eviction deleted; nil: not called.
+	Freed func(bytes int64)
+}
+
+// Store owns the on-disk cache: the storage driver, the index of what it holds and the index
+// file, the eviction loop that keeps it under Options.MaxSize and makes room when the disk is
+// full, the lock serving and eviction share around blob data, and the root lock. Its methods
+// are safe for concurrent use.
+type Store struct {
+	opts   Options
+	idx    *Index
+	driver storagedriver.StorageDriver
+	// fsRoot is the filesystem storage root (Options.Root for KindFilesystem, else ""): blob
+	// data is hard-linked under it, and its free space tells a disk-full eviction how much room
+	// a blob needs.
+	fsRoot string
+	log    zerolog.Logger
+
+	// storeMu is taken by a fill while distribution commits its blob (data moved into the blob
+	// store, then linked) and by eviction while it deletes blob data, so a fill of the same
+	// digest in another repository never links data that is being deleted.
+	storeMu sync.Mutex
+
+	useMu sync.Mutex
+	inUse map[digest.Digest]int // blobs being served from storage
+	// enospcTarget, when not 0, is the size (bytes) a disk-full eviction brings the cache to.
+	enospcTarget int64
+	// kick asks the eviction loop to look at the size now (buffer 1: requests coalesce).
+	kick chan struct{}
+
+	// lockMu guards rootLock (the flock on LockPath, taken by Take, released by Close) and
+	// taken (set once Take ran).
+	lockMu   sync.Mutex
+	rootLock *os.File
+	taken    bool
+}
+
+// New builds a Store over the storage of opts, building its driver from opts.Config. It starts
+// nothing and takes no lock (Take, Run). Errors: the driver's (an unknown driver name, invalid
+// parameters).
+func New(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	params := opts.Config.Parameters()
+	if params == nil {
+		params = configuration.Parameters{}
+	}
+	driver, err := factory.Create(ctx, opts.Config.Type(), params)
+	if err != nil {
+		return nil, fmt.Errorf("storage driver %s: %w", opts.Config.Type(), err)
+	}
+	s := &Store{opts: opts, idx: NewIndex(), driver: driver, log: opts.Logger,
+		inUse: map[digest.Digest]int{}, kick: make(chan struct{}, 1)}
+	if opts.Kind == KindFilesystem {
+		s.fsRoot = opts.Root
+	}
+	return s, nil
+}
+
+// Driver is the storage driver (the one distribution's App serves from).
+func (s *Store) Driver() storagedriver.StorageDriver { return s.driver }
+
+// Index is the index of what storage holds.
+func (s *Store) Index() *Index { return s.idx }
+
+// FilesystemRoot is the filesystem storage root blob data lives under, "" when storage is not
+// local files (s3, memory).
+func (s *Store) FilesystemRoot() string { return s.fsRoot }
+
+// MaxSize is Options.MaxSize (bytes; 0: no cap).
+func (s *Store) MaxSize() int64 { return s.opts.MaxSize }
+
+// Acquire marks blob d as being served until the returned release is called: eviction leaves
+// its data alone meanwhile.
+func (s *Store) Acquire(d digest.Digest) (release func()) {
+	s.useMu.Lock()
+	s.inUse[d]++
+	s.useMu.Unlock()
+	return func() {
+		s.useMu.Lock()
+		if s.inUse[d]--; s.inUse[d] <= 0 {
+			delete(s.inUse, d)
+		}
+		s.useMu.Unlock()
+	}
+}
+
+func (s *Store) used(d digest.Digest) bool {
+	s.useMu.Lock()
+	defer s.useMu.Unlock()
+	return s.inUse[d] > 0
+}
+
+// Locked runs f under the lock eviction deletes blob data with: what f stores and links (a
+// blob committed, a manifest put) is never data eviction is deleting.
+func (s *Store) Locked(f func() error) error {
+	s.storeMu.Lock()
+	defer s.storeMu.Unlock()
+	return f()
+}
+
+// Grew is called after content was stored: over the cap, the eviction loop is woken.
+func (s *Store) Grew() {
+	if s.opts.MaxSize > 0 {
+		if size, _ := s.idx.Totals(); size > s.opts.MaxSize {
+			s.wake()
+		}
+	}
+}
+
+// wake asks the eviction loop to check the size.
+func (s *Store) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Take locks a filesystem root (LockRoot; not s3 or in-memory storage). first is true for the
+// first call only, which the caller follows by removing what an earlier run left; a later call
+// keeps the lock. Errors: LockRoot's (ErrRootInUse), and then nothing is taken.
+func (s *Store) Take() (first bool, err error) {
+	s.lockMu.Lock()
+	defer s.lockMu.Unlock()
+	if s.taken {
+		return false, nil
+	}
+	if s.opts.Root != "" && s.opts.Kind != KindS3 {
+		f, err := LockRoot(s.opts.Root)
+		if err != nil {
+			return false, err
+		}
+		s.rootLock = f
+	}
+	s.taken = true
+	return true, nil
+}
+
+// Save writes the index file when the index changed (always when clean): Index.Save at
+// FilePath(Options.Root).
+func (s *Store) Save(clean bool) error {
+	return s.idx.Save(FilePath(s.opts.Root), s.opts.Clock, clean)
+}
+
+// Close writes the index file, clean, then releases the root lock (after the write: the next
+// process reads a clean file). It returns the write's error; the lock is released anyway.
+func (s *Store) Close() error {
+	err := s.Save(true)
+	s.lockMu.Lock()
+	if s.rootLock != nil {
+		_ = s.rootLock.Close()
+		s.rootLock = nil
+	}
+	s.lockMu.Unlock()
+	return err
+}
+
+func isPathNotFound(err error) bool {
+	var nf storagedriver.PathNotFoundError
+	return errors.As(err, &nf)
+}
