@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
-	"path"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -144,7 +142,7 @@ func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *htt
 
 // serveLocal serves a stored blob; eviction leaves its data alone meanwhile.
 func (b *blobStore) serveLocal(ctx context.Context, w http.ResponseWriter, r *http.Request, dgst digest.Digest) error {
-	release := b.r.m.cache.Acquire(dgst)
+	release := b.r.cache.Acquire(dgst)
 	defer release()
 	if b.serveFile(ctx, w, r, dgst) {
 		return nil
@@ -202,14 +200,12 @@ func (b *blobStore) serveFile(ctx context.Context, w http.ResponseWriter, r *htt
 // hard-linked into the blob store, so storing takes no second copy: a fill needs the blob's
 // size free once. Other storage gets the file through one of distribution's uploads.
 func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descriptor) error {
-	if root := r.m.cache.FilesystemRoot(); root != "" {
-		err := r.linkBlob(ctx, path, filepath.Join(root, filepath.FromSlash(cache.BlobDataPath(desc.Digest))), desc)
-		if !errors.Is(err, syscall.EXDEV) {
-			return err
-		}
-		// The staging directory is on another file system (something mounted inside the
-		// root): copy it through an upload after all.
+	err := r.cache.LinkBlob(ctx, r.storageName(), path, desc.Digest, desc.Size)
+	if !errors.Is(err, cache.ErrNotFilesystem) && !errors.Is(err, syscall.EXDEV) {
+		return err
 	}
+	// Not a filesystem root, or the staging directory is on another file system (something
+	// mounted inside the root): copy it through an upload after all.
 	named, err := reference.WithName(r.up.storageKey + "/" + r.repo)
 	if err != nil {
 		return fmt.Errorf("repository name: %w", err)
@@ -230,65 +226,19 @@ func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descri
 	if _, err := io.Copy(bw, src); err != nil {
 		_ = bw.Cancel(ctx)
 		if errors.Is(err, syscall.ENOSPC) {
-			r.m.cache.DiskFull(-1)
+			r.cache.DiskFull(-1)
 		}
 		return fmt.Errorf("write blob: %w", err)
 	}
 	// Data moved into the blob store and linked under the lock eviction deletes data with.
-	st := r.m.cache
-	err = st.Locked(func() error {
-		if _, err := bw.Commit(ctx, desc); err != nil {
-			return err
-		}
-		st.Index().AddBlob(r.storageName(), desc.Digest, desc.Size, r.m.opts.Clock())
-		return nil
+	err = r.cache.CommitBlob(r.storageName(), desc.Digest, desc.Size, func() error {
+		_, err := bw.Commit(ctx, desc)
+		return err
 	})
 	if err != nil {
 		_ = bw.Cancel(ctx)
 		return fmt.Errorf("commit blob: %w", err)
 	}
-	st.Grew()
-	return nil
-}
-
-// linkBlob stores the verified staging file as blob data file dst of the filesystem driver's
-// layout (cache/paths.go) by a hard link, then writes r's blob link through the driver: what
-// distribution's blob writer Commit does (data moved in place, then the _layers link), without
-// the upload copy its API takes. Data already stored (the same digest filled for another
-// repository) is kept as it is. Both happen under the lock eviction deletes blob data with.
-func (r *repository) linkBlob(ctx context.Context, staging, dst string, desc v1.Descriptor) error {
-	st := r.m.cache
-	// The driver writes files 0666 and directories 0777, less the umask; the staging file is 0600.
-	if err := os.Chmod(staging, 0o644); err != nil {
-		return fmt.Errorf("store blob %s: %w", desc.Digest, err)
-	}
-	return st.Locked(func() error { return r.linkLocked(ctx, staging, dst, desc) })
-}
-
-// linkLocked is linkBlob's work under the store lock.
-func (r *repository) linkLocked(ctx context.Context, staging, dst string, desc v1.Descriptor) error {
-	st := r.m.cache
-	if err := os.MkdirAll(filepath.Dir(dst), 0o777); err != nil {
-		if errors.Is(err, syscall.ENOSPC) {
-			st.DiskFull(-1)
-		}
-		return fmt.Errorf("store blob %s: %w", desc.Digest, err)
-	}
-	if err := os.Link(staging, dst); err != nil && !errors.Is(err, fs.ErrExist) {
-		if errors.Is(err, syscall.ENOSPC) {
-			st.DiskFull(-1)
-		}
-		return fmt.Errorf("store blob %s: %w", desc.Digest, err)
-	}
-	link := path.Join(cache.LayerLinkPath(r.storageName(), desc.Digest), "link")
-	if err := st.Driver().PutContent(ctx, link, []byte(desc.Digest.String())); err != nil {
-		if errors.Is(err, syscall.ENOSPC) {
-			st.DiskFull(-1)
-		}
-		return fmt.Errorf("link blob %s into %s: %w", desc.Digest, r.storageName(), err)
-	}
-	st.Index().AddBlob(r.storageName(), desc.Digest, desc.Size, r.m.opts.Clock())
-	st.Grew()
 	return nil
 }
 

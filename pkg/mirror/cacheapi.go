@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -10,18 +11,33 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
+// cacheView is what mirrorapi.CachePath needs of the cache: a *cache.Store.
+type cacheView interface {
+	// Index is the index of what is stored (sizes, images, readiness).
+	Index() *cache.Index
+	// MaxSize is the cap in bytes (0: none).
+	MaxSize() int64
+	// EvictImage removes an image of a storage repository, returning the bytes freed.
+	EvictImage(ctx context.Context, repo string, d digest.Digest, reason string) int64
+}
+
 // Inventory returns the cache inventory (mirrorapi.CachePath's document).
-func (m *Mirror) Inventory() mirrorapi.CacheInventory {
-	size, blobs := m.cache.Index().Totals()
-	inv := mirrorapi.CacheInventory{SizeBytes: size, MaxSizeBytes: m.cache.MaxSize(), Blobs: blobs}
-	inv.Ready = m.cache.Index().IsReady()
-	inv.Images = m.cache.Index().Images(func(sr string) (string, string) {
+func (m *Mirror) Inventory() mirrorapi.CacheInventory { return inventory(m.cache, m.byKey) }
+
+// inventory is c's inventory, storage repositories named by their upstream (byKey: the
+// upstreams by storage key).
+func inventory(c cacheView, byKey map[string]*configured) mirrorapi.CacheInventory {
+	x := c.Index()
+	size, blobs := x.Totals()
+	inv := mirrorapi.CacheInventory{SizeBytes: size, MaxSizeBytes: c.MaxSize(), Blobs: blobs, Ready: x.IsReady()}
+	inv.Images = x.Images(func(sr string) (string, string) {
 		key, repo, _ := strings.Cut(sr, "/")
-		if up := m.byKey[key]; up != nil {
+		if up := byKey[key]; up != nil {
 			return up.Name, repo
 		}
 		return "", ""
@@ -74,22 +90,23 @@ func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string
 		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("upstream %q is not configured here (configured: %s): want UPSTREAM/REPOSITORY@DIGEST as cache ls lists it, e.g. docker.io/library/alpine@sha256:...", upName, m.upstreamList()))
 		return
 	}
-	if !m.cache.Index().IsReady() {
+	var c cacheView = m.cache
+	if !c.Index().IsReady() {
 		writeJSONError(w, http.StatusServiceUnavailable, "the cache index is being rebuilt from storage; try again shortly")
 		return
 	}
 	sr := up.storageKey + "/" + repo
 	var img *mirrorapi.CachedImage
-	for _, i := range m.Inventory().Images {
+	for _, i := range inventory(c, m.byKey).Images {
 		if i.Upstream == up.Name && i.Repository == repo && i.Digest == d.String() {
 			img = &i
 		}
 	}
-	if img == nil || !m.cache.Index().HasManifest(sr, d) {
+	if img == nil || !c.Index().HasManifest(sr, d) {
 		writeJSONError(w, http.StatusNotFound, "not cached: "+up.Name+"/"+repo+"@"+d.String())
 		return
 	}
-	m.cache.EvictImage(r.Context(), sr, d, EvictAPI)
+	c.EvictImage(r.Context(), sr, d, EvictAPI)
 	m.log.Info().Str("upstream", up.Name).Str("repository", repo).Str("digest", d.String()).
 		Str("client", r.RemoteAddr).Msg("image evicted on request")
 	_ = json.NewEncoder(w).Encode(img)

@@ -54,7 +54,7 @@ func (s *manifestService) Get(ctx context.Context, dgst digest.Digest, options .
 		}
 		man = fetched.Kept.(distribution.Manifest)
 	}
-	s.r.m.cache.Index().Touch(s.r.storageName(), dgst, s.r.m.opts.Clock())
+	s.r.cache.Pulled(s.r.storageName(), dgst)
 	st.mu.Lock()
 	pt := st.pendingTag
 	st.pendingTag = nil
@@ -66,7 +66,7 @@ func (s *manifestService) Get(ctx context.Context, dgst digest.Digest, options .
 		if terr := s.r.Repository.Tags(tctx).Tag(tctx, pt.tag, v1.Descriptor{Digest: dgst}); terr != nil {
 			s.r.log.Error().Err(terr).Str("repository", s.r.repo).Str("tag", pt.tag).Msg("store tag")
 		} else {
-			s.r.m.cache.Index().SetTag(s.r.storageName(), pt.tag, dgst)
+			s.r.cache.Tagged(s.r.storageName(), pt.tag, dgst)
 			s.r.fetch.MarkTagFresh(s.r.up.Name, s.r.repo, pt.tag)
 		}
 	}
@@ -109,17 +109,12 @@ func (r *repository) keepManifest(ctx context.Context, fm upstream.Manifest) (an
 	// Stored and recorded under the lock eviction deletes blob data with, so an eviction of the
 	// same manifest (from another repository, or pulled again meanwhile) never deletes the data
 	// of a manifest being linked.
-	st := r.m.cache
-	err = st.Locked(func() error {
-		if _, err := store.Put(ctx, man); err != nil {
-			return err
-		}
-		st.Index().AddManifest(r.storageName(), fm.Digest, int64(len(fm.Raw)), refs, r.m.opts.Clock())
-		return nil
+	err = r.cache.CommitManifest(r.storageName(), fm.Digest, int64(len(fm.Raw)), refs, func() error {
+		_, err := store.Put(ctx, man)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("store manifest %s@%s: %w", r.repo, fm.Digest, err)
 	}
-	st.Grew()
 	return man, nil
 }

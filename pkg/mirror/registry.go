@@ -17,6 +17,7 @@ import (
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem" // storage driver
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory"   // storage driver
 	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
 	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
@@ -55,7 +56,7 @@ func registerMiddleware() {
 				return nil, fmt.Errorf("%s: missing mirror option", middlewareName)
 			}
 			m.store = inner
-			return &namespace{Namespace: inner, byKey: m.byKey, fetch: m.fetch, log: m.log, m: m}, nil
+			return &namespace{Namespace: inner, byKey: m.byKey, fetch: m.fetch, log: m.log, cache: m.cache, m: m}, nil
 		})
 		if err != nil {
 			panic(err) // only a second registration under this name can fail
@@ -100,7 +101,26 @@ type namespace struct {
 	byKey map[string]*configured // read-only after New
 	fetch *upstream.Fetcher
 	log   zerolog.Logger
-	m     *Mirror // the cache index and eviction's lock
+	cache handlerCache
+	m     *Mirror
+}
+
+// handlerCache is what the registry handlers (blobs.go, manifests.go) need of the cache: a
+// *cache.Store.
+type handlerCache interface {
+	// Acquire keeps eviction off blob d until release.
+	Acquire(d digest.Digest) (release func())
+	// DiskFull asks eviction for room (lacked bytes; -1: unknown).
+	DiskFull(lacked int64)
+	// LinkBlob stores a verified staging file by a hard link (cache.ErrNotFilesystem, EXDEV:
+	// use an upload).
+	LinkBlob(ctx context.Context, repo, staging string, d digest.Digest, size int64) error
+	// CommitBlob and CommitManifest run distribution's commit under the store lock and index it.
+	CommitBlob(repo string, d digest.Digest, size int64, commit func() error) error
+	CommitManifest(repo string, d digest.Digest, size int64, refs []digest.Digest, put func() error) error
+	// Pulled and Tagged record a manifest pull and a tag.
+	Pulled(repo string, d digest.Digest)
+	Tagged(repo, tag string, d digest.Digest)
 }
 
 func (n *namespace) Repository(ctx context.Context, named reference.Named) (distribution.Repository, error) {
@@ -117,7 +137,7 @@ func (n *namespace) Repository(ctx context.Context, named reference.Named) (dist
 	if c, err := reference.WithName(stateFrom(ctx).clientName); err == nil {
 		client = c
 	}
-	return &repository{Repository: local, store: n.Namespace, up: up, repo: repo, client: client, fetch: n.fetch, log: n.log, m: n.m}, nil
+	return &repository{Repository: local, store: n.Namespace, up: up, repo: repo, client: client, fetch: n.fetch, log: n.log, cache: n.cache, m: n.m}, nil
 }
 
 // Remove refuses: the cache is read-only. (Implementing it tells distribution not to warn that
@@ -137,6 +157,7 @@ type repository struct {
 	client reference.Named
 	fetch  *upstream.Fetcher
 	log    zerolog.Logger
+	cache  handlerCache
 	m      *Mirror
 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/distribution/distribution/v3/registry/storage"
-
 	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 )
@@ -83,7 +81,7 @@ func (m *Mirror) sweepUploads(ctx context.Context) {
 
 // purgeUploads removes the uploads started before olderThan, through the storage driver.
 func (m *Mirror) purgeUploads(ctx context.Context, olderThan time.Time) {
-	deleted, errs := storage.PurgeUploads(ctx, m.cache.Driver(), olderThan, true)
+	deleted, errs := m.cache.PurgeUploads(ctx, olderThan)
 	for _, err := range errs {
 		m.log.Debug().Err(err).Msg("remove fill leftovers")
 	}

@@ -10,7 +10,7 @@ import (
 // Storage driver paths of distribution v3's storage layout (the path specs of
 // registry/storage/paths.go, pathFor); eviction and the index rebuild walk and delete them
 // through the driver. The one write around it: a fill's verified staging file is hard-linked to
-// its blob data path under a filesystem root (repository.linkBlob), where an upload through the
+// its blob data path under a filesystem root (Store.LinkBlob), where an upload through the
 // driver would copy it. Every path is absolute in the driver's namespace, "/"-separated.
 const (
 	// V2Root is the root of distribution's layout.
