@@ -161,15 +161,15 @@ func (b *blobStore) serveLocal(ctx context.Context, w http.ResponseWriter, r *ht
 // the blob is not linked in this repository (distribution then answers with its error) or its
 // data file cannot be opened with the descriptor's size; the caller lets distribution serve it.
 func (b *blobStore) serveFile(ctx context.Context, w http.ResponseWriter, r *http.Request, dgst digest.Digest) bool {
-	m := b.r.m
-	if m.opts.Storage == StorageS3 || m.opts.Root == "" {
+	root := b.r.cache.FilesystemRoot()
+	if root == "" {
 		return false
 	}
 	desc, err := b.BlobStore.Stat(ctx, dgst) // the repository's link: the per-repository rule
 	if err != nil {
 		return false
 	}
-	f, err := os.Open(filepath.Join(m.opts.Root, filepath.FromSlash(cache.BlobDataPath(desc.Digest))))
+	f, err := os.Open(filepath.Join(root, filepath.FromSlash(cache.BlobDataPath(desc.Digest))))
 	if err != nil {
 		return false
 	}

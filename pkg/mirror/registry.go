@@ -23,9 +23,10 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 )
 
-// middlewareName is the distribution registry middleware through which every App of this
-// package reaches its Mirror. distribution keeps middleware factories in a process-wide table,
-// so the factory is registered once and finds its Mirror in the per-App options.
+// middlewareName is the distribution registry middleware that puts this package's namespace in
+// front of every App's storage. distribution keeps middleware factories in a process-wide
+// table, so the factory is registered once and finds the App's namespace (built by newApp, all
+// but distribution's storage under it) in the per-App options.
 const middlewareName = "nodecache-pull-through"
 
 // storeDriverName is the storage driver through which every App of this package serves from its
@@ -51,12 +52,12 @@ func registerMiddleware() {
 	registerOnce.Do(func() {
 		factory.Register(storeDriverName, storeDriverFactory{})
 		err := registrymiddleware.Register(middlewareName, func(_ context.Context, inner distribution.Namespace, _ storagedriver.StorageDriver, opts map[string]any) (distribution.Namespace, error) {
-			m, ok := opts["mirror"].(*Mirror)
+			ns, ok := opts["namespace"].(*namespace)
 			if !ok {
-				return nil, fmt.Errorf("%s: missing mirror option", middlewareName)
+				return nil, fmt.Errorf("%s: missing namespace option", middlewareName)
 			}
-			m.store = inner
-			return &namespace{Namespace: inner, byKey: m.byKey, fetch: m.fetch, log: m.log, cache: m.cache, m: m}, nil
+			ns.Namespace = inner
+			return ns, nil
 		})
 		if err != nil {
 			panic(err) // only a second registration under this name can fail
@@ -68,6 +69,7 @@ func registerMiddleware() {
 // storageConfig), read-only, with our namespace in front of its storage.
 func (m *Mirror) newApp(ctx context.Context) *handlers.App {
 	registerMiddleware()
+	ns := &namespace{byKey: m.byKey, fetch: m.fetch, log: m.log, cache: m.cache}
 	cfg := &configuration.Configuration{}
 	cfg.Storage = configuration.Storage{
 		storeDriverName: configuration.Parameters{"driver": m.cache.Driver()},
@@ -83,7 +85,7 @@ func (m *Mirror) newApp(ctx context.Context) *handlers.App {
 		"uploadpurging": map[any]any{"enabled": false},
 	}
 	cfg.Middleware = map[string][]configuration.Middleware{
-		"registry": {{Name: middlewareName, Options: configuration.Parameters{"mirror": m}}},
+		"registry": {{Name: middlewareName, Options: configuration.Parameters{"namespace": ns}}},
 	}
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
@@ -91,7 +93,9 @@ func (m *Mirror) newApp(ctx context.Context) *handlers.App {
 	cfg.HTTP.RelativeURLs = true
 	cfg.Log.AccessLog.Disabled = true
 	cfg.Log.Level = "error"
-	return handlers.NewApp(ctx, cfg)
+	app := handlers.NewApp(ctx, cfg)
+	m.store = ns.Namespace // distribution's storage, once the middleware was applied
+	return app
 }
 
 // namespace puts pull-through repositories in front of distribution's storage. Repository names
@@ -102,12 +106,13 @@ type namespace struct {
 	fetch *upstream.Fetcher
 	log   zerolog.Logger
 	cache handlerCache
-	m     *Mirror
 }
 
 // handlerCache is what the registry handlers (blobs.go, manifests.go) need of the cache: a
 // *cache.Store.
 type handlerCache interface {
+	// FilesystemRoot is the root blob data files are under ("" : not local files).
+	FilesystemRoot() string
 	// Acquire keeps eviction off blob d until release.
 	Acquire(d digest.Digest) (release func())
 	// DiskFull asks eviction for room (lacked bytes; -1: unknown).
@@ -137,7 +142,7 @@ func (n *namespace) Repository(ctx context.Context, named reference.Named) (dist
 	if c, err := reference.WithName(stateFrom(ctx).clientName); err == nil {
 		client = c
 	}
-	return &repository{Repository: local, store: n.Namespace, up: up, repo: repo, client: client, fetch: n.fetch, log: n.log, cache: n.cache, m: n.m}, nil
+	return &repository{Repository: local, store: n.Namespace, up: up, repo: repo, client: client, fetch: n.fetch, log: n.log, cache: n.cache}, nil
 }
 
 // Remove refuses: the cache is read-only. (Implementing it tells distribution not to warn that
@@ -158,7 +163,6 @@ type repository struct {
 	fetch  *upstream.Fetcher
 	log    zerolog.Logger
 	cache  handlerCache
-	m      *Mirror
 }
 
 // storageName is the repository's name in storage and in the cache index.
