@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -90,10 +89,12 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		return nil, err
 	}
 	if m.metrics, err = newMetrics(opts.Registerer, m.cache.Index(), opts.MaxSize); err != nil {
+		_ = m.cache.Close() // a temporary staging directory goes
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	fetch, err := newFetcher(ctx, opts, m.cache)
 	if err != nil {
+		_ = m.cache.Close()
 		return nil, err
 	}
 	m.fetch = fetch
@@ -163,17 +164,13 @@ func metricsGatherer(opts *Options) prometheus.Gatherer {
 // newFetcher builds the upstream fetcher of opts' upstreams, staging fills under the storage
 // root, and reporting a full disk to st.
 func newFetcher(ctx context.Context, opts Options, st *cache.Store) (*upstream.Fetcher, error) {
-	staging, err := stagingDir(opts.Root)
-	if err != nil {
-		return nil, err
-	}
 	regs := make([]upstream.Registry, len(opts.Upstreams))
 	for i, u := range opts.Upstreams {
 		regs[i] = upstream.Registry{Name: u.Name, URL: u.URL,
 			Credentials: opts.UpstreamCredentials[u.Name], RootCAs: opts.UpstreamRootCAs[u.Name]}
 	}
 	return upstream.New(ctx, regs, upstream.Options{
-		StagingDir:  staging,
+		StagingDir:  st.StagingDir(),
 		Timeout:     opts.UpstreamTimeout,
 		TagTTL:      opts.TagTTL,
 		FillTimeout: opts.FillTimeout,
@@ -200,19 +197,6 @@ func names(ups []name.Upstream) []string {
 	return out
 }
 
-// stagingDir returns (and creates) the directory for blobs being filled: under root, so a
-// commit stays on one file system; a private temporary directory for in-memory storage.
-func stagingDir(root string) (string, error) {
-	if root == "" {
-		return os.MkdirTemp("", "nodecache-staging-")
-	}
-	dir := filepath.Join(root, "nodecache", "staging")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("storage root %s: %w", root, err)
-	}
-	return dir, nil
-}
-
 // WaitIdle blocks until no blob fill is in flight (every started fill is stored or failed), or
 // ctx ends.
 func (m *Mirror) WaitIdle(ctx context.Context) error { return m.fetch.WaitIdle(ctx) }
@@ -225,14 +209,12 @@ func (m *Mirror) Drain(ctx context.Context) int { return m.fetch.Drain(ctx) }
 // work.
 func (m *Mirror) Close() error {
 	err := m.fetch.Close()
-	// The index is written before the root lock is released: the next process reads a clean one.
+	// The index is written before the root lock is released: the next process reads a clean
+	// one. A temporary staging directory (in-memory storage) is removed.
 	if serr := m.cache.Close(); serr != nil {
 		m.log.Warn().Err(serr).Msg("write cache index at shutdown")
 	}
 	m.cancel()
-	if m.opts.Root == "" {
-		_ = os.RemoveAll(m.fetch.StagingDir())
-	}
 	return err
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -62,7 +63,9 @@ type Store struct {
 	// data is hard-linked under it, and its free space tells a disk-full eviction how much room
 	// a blob needs.
 	fsRoot string
-	log    zerolog.Logger
+	// staging is the directory fills stage blobs in (StagingDir).
+	staging string
+	log     zerolog.Logger
 
 	// storeMu is taken by a fill while distribution commits its blob (data moved into the blob
 	// store, then linked) and by eviction while it deletes blob data, so a fill of the same
@@ -98,13 +101,35 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("storage driver %s: %w", opts.Config.Type(), err)
 	}
-	s := &Store{opts: opts, idx: NewIndex(), driver: driver, log: opts.Logger,
+	staging, err := stagingDir(opts.Root)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{opts: opts, idx: NewIndex(), driver: driver, staging: staging, log: opts.Logger,
 		inUse: map[digest.Digest]int{}, kick: make(chan struct{}, 1)}
 	if opts.Kind == KindFilesystem {
 		s.fsRoot = opts.Root
 	}
 	return s, nil
 }
+
+// stagingDir returns (and creates) the directory for blobs being filled: <root>/nodecache/staging,
+// under the root so that a commit (LinkBlob) stays on one file system; a private temporary
+// directory when root is "" (in-memory storage), removed by Close.
+func stagingDir(root string) (string, error) {
+	if root == "" {
+		return os.MkdirTemp("", "nodecache-staging-")
+	}
+	dir := filepath.Join(root, "nodecache", "staging")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("storage root %s: %w", root, err)
+	}
+	return dir, nil
+}
+
+// StagingDir is the directory fills stage blobs in (the fetcher's upstream.Options.StagingDir):
+// <root>/nodecache/staging, or a temporary directory for in-memory storage.
+func (s *Store) StagingDir() string { return s.staging }
 
 // Driver is the storage driver (the one distribution's App serves from).
 func (s *Store) Driver() storagedriver.StorageDriver { return s.driver }
@@ -191,10 +216,14 @@ func (s *Store) Save(clean bool) error {
 	return s.idx.Save(FilePath(s.opts.Root), s.opts.Clock, clean)
 }
 
-// Close writes the index file, clean, then releases the root lock (after the write: the next
-// process reads a clean file). It returns the write's error; the lock is released anyway.
+// Close writes the index file, clean, removes a temporary staging directory (in-memory
+// storage), then releases the root lock (after the write: the next process reads a clean
+// file). It returns the write's error; the rest is done anyway.
 func (s *Store) Close() error {
 	err := s.Save(true)
+	if s.opts.Root == "" {
+		_ = os.RemoveAll(s.staging)
+	}
 	s.lockMu.Lock()
 	if s.rootLock != nil {
 		_ = s.rootLock.Close()
