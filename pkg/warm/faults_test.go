@@ -42,62 +42,47 @@ func failGETs(substr string, n int, status int, header http.Header) (func(http.H
 // image ends warm through every mirror (whoever retried: warm, or the mirror and then warm).
 func TestRetry5xxAtUpstream(t *testing.T) {
 	t.Parallel()
-	for _, kind := range mirrorKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			up := mirrortest.NewRegistry(t)
-			img := mirrortest.Image(t, layerBytes, 2, "linux/amd64")
-			up.PushImage(t, "warm/flaky", "v1", img)
-			target := digestsOf(t, img)[1]
-			m := kind.start(t, up)
-			up.ResetRequests()
-			wrap, failed := failGETs(target, 2, http.StatusServiceUnavailable, nil)
-			up.Wrap(wrap)
+	eachMirror(t, func(t *testing.T, up *mirrortest.Registry, start func() *testMirror) {
+		target := pushAmd64(t, up, "warm/flaky", 2)[1]
+		m := start()
+		wrap, failed := failGETs(target, 2, http.StatusServiceUnavailable, nil)
+		up.Wrap(wrap)
 
-			rep, _, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/flaky:v1")
-			mustWarm(t, rep, err)
-			if failed.Load() != 2 || up.Count("GET", target) < 3 {
-				t.Errorf("upstream failed %d GETs and saw %d; want 2 failed of at least 3", failed.Load(), up.Count("GET", target))
-			}
-		})
-	}
+		rep, _, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/flaky:v1")
+		mustWarm(t, rep, err)
+		if failed.Load() != 2 || up.Count("GET", target) < 3 {
+			t.Errorf("upstream failed %d GETs and saw %d; want 2 failed of at least 3", failed.Load(), up.Count("GET", target))
+		}
+	})
 }
 
 // TestRetry5xxAtMirror: the mirror itself answers one layer with 500 and then 503, then serves
 // it: warm retries, with backoff, to success (three GETs from warm).
 func TestRetry5xxAtMirror(t *testing.T) {
 	t.Parallel()
-	for _, kind := range mirrorKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			up := mirrortest.NewRegistry(t)
-			img := mirrortest.Image(t, layerBytes, 2, "linux/amd64")
-			up.PushImage(t, "warm/flaky", "v1", img)
-			target := digestsOf(t, img)[2]
-			m := kind.start(t, up)
-			wrap1, _ := failGETs(target, 1, http.StatusInternalServerError, nil)
-			wrap2, _ := failGETs(target, 1, http.StatusServiceUnavailable, nil)
-			m.Wrap(func(h http.Handler) http.Handler { return wrap1(wrap2(h)) })
+	eachMirror(t, func(t *testing.T, up *mirrortest.Registry, start func() *testMirror) {
+		target := pushAmd64(t, up, "warm/flaky", 2)[2]
+		m := start()
+		wrap1, _ := failGETs(target, 1, http.StatusInternalServerError, nil)
+		wrap2, _ := failGETs(target, 1, http.StatusServiceUnavailable, nil)
+		m.Wrap(func(h http.Handler) http.Handler { return wrap1(wrap2(h)) })
 
-			rep, progress, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/flaky:v1")
-			mustWarm(t, rep, err)
-			if n := m.Count("GET", target); n != 3 {
-				t.Errorf("warm sent %d GETs for the flaky blob, want 3", n)
-			}
-			if !strings.Contains(progress, "(3 attempts)") {
-				t.Errorf("progress does not show 3 attempts:\n%s", progress)
-			}
-		})
-	}
+		rep, progress, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/flaky:v1")
+		mustWarm(t, rep, err)
+		if n := m.Count("GET", target); n != 3 {
+			t.Errorf("warm sent %d GETs for the flaky blob, want 3", n)
+		}
+		if !strings.Contains(progress, "(3 attempts)") {
+			t.Errorf("progress does not show 3 attempts:\n%s", progress)
+		}
+	})
 }
 
 // TestRetryAfter429: a 429 with Retry-After: 1 is honoured (not the 20 ms test backoff).
 func TestRetryAfter429(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, layerBytes, 1, "linux/amd64")
-	up.PushImage(t, "warm/limited", "v1", img)
-	target := digestsOf(t, img)[1]
+	target := pushAmd64(t, up, "warm/limited", 1)[1]
 	m := newNodecache(t, up, warm.RoutingNS)
 	wrap, _ := failGETs(target, 1, http.StatusTooManyRequests, http.Header{"Retry-After": {"1"}})
 	m.Wrap(wrap)
@@ -133,11 +118,8 @@ func TestAlwaysFails(t *testing.T) {
 		t.Run(tc.kind+"/at-"+tc.at, func(t *testing.T) {
 			t.Parallel()
 			up := mirrortest.NewRegistry(t)
-			good := mirrortest.Image(t, layerBytes, 1, "linux/amd64")
-			bad := mirrortest.Image(t, layerBytes, 2, "linux/amd64")
-			up.PushImage(t, "warm/good", "v1", good)
-			up.PushImage(t, "warm/bad", "v1", bad)
-			target := digestsOf(t, bad)[2]
+			pushAmd64(t, up, "warm/good", 1)
+			target := pushAmd64(t, up, "warm/bad", 2)[2]
 			m := tc.start(t, up)
 			wrap, _ := failGETs(target, -1, http.StatusBadGateway, nil)
 			if tc.at == "mirror" {
@@ -229,15 +211,12 @@ func dropRange(next http.Handler) http.Handler {
 // (200 with the whole blob), warm starts the hash over and still completes.
 func TestBrokenStreamResumed(t *testing.T) {
 	t.Parallel()
-	for _, kind := range mirrorKinds {
-		for _, ignoreRange := range []bool{false, true} {
-			t.Run(kind.name+"/ignore-range="+strconv.FormatBool(ignoreRange), func(t *testing.T) {
-				t.Parallel()
-				up := mirrortest.NewRegistry(t)
-				img := mirrortest.Image(t, layerBytes, 1, "linux/amd64")
-				up.PushImage(t, "warm/cut", "v1", img)
-				target := digestsOf(t, img)[1]
-				m := kind.start(t, up)
+	for _, ignoreRange := range []bool{false, true} {
+		t.Run("ignore-range="+strconv.FormatBool(ignoreRange), func(t *testing.T) {
+			t.Parallel()
+			eachMirror(t, func(t *testing.T, up *mirrortest.Registry, start func() *testMirror) {
+				target := pushAmd64(t, up, "warm/cut", 1)[1]
+				m := start()
 				cut := cutAfter(target, 20000)
 				m.Wrap(func(h http.Handler) http.Handler {
 					if ignoreRange {
@@ -261,7 +240,7 @@ func TestBrokenStreamResumed(t *testing.T) {
 					t.Errorf("bytes %d (image %d); want the full config and layer", rep.Bytes, rep.Images[0].Bytes)
 				}
 			})
-		}
+		})
 	}
 }
 
@@ -298,9 +277,7 @@ func (f *flipWriter) Write(p []byte) (int, error) {
 func TestDigestMismatch(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, layerBytes, 1, "linux/amd64")
-	up.PushImage(t, "warm/corrupt", "v1", img)
-	target := digestsOf(t, img)[1]
+	target := pushAmd64(t, up, "warm/corrupt", 1)[1]
 	m := newStockProxy(t, up)
 	m.Wrap(corrupt(target))
 
@@ -371,32 +348,27 @@ func (d *dripWriter) Write(p []byte) (int, error) {
 // with the deadline named.
 func TestDeadline(t *testing.T) {
 	t.Parallel()
-	for _, kind := range mirrorKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			up := mirrortest.NewRegistry(t)
-			img := mirrortest.Image(t, layerBytes, 2, "linux/amd64")
-			up.PushImage(t, "warm/slow", "v1", img)
-			m := kind.start(t, up)
-			up.Wrap(slowBlobs(t))
+	eachMirror(t, func(t *testing.T, up *mirrortest.Registry, startMirror func() *testMirror) {
+		pushAmd64(t, up, "warm/slow", 2)
+		m := startMirror()
+		up.Wrap(slowBlobs(t))
 
-			start := time.Now()
-			rep, _, err := run(t, m, "linux/amd64", func(o *warm.Options) { o.Deadline = 2 * time.Second }, upstreamName+"/warm/slow:v1")
-			took := time.Since(start)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rep.Warm || rep.Images[0].Warm {
-				t.Fatal("a walk stopped by the deadline is warm")
-			}
-			if !strings.Contains(rep.Error, "--deadline 2s") || !strings.Contains(rep.Images[0].Error, "--deadline 2s") {
-				t.Errorf("report error %q, image error %q; want the deadline named", rep.Error, rep.Images[0].Error)
-			}
-			if took < 2*time.Second || took > 5*time.Second {
-				t.Errorf("run took %s; want the 2 s deadline (plus a little)", took)
-			}
-		})
-	}
+		start := time.Now()
+		rep, _, err := run(t, m, "linux/amd64", func(o *warm.Options) { o.Deadline = 2 * time.Second }, upstreamName+"/warm/slow:v1")
+		took := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Warm || rep.Images[0].Warm {
+			t.Fatal("a walk stopped by the deadline is warm")
+		}
+		if !strings.Contains(rep.Error, "--deadline 2s") || !strings.Contains(rep.Images[0].Error, "--deadline 2s") {
+			t.Errorf("report error %q, image error %q; want the deadline named", rep.Error, rep.Images[0].Error)
+		}
+		if took < 2*time.Second || took > 5*time.Second {
+			t.Errorf("run took %s; want the 2 s deadline (plus a little)", took)
+		}
+	})
 }
 
 // TestMirrorNotReady: a mirror that refuses connections, and one that accepts and never
@@ -470,9 +442,7 @@ func TestConcurrencyBound(t *testing.T) {
 func TestBlobTimeout(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, layerBytes, 1, "linux/amd64")
-	up.PushImage(t, "warm/stall", "v1", img)
-	target := digestsOf(t, img)[1]
+	target := pushAmd64(t, up, "warm/stall", 1)[1]
 	m := newStockProxy(t, up)
 	var once sync.Once
 	m.Wrap(func(next http.Handler) http.Handler {

@@ -155,6 +155,42 @@ var mirrorKinds = []struct {
 	}},
 }
 
+// eachMirror runs test in a parallel subtest for each mirror kind, each on a new upstream
+// (made with configure, when given); start puts that kind's mirror in front of the upstream and
+// clears the upstream's record of requests, so what the test counts there is the mirror's.
+func eachMirror(t *testing.T, test func(t *testing.T, up *mirrortest.Registry, start func() *testMirror), configure ...func(*configuration.Configuration)) {
+	t.Helper()
+	for _, kind := range mirrorKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t, configure)
+			test(t, up, func() *testMirror {
+				m := kind.start(t, up)
+				up.ResetRequests()
+				return m
+			})
+		})
+	}
+}
+
+// newUpstream starts an upstream registry, with the first of configure when there is one.
+func newUpstream(t *testing.T, configure []func(*configuration.Configuration)) *mirrortest.Registry {
+	t.Helper()
+	if len(configure) > 0 {
+		return mirrortest.NewRegistryWithConfig(t, configure[0])
+	}
+	return mirrortest.NewRegistry(t)
+}
+
+// pushAmd64 pushes a linux/amd64 image of the given number of layers to up as repo:v1 and
+// returns its config and layer digests.
+func pushAmd64(t *testing.T, up *mirrortest.Registry, repo string, layers int) []string {
+	t.Helper()
+	img := mirrortest.Image(t, layerBytes, layers, "linux/amd64")
+	up.PushImage(t, repo, "v1", img)
+	return digestsOf(t, img)
+}
+
 // digestsOf returns the config and layer digests of img.
 func digestsOf(t *testing.T, img v1.Image) []string {
 	t.Helper()

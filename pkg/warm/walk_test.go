@@ -116,82 +116,77 @@ func checkRequests(t *testing.T, m *testMirror, repo string) {
 // mirror succeeds.
 func TestWalkAmd64(t *testing.T) {
 	t.Parallel()
-	for _, kind := range mirrorKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			up := mirrortest.NewRegistry(t)
-			idx := mirrortest.MultiPlatformIndex(t, layerBytes, 3)
-			up.PushIndex(t, "warm/app", "v1", idx)
-			m := kind.start(t, up)
-			up.ResetRequests()
+	eachMirror(t, func(t *testing.T, up *mirrortest.Registry, start func() *testMirror) {
+		idx := mirrortest.MultiPlatformIndex(t, layerBytes, 3)
+		up.PushIndex(t, "warm/app", "v1", idx)
+		m := start()
 
-			rep, progress, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/app:v1")
-			mustWarm(t, rep, err)
-			checkRequests(t, m, "warm/app")
+		rep, progress, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/app:v1")
+		mustWarm(t, rep, err)
+		checkRequests(t, m, "warm/app")
 
-			kids := childrenOf(t, idx)
-			amd := kids["linux/amd64"]
-			amdDigest, _ := amd.Digest()
-			idxDigest, _ := idx.Digest()
-			im := rep.Images[0]
-			if im.Platform != "linux/amd64" || im.Manifest != amdDigest.String() || im.Digest != idxDigest.String() {
-				t.Errorf("walked platform %q manifest %s of %s; want linux/amd64 %s of %s", im.Platform, im.Manifest, im.Digest, amdDigest, idxDigest)
+		kids := childrenOf(t, idx)
+		amd := kids["linux/amd64"]
+		amdDigest, _ := amd.Digest()
+		idxDigest, _ := idx.Digest()
+		im := rep.Images[0]
+		if im.Platform != "linux/amd64" || im.Manifest != amdDigest.String() || im.Digest != idxDigest.String() {
+			t.Errorf("walked platform %q manifest %s of %s; want linux/amd64 %s of %s", im.Platform, im.Manifest, im.Digest, amdDigest, idxDigest)
+		}
+		want := digestsOf(t, amd)
+		if im.BlobsFetched != len(want) || im.BlobsFailed != 0 || rep.BlobsFetched != len(want) {
+			t.Errorf("fetched %d blobs (run %d), failed %d; want %d, 0", im.BlobsFetched, rep.BlobsFetched, im.BlobsFailed, len(want))
+		}
+		if im.Manifests != 2 || im.Skipped != 3 {
+			t.Errorf("manifests %d skipped %d; want 2 (index + amd64) and 3 (arm64 + 2 attestations)", im.Manifests, im.Skipped)
+		}
+		for _, d := range want {
+			if up.Count("GET", d) == 0 {
+				t.Errorf("upstream never served amd64 blob %s", d)
 			}
-			want := digestsOf(t, amd)
-			if im.BlobsFetched != len(want) || im.BlobsFailed != 0 || rep.BlobsFetched != len(want) {
-				t.Errorf("fetched %d blobs (run %d), failed %d; want %d, 0", im.BlobsFetched, rep.BlobsFetched, im.BlobsFailed, len(want))
+			if !strings.Contains(progress, d[:19]) {
+				t.Errorf("progress has no line for %s", d)
 			}
-			if im.Manifests != 2 || im.Skipped != 3 {
-				t.Errorf("manifests %d skipped %d; want 2 (index + amd64) and 3 (arm64 + 2 attestations)", im.Manifests, im.Skipped)
+		}
+		for plat, img := range kids {
+			if plat == "linux/amd64" {
+				continue
 			}
-			for _, d := range want {
-				if up.Count("GET", d) == 0 {
-					t.Errorf("upstream never served amd64 blob %s", d)
+			d, _ := img.Digest()
+			for _, x := range append(digestsOf(t, img), d.String()) {
+				if n := up.Count("", x); n != 0 {
+					t.Errorf("upstream got %d requests for %s blob or manifest %s", n, plat, x)
 				}
-				if !strings.Contains(progress, d[:19]) {
-					t.Errorf("progress has no line for %s", d)
-				}
 			}
-			for plat, img := range kids {
-				if plat == "linux/amd64" {
-					continue
-				}
-				d, _ := img.Digest()
-				for _, x := range append(digestsOf(t, img), d.String()) {
-					if n := up.Count("", x); n != 0 {
-						t.Errorf("upstream got %d requests for %s blob or manifest %s", n, plat, x)
-					}
-				}
-			}
-			if kind.name != "stock-proxy" && im.Cache["miss"] == 0 {
-				t.Errorf("nodecache answered no X-Nodecache-Cache: miss: %v", im.Cache)
-			}
-			if kind.name == "stock-proxy" && len(im.Cache) != 0 {
-				t.Errorf("stock proxy has no X-Nodecache-Cache, report says %v", im.Cache)
-			}
+		}
+		if m.Name != "stock" && im.Cache["miss"] == 0 {
+			t.Errorf("nodecache answered no X-Nodecache-Cache: miss: %v", im.Cache)
+		}
+		if m.Name == "stock" && len(im.Cache) != 0 {
+			t.Errorf("stock proxy has no X-Nodecache-Cache, report says %v", im.Cache)
+		}
 
-			// The cache now holds the amd64 image: pull it in full with the upstream gone.
-			if err := m.Idle(t.Context()); err != nil {
-				t.Fatal(err)
+		// The cache now holds the amd64 image: pull it in full with the upstream gone.
+		if err := m.Idle(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		up.Stop()
+		ref, err := name.ParseReference(m.PullPrefix+"warm/app:v1", name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// registry:2 commits a blob after its client has every byte; allow the commit a
+		// few seconds before calling the pull failed.
+		var pullErr error
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+			if pullErr = pullAll(t, ref, amdDigest); pullErr == nil || time.Now().After(end) {
+				break
 			}
-			up.Stop()
-			ref, err := name.ParseReference(m.PullPrefix+"warm/app:v1", name.Insecure)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// registry:2 commits a blob after its client has every byte; allow the commit a
-			// few seconds before calling the pull failed.
-			var pullErr error
-			for end := time.Now().Add(10 * time.Second); ; time.Sleep(250 * time.Millisecond) {
-				if pullErr = pullAll(t, ref, amdDigest); pullErr == nil || time.Now().After(end) {
-					break
-				}
-			}
-			if pullErr != nil {
-				t.Fatalf("pull %s with the upstream stopped: %v", ref, pullErr)
-			}
-		})
-	}
+		}
+		if pullErr != nil {
+			t.Fatalf("pull %s with the upstream stopped: %v", ref, pullErr)
+		}
+	})
 }
 
 // pullAll pulls ref's linux/amd64 image in full (manifest, config, every layer verified by
@@ -255,40 +250,35 @@ func dockerImage(t *testing.T, platform string) v1.Image {
 // linux/arm/v7 and for linux/arm64.
 func TestDockerManifestList(t *testing.T) {
 	t.Parallel()
-	for _, kind := range mirrorKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			up := mirrortest.NewRegistry(t)
-			plats := []string{"linux/amd64", "linux/arm/v6", "linux/arm64", "linux/arm/v7"}
-			idx := mutate.IndexMediaType(empty.Index, types.DockerManifestList)
-			imgs := map[string]v1.Image{}
-			for _, p := range plats {
-				imgs[p] = dockerImage(t, p)
-				pl, _ := v1.ParsePlatform(p)
-				idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: imgs[p], Descriptor: v1.Descriptor{Platform: pl}})
-			}
-			up.PushIndex(t, "warm/list", "v2", idx)
-			m := kind.start(t, up)
-			up.ResetRequests()
+	eachMirror(t, func(t *testing.T, up *mirrortest.Registry, start func() *testMirror) {
+		plats := []string{"linux/amd64", "linux/arm/v6", "linux/arm64", "linux/arm/v7"}
+		idx := mutate.IndexMediaType(empty.Index, types.DockerManifestList)
+		imgs := map[string]v1.Image{}
+		for _, p := range plats {
+			imgs[p] = dockerImage(t, p)
+			pl, _ := v1.ParsePlatform(p)
+			idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: imgs[p], Descriptor: v1.Descriptor{Platform: pl}})
+		}
+		up.PushIndex(t, "warm/list", "v2", idx)
+		m := start()
 
-			for _, want := range []string{"linux/arm/v7", "linux/arm64"} {
-				rep, _, err := run(t, m, want, nil, upstreamName+"/warm/list:v2")
-				mustWarm(t, rep, err)
-				d, _ := imgs[want].Digest()
-				if got := rep.Images[0]; got.Platform != want || got.Manifest != d.String() {
-					t.Errorf("--platform %s walked %s %s, want %s", want, got.Platform, got.Manifest, d)
+		for _, want := range []string{"linux/arm/v7", "linux/arm64"} {
+			rep, _, err := run(t, m, want, nil, upstreamName+"/warm/list:v2")
+			mustWarm(t, rep, err)
+			d, _ := imgs[want].Digest()
+			if got := rep.Images[0]; got.Platform != want || got.Manifest != d.String() {
+				t.Errorf("--platform %s walked %s %s, want %s", want, got.Platform, got.Manifest, d)
+			}
+		}
+		for _, other := range []string{"linux/amd64", "linux/arm/v6"} {
+			for _, x := range digestsOf(t, imgs[other]) {
+				if n := up.Count("", x); n != 0 {
+					t.Errorf("upstream got %d requests for %s blob %s", n, other, x)
 				}
 			}
-			for _, other := range []string{"linux/amd64", "linux/arm/v6"} {
-				for _, x := range digestsOf(t, imgs[other]) {
-					if n := up.Count("", x); n != 0 {
-						t.Errorf("upstream got %d requests for %s blob %s", n, other, x)
-					}
-				}
-			}
-			checkRequests(t, m, "warm/list")
-		})
-	}
+		}
+		checkRequests(t, m, "warm/list")
+	})
 }
 
 // TestIndexArm64FirstPretty pushes an index whose bytes are pretty-printed (so only the raw
@@ -296,155 +286,135 @@ func TestDockerManifestList(t *testing.T) {
 // still take amd64.
 func TestIndexArm64FirstPretty(t *testing.T) {
 	t.Parallel()
-	for _, kind := range mirrorKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			up := mirrortest.NewRegistry(t)
-			arm := mirrortest.Image(t, layerBytes, 2, "linux/arm64")
-			amd := mirrortest.Image(t, layerBytes, 2, "linux/amd64")
-			var entries []v1.Descriptor
-			for _, x := range []struct {
-				img  v1.Image
-				plat string
-			}{{arm, "linux/arm64"}, {amd, "linux/amd64"}} {
-				d, _ := x.img.Digest()
-				up.PushImage(t, "warm/pretty", d.String(), x.img)
-				raw, _ := x.img.RawManifest()
-				p, _ := v1.ParsePlatform(x.plat)
-				entries = append(entries, v1.Descriptor{MediaType: types.OCIManifestSchema1, Digest: d, Size: int64(len(raw)), Platform: p})
-			}
-			body := prettyJSON(t, v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex, Manifests: entries})
-			putManifest(t, up, "warm/pretty", "v1", types.OCIImageIndex, body)
-			sum := sha256.Sum256(body)
-			m := kind.start(t, up)
-			up.ResetRequests()
+	eachMirror(t, func(t *testing.T, up *mirrortest.Registry, start func() *testMirror) {
+		arm := mirrortest.Image(t, layerBytes, 2, "linux/arm64")
+		amd := mirrortest.Image(t, layerBytes, 2, "linux/amd64")
+		var entries []v1.Descriptor
+		for _, x := range []struct {
+			img  v1.Image
+			plat string
+		}{{arm, "linux/arm64"}, {amd, "linux/amd64"}} {
+			d, _ := x.img.Digest()
+			up.PushImage(t, "warm/pretty", d.String(), x.img)
+			raw, _ := x.img.RawManifest()
+			p, _ := v1.ParsePlatform(x.plat)
+			entries = append(entries, v1.Descriptor{MediaType: types.OCIManifestSchema1, Digest: d, Size: int64(len(raw)), Platform: p})
+		}
+		body := prettyJSON(t, v1.IndexManifest{SchemaVersion: 2, MediaType: types.OCIImageIndex, Manifests: entries})
+		putManifest(t, up, "warm/pretty", "v1", types.OCIImageIndex, body)
+		sum := sha256.Sum256(body)
+		m := start()
 
-			rep, _, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/pretty:v1")
-			mustWarm(t, rep, err)
-			amdDigest, _ := amd.Digest()
-			if got := rep.Images[0]; got.Digest != "sha256:"+hex.EncodeToString(sum[:]) || got.Manifest != amdDigest.String() || got.Platform != "linux/amd64" {
-				t.Errorf("walked %+v; want index sha256:%x and amd64 %s", got, sum, amdDigest)
+		rep, _, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/pretty:v1")
+		mustWarm(t, rep, err)
+		amdDigest, _ := amd.Digest()
+		if got := rep.Images[0]; got.Digest != "sha256:"+hex.EncodeToString(sum[:]) || got.Manifest != amdDigest.String() || got.Platform != "linux/amd64" {
+			t.Errorf("walked %+v; want index sha256:%x and amd64 %s", got, sum, amdDigest)
+		}
+		armDigest, _ := arm.Digest()
+		for _, x := range append(digestsOf(t, arm), armDigest.String()) {
+			if n := up.Count("", x); n != 0 {
+				t.Errorf("upstream got %d requests for arm64 %s", n, x)
 			}
-			armDigest, _ := arm.Digest()
-			for _, x := range append(digestsOf(t, arm), armDigest.String()) {
-				if n := up.Count("", x); n != 0 {
-					t.Errorf("upstream got %d requests for arm64 %s", n, x)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestTagAndDigest: for name:tag@digest the digest wins; the tag's content is not fetched.
 func TestTagAndDigest(t *testing.T) {
 	t.Parallel()
-	for _, kind := range mirrorKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			up := mirrortest.NewRegistry(t)
-			tagged := mirrortest.Image(t, layerBytes, 2, "linux/amd64")
-			pinned := mirrortest.Image(t, layerBytes, 2, "linux/amd64")
-			up.PushImage(t, "warm/pin", "v1", tagged)
-			up.PushImage(t, "warm/pin", "old", pinned)
-			pd, _ := pinned.Digest()
-			m := kind.start(t, up)
-			up.ResetRequests()
+	eachMirror(t, func(t *testing.T, up *mirrortest.Registry, start func() *testMirror) {
+		tagged := mirrortest.Image(t, layerBytes, 2, "linux/amd64")
+		pinned := mirrortest.Image(t, layerBytes, 2, "linux/amd64")
+		up.PushImage(t, "warm/pin", "v1", tagged)
+		up.PushImage(t, "warm/pin", "old", pinned)
+		pd, _ := pinned.Digest()
+		m := start()
 
-			rep, _, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/pin:v1@"+pd.String())
-			mustWarm(t, rep, err)
-			if got := rep.Images[0]; got.Digest != pd.String() || got.Manifest != pd.String() || got.Platform != "" {
-				t.Errorf("walked %+v; want the pinned single manifest %s", got, pd)
+		rep, _, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/pin:v1@"+pd.String())
+		mustWarm(t, rep, err)
+		if got := rep.Images[0]; got.Digest != pd.String() || got.Manifest != pd.String() || got.Platform != "" {
+			t.Errorf("walked %+v; want the pinned single manifest %s", got, pd)
+		}
+		if !strings.HasSuffix(rep.Images[0].Reference, ":v1@"+pd.String()) {
+			t.Errorf("reference %q does not keep tag and digest", rep.Images[0].Reference)
+		}
+		for _, x := range digestsOf(t, tagged) {
+			if n := up.Count("", x); n != 0 {
+				t.Errorf("upstream got %d requests for the tag's blob %s", n, x)
 			}
-			if !strings.HasSuffix(rep.Images[0].Reference, ":v1@"+pd.String()) {
-				t.Errorf("reference %q does not keep tag and digest", rep.Images[0].Reference)
+		}
+		if n := m.Count("", "/manifests/v1"); n != 0 {
+			t.Errorf("warm asked for the tag %d times; the digest wins", n)
+		}
+		for _, x := range digestsOf(t, pinned) {
+			if up.Count("GET", x) == 0 {
+				t.Errorf("pinned blob %s never fetched", x)
 			}
-			for _, x := range digestsOf(t, tagged) {
-				if n := up.Count("", x); n != 0 {
-					t.Errorf("upstream got %d requests for the tag's blob %s", n, x)
-				}
-			}
-			if n := m.Count("", "/manifests/v1"); n != 0 {
-				t.Errorf("warm asked for the tag %d times; the digest wins", n)
-			}
-			for _, x := range digestsOf(t, pinned) {
-				if up.Count("GET", x) == 0 {
-					t.Errorf("pinned blob %s never fetched", x)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestNestedIndex: an index whose only entry is another index (no platform) holding the images.
 func TestNestedIndex(t *testing.T) {
 	t.Parallel()
-	for _, kind := range mirrorKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			up := mirrortest.NewRegistry(t)
-			inner := mirrortest.MultiPlatformIndex(t, layerBytes, 1)
-			outer := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), mutate.IndexAddendum{Add: inner})
-			up.PushIndex(t, "warm/nested", "v1", outer)
-			m := kind.start(t, up)
-			up.ResetRequests()
+	eachMirror(t, func(t *testing.T, up *mirrortest.Registry, start func() *testMirror) {
+		inner := mirrortest.MultiPlatformIndex(t, layerBytes, 1)
+		outer := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex), mutate.IndexAddendum{Add: inner})
+		up.PushIndex(t, "warm/nested", "v1", outer)
+		m := start()
 
-			rep, _, err := run(t, m, "linux/arm64", nil, upstreamName+"/warm/nested:v1")
-			mustWarm(t, rep, err)
-			kids := childrenOf(t, inner)
-			d, _ := kids["linux/arm64"].Digest()
-			if got := rep.Images[0]; got.Manifest != d.String() || got.Manifests != 3 {
-				t.Errorf("walked %+v; want arm64 %s after 3 manifests (outer, inner, image)", got, d)
+		rep, _, err := run(t, m, "linux/arm64", nil, upstreamName+"/warm/nested:v1")
+		mustWarm(t, rep, err)
+		kids := childrenOf(t, inner)
+		d, _ := kids["linux/arm64"].Digest()
+		if got := rep.Images[0]; got.Manifest != d.String() || got.Manifests != 3 {
+			t.Errorf("walked %+v; want arm64 %s after 3 manifests (outer, inner, image)", got, d)
+		}
+		for _, x := range digestsOf(t, kids["linux/amd64"]) {
+			if n := up.Count("", x); n != 0 {
+				t.Errorf("upstream got %d requests for amd64 blob %s", n, x)
 			}
-			for _, x := range digestsOf(t, kids["linux/amd64"]) {
-				if n := up.Count("", x); n != 0 {
-					t.Errorf("upstream got %d requests for amd64 blob %s", n, x)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 // TestForeignLayers: a Docker image with a foreign layer (urls, non-distributable) is warm; the
 // foreign layer is reported as external and never requested.
 func TestForeignLayers(t *testing.T) {
 	t.Parallel()
-	for _, kind := range mirrorKinds {
-		t.Run(kind.name, func(t *testing.T) {
-			t.Parallel()
-			up := mirrortest.NewRegistryWithConfig(t, func(c *configuration.Configuration) {
-				c.Validation.Manifests.URLs.Allow = []string{`^https://foreign\.test/`}
-			})
-			base := dockerImage(t, "linux/amd64")
-			d, _ := base.Digest()
-			up.PushImage(t, "warm/foreign", d.String(), base) // uploads config and layers
-			mf, _ := base.Manifest()
-			mf = mf.DeepCopy()
-			foreign := v1.Descriptor{
-				MediaType: types.DockerForeignLayer, Size: 123456,
-				Digest: v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("ab", 32)},
-				URLs:   []string{"https://foreign.test/layers/windows-base.tar.gz"},
-			}
-			mf.Layers = append([]v1.Descriptor{foreign}, mf.Layers...)
-			body := prettyJSON(t, mf)
-			putManifest(t, up, "warm/foreign", "v1", types.DockerManifestSchema2, body)
-			m := kind.start(t, up)
-			up.ResetRequests()
+	eachMirror(t, func(t *testing.T, up *mirrortest.Registry, start func() *testMirror) {
+		base := dockerImage(t, "linux/amd64")
+		d, _ := base.Digest()
+		up.PushImage(t, "warm/foreign", d.String(), base) // uploads config and layers
+		mf, _ := base.Manifest()
+		mf = mf.DeepCopy()
+		foreign := v1.Descriptor{
+			MediaType: types.DockerForeignLayer, Size: 123456,
+			Digest: v1.Hash{Algorithm: "sha256", Hex: strings.Repeat("ab", 32)},
+			URLs:   []string{"https://foreign.test/layers/windows-base.tar.gz"},
+		}
+		mf.Layers = append([]v1.Descriptor{foreign}, mf.Layers...)
+		body := prettyJSON(t, mf)
+		putManifest(t, up, "warm/foreign", "v1", types.DockerManifestSchema2, body)
+		m := start()
 
-			rep, progress, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/foreign:v1")
-			mustWarm(t, rep, err)
-			im := rep.Images[0]
-			if im.BlobsExternal != 1 || len(im.External) != 1 || im.External[0].Digest != foreign.Digest.String() ||
-				im.External[0].URLs[0] != foreign.URLs[0] || im.BlobsFetched != 3 {
-				t.Errorf("report %+v; want 3 fetched and the foreign layer external", im)
-			}
-			if n := up.Count("", foreign.Digest.Hex) + m.Count("", foreign.Digest.Hex); n != 0 {
-				t.Errorf("the foreign layer was requested %d times", n)
-			}
-			if !strings.Contains(progress, "external") || !strings.Contains(progress, foreign.URLs[0]) {
-				t.Errorf("progress does not report the external layer:\n%s", progress)
-			}
-		})
-	}
+		rep, progress, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/foreign:v1")
+		mustWarm(t, rep, err)
+		im := rep.Images[0]
+		if im.BlobsExternal != 1 || len(im.External) != 1 || im.External[0].Digest != foreign.Digest.String() ||
+			im.External[0].URLs[0] != foreign.URLs[0] || im.BlobsFetched != 3 {
+			t.Errorf("report %+v; want 3 fetched and the foreign layer external", im)
+		}
+		if n := up.Count("", foreign.Digest.Hex) + m.Count("", foreign.Digest.Hex); n != 0 {
+			t.Errorf("the foreign layer was requested %d times", n)
+		}
+		if !strings.Contains(progress, "external") || !strings.Contains(progress, foreign.URLs[0]) {
+			t.Errorf("progress does not report the external layer:\n%s", progress)
+		}
+	}, func(c *configuration.Configuration) {
+		c.Validation.Manifests.URLs.Allow = []string{`^https://foreign\.test/`}
+	})
 }
 
 // TestTalosJoinSet warms the Talos worker join set through a mirror whose upstreams hold
