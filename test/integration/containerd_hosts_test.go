@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,11 +47,7 @@ func TestContainerdPullsThroughHandWrittenHostsToml(t *testing.T) {
 
 			certs := t.TempDir()
 			hostsToml := filepath.Join(certs, name.HostDir(host), "hosts.toml")
-			writeFile(t, hostsToml, fmt.Appendf(nil, `server = "http://%s"
-
-[host."http://%s"]
-  capabilities = ["pull", "resolve"]
-`, host, mirror.Addr))
+			writeHostsToml(t, hostsToml, "", host, "http://"+mirror.Addr)
 
 			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs, Schema: v.schema})
 			mirror.ResetRequests()
@@ -106,42 +101,29 @@ func TestContainerdPullsThroughHandWrittenHostsToml(t *testing.T) {
 // separates mirror problems from config-generator problems (the gen tests use the same path).
 func TestContainerdPullsThroughNodecache(t *testing.T) {
 	t.Parallel()
-	for _, v := range runtimetest.Containerds() {
-		t.Run("containerd-"+v.Name, func(t *testing.T) {
-			t.Parallel()
-			bin := requireContainerd(t, v.Env)
+	eachContainerd(t, func(t *testing.T, bin string) {
+		nc := startAppNodecache(t, 64*1024, 2)
+		upstream, host := nc.Upstream, nc.UpstreamHost
 
-			upstream := mirrortest.NewRegistry(t)
-			host := upstreamHost(t, upstream)
-			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 64*1024, 2, "linux/amd64"))
-			nc := startNodecache(t, upstream)
+		certs := t.TempDir()
+		writeHostsToml(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), "", host, nc.URL)
+		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs})
+		upstream.ResetRequests()
 
-			certs := t.TempDir()
-			writeFile(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), fmt.Appendf(nil, `server = "http://%s"
-
-[host."%s"]
-  capabilities = ["pull", "resolve"]
-`, host, nc.URL))
-			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs})
-			upstream.ResetRequests()
-
-			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
-			defer cancel()
-			if _, err := c.PullImage(ctx, host+"/team/app:v1"); err != nil {
-				t.Fatalf("containerd %s: %v", c.Version(), err)
+		if err := criPull(t, c, host+"/team/app:v1"); err != nil {
+			t.Fatalf("containerd %s: %v", c.Version(), err)
+		}
+		checkAccessLog(t, nc.Requests(t), c.UserAgent(), host)
+		// The upstream was reached by nodecache only (its fill), never by containerd.
+		for _, r := range upstream.Requests() {
+			if strings.HasPrefix(r.UserAgent, "containerd/") {
+				t.Errorf("upstream saw containerd itself: %s %s (%s)", r.Method, r.Path, r.UserAgent)
 			}
-			checkAccessLog(t, nc.Requests(t), c.UserAgent(), host)
-			// The upstream was reached by nodecache only (its fill), never by containerd.
-			for _, r := range upstream.Requests() {
-				if strings.HasPrefix(r.UserAgent, "containerd/") {
-					t.Errorf("upstream saw containerd itself: %s %s (%s)", r.Method, r.Path, r.UserAgent)
-				}
-			}
-			if upstream.Count("GET", "/blobs/") == 0 {
-				t.Errorf("upstream saw no blob GET: nodecache did not fill from it")
-			}
-		})
-	}
+		}
+		if upstream.Count("GET", "/blobs/") == 0 {
+			t.Errorf("upstream saw no blob GET: nodecache did not fill from it")
+		}
+	})
 }
 
 // TestContainerdReadsConfigPathOnlyAtStart shows, on each real daemon, why gen reports
@@ -149,47 +131,38 @@ func TestContainerdPullsThroughNodecache(t *testing.T) {
 // nothing until the daemon restarts; after Restart the same pull goes through the mirror.
 func TestContainerdReadsConfigPathOnlyAtStart(t *testing.T) {
 	t.Parallel()
-	for _, v := range runtimetest.Containerds() {
-		t.Run("containerd-"+v.Name, func(t *testing.T) {
-			t.Parallel()
-			bin := requireContainerd(t, v.Env)
+	eachContainerd(t, func(t *testing.T, bin string) {
+		upstream := mirrortest.NewStoppedRegistry(t, "127.0.0.1:0") // refuses: only the mirror can serve
+		host := upstreamHost(t, upstream)
+		mirror := mirrortest.NewRegistry(t)
+		mirror.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
+		certs := t.TempDir()
+		writeHostsToml(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), "", host, "http://"+mirror.Addr)
 
-			upstream := mirrortest.NewStoppedRegistry(t, "127.0.0.1:0") // refuses: only the mirror can serve
-			host := upstreamHost(t, upstream)
-			mirror := mirrortest.NewRegistry(t)
-			mirror.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
-			certs := t.TempDir()
-			writeFile(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), fmt.Appendf(nil, `server = "http://%s"
+		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
+		mirror.ResetRequests() // forget the push
+		ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
+		defer cancel()
+		ref := host + "/team/app:v1"
+		pid := c.PID()
 
-[host."http://%s"]
-  capabilities = ["pull", "resolve"]
-`, host, mirror.Addr))
+		c.WriteConfig(t, runtimetest.ContainerdConfig{ConfigPath: certs})
+		if _, err := c.PullImage(ctx, ref); err == nil {
+			t.Fatalf("containerd %s pulled %s before restart; config_path should be read only at start", c.Version(), ref)
+		}
+		if n := len(mirror.Requests()); n != 0 {
+			t.Fatalf("mirror saw %d requests before restart, want 0", n)
+		}
 
-			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
-			mirror.ResetRequests() // forget the push
-			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
-			defer cancel()
-			ref := host + "/team/app:v1"
-			pid := c.PID()
-
-			c.WriteConfig(t, runtimetest.ContainerdConfig{ConfigPath: certs})
-			if _, err := c.PullImage(ctx, ref); err == nil {
-				t.Fatalf("containerd %s pulled %s before restart; config_path should be read only at start", c.Version(), ref)
-			}
-			if n := len(mirror.Requests()); n != 0 {
-				t.Fatalf("mirror saw %d requests before restart, want 0", n)
-			}
-
-			c.Restart(t)
-			if c.PID() == pid {
-				t.Fatalf("Restart kept pid %d", pid)
-			}
-			if _, err := c.PullImage(ctx, ref); err != nil {
-				t.Fatalf("containerd %s after restart: %v", c.Version(), err)
-			}
-			checkRuntimeRequests(t, mirror.Requests(), c.UserAgent(), host)
-		})
-	}
+		c.Restart(t)
+		if c.PID() == pid {
+			t.Fatalf("Restart kept pid %d", pid)
+		}
+		if _, err := c.PullImage(ctx, ref); err != nil {
+			t.Fatalf("containerd %s after restart: %v", c.Version(), err)
+		}
+		checkRuntimeRequests(t, mirror.Requests(), c.UserAgent(), host)
+	})
 }
 
 // TestContainerdListConfigPath reproduces the silent bypass gen guards against (containerd issue
@@ -199,43 +172,34 @@ func TestContainerdReadsConfigPathOnlyAtStart(t *testing.T) {
 // release fixes this, the 2.x case fails here: then gen may keep lists on that release.
 func TestContainerdListConfigPath(t *testing.T) {
 	t.Parallel()
-	for _, v := range runtimetest.Containerds() {
-		t.Run("containerd-"+v.Name, func(t *testing.T) {
-			t.Parallel()
-			bin := requireContainerd(t, v.Env)
+	eachContainerd(t, func(t *testing.T, bin string) {
+		upstream := mirrortest.NewStoppedRegistry(t, "127.0.0.1:0")
+		host := upstreamHost(t, upstream)
+		mirror := mirrortest.NewRegistry(t)
+		mirror.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
+		scratch := t.TempDir()
+		a, b := filepath.Join(scratch, "a"), filepath.Join(scratch, "b")
+		writeHostsToml(t, filepath.Join(a, name.HostDir(host), "hosts.toml"), "", host, "http://"+mirror.Addr)
+		if err := os.MkdirAll(b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: a + ":" + b})
+		mirror.ResetRequests()
 
-			upstream := mirrortest.NewStoppedRegistry(t, "127.0.0.1:0")
-			host := upstreamHost(t, upstream)
-			mirror := mirrortest.NewRegistry(t)
-			mirror.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
-			scratch := t.TempDir()
-			a, b := filepath.Join(scratch, "a"), filepath.Join(scratch, "b")
-			writeFile(t, filepath.Join(a, name.HostDir(host), "hosts.toml"), fmt.Appendf(nil, `server = "http://%s"
-
-[host."http://%s"]
-  capabilities = ["pull", "resolve"]
-`, host, mirror.Addr))
-			if err := os.MkdirAll(b, 0o755); err != nil {
-				t.Fatal(err)
+		ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
+		defer cancel()
+		_, err := c.PullImage(ctx, host+"/team/app:v1")
+		usedMirror := len(mirror.Requests()) > 0
+		t.Logf("containerd %s with a list config_path: mirror used %v, pull error %v", c.Version(), usedMirror, err)
+		if c.Major() >= 2 {
+			if err == nil || usedMirror {
+				t.Errorf("containerd %s used the hosts.toml of a list config_path (pull err %v, mirror requests %d); the transfer service was expected to ignore it",
+					c.Version(), err, len(mirror.Requests()))
 			}
-			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: a + ":" + b})
-			mirror.ResetRequests()
-
-			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
-			defer cancel()
-			_, err := c.PullImage(ctx, host+"/team/app:v1")
-			usedMirror := len(mirror.Requests()) > 0
-			t.Logf("containerd %s with a list config_path: mirror used %v, pull error %v", c.Version(), usedMirror, err)
-			if c.Major() >= 2 {
-				if err == nil || usedMirror {
-					t.Errorf("containerd %s used the hosts.toml of a list config_path (pull err %v, mirror requests %d); the transfer service was expected to ignore it",
-						c.Version(), err, len(mirror.Requests()))
-				}
-				return
-			}
-			if err != nil || !usedMirror {
-				t.Errorf("containerd %s: pull err %v, mirror used %v; want a pull through the first directory's hosts.toml", c.Version(), err, usedMirror)
-			}
-		})
-	}
+			return
+		}
+		if err != nil || !usedMirror {
+			t.Errorf("containerd %s: pull err %v, mirror used %v; want a pull through the first directory's hosts.toml", c.Version(), err, usedMirror)
+		}
+	})
 }

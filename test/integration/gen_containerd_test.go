@@ -73,10 +73,8 @@ func TestGenContainerdRealDaemons(t *testing.T) {
 			t.Parallel()
 			bin := requireContainerd(t, tc.env)
 
-			upstream := mirrortest.NewRegistry(t)
-			host := upstreamHost(t, upstream)
-			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 64*1024, 2, "linux/amd64"))
-			nc := startNodecache(t, upstream)
+			nc := startAppNodecache(t, 64*1024, 2)
+			upstream, host := nc.Upstream, nc.UpstreamHost
 
 			scratch := t.TempDir()
 			certs := filepath.Join(scratch, "certs.d")

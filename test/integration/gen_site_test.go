@@ -30,11 +30,9 @@ func TestGenContainerdAdoptsSiteDirectory(t *testing.T) {
 			bin := requireContainerd(t, runtimetest.EnvContainerd24)
 			nodecacheBin := nodecacheBinary(t)
 
-			upstream := mirrortest.NewRegistry(t)
-			host := upstreamHost(t, upstream)
-			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 32*1024, 1, "linux/amd64"))
+			nc := startAppNodecache(t, 32*1024, 1)
+			upstream, host := nc.Upstream, nc.UpstreamHost
 			upstream.PushImage(t, "team/app", "v2", mirrortest.Image(t, 32*1024, 1, "linux/amd64"))
-			nc := startNodecache(t, upstream)
 
 			certs := filepath.Join(t.TempDir(), "certs.d")
 			dir := host

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -21,11 +23,49 @@ func requireContainerd(t *testing.T, env string) string {
 	return bin
 }
 
-// startNodecache serves mirror.New with upstream as its only upstream (name = upstreamHost of
+// eachContainerd runs test in a parallel subtest "containerd-<version>" for each containerd
+// generation, with that generation's binary (requireContainerd).
+func eachContainerd(t *testing.T, test func(t *testing.T, bin string)) {
+	t.Helper()
+	for _, v := range runtimetest.Containerds() {
+		t.Run("containerd-"+v.Name, func(t *testing.T) {
+			t.Parallel()
+			test(t, requireContainerd(t, v.Env))
+		})
+	}
+}
+
+// startNodecache serves mirror.New with upstream (nil: a new, empty one) as its only upstream (name = upstreamHost of
 // it, reached at http://upstream.test:<port>) on 127.0.0.1, in memory, until the test ends.
 func startNodecache(t *testing.T, upstream *mirrortest.Registry) *nodecachetest.Nodecache {
 	t.Helper()
 	return nodecachetest.Start(t, nodecachetest.Options{UpstreamName: upstreamName, Upstream: upstream})
+}
+
+// writeHostsToml writes at path a hosts.toml that sends host's pulls and resolves to mirror (a
+// URL), after head ("", or the managed marker and a newline).
+func writeHostsToml(t *testing.T, path, head, host, mirror string) {
+	t.Helper()
+	writeFile(t, path, fmt.Appendf(nil, "%sserver = \"http://%s\"\n\n[host.\"%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", head, host, mirror))
+}
+
+// startAppNodecache is startNodecache in front of a new upstream that holds team/app:v1, a
+// linux/amd64 image of layers layers of layerSize bytes; nc.UpstreamHost names the upstream and
+// nc.Upstream is it.
+func startAppNodecache(t *testing.T, layerSize int64, layers int) *nodecachetest.Nodecache {
+	t.Helper()
+	upstream := mirrortest.NewRegistry(t)
+	upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, layerSize, layers, "linux/amd64"))
+	return startNodecache(t, upstream)
+}
+
+// criPull pulls ref through c's CRI image service, giving up after pullTimeout.
+func criPull(t *testing.T, c *runtimetest.Containerd, ref string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
+	defer cancel()
+	_, err := c.PullImage(ctx, ref)
+	return err
 }
 
 // checkAccessLog fails the test unless nodecache logged requests from userAgent with ?ns=ns,

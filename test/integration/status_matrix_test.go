@@ -44,117 +44,102 @@ type genReport struct {
 // Each step also checks gen's and status' answers agree on the restart rule.
 func TestStatusMatrixRealContainerd(t *testing.T) {
 	t.Parallel()
-	for _, v := range runtimetest.Containerds() {
-		t.Run("containerd-"+v.Name, func(t *testing.T) {
-			t.Parallel()
-			bin := requireContainerd(t, v.Env)
-			ncBin := nodecacheBinary(t)
+	eachContainerd(t, func(t *testing.T, bin string) {
+		ncBin := nodecacheBinary(t)
 
-			upstream := mirrortest.NewRegistry(t)
-			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 2, "linux/amd64"))
-			host := upstreamHost(t, upstream)
-			nc := startNodecache(t, upstream)
-			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
-			certs := filepath.Join(c.Dir(), "certs.d")
-			genArgs := []string{"gen", "containerd", "--mirror", nc.URL, "--upstream", host,
-				"--containerd-config", c.ConfigFile(), "--certs-dir", certs, "--output", "json"}
-			is23 := c.Major() == 2 && strings.HasPrefix(c.Version(), "2.3")
+		nc := startAppNodecache(t, 4096, 2)
+		host := nc.UpstreamHost
+		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
+		certs := filepath.Join(c.Dir(), "certs.d")
+		genArgs := []string{"gen", "containerd", "--mirror", nc.URL, "--upstream", host,
+			"--containerd-config", c.ConfigFile(), "--certs-dir", certs, "--output", "json"}
+		is23 := c.Major() == 2 && strings.HasPrefix(c.Version(), "2.3")
 
-			// 1. gen, then restart at once.
-			var rep genReport
-			runNodecacheJSON(t, ncBin, genArgs, &rep)
-			genDone := time.Now()
-			if !rep.RestartRequired || rep.ConfigPath != certs {
-				t.Fatalf("gen: %+v, want restart_required and config_path %s", rep, certs)
-			}
-			if rep.DaemonAssumed || !strings.HasPrefix(strings.TrimPrefix(rep.Daemon, "v"), strings.SplitN(c.Version(), "+", 2)[0]) {
-				t.Fatalf("gen: containerd %q (assumed %v), want the running %s from its version service", rep.Daemon, rep.DaemonAssumed, c.Version())
-			}
-			st, err := os.Stat(c.ConfigFile())
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Restart 30 ms after the write at the earliest: closer than 10 ms (plus the 10 ms tick
-			// the start time is truncated to) cannot be ordered by design, and an idle machine
-			// restarts containerd that fast.
-			time.Sleep(time.Until(st.ModTime().Add(30 * time.Millisecond)))
-			c.Restart(t)
-			r := runStatus(t, c, "--mirror", nc.URL)
-			expectState(t, "gen then restart", r, activation.Active, 0)
-			start := *r.runtime(t).ProcessStart
-			gap := start.Sub(st.ModTime())
-			t.Logf("gen then restart: restart issued %s after gen; daemon started %s after config.toml changed",
-				c.Started().Sub(genDone).Round(time.Millisecond), gap.Round(time.Millisecond))
-			if gap > time.Second {
-				t.Fatalf("the daemon started %s after the write: not the sub-second case this step is about", gap)
-			}
+		// 1. gen, then restart at once.
+		var rep genReport
+		runNodecacheJSON(t, ncBin, genArgs, &rep)
+		genDone := time.Now()
+		if !rep.RestartRequired || rep.ConfigPath != certs {
+			t.Fatalf("gen: %+v, want restart_required and config_path %s", rep, certs)
+		}
+		if rep.DaemonAssumed || !strings.HasPrefix(strings.TrimPrefix(rep.Daemon, "v"), strings.SplitN(c.Version(), "+", 2)[0]) {
+			t.Fatalf("gen: containerd %q (assumed %v), want the running %s from its version service", rep.Daemon, rep.DaemonAssumed, c.Version())
+		}
+		st, err := os.Stat(c.ConfigFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Restart 30 ms after the write at the earliest: closer than 10 ms (plus the 10 ms tick
+		// the start time is truncated to) cannot be ordered by design, and an idle machine
+		// restarts containerd that fast.
+		time.Sleep(time.Until(st.ModTime().Add(30 * time.Millisecond)))
+		c.Restart(t)
+		r := runStatus(t, c, "--mirror", nc.URL)
+		expectState(t, "gen then restart", r, activation.Active, 0)
+		start := *r.runtime(t).ProcessStart
+		gap := start.Sub(st.ModTime())
+		t.Logf("gen then restart: restart issued %s after gen; daemon started %s after config.toml changed",
+			c.Started().Sub(genDone).Round(time.Millisecond), gap.Round(time.Millisecond))
+		if gap > time.Second {
+			t.Fatalf("the daemon started %s after the write: not the sub-second case this step is about", gap)
+		}
 
-			// 2. config.toml written 50 ms before the daemon starts.
-			c.Stop()
-			now := time.Now()
-			if err := os.Chtimes(c.ConfigFile(), now, now); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(50 * time.Millisecond)
-			c.Start(t)
-			r = runStatus(t, c, "--mirror", nc.URL)
-			expectState(t, "config 50ms before start", r, activation.Active, 0)
-			runNodecacheJSON(t, ncBin, genArgs, &rep)
-			if rep.RestartRequired || rep.RestartReason != "" {
-				t.Fatalf("gen after a config written 50 ms before the start: %+v, want no restart", rep)
-			}
+		// 2. config.toml written 50 ms before the daemon starts.
+		c.Stop()
+		now := time.Now()
+		if err := os.Chtimes(c.ConfigFile(), now, now); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+		c.Start(t)
+		r = runStatus(t, c, "--mirror", nc.URL)
+		expectState(t, "config 50ms before start", r, activation.Active, 0)
+		runNodecacheJSON(t, ncBin, genArgs, &rep)
+		if rep.RestartRequired || rep.RestartReason != "" {
+			t.Fatalf("gen after a config written 50 ms before the start: %+v, want no restart", rep)
+		}
 
-			// 3. The config changed at the daemon's start tick: the order cannot be told.
-			start = *r.runtime(t).ProcessStart
-			if err := os.Chtimes(c.ConfigFile(), start, start); err != nil {
-				t.Fatal(err)
+		// 3. The config changed at the daemon's start tick: the order cannot be told.
+		start = *r.runtime(t).ProcessStart
+		if err := os.Chtimes(c.ConfigFile(), start, start); err != nil {
+			t.Fatal(err)
+		}
+		runNodecacheJSON(t, ncBin, genArgs, &rep)
+		if !rep.RestartRequired || !strings.Contains(rep.RestartReason, "cannot tell which came first") {
+			t.Fatalf("gen with config.toml at the start tick: %+v, want restart_required (cannot tell)", rep)
+		}
+		for _, p := range []struct{ method, path string }{
+			{http.MethodGet, "/v2/"},
+			{http.MethodGet, "/v2/team/app/manifests/missing?ns=" + host},
+			{http.MethodPut, "/v2/team/app/manifests/v1?ns=" + host},
+		} {
+			runtimeRequest(t, p.method, nc.URL+p.path, c.UserAgent())
+		}
+		r = runStatus(t, c, "--mirror", nc.URL)
+		if row, _ := r.row("traffic"); row.Result == activation.Pass {
+			t.Fatalf("pings and errors counted as traffic: %+v\n%s", row, r.Raw)
+		}
+		if is23 {
+			expectState(t, "config at the start tick (2.3)", r, activation.NotActive, 1)
+			if !strings.Contains(r.Report.Reason, "cannot tell which came first") {
+				t.Fatalf("reason %q", r.Report.Reason)
 			}
-			runNodecacheJSON(t, ncBin, genArgs, &rep)
-			if !rep.RestartRequired || !strings.Contains(rep.RestartReason, "cannot tell which came first") {
-				t.Fatalf("gen with config.toml at the start tick: %+v, want restart_required (cannot tell)", rep)
-			}
-			for _, p := range []struct{ method, path string }{
-				{http.MethodGet, "/v2/"},
-				{http.MethodGet, "/v2/team/app/manifests/missing?ns=" + host},
-				{http.MethodPut, "/v2/team/app/manifests/v1?ns=" + host},
-			} {
-				runtimeRequest(t, p.method, nc.URL+p.path, c.UserAgent())
-			}
-			r = runStatus(t, c, "--mirror", nc.URL)
-			if row, _ := r.row("traffic"); row.Result == activation.Pass {
-				t.Fatalf("pings and errors counted as traffic: %+v\n%s", row, r.Raw)
-			}
-			if is23 {
-				expectState(t, "config at the start tick (2.3)", r, activation.NotActive, 1)
-				if !strings.Contains(r.Report.Reason, "cannot tell which came first") {
-					t.Fatalf("reason %q", r.Report.Reason)
-				}
-			} else {
-				// 2.4 and 1.7 say what they loaded: the verdict stays, the change is pending.
-				expectState(t, "config at the start tick", r, activation.Active, 1)
-			}
+		} else {
+			// 2.4 and 1.7 say what they loaded: the verdict stays, the change is pending.
+			expectState(t, "config at the start tick", r, activation.Active, 1)
+		}
 
-			// 4. A CRI pull through the mirror.
-			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
-			defer cancel()
-			if _, err := c.PullImage(ctx, host+"/team/app:v1"); err != nil {
-				t.Fatalf("CRI pull: %v", err)
-			}
-			r = runStatus(t, c, "--mirror", nc.URL)
-			expectState(t, "after a CRI pull", r, activation.Active, 1)
-			if row, _ := r.row("traffic"); row.Result != activation.Pass {
-				t.Fatalf("traffic row %+v\n%s", row, r.Raw)
-			}
+		// 4. A CRI pull through the mirror.
+		statusAfterPull(t, c, nc, "after a CRI pull", 1)
 
-			// 5. The mirror stopped.
-			nc.Close()
-			r = runStatus(t, c, "--mirror", nc.URL)
-			expectState(t, "mirror stopped", r, activation.NotActive, 1)
-			if !strings.Contains(r.Report.Reason, "does not answer") {
-				t.Fatalf("reason %q does not say the mirror does not answer", r.Report.Reason)
-			}
-		})
-	}
+		// 5. The mirror stopped.
+		nc.Close()
+		r = runStatus(t, c, "--mirror", nc.URL)
+		expectState(t, "mirror stopped", r, activation.NotActive, 1)
+		if !strings.Contains(r.Report.Reason, "does not answer") {
+			t.Fatalf("reason %q does not say the mirror does not answer", r.Report.Reason)
+		}
+	})
 }
 
 // TestStatusCRIPluginFailedRealContainerd17: containerd 1.7 with inline registry.mirrors next to
@@ -163,12 +148,11 @@ func TestStatusMatrixRealContainerd(t *testing.T) {
 func TestStatusCRIPluginFailedRealContainerd17(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd17)
-	upstream := mirrortest.NewRegistry(t)
-	host := upstreamHost(t, upstream)
-	nc := startNodecache(t, upstream)
+	nc := startNodecache(t, nil)
+	host := nc.UpstreamHost
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs.d")
-	writeFile(t, filepath.Join(certs, host, "hosts.toml"), fmt.Appendf(nil, "# managed by nodecache\nserver = \"http://%s\"\n\n[host.\"%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", host, nc.URL))
+	writeHostsToml(t, filepath.Join(certs, host, "hosts.toml"), mirrorapi.ManagedMarker+"\n", host, nc.URL)
 	c := runtimetest.NewContainerd(t, bin, runtimetest.ContainerdConfig{Dir: dir, ConfigPath: certs,
 		AppendTOML: fmt.Sprintf("\n[plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"%s\"]\n  endpoint = [\"%s\"]\n", host, nc.URL)})
 	c.StartWithoutCRI(t)
@@ -205,85 +189,81 @@ func runtimeRequest(t *testing.T, method, url, ua string) {
 // through the agent's mirror makes it ACTIVE (2.4 and 1.7 say what they loaded and stay ACTIVE).
 func TestAgentMatrixRealContainerd(t *testing.T) {
 	t.Parallel()
-	for _, v := range runtimetest.Containerds() {
-		t.Run("containerd-"+v.Name, func(t *testing.T) {
-			t.Parallel()
-			bin := requireContainerd(t, v.Env)
-			upstream := mirrortest.NewRegistry(t)
-			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
+	eachContainerd(t, func(t *testing.T, bin string) {
+		upstream := mirrortest.NewRegistry(t)
+		upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
 
-			// Short directories: the socket under the host root must fit a unix socket path.
-			hostRoot, nodeDir := shortTempDir(t), shortTempDir(t)
-			linkHostPath(t, hostRoot, nodeDir)
-			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{Dir: nodeDir})
-			listen, metricsListen := freeAddr(t), freeAddr(t)
-			a := startAgent(t, listen, metricsListen, "agent",
-				"--host-root", hostRoot, "--runtime", "containerd",
-				"--containerd-config", c.ConfigFile(), "--containerd-socket", c.Socket(),
-				"--certs-dir", filepath.Join(nodeDir, "certs.d"),
-				"--listen", listen, "--metrics-listen", metricsListen, "--root", t.TempDir(),
-				"--upstream", upstreamName+"="+upstream.URL.String(),
-				"--interval", "1s", "--readiness", "activation")
-			ctx := t.Context()
-			expect := func(step string, active bool) {
-				t.Helper()
-				want := http.StatusServiceUnavailable
-				if active {
-					want = http.StatusOK
-				}
-				a.waitFor(t, step, func() string {
-					for _, u := range []string{a.url + "/activez", a.url + "/readyz", a.murl + "/readyz"} {
-						if code, body := get(ctx, u); code != want {
-							return fmt.Sprintf("%s %d %q, want %d", u, code, body, want)
-						}
+		// Short directories: the socket under the host root must fit a unix socket path.
+		hostRoot, nodeDir := shortTempDir(t), shortTempDir(t)
+		linkHostPath(t, hostRoot, nodeDir)
+		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{Dir: nodeDir})
+		listen, metricsListen := freeAddr(t), freeAddr(t)
+		a := startAgent(t, listen, metricsListen, "agent",
+			"--host-root", hostRoot, "--runtime", "containerd",
+			"--containerd-config", c.ConfigFile(), "--containerd-socket", c.Socket(),
+			"--certs-dir", filepath.Join(nodeDir, "certs.d"),
+			"--listen", listen, "--metrics-listen", metricsListen, "--root", t.TempDir(),
+			"--upstream", upstreamName+"="+upstream.URL.String(),
+			"--interval", "1s", "--readiness", "activation")
+		ctx := t.Context()
+		expect := func(step string, active bool) {
+			t.Helper()
+			want := http.StatusServiceUnavailable
+			if active {
+				want = http.StatusOK
+			}
+			a.waitFor(t, step, func() string {
+				for _, u := range []string{a.url + "/activez", a.url + "/readyz", a.murl + "/readyz"} {
+					if code, body := get(ctx, u); code != want {
+						return fmt.Sprintf("%s %d %q, want %d", u, code, body, want)
 					}
-					return ""
-				})
-				t.Logf("%s: /activez and /readyz %d", step, want)
-			}
-
-			// 1. The gen pass: NOT active until containerd restarts.
-			a.waitFor(t, "the gen pass", func() string {
-				if logged(a, "gen containerd", "restart_required", true) {
-					return ""
 				}
-				return "no gen containerd line with restart_required"
+				return ""
 			})
-			expect("after the gen pass", false)
+			t.Logf("%s: /activez and /readyz %d", step, want)
+		}
 
-			// 2. Restart right away: ACTIVE.
-			c.Restart(t)
-			expect("gen then restart", true)
-
-			// 3. config.toml changed at the daemon's start tick.
-			h, err := bootstrap.NewHost(bootstrap.HostOptions{})
-			if err != nil {
-				t.Fatal(err)
+		// 1. The gen pass: NOT active until containerd restarts.
+		a.waitFor(t, "the gen pass", func() string {
+			if logged(a, "gen containerd", "restart_required", true) {
+				return ""
 			}
-			p, err := h.Process(c.PID())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Chtimes(c.ConfigFile(), p.Start, p.Start); err != nil {
-				t.Fatal(err)
-			}
-			is23 := c.Major() == 2 && strings.HasPrefix(c.Version(), "2.3")
-			expect("config at the start tick", !is23)
-
-			// 4. A ping from containerd's user agent proves nothing.
-			runtimeRequest(t, http.MethodGet, a.url+"/v2/", c.UserAgent())
-			time.Sleep(3 * time.Second) // three intervals
-			expect("after a /v2/ ping", !is23)
-
-			// 5. A CRI pull through the agent's mirror: ACTIVE.
-			pctx, cancel := context.WithTimeout(ctx, pullTimeout)
-			defer cancel()
-			if _, err := c.PullImage(pctx, upstreamName+"/team/app:v1"); err != nil {
-				t.Fatalf("CRI pull: %v", err)
-			}
-			expect("after a CRI pull", true)
+			return "no gen containerd line with restart_required"
 		})
-	}
+		expect("after the gen pass", false)
+
+		// 2. Restart right away: ACTIVE.
+		c.Restart(t)
+		expect("gen then restart", true)
+
+		// 3. config.toml changed at the daemon's start tick.
+		h, err := bootstrap.NewHost(bootstrap.HostOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := h.Process(c.PID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(c.ConfigFile(), p.Start, p.Start); err != nil {
+			t.Fatal(err)
+		}
+		is23 := c.Major() == 2 && strings.HasPrefix(c.Version(), "2.3")
+		expect("config at the start tick", !is23)
+
+		// 4. A ping from containerd's user agent proves nothing.
+		runtimeRequest(t, http.MethodGet, a.url+"/v2/", c.UserAgent())
+		time.Sleep(3 * time.Second) // three intervals
+		expect("after a /v2/ ping", !is23)
+
+		// 5. A CRI pull through the agent's mirror: ACTIVE.
+		pctx, cancel := context.WithTimeout(ctx, pullTimeout)
+		defer cancel()
+		if _, err := c.PullImage(pctx, upstreamName+"/team/app:v1"); err != nil {
+			t.Fatalf("CRI pull: %v", err)
+		}
+		expect("after a CRI pull", true)
+	})
 }
 
 // shortTempDir is a temporary directory with a short path (unix socket paths are limited to
@@ -304,12 +284,11 @@ func shortTempDir(t *testing.T) string {
 func TestStatusPermissionDeniedRealContainerd(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd24)
-	upstream := mirrortest.NewRegistry(t)
-	host := upstreamHost(t, upstream)
-	nc := startNodecache(t, upstream)
+	nc := startNodecache(t, nil)
+	host := nc.UpstreamHost
 	dir := shortTempDir(t)
 	certs := filepath.Join(dir, "certs.d")
-	writeFile(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), fmt.Appendf(nil, "%s\nserver = \"http://%s\"\n\n[host.\"%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", mirrorapi.ManagedMarker, host, nc.URL))
+	writeHostsToml(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), mirrorapi.ManagedMarker+"\n", host, nc.URL)
 	c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{Dir: dir, ConfigPath: certs})
 	// Everything readable by others except the socket (containerd makes it 0660 root:root).
 	for _, p := range []string{dir, certs, filepath.Join(certs, name.HostDir(host))} {

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,7 +21,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
-	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -128,6 +126,27 @@ func expectState(t *testing.T, step string, r statusResult, state activation.Sta
 	t.Logf("%s: %s (%s)", step, r.Report.State, r.Report.Reason)
 }
 
+// expectTraffic fails the test unless status' traffic row passes.
+func expectTraffic(t *testing.T, r statusResult) {
+	t.Helper()
+	if row, _ := r.row("traffic"); row.Result != activation.Pass {
+		t.Fatalf("traffic row %+v\n%s", row, r.Raw)
+	}
+}
+
+// statusAfterPull pulls team/app:v1 through c's CRI and runs status --mirror with nc: ACTIVE,
+// pending as pendingWant says, with the traffic row passing.
+func statusAfterPull(t *testing.T, c *runtimetest.Containerd, nc *nodecachetest.Nodecache, step string, pendingWant int) statusResult {
+	t.Helper()
+	if err := criPull(t, c, nc.UpstreamHost+"/team/app:v1"); err != nil {
+		t.Fatalf("CRI pull: %v", err)
+	}
+	r := runStatus(t, c, "--mirror", nc.URL)
+	expectState(t, step, r, activation.Active, pendingWant)
+	expectTraffic(t, r)
+	return r
+}
+
 // genContainerd runs the gen engineer's containerd plan and applier on the test daemon's files.
 func genContainerd(t *testing.T, c *runtimetest.Containerd, mirrorURL, upstream, certs string) {
 	t.Helper()
@@ -165,91 +184,79 @@ func afterTwoSeconds() {
 // config_path, gen without restart, restart, a CRI pull seen by --mirror, then config.toml touched.
 func TestStatusRealContainerd(t *testing.T) {
 	t.Parallel()
-	for _, v := range runtimetest.Containerds() {
-		t.Run("containerd-"+v.Name, func(t *testing.T) {
-			t.Parallel()
-			bin := requireContainerd(t, v.Env)
+	eachContainerd(t, func(t *testing.T, bin string) {
+		nc := startAppNodecache(t, 4096, 2)
+		host := nc.UpstreamHost
+		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
+		certs := filepath.Join(c.Dir(), "certs.d")
 
-			upstream := mirrortest.NewRegistry(t)
-			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 2, "linux/amd64"))
-			host := upstreamHost(t, upstream)
-			nc := startNodecache(t, upstream)
+		// 1. No config_path: 2.x reads its default two-directory list (ignored in transfer
+		// mode), 1.7 reads no hosts.toml at all.
+		expectState(t, "no config_path", runStatus(t, c, "--mirror", nc.URL), activation.NotActive, pendingAny)
 
-			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
-			certs := filepath.Join(c.Dir(), "certs.d")
+		// 2. gen without restart: the files are right, the running daemon is not.
+		genContainerd(t, c, nc.URL, host, certs)
+		r := runStatus(t, c, "--mirror", nc.URL)
+		rt := r.runtime(t)
+		if r.Report.State != activation.NotActive || !strings.Contains(rt.Remedy, "restart containerd or cycle the node") {
+			t.Fatalf("after gen without restart: %s, remedy %q\n%s", r.Report.State, rt.Remedy, r.Raw)
+		}
+		t.Logf("after gen, no restart: %s (%s)", r.Report.State, r.Report.Reason)
+		// The canary cannot pass yet: the daemon dials the upstream, which has no canary.
+		r = runStatus(t, c, "--mirror", nc.URL, "--canary")
+		if row, _ := r.row("canary"); r.Report.State != activation.NotActive || row.Result != activation.Fail {
+			t.Fatalf("--canary before restart: %s, canary row %+v\n%s", r.Report.State, row, r.Raw)
+		} else {
+			t.Logf("--canary before restart: %s", row.Reason)
+		}
 
-			// 1. No config_path: 2.x reads its default two-directory list (ignored in transfer
-			// mode), 1.7 reads no hosts.toml at all.
-			expectState(t, "no config_path", runStatus(t, c, "--mirror", nc.URL), activation.NotActive, pendingAny)
+		// 3. Restart: active.
+		afterTwoSeconds()
+		c.Restart(t)
+		r = runStatus(t, c, "--mirror", nc.URL)
+		expectState(t, "after restart", r, activation.Active, 0)
+		want := map[int]string{2: "introspection", 1: "cri-status"}[c.Major()]
+		if c.Major() == 2 && !strings.HasPrefix(c.Version(), "2.4") {
+			want = "start-time"
+		}
+		if got := r.runtime(t).Evidence; got != want {
+			t.Fatalf("evidence %q, want %q\n%s", got, want, r.Raw)
+		}
 
-			// 2. gen without restart: the files are right, the running daemon is not.
-			genContainerd(t, c, nc.URL, host, certs)
-			r := runStatus(t, c, "--mirror", nc.URL)
-			rt := r.runtime(t)
-			if r.Report.State != activation.NotActive || !strings.Contains(rt.Remedy, "restart containerd or cycle the node") {
-				t.Fatalf("after gen without restart: %s, remedy %q\n%s", r.Report.State, rt.Remedy, r.Raw)
-			}
-			t.Logf("after gen, no restart: %s (%s)", r.Report.State, r.Report.Reason)
-			// The canary cannot pass yet: the daemon dials the upstream, which has no canary.
-			r = runStatus(t, c, "--mirror", nc.URL, "--canary")
-			if row, _ := r.row("canary"); r.Report.State != activation.NotActive || row.Result != activation.Fail {
-				t.Fatalf("--canary before restart: %s, canary row %+v\n%s", r.Report.State, row, r.Raw)
-			} else {
-				t.Logf("--canary before restart: %s", row.Reason)
-			}
+		// 4. A CRI pull goes through the mirror, and --mirror sees it.
+		if err := criPull(t, c, host+"/team/app:v1"); err != nil {
+			t.Fatalf("CRI pull: %v", err)
+		}
+		checkAccessLog(t, nc.Requests(t), c.UserAgent(), host)
+		r = runStatus(t, c, "--mirror", nc.URL)
+		expectTraffic(t, r)
+		expectState(t, "after a CRI pull", r, activation.Active, 0)
 
-			// 3. Restart: active.
-			afterTwoSeconds()
-			c.Restart(t)
-			r = runStatus(t, c, "--mirror", nc.URL)
-			expectState(t, "after restart", r, activation.Active, 0)
-			want := map[int]string{2: "introspection", 1: "cri-status"}[c.Major()]
-			if c.Major() == 2 && !strings.HasPrefix(c.Version(), "2.4") {
-				want = "start-time"
-			}
-			if got := r.runtime(t).Evidence; got != want {
-				t.Fatalf("evidence %q, want %q\n%s", got, want, r.Raw)
-			}
+		// 5. --canary: a fresh tag of the repository only the mirror serves is pulled through
+		// the CRI socket, seen by the mirror, and removed again.
+		checkCanary(t, c, nc)
 
-			// 4. A CRI pull goes through the mirror, and --mirror sees it.
-			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
-			defer cancel()
-			if _, err := c.PullImage(ctx, host+"/team/app:v1"); err != nil {
-				t.Fatalf("CRI pull: %v", err)
-			}
-			checkAccessLog(t, nc.Requests(t), c.UserAgent(), host)
-			r = runStatus(t, c, "--mirror", nc.URL)
-			if row, _ := r.row("traffic"); row.Result != activation.Pass {
-				t.Fatalf("traffic row %+v\n%s", row, r.Raw)
-			}
-			expectState(t, "after a CRI pull", r, activation.Active, 0)
+		// 6. config.toml touched after the start.
+		now := time.Now()
+		if err := os.Chtimes(c.ConfigFile(), now, now); err != nil {
+			t.Fatal(err)
+		}
+		if c.Major() == 2 && !strings.HasPrefix(c.Version(), "2.4") {
+			// 2.0–2.3 export nothing: the start time is all there is (no --mirror here: the
+			// traffic seen above would prove it active).
+			expectState(t, "touched (2.3)", runStatus(t, c), activation.NotActive, 1)
+		} else {
+			expectState(t, "touched", runStatus(t, c, "--mirror", nc.URL), activation.Active, 1)
+		}
 
-			// 5. --canary: a fresh tag of the repository only the mirror serves is pulled through
-			// the CRI socket, seen by the mirror, and removed again.
-			checkCanary(t, c, nc)
-
-			// 6. config.toml touched after the start.
-			now := time.Now()
-			if err := os.Chtimes(c.ConfigFile(), now, now); err != nil {
-				t.Fatal(err)
-			}
-			if c.Major() == 2 && !strings.HasPrefix(c.Version(), "2.4") {
-				// 2.0–2.3 export nothing: the start time is all there is (no --mirror here: the
-				// traffic seen above would prove it active).
-				expectState(t, "touched (2.3)", runStatus(t, c), activation.NotActive, 1)
-			} else {
-				expectState(t, "touched", runStatus(t, c, "--mirror", nc.URL), activation.Active, 1)
-			}
-
-			// 7. newuser2 item 17: a --containerd-socket no daemon serves is named as the one
-			// given, never answered with "pass --containerd-socket".
-			wrong := filepath.Join(t.TempDir(), "nosock")
-			r = runStatus(t, c, "--containerd-socket", wrong)
-			if !strings.Contains(r.Raw, "serves "+wrong+" (--containerd-socket): give the socket of the containerd that serves the kubelet") || strings.Contains(r.Raw, "pass --containerd-socket") {
-				t.Fatalf("--containerd-socket %s: %s\n%s", wrong, r.Report.State, r.Raw)
-			}
-		})
-	}
+		// 7. newuser2 item 17: a --containerd-socket no daemon serves is named as the one
+		// given, never answered with "pass --containerd-socket".
+		wrong := filepath.Join(t.TempDir(), "nosock")
+		r = runStatus(t, c, "--containerd-socket", wrong)
+		if !strings.Contains(r.Raw, "serves "+wrong+" (--containerd-socket): give the socket of the containerd that serves the kubelet") || strings.Contains(r.Raw, "pass --containerd-socket") {
+			t.Fatalf("--containerd-socket %s: %s\n%s", wrong, r.Report.State, r.Raw)
+		}
+	})
 }
 
 // TestStatusRealContainerdList: containerd 2.4 with config_path "<dir>:/etc/docker/certs.d" pulls
@@ -258,16 +265,10 @@ func TestStatusRealContainerd(t *testing.T) {
 func TestStatusRealContainerdList(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd24)
-	upstream := mirrortest.NewRegistry(t)
-	host := upstreamHost(t, upstream)
-	nc := startNodecache(t, upstream)
+	nc := startNodecache(t, nil)
+	host := nc.UpstreamHost
 	certs := t.TempDir()
-	writeFile(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), fmt.Appendf(nil, `%s
-server = "http://%s"
-
-[host."%s"]
-  capabilities = ["pull", "resolve"]
-`, mirrorapi.ManagedMarker, host, nc.URL))
+	writeHostsToml(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), mirrorapi.ManagedMarker+"\n", host, nc.URL)
 	c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs + ":/etc/docker/certs.d"})
 	r := runStatus(t, c, "--mirror", nc.URL)
 	expectState(t, "list config_path", r, activation.NotActive, pendingAny)
@@ -329,13 +330,9 @@ func TestStatusSameSecondRealContainerd23(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd23)
 
-	upstream := mirrortest.NewRegistry(t)
-	upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 2, "linux/amd64"))
-	host := upstreamHost(t, upstream)
-	nc := startNodecache(t, upstream)
-
+	nc := startAppNodecache(t, 4096, 2)
 	c := runtimetest.NewContainerd(t, bin, runtimetest.ContainerdConfig{})
-	genContainerd(t, c, nc.URL, host, filepath.Join(c.Dir(), "certs.d"))
+	genContainerd(t, c, nc.URL, nc.UpstreamHost, filepath.Join(c.Dir(), "certs.d"))
 	c.Start(t)
 	rt := runStatus(t, c).runtime(t)
 	if rt.ProcessStart == nil || rt.PID != c.PID() {
@@ -362,16 +359,7 @@ func TestStatusSameSecondRealContainerd23(t *testing.T) {
 	r = runStatus(t, c, "--mirror", nc.URL)
 	expectState(t, "same second, no pull yet", r, activation.NotActive, 1)
 
-	ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
-	defer cancel()
-	if _, err := c.PullImage(ctx, host+"/team/app:v1"); err != nil {
-		t.Fatalf("CRI pull: %v", err)
-	}
-	r = runStatus(t, c, "--mirror", nc.URL)
-	expectState(t, "same second, after a CRI pull", r, activation.Active, 1)
-	if row, _ := r.row("traffic"); row.Result != activation.Pass {
-		t.Fatalf("traffic row %+v\n%s", row, r.Raw)
-	}
+	r = statusAfterPull(t, c, nc, "same second, after a CRI pull", 1)
 	if rt := r.runtime(t); rt.PID != c.PID() {
 		t.Fatalf("containerd was restarted: pid %d, was %d", rt.PID, c.PID())
 	}
