@@ -197,10 +197,8 @@ func TestDryRunDiffPatches(t *testing.T) {
 		t.Skipf("patch not installed (apt-get install patch): %v", err)
 	}
 	config := "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"overlayfs\""
-	dry, real := t.TempDir(), t.TempDir()
-	for _, root := range []string{dry, real} {
-		bootstraptest.WriteHostFile(t, root, "/etc/containerd/config.toml", []byte(config))
-	}
+	files := map[string]string{"/etc/containerd/config.toml": config}
+	dry, real := bootstraptest.HostRoot(t, files), bootstraptest.HostRoot(t, files)
 	args := func(root string) []string {
 		return []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--containerd-version", "1.7.27",
 			"--upstream", "docker.io", "--upstream", "ghcr.io", "--log-level", "error"}

@@ -2,19 +2,11 @@ package main
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
-	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
@@ -26,10 +18,9 @@ import (
 // restart_required in JSON, a second run changes nothing, --remove restores.
 func TestGenContainerdCLI(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	cfg := filepath.Join(root, "etc/containerd/config.toml")
 	legacy := bootstraptest.CorpusFile(t, "containerd/legacy-mirrors", "/etc/containerd/config.toml")
-	bootstraptest.WriteHostFile(t, root, "/etc/containerd/config.toml", legacy)
+	root := bootstraptest.HostRoot(t, map[string]string{"/etc/containerd/config.toml": string(legacy)})
+	cfg := filepath.Join(root, "etc/containerd/config.toml")
 	base := []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--containerd-version", "1.7.35", "--log-level", "error"}
 
 	// No config.toml yet: reported with the schema it is created with, not 0.
@@ -162,8 +153,7 @@ func TestGenContainerdSymlinkedConfig(t *testing.T) {
 // 2 with one message naming the flag's path and the file looked at (no "<nil>", no repetition).
 func TestGenMirrorCAMessages(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, "/etc/pki/not-pem.txt", []byte("hello\n"))
+	root := bootstraptest.HostRoot(t, map[string]string{"/etc/pki/not-pem.txt": "hello\n"})
 	if err := os.MkdirAll(filepath.Join(root, "etc/pki/dir"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -339,8 +329,7 @@ func TestGenCrioCLI(t *testing.T) {
 // with and without --dry-run, and takes the CA copy of an https mirror away too.
 func TestGenCrioRemoveWithoutMirror(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, "/etc/pki/mirror-ca.pem", testCA(t))
+	root := bootstraptest.HostRoot(t, map[string]string{"/etc/pki/mirror-ca.pem": string(bootstraptest.CA(t))})
 	code, _, stderr := runApp(t, "gen", "crio", "--host-root", root, "--mirror", "https://cache.example:5443", "--mirror-ca", "/etc/pki/mirror-ca.pem",
 		"--crio-version", "1.29.1", "--no-reload", "--log-level", "error")
 	if code != 0 {
@@ -371,23 +360,6 @@ func TestGenCrioRemoveWithoutMirror(t *testing.T) {
 			t.Fatalf("%s still there after --remove: %v", p, err)
 		}
 	}
-}
-
-// testCA returns a self-signed PEM CA certificate.
-func testCA(t *testing.T) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nodecache test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }
 
 func assertFile(t *testing.T, p string, want []byte) {

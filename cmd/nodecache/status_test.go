@@ -1,10 +1,11 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 )
 
 // TestStatusAgentRefusals: status and agent refuse a --host-root that does not exist or is not a
@@ -13,10 +14,7 @@ import (
 func TestStatusAgentRefusals(t *testing.T) {
 	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "nonexistent")
-	file := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(file, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := filepath.Join(bootstraptest.HostRoot(t, map[string]string{"/file": "x"}), "file")
 	root := t.TempDir()
 	for _, tc := range []struct {
 		name string
@@ -53,13 +51,7 @@ func TestStatusAgentRefusals(t *testing.T) {
 // and says what /etc/os-release says instead of suggesting the Talos patch.
 func TestStatusTalosAbsent(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "etc", "os-release"), []byte("NAME=\"Debian GNU/Linux\"\nID=debian\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	root := bootstraptest.HostRoot(t, map[string]string{"/etc/os-release": "NAME=\"Debian GNU/Linux\"\nID=debian\n"})
 	code, stdout, stderr := runApp(t, "status", "--runtime", "talos", "--host-root", root)
 	if code != exitUnknown {
 		t.Fatalf("exit %d, want 3; stdout %q stderr %q", code, stdout, stderr)

@@ -2,40 +2,18 @@ package bootstrap_test
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 )
-
-func selfSignedPEM(t *testing.T) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"}, IsCA: true,
-		BasicConstraintsValid: true, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
 
 func TestReadMirrorCA(t *testing.T) {
 	t.Parallel()
-	ca := selfSignedPEM(t)
+	ca := bootstraptest.CA(t)
 	root := hostTree(t, map[string]string{"/etc/pki/ca.pem": string(ca), "/etc/pki/empty.pem": "", "/etc/pki/dir/x": ""},
 		map[string]string{"/etc/ssl/mirror.pem": "/etc/pki/ca.pem", "/etc/ssl/gone.pem": "/etc/pki/gone.pem"})
 	fsys := bootstrap.HostFS(root)

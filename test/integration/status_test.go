@@ -20,6 +20,7 @@ import (
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
@@ -369,8 +370,7 @@ func TestStatusSameSecondRealContainerd23(t *testing.T) {
 // (2) and for --runtime talos on a host that is not Talos (3, not applicable).
 func TestStatusRefusalsProcess(t *testing.T) {
 	t.Parallel()
-	notTalos := t.TempDir()
-	writeFile(t, filepath.Join(notTalos, "etc", "os-release"), []byte("ID=debian\n"))
+	notTalos := bootstraptest.HostRoot(t, map[string]string{"/etc/os-release": "ID=debian\n"})
 	for _, tc := range []struct {
 		name string
 		args []string

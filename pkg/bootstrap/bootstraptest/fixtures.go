@@ -66,3 +66,14 @@ func ReadHostFile(t testing.TB, root, p string) []byte {
 	}
 	return b
 }
+
+// HostRoot returns a new host root (a directory the test removes) holding files, each at its
+// host path ("/etc/os-release") with its content.
+func HostRoot(t testing.TB, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for p, data := range files {
+		WriteHostFile(t, root, p, []byte(data))
+	}
+	return root
+}

@@ -2,22 +2,14 @@ package containerd_test
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io/fs"
-	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/containerd/containerd/v2/core/remotes/docker/config"
 
@@ -245,7 +237,7 @@ func TestSiteCertsDirectoryKept(t *testing.T) {
 	root := t.TempDir()
 	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
 	ca := siteCerts + "/registry.local:5000/ca.crt"
-	bootstraptest.WriteHostFile(t, root, ca, selfSignedCA(t))
+	bootstraptest.WriteHostFile(t, root, ca, bootstraptest.CA(t))
 	m := mustParseMirror(t, "http://10.0.0.5:5000")
 	rep := planApply(t, root, containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"registry.local:5000"}}, false)
 	if got := dirNames(t, root); !slices.Equal(got, []string{"registry.local:5000"}) {
@@ -342,20 +334,4 @@ func mustParseMirror(t *testing.T, s string) name.Mirror {
 		t.Fatal(err)
 	}
 	return m
-}
-
-func selfSignedCA(t *testing.T) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "site CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
 }

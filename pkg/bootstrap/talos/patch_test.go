@@ -1,17 +1,9 @@
 package talos_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"strings"
 	"testing"
-	"time"
 
 	talosconfig "github.com/siderolabs/talos/pkg/machinery/config"
 	"github.com/siderolabs/talos/pkg/machinery/config/configloader"
@@ -23,6 +15,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/constants"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/talos"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
@@ -88,22 +81,6 @@ func applyLikeANode(t *testing.T, base []byte, patches ...string) talosconfig.Pr
 	return cfg
 }
 
-func testCA(t *testing.T) []byte {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "nodecache test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
-
 func mustMirror(t *testing.T, s string) name.Mirror {
 	t.Helper()
 	m, err := name.ParseMirror(s)
@@ -115,7 +92,7 @@ func mustMirror(t *testing.T, s string) name.Mirror {
 
 func TestPatchValidatesLikeANode(t *testing.T) {
 	t.Parallel()
-	ca := testCA(t)
+	ca := bootstraptest.CA(t)
 	upstreams := []string{"docker.io", "ghcr.io", "registry.k8s.io", "localhost:5001"}
 	cases := []struct {
 		name         string
@@ -224,7 +201,7 @@ func TestRefusals(t *testing.T) {
 		{"skip-fallback-loopback", talos.Options{Mirror: mustMirror(t, "http://127.0.0.1:5000"), Upstreams: up, TalosVersion: "v1.12.0", SkipFallback: true}, "loopback"},
 		{"skip-fallback-localhost", talos.Options{Mirror: mustMirror(t, "http://localhost:5000"), Upstreams: up, SkipFallback: true}, "loopback"},
 		{"path-prefix-below-1.3", talos.Options{Mirror: mustMirror(t, "http://10.0.0.5:5000"), Upstreams: up, TalosVersion: "v1.2.0", PathPrefix: true}, "Talos >= v1.3"},
-		{"ca-on-http", talos.Options{Mirror: mustMirror(t, "http://10.0.0.5:5000"), Upstreams: up, MirrorCA: testCA(t)}, "https mirror"},
+		{"ca-on-http", talos.Options{Mirror: mustMirror(t, "http://10.0.0.5:5000"), Upstreams: up, MirrorCA: bootstraptest.CA(t)}, "https mirror"},
 		{"ca-not-pem", talos.Options{Mirror: mustMirror(t, "https://10.0.0.5:5000"), Upstreams: up, MirrorCA: []byte("nope"), MirrorCAName: "x.pem"}, "no PEM certificate"},
 		{"bad-version", talos.Options{Mirror: mustMirror(t, "http://10.0.0.5:5000"), Upstreams: up, TalosVersion: "latest"}, "--talos-version"},
 		{"bad-upstream", talos.Options{Mirror: mustMirror(t, "http://10.0.0.5:5000"), Upstreams: []string{"not a host"}}, "upstream"},
