@@ -29,6 +29,11 @@ type Options struct {
 	UpstreamName string
 	// Upstream is the registry nodecache pulls through to; nil: a new mirrortest.NewRegistry.
 	Upstream *mirrortest.Registry
+	// Alias, when set, is the upstream's name on the mirror, a label that need not resolve: the
+	// mirror dials the upstream's address (UpstreamName is then unused).
+	Alias string
+	// Root is the mirror's filesystem root; empty: in memory.
+	Root string
 }
 
 // Nodecache is a nodecache mirror (mirror.New, in memory) serving on a loopback port until the
@@ -36,8 +41,8 @@ type Options struct {
 type Nodecache struct {
 	// URL is "http://127.0.0.1:<port>", Host "127.0.0.1:<port>".
 	URL, Host string
-	// Upstream is the registry behind the mirror; UpstreamHost is the registry name that reaches
-	// it ("<Options.UpstreamName>:<port>"), which is also its name on the mirror.
+	// Upstream is the registry behind the mirror; UpstreamHost is its name on the mirror:
+	// Options.Alias, or else the registry name that reaches it ("<Options.UpstreamName>:<port>").
 	Upstream     *mirrortest.Registry
 	UpstreamHost string
 	// Log is the mirror's JSON log; the test's failure prints it.
@@ -54,12 +59,17 @@ func Start(t *testing.T, opts Options) *Nodecache {
 		upstream = mirrortest.NewRegistry(t)
 	}
 	host := UpstreamHost(t, upstream, opts.UpstreamName)
-	up, err := name.ParseUpstream(host + "=http://" + host)
+	spec := host + "=http://" + host
+	if opts.Alias != "" {
+		host, spec = opts.Alias, opts.Alias+"="+upstream.URL.String()
+	}
+	up, err := name.ParseUpstream(spec)
 	if err != nil {
-		t.Fatalf("upstream %s: %v", host, err)
+		t.Fatalf("upstream %s: %v", spec, err)
 	}
 	buf := &mirrortest.LogBuffer{}
 	m, err := mirror.New(t.Context(), mirror.Options{
+		Root:      opts.Root,
 		Upstreams: []name.Upstream{up},
 		Logger:    zerolog.New(buf).With().Timestamp().Logger(),
 	})

@@ -14,9 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // The agent's loop: containerd restarted after the agent wrote its configuration turns the
@@ -147,19 +145,7 @@ func TestMonitor(t *testing.T) {
 // interval, without a containerd or agent restart.
 func TestMonitorSameSecondSettledByTraffic(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	ups, err := name.ParseUpstreams([]string{"registry.test=" + up.URL.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 512, 1, "linux/amd64"))
-	mm, err := mirror.New(t.Context(), mirror.Options{Root: t.TempDir(), Upstreams: ups})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = mm.Close() })
-	msrv := httptest.NewServer(mm)
-	t.Cleanup(msrv.Close)
+	msrv := startAppMirror(t)
 
 	n := newTestNode(t)
 	n.serveContainerd(sock, &fakeContainerd{version: "v2.3.1"})

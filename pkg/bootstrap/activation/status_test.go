@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
-	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
@@ -733,23 +733,20 @@ func TestBothRuntimes(t *testing.T) {
 	want(t, n.evaluate(o), Active, 0, "")
 }
 
+// startAppMirror serves a nodecache mirror (on disk) whose upstream, named registry.test, holds
+// team/app:v1.
+func startAppMirror(t *testing.T) *nodecachetest.Nodecache {
+	t.Helper()
+	up := mirrortest.NewRegistry(t)
+	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 512, 1, "linux/amd64"))
+	return nodecachetest.Start(t, nodecachetest.Options{Upstream: up, Alias: "registry.test", Root: t.TempDir()})
+}
+
 // The mirror's client evidence proves what the start-time rule cannot: a 2.3 containerd whose
 // config was touched after start, but which pulled through the mirror since.
 func TestTrafficEvidence(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 512, 1, "linux/amd64"))
-	ups, err := name.ParseUpstreams([]string{"registry.test=" + up.URL.String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := mirror.New(t.Context(), mirror.Options{Root: t.TempDir(), Upstreams: ups})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	srv := httptest.NewServer(m)
-	t.Cleanup(srv.Close)
+	srv := startAppMirror(t)
 
 	n := newTestNode(t)
 	n.serveContainerd(sock, &fakeContainerd{version: "v2.3.0"})
