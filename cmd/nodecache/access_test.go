@@ -69,6 +69,22 @@ func waitReadyWith(t *testing.T, c *http.Client, url string, p *os.Process) {
 	t.Fatalf("%s never became ready", url)
 }
 
+// pullValid pulls ref (plain http) in full through a running serve and validates the image.
+func pullValid(t *testing.T, ref string) {
+	t.Helper()
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := remote.Image(r, remote.WithContext(t.Context()))
+	if err != nil {
+		t.Fatalf("pull through nodecache: %v", err)
+	}
+	if err := validate.Image(got); err != nil {
+		t.Fatalf("image through nodecache: %v", err)
+	}
+}
+
 // TestServeUpstreamAuthCredentialHelper (issue 13): the binary pulls from distribution's
 // htpasswd registry with credentials a shell-script credential helper (credHelpers, found on
 // PATH) hands out; the password is in no log line, even at debug level.
@@ -110,17 +126,7 @@ exit 1
 		"--upstream", "private.test="+private.URL.String(),
 		"--upstream-auth", "private.test="+config)
 
-	ref, err := name.ParseReference(listen+"/private.test/team/private:v1", name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := remote.Image(ref, remote.WithContext(t.Context()))
-	if err != nil {
-		t.Fatalf("pull through nodecache: %v", err)
-	}
-	if err := validate.Image(got); err != nil {
-		t.Fatalf("image through nodecache: %v", err)
-	}
+	pullValid(t, listen+"/private.test/team/private:v1")
 	calls, err := os.ReadFile(helperLog)
 	if err != nil || !strings.Contains(string(calls), "get private.test") {
 		t.Fatalf("the credential helper was not asked for private.test (%v): %q", err, calls)
@@ -416,17 +422,7 @@ func TestServeUpstreamAuthDockerHubStyle(t *testing.T) {
 		"--upstream", "docker.io=http://registry.hub.test:"+upPort,
 		"--upstream-auth", "docker.io="+config)
 
-	ref, err := name.ParseReference(listen+"/team/private:v1", name.Insecure) // docker.io: the default upstream
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := remote.Image(ref, remote.WithContext(t.Context()))
-	if err != nil {
-		t.Fatalf("pull through nodecache: %v", err)
-	}
-	if err := validate.Image(got); err != nil {
-		t.Fatalf("image through nodecache: %v", err)
-	}
+	pullValid(t, listen+"/team/private:v1") // docker.io: the default upstream
 	mu.Lock()
 	auths := append([]string(nil), realmAuths...)
 	mu.Unlock()

@@ -44,18 +44,9 @@ func TestPrivateImageFallbackWithPullCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs})
-	daemon, err := bootstrap.ParseVersion(c.Version())
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := name.ParseMirror(nc.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := bcontainerd.Plan(os.DirFS("/"), bcontainerd.Options{
-		Mirror: m, Upstreams: []string{host}, Fallbacks: map[string]string{host: "http://" + host},
-		Config: c.ConfigFile(), CertsDir: certs, Daemon: bcontainerd.Release(daemon),
-	})
+	opts := genOptions(t, c, nc.URL, host, certs)
+	opts.Fallbacks = map[string]string{host: "http://" + host}
+	rep, err := bcontainerd.Plan(os.DirFS("/"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

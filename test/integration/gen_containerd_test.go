@@ -86,18 +86,7 @@ func TestGenContainerdRealDaemons(t *testing.T) {
 			}
 			// The node's containerd is running before gen, as on a real node.
 			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: initial})
-			daemon, err := bootstrap.ParseVersion(c.Version())
-			if err != nil {
-				t.Fatal(err)
-			}
-			m, err := name.ParseMirror(nc.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			opts := bcontainerd.Options{
-				Mirror: m, Upstreams: []string{host},
-				Config: c.ConfigFile(), CertsDir: certs, Daemon: bcontainerd.Release(daemon),
-			}
+			opts := genOptions(t, c, nc.URL, host, certs)
 			ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
 			defer cancel()
 

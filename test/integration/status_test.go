@@ -148,8 +148,9 @@ func statusAfterPull(t *testing.T, c *runtimetest.Containerd, nc *nodecachetest.
 	return r
 }
 
-// genContainerd runs the gen engineer's containerd plan and applier on the test daemon's files.
-func genContainerd(t *testing.T, c *runtimetest.Containerd, mirrorURL, upstream, certs string) {
+// genOptions are gen containerd's options for the running c: mirror at mirrorURL for upstream,
+// hosts.toml files under certs.
+func genOptions(t *testing.T, c *runtimetest.Containerd, mirrorURL, upstream, certs string) bcontainerd.Options {
 	t.Helper()
 	bm, err := name.ParseMirror(mirrorURL)
 	if err != nil {
@@ -159,9 +160,13 @@ func genContainerd(t *testing.T, c *runtimetest.Containerd, mirrorURL, upstream,
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := bcontainerd.Plan(os.DirFS("/"), bcontainerd.Options{
-		Mirror: bm, Upstreams: []string{upstream}, Config: c.ConfigFile(), CertsDir: certs, Daemon: bcontainerd.Release(v),
-	})
+	return bcontainerd.Options{Mirror: bm, Upstreams: []string{upstream}, Config: c.ConfigFile(), CertsDir: certs, Daemon: bcontainerd.Release(v)}
+}
+
+// genContainerd runs the gen engineer's containerd plan and applier on the test daemon's files.
+func genContainerd(t *testing.T, c *runtimetest.Containerd, mirrorURL, upstream, certs string) {
+	t.Helper()
+	plan, err := bcontainerd.Plan(os.DirFS("/"), genOptions(t, c, mirrorURL, upstream, certs))
 	if err != nil {
 		t.Fatalf("gen containerd: %v", err)
 	}
