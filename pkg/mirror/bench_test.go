@@ -66,6 +66,25 @@ func fetchAll(b *testing.B, url string) int64 {
 	return n
 }
 
+// benchBlob starts an upstream holding team/app:v1, a one-layer image of size bytes, and impl's
+// proxy ("stock" or "nodecache") in front of it; it returns the upstream and the proxy's URL of
+// the layer blob.
+func benchBlob(b *testing.B, impl string, size int64) (*mirrortest.Registry, string) {
+	b.Helper()
+	up := mirrortest.NewRegistry(b)
+	img := mirrortest.Image(b, size, 1, "linux/amd64")
+	up.PushImage(b, "team/app", "v1", img)
+	ls, _ := img.Layers()
+	d, _ := ls[0].Digest()
+	addr := ""
+	if impl == "stock" {
+		addr = stockProxy(b, up)
+	} else {
+		addr, _ = nodecacheProxy(b, up)
+	}
+	return up, "http://" + addr + "/v2/team/app/blobs/" + d.String()
+}
+
 // BenchmarkProxy runs distribution's stock proxy and nodecache side by side on the same upstream
 // and prints nodecache/stock ratios: warm blob GETs (time per op), and 8 clients asking for one
 // cold 8 MiB blob at once (time, and bytes fetched from the upstream).
@@ -80,18 +99,7 @@ func BenchmarkProxy(b *testing.B) {
 		res := &result{}
 		results[impl] = res
 		b.Run(impl+"/warm-blob", func(b *testing.B) {
-			up := mirrortest.NewRegistry(b)
-			img := mirrortest.Image(b, size, 1, "linux/amd64")
-			up.PushImage(b, "team/app", "v1", img)
-			ls, _ := img.Layers()
-			d, _ := ls[0].Digest()
-			addr := ""
-			if impl == "stock" {
-				addr = stockProxy(b, up)
-			} else {
-				addr, _ = nodecacheProxy(b, up)
-			}
-			url := "http://" + addr + "/v2/team/app/blobs/" + d.String()
+			_, url := benchBlob(b, impl, size)
 			fetchAll(b, url)
 			time.Sleep(500 * time.Millisecond) // both store in the background
 			b.SetBytes(size)
@@ -107,18 +115,7 @@ func BenchmarkProxy(b *testing.B) {
 			var upBytes int64
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
-				up := mirrortest.NewRegistry(b)
-				img := mirrortest.Image(b, size, 1, "linux/amd64")
-				up.PushImage(b, "team/app", "v1", img)
-				ls, _ := img.Layers()
-				d, _ := ls[0].Digest()
-				addr := ""
-				if impl == "stock" {
-					addr = stockProxy(b, up)
-				} else {
-					addr, _ = nodecacheProxy(b, up)
-				}
-				url := "http://" + addr + "/v2/team/app/blobs/" + d.String()
+				up, url := benchBlob(b, impl, size)
 				up.ResetRequests()
 				var served int64
 				var mu sync.Mutex

@@ -22,11 +22,7 @@ import (
 // the transition log follow.
 func TestMonitor(t *testing.T) {
 	t.Parallel()
-	n := newTestNode(t)
-	n.serveContainerd(sock, &fakeContainerd{version: "v2.3.1"})
-	n.containerdProc(1000, t0, sock)
-	n.file(cfgFile, v3Config(certsDir, ""), t0+100)
-	n.withHosts(certsDir, t0+100)
+	n := newContainerd23Node(t, t0, t0+100)
 
 	reg := prometheus.NewRegistry()
 	var logs mirrortest.LogBuffer
@@ -147,12 +143,8 @@ func TestMonitorSameSecondSettledByTraffic(t *testing.T) {
 	t.Parallel()
 	msrv := startAppMirror(t)
 
-	n := newTestNode(t)
-	n.serveContainerd(sock, &fakeContainerd{version: "v2.3.1"})
 	started := time.Now().Unix() - 60
-	n.containerdProc(1000, started, sock)
-	n.file(cfgFile, v3Config(certsDir, ""), started)
-	n.withHosts(certsDir, started)
+	n := newContainerd23Node(t, started, started)
 	o := n.opts()
 	o.Mirror = parseMirror(t, msrv.URL)
 

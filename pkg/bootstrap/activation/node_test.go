@@ -175,6 +175,19 @@ func newContainerd24Node(t *testing.T) *testNode {
 	return n
 }
 
+// newContainerd23Node is a node whose containerd 2.3 (which exports nothing of its registry
+// configuration) started at started, with config.toml and hosts.toml files naming certsDir
+// written at written (Unix seconds).
+func newContainerd23Node(t *testing.T, started, written int64) *testNode {
+	t.Helper()
+	n := newTestNode(t)
+	n.serveContainerd(sock, &fakeContainerd{version: "v2.3.1"})
+	n.containerdProc(1000, started, sock)
+	n.file(cfgFile, v3Config(certsDir, ""), written)
+	n.withHosts(certsDir, written)
+	return n
+}
+
 // hostsOpts are n's options for upstreams and, when mirrorURL is set, that mirror, probed by
 // a client whose every answer is the mirror's (answer) from a node with no addresses.
 func (n *testNode) hostsOpts(t *testing.T, upstreams []string, mirrorURL string) Options {

@@ -86,12 +86,8 @@ func want(t *testing.T, r *Report, state State, exit int, reasonHas string) {
 // containerd 2.0–2.3 export nothing about their registry configuration: the start time decides.
 func TestContainerdStartTimeRule(t *testing.T) {
 	t.Parallel()
-	n := newTestNode(t)
-	n.serveContainerd(sock, &fakeContainerd{version: "v2.3.1"})
-	n.containerdProc(1000, t0, sock)
 	// The agent pod (re)created after containerd started writes config and hosts.
-	n.file(cfgFile, v3Config(certsDir, ""), t0+100)
-	n.withHosts(certsDir, t0+100)
+	n := newContainerd23Node(t, t0, t0+100)
 	o := n.opts()
 	o.Runtime = RuntimeContainerd
 
