@@ -31,19 +31,7 @@ func pullSources(t *testing.T, root, main, dropins, ref string) []sysregistriesv
 	if _, err := sysregistriesv2.TryUpdatingCache(sys); err != nil {
 		t.Fatalf("containers/image loading %s + %s: %v", main, dropins, err)
 	}
-	named, err := reference.ParseNormalizedNamed(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := sysregistriesv2.FindRegistry(sys, named.String())
-	if err != nil || reg == nil {
-		t.Fatalf("FindRegistry(%s): %v %v", ref, reg, err)
-	}
-	srcs, err := reg.PullSourcesFromReference(named)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return srcs
+	return pullSourcesSys(t, sys, ref)
 }
 
 // dropInShape is one host tree for TestDropInWithEveryFixture / TestDropInWithEveryCorpusShape.
@@ -57,9 +45,6 @@ type dropInShape struct {
 	keeps func(t *testing.T, sys *types.SystemContext)
 }
 
-// TestDropInWithEveryFixture runs every third-party registries.conf in $NODECACHE_FIXTURES through
-// Plan, apply, containers/image, a second Plan and --remove. Without the folder it skips once,
-// with one reason; TestDropInWithEveryCorpusShape covers the same on every clone.
 // pullSourcesSys is pullSources for a prepared SystemContext.
 func pullSourcesSys(t *testing.T, sys *types.SystemContext, ref string) []sysregistriesv2.PullSource {
 	t.Helper()
@@ -78,6 +63,9 @@ func pullSourcesSys(t *testing.T, sys *types.SystemContext, ref string) []sysreg
 	return srcs
 }
 
+// TestDropInWithEveryFixture runs every third-party registries.conf in $NODECACHE_FIXTURES through
+// Plan, apply, containers/image, a second Plan and --remove. Without the folder it skips once,
+// with one reason; TestDropInWithEveryCorpusShape covers the same on every clone.
 func TestDropInWithEveryFixture(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(bootstraptest.Fixtures(t), "crio")
