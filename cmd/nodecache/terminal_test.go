@@ -2,39 +2,14 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/internal/ptytest"
 )
-
-// openPTY opens a pseudo-terminal pair and returns its terminal side.
-func openPTY(t *testing.T) *os.File {
-	t.Helper()
-	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
-	if err != nil {
-		t.Skipf("no pseudo-terminals here (/dev/ptmx: %v)", err)
-	}
-	t.Cleanup(func() { _ = ptmx.Close() })
-	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatalf("unlock pty: %v", err)
-	}
-	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatalf("pty number: %v", err)
-	}
-	pts, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open pty: %v", err)
-	}
-	t.Cleanup(func() { _ = pts.Close() })
-	return pts
-}
 
 // TestTerminalChecks: colours and the progress bar only on a real terminal; /dev/null is a
 // character device but no terminal.
@@ -61,7 +36,7 @@ func TestTerminalChecks(t *testing.T) {
 		w    func(t *testing.T) io.Writer
 		want bool
 	}{
-		{"pseudo-terminal", func(t *testing.T) io.Writer { return openPTY(t) }, true},
+		{"pseudo-terminal", func(t *testing.T) io.Writer { _, pts := ptytest.Pair(t); return pts }, true},
 		{"/dev/null", func(*testing.T) io.Writer { return devNull }, false},
 		{"pipe", func(*testing.T) io.Writer { return pw }, false},
 		{"regular file", func(*testing.T) io.Writer { return file }, false},

@@ -2,37 +2,13 @@ package clitext
 
 import (
 	"bufio"
-	"fmt"
 	"os"
 	"regexp"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/nodecache/nodecache/internal/ptytest"
 )
-
-// ptyPair opens a pseudo-terminal and returns its controller and terminal sides.
-func ptyPair(t *testing.T) (ptmx, pts *os.File) {
-	t.Helper()
-	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
-	if err != nil {
-		t.Skipf("no pseudo-terminals here (/dev/ptmx: %v)", err)
-	}
-	t.Cleanup(func() { _ = ptmx.Close() })
-	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatalf("unlock pty: %v", err)
-	}
-	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatalf("pty number: %v", err)
-	}
-	pts, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open pty: %v", err)
-	}
-	t.Cleanup(func() { _ = pts.Close() })
-	return ptmx, pts
-}
 
 // TestNewLoggerFormat: without --log-format a terminal gets console lines and a pipe JSON
 // lines; the flag overrides; bad values name the flag.
@@ -54,7 +30,7 @@ func TestNewLoggerFormat(t *testing.T) {
 			t.Parallel()
 			var r, w *os.File
 			if tc.terminal {
-				r, w = ptyPair(t)
+				r, w = ptytest.Pair(t)
 			} else {
 				var err error
 				if r, w, err = os.Pipe(); err != nil {
