@@ -160,9 +160,8 @@ func TestHTTPSMirrorContainerd(t *testing.T) {
 	bin := requireContainerd(t, runtimetest.EnvContainerd24)
 	nodecacheBin := nodecacheBinary(t)
 
-	upstream := mirrortest.NewRegistry(t)
+	upstream := appUpstream(t, 64*1024, 2)
 	host := upstreamHost(t, upstream)
-	upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 64*1024, 2, "linux/amd64"))
 	ca := mirrortest.NewCA(t)
 	mirrorURL, log := serveTLS(t, upstream, ca)
 	caFile := filepath.Join(t.TempDir(), "mirror-ca.pem")
@@ -211,9 +210,8 @@ func TestHTTPSMirrorSkopeo(t *testing.T) {
 	skopeo := runtimetest.Binary(t, runtimetest.EnvSkopeo)
 	runtimetest.RequireLoopbackName(t, upstreamName)
 
-	upstream := mirrortest.NewRegistry(t)
+	upstream := appUpstream(t, 4096, 2)
 	host := upstreamHost(t, upstream)
-	upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 2, "linux/amd64"))
 	ca := mirrortest.NewCA(t)
 	mirrorURL, log := serveTLS(t, upstream, ca)
 	m, err := name.ParseMirror(mirrorURL)

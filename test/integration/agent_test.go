@@ -214,8 +214,7 @@ func TestAgentRealContainerd(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd24)
 
-	upstream := mirrortest.NewRegistry(t)
-	upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 2, "linux/amd64"))
+	upstream := appUpstream(t, 4096, 2)
 	upstream.PushImage(t, "team/warm", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
 
 	// The node: containerd's files under nodeDir, seen by the agent at the same host path under

@@ -162,11 +162,9 @@ func TestGenContainerdCommandAndRemove(t *testing.T) {
 			bin := requireContainerd(t, v.env)
 			nodecacheBin := nodecacheBinary(t)
 
-			upstream := mirrortest.NewRegistry(t)
-			host := upstreamHost(t, upstream)
-			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 64*1024, 1, "linux/amd64"))
-			upstream.PushImage(t, "team/app", "v2", mirrortest.Image(t, 64*1024, 1, "linux/amd64"))
-			nc := startNodecache(t, upstream)
+			nc := startAppNodecache(t, 64*1024, 1)
+			host := nc.UpstreamHost
+			nc.Upstream.PushImage(t, "team/app", "v2", mirrortest.Image(t, 64*1024, 1, "linux/amd64"))
 
 			c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
 			original := readFile(t, c.ConfigFile())

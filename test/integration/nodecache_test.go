@@ -49,14 +49,20 @@ func writeHostsToml(t *testing.T, path, head, host, mirror string) {
 	writeFile(t, path, fmt.Appendf(nil, "%sserver = \"http://%s\"\n\n[host.\"%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", head, host, mirror))
 }
 
-// startAppNodecache is startNodecache in front of a new upstream that holds team/app:v1, a
-// linux/amd64 image of layers layers of layerSize bytes; nc.UpstreamHost names the upstream and
-// nc.Upstream is it.
-func startAppNodecache(t *testing.T, layerSize int64, layers int) *nodecachetest.Nodecache {
+// appUpstream starts an upstream registry that holds team/app:v1, a linux/amd64 image of layers
+// layers of layerSize bytes.
+func appUpstream(t *testing.T, layerSize int64, layers int) *mirrortest.Registry {
 	t.Helper()
 	upstream := mirrortest.NewRegistry(t)
 	upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, layerSize, layers, "linux/amd64"))
-	return startNodecache(t, upstream)
+	return upstream
+}
+
+// startAppNodecache is startNodecache in front of a new appUpstream; nc.UpstreamHost names the
+// upstream and nc.Upstream is it.
+func startAppNodecache(t *testing.T, layerSize int64, layers int) *nodecachetest.Nodecache {
+	t.Helper()
+	return startNodecache(t, appUpstream(t, layerSize, layers))
 }
 
 // criPull pulls ref through c's CRI image service, giving up after pullTimeout.

@@ -17,7 +17,6 @@ import (
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
-	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -190,8 +189,7 @@ func runtimeRequest(t *testing.T, method, url, ua string) {
 func TestAgentMatrixRealContainerd(t *testing.T) {
 	t.Parallel()
 	eachContainerd(t, func(t *testing.T, bin string) {
-		upstream := mirrortest.NewRegistry(t)
-		upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
+		upstream := appUpstream(t, 4096, 1)
 
 		// Short directories: the socket under the host root must fit a unix socket path.
 		hostRoot, nodeDir := shortTempDir(t), shortTempDir(t)
