@@ -8,10 +8,12 @@ import (
 	"bufio"
 	"encoding/json"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -34,6 +36,10 @@ type Options struct {
 	Alias string
 	// Root is the mirror's filesystem root; empty: in memory.
 	Root string
+	// UpstreamTimeout is mirror.Options.UpstreamTimeout; zero: the mirror's default.
+	UpstreamTimeout time.Duration
+	// Wrap, when set, stands between the mirror and its clients (a recorder, a fault).
+	Wrap func(http.Handler) http.Handler
 }
 
 // Nodecache is a nodecache mirror (mirror.New, in memory) serving on a loopback port until the
@@ -49,6 +55,8 @@ type Nodecache struct {
 	Log *mirrortest.LogBuffer
 	// Close stops serving (the mirror is down from then on); the test's cleanup calls it too.
 	Close func()
+	// Mirror is the mirror itself.
+	Mirror *mirror.Mirror
 }
 
 // Start serves a nodecache for the rest of the test.
@@ -69,14 +77,19 @@ func Start(t *testing.T, opts Options) *Nodecache {
 	}
 	buf := &mirrortest.LogBuffer{}
 	m, err := mirror.New(t.Context(), mirror.Options{
-		Root:      opts.Root,
-		Upstreams: []name.Upstream{up},
-		Logger:    zerolog.New(buf).With().Timestamp().Logger(),
+		Root:            opts.Root,
+		Upstreams:       []name.Upstream{up},
+		UpstreamTimeout: opts.UpstreamTimeout,
+		Logger:          zerolog.New(buf).With().Timestamp().Logger(),
 	})
 	if err != nil {
 		t.Fatalf("mirror.New: %v", err)
 	}
-	srv := httptest.NewServer(m)
+	var h http.Handler = m
+	if opts.Wrap != nil {
+		h = opts.Wrap(m)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(func() {
 		srv.Close()
 		_ = m.Close()
@@ -88,7 +101,7 @@ func Start(t *testing.T, opts Options) *Nodecache {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Nodecache{URL: srv.URL, Host: u.Host, Upstream: upstream, UpstreamHost: host, Log: buf, Close: srv.Close}
+	return &Nodecache{URL: srv.URL, Host: u.Host, Upstream: upstream, UpstreamHost: host, Log: buf, Close: srv.Close, Mirror: m}
 }
 
 // UpstreamHost returns "<hostName>:<port of r>", a registry name that reaches r when hostName

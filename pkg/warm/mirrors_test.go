@@ -22,9 +22,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
-	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
-	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/warm"
 )
 
@@ -127,18 +126,10 @@ func newStockProxy(t *testing.T, up *mirrortest.Registry) *testMirror {
 func newNodecache(t *testing.T, up *mirrortest.Registry, routing warm.Routing) *testMirror {
 	t.Helper()
 	mirrortest.QuietLogrus()
-	mm, err := mirror.New(t.Context(), mirror.Options{
-		Upstreams:       []name.Upstream{{Name: upstreamName, URL: up.URL}},
-		UpstreamTimeout: 5 * time.Second,
-	})
-	if err != nil {
-		t.Fatalf("mirror.New: %v", err)
-	}
-	t.Cleanup(func() { _ = mm.Close() })
-	m := &testMirror{Name: "nodecache-" + string(routing), Routing: routing, Idle: mm.WaitIdle}
-	srv := httptest.NewServer(m.serve(mm))
-	t.Cleanup(srv.Close)
-	m.URL, _ = url.Parse(srv.URL)
+	m := &testMirror{Name: "nodecache-" + string(routing), Routing: routing}
+	nc := nodecachetest.Start(t, nodecachetest.Options{Upstream: up, Alias: upstreamName, UpstreamTimeout: 5 * time.Second, Wrap: m.serve})
+	m.Idle = nc.Mirror.WaitIdle
+	m.URL, _ = url.Parse(nc.URL)
 	m.PullPrefix = m.URL.Host + "/" + upstreamName + "/"
 	return m
 }

@@ -2,8 +2,6 @@ package crio_test
 
 import (
 	"errors"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,15 +9,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/rs/zerolog"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
 	"go.podman.io/image/v5/types"
 
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
-	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -171,18 +168,8 @@ func TestSkopeoMergedSiteEntry(t *testing.T) {
 	siteMirror := mirrortest.NewRegistry(t)
 	siteMirror.PushImage(t, "sitecache/library/alpine", "3", img)
 
-	up, err := name.ParseUpstream("upstream.test=" + upstream.URL.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := mirror.New(t.Context(), mirror.Options{Upstreams: []name.Upstream{up}, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(m)
-	t.Cleanup(func() { srv.Close(); _ = m.Close() })
-	mu, _ := url.Parse(srv.URL)
-	mm, err := name.ParseMirror(mu.String())
+	nc := nodecachetest.Start(t, nodecachetest.Options{Upstream: upstream, Alias: "upstream.test"})
+	mm, err := name.ParseMirror(nc.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +208,7 @@ location = "blocked.test"
 	if upstream.Count("GET", "/v2/library/alpine/blobs/") == 0 || siteMirror.Count("GET", "/blobs/") != 0 {
 		t.Fatalf("first pull: upstream blob GETs %d, site mirror %d; want the image through nodecache", upstream.Count("GET", "/v2/library/alpine/blobs/"), siteMirror.Count("GET", "/blobs/"))
 	}
-	srv.Close()
+	nc.Close()
 	if out, err := cp("upstream.test/library/alpine:3"); err != nil {
 		t.Fatalf("nodecache down: %v\n%s", err, out)
 	}
