@@ -2,7 +2,6 @@ package mirror_test
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -28,30 +27,17 @@ const maxRefs = 10_000
 // call's.
 func pushSparseIndex(t *testing.T, up *mirrortest.Registry, repo, tag, seed string, n int) digest.Digest {
 	t.Helper()
-	type desc struct {
-		MediaType string        `json:"mediaType"`
-		Digest    digest.Digest `json:"digest"`
-		Size      int64         `json:"size"`
+	children := make([]digest.Digest, n)
+	for i := range children {
+		children[i] = digest.FromString(fmt.Sprintf("%s child %d", seed, i))
 	}
-	idx := struct {
-		SchemaVersion int    `json:"schemaVersion"`
-		MediaType     string `json:"mediaType"`
-		Manifests     []desc `json:"manifests"`
-	}{SchemaVersion: 2, MediaType: "application/vnd.oci.image.index.v1+json"}
-	for i := range n {
-		idx.Manifests = append(idx.Manifests, desc{MediaType: "application/vnd.oci.image.manifest.v1+json",
-			Digest: digest.FromString(fmt.Sprintf("%s child %d", seed, i)), Size: 1000})
-	}
-	body, err := json.Marshal(idx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := mirrortest.IndexJSON(t, children)
 	u := up.URL.JoinPath("/v2/", repo, "manifests", tag).String()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, u, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", idx.MediaType)
+	req.Header.Set("Content-Type", "application/vnd.oci.image.index.v1+json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("PUT %s: %v", u, err)

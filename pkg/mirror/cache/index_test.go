@@ -8,30 +8,12 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
 
 // indexOf returns an OCI index body listing children (compact JSON, as a registry serves it).
-func indexOf(t testing.TB, children []digest.Digest) []byte {
-	t.Helper()
-	type desc struct {
-		MediaType string        `json:"mediaType"`
-		Digest    digest.Digest `json:"digest"`
-		Size      int64         `json:"size"`
-	}
-	m := struct {
-		SchemaVersion int    `json:"schemaVersion"`
-		MediaType     string `json:"mediaType"`
-		Manifests     []desc `json:"manifests"`
-	}{SchemaVersion: 2, MediaType: "application/vnd.oci.image.index.v1+json"}
-	for _, c := range children {
-		m.Manifests = append(m.Manifests, desc{MediaType: "application/vnd.oci.image.manifest.v1+json", Digest: c, Size: 1000})
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+func indexOf(t testing.TB, children []digest.Digest) []byte { return mirrortest.IndexJSON(t, children) }
 
 // manyRefs is about the most child manifests a 4 MiB OCI index lists (154 bytes a descriptor).
 const manyRefs = 27_000
