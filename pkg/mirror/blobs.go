@@ -22,150 +22,130 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
-// blobStore serves a repository's blobs: from local storage when this repository holds a link to
-// the blob (distribution's per-repository links: fetched from, or verified with, this upstream
-// repository), else through a fill from the upstream that streams to the client at once.
-type blobStore struct {
-	distribution.BlobStore
-	r *repository
+// serveBlob answers GET and HEAD /v2/<name>/blobs/<digest> (OCI distribution spec, "Pulling
+// blobs"): from storage when this repository holds a link to the blob (distribution's
+// per-repository links: fetched from, or verified with, this upstream repository: "hit"), else
+// through a fill from the upstream that streams to the client at once ("miss", or "coalesced"
+// when it joined a fill in flight). A HEAD of a blob not stored is answered from what the
+// upstream says of it: nothing is downloaded for it.
+//
+// Errors: a *readError, nothing written (400 DIGEST_INVALID, 404 BLOB_UNKNOWN, the upstream's
+// failure as blobAPIError answers it); an error wrapping upstream.ErrBroken when the transfer
+// broke after the headers went out (the caller aborts the connection, so the short body is seen
+// as the broken transfer it is).
+func (r *repository) serveBlob(ctx context.Context, w http.ResponseWriter, req *http.Request, ref string) (outcome, error) {
+	dgst, err := digest.Parse(ref)
+	if err != nil {
+		return outcome{}, codeError(errcode.ErrorCodeDigestInvalid, err)
+	}
+	blobs := r.local.Blobs(ctx)
+	if _, err := blobs.Stat(ctx, dgst); err == nil {
+		out := outcome{cache: mirrorapi.CacheHit}
+		setCacheHeader(w, out)
+		return out, r.serveLocal(ctx, blobs, w, req, dgst)
+	} else if !errors.Is(err, distribution.ErrBlobUnknown) {
+		return outcome{}, asReadError(err)
+	}
+	desc, tier, err := r.remoteBlob(ctx, dgst, req.Method == http.MethodHead)
+	if err != nil {
+		return outcome{tier: tier}, err
+	}
+	if req.Method == http.MethodHead {
+		// Range is answered as for a stored blob (206, or 416).
+		out := outcome{cache: mirrorapi.CacheMiss, tier: tier}
+		setBlobHeaders(w, desc)
+		setCacheHeader(w, out)
+		if desc.Size < 0 {
+			w.WriteHeader(http.StatusOK)
+			return out, nil
+		}
+		http.ServeContent(w, req, "", time.Time{}, io.NewSectionReader(zeroes{}, 0, desc.Size))
+		return out, nil
+	}
+	return r.fillBlob(ctx, w, req, desc)
 }
 
-func (b *blobStore) Stat(ctx context.Context, dgst digest.Digest) (v1.Descriptor, error) {
-	st := stateFrom(ctx)
-	desc, err := b.BlobStore.Stat(ctx, dgst)
-	if err == nil {
-		st.mu.Lock()
-		st.localBlob = true
-		st.mu.Unlock()
-		return desc, nil
+// remoteBlob is what the upstream says of blob dgst, or the fill of it in flight says, and the
+// tier that answered. With head, a size the HEAD did not state is probed (see
+// upstream.Remote.BlobStat).
+//
+// Errors: 404 BLOB_UNKNOWN for a blob the upstream does not have; else the upstream's failure as
+// blobAPIError answers it.
+func (r *repository) remoteBlob(ctx context.Context, dgst digest.Digest, head bool) (v1.Descriptor, string, error) {
+	if f := r.up.remote.Filling(r.repo, dgst); f != nil {
+		return f.Desc(), f.Tier(), nil
 	}
-	if !errors.Is(err, distribution.ErrBlobUnknown) {
-		return v1.Descriptor{}, err
-	}
-	if f := b.r.up.remote.Filling(b.r.repo, dgst); f != nil {
-		if t := f.Tier(); t != "" {
-			st.setTier(t)
-		}
-		return f.Desc(), nil
-	}
-	st.mu.Lock()
-	known, head := st.remoteBlob, st.head
-	st.mu.Unlock()
-	if known != nil && known.Digest == dgst {
-		return *known, nil
-	}
-	desc, err = b.r.up.remote.BlobStat(ctx, b.r.repo, dgst, head)
-	if err == nil {
-		st.mu.Lock()
-		st.remoteBlob = &desc
-		st.mu.Unlock()
-	}
+	desc, tier, err := r.up.remote.BlobStat(ctx, r.repo, dgst, head)
 	if err != nil {
 		var ue *upstream.Error
 		if errors.As(err, &ue) && ue.NotFound() {
-			return v1.Descriptor{}, distribution.ErrBlobUnknown
+			return v1.Descriptor{}, tier, codeError(errcode.ErrorCodeBlobUnknown, dgst)
 		}
-		return v1.Descriptor{}, blobAPIError(st, err)
+		return v1.Descriptor{}, tier, blobAPIError(err)
 	}
-	return desc, nil
+	return desc, tier, nil
 }
 
-func blobAPIError(st *reqState, err error) error {
-	e := upstreamAPIError(st, err)
-	var ec errcode.Error
-	if errors.As(e, &ec) && ec.Code == errcode.ErrorCodeManifestUnknown {
-		return errcode.ErrorCodeBlobUnknown.WithMessage(ec.Message)
-	}
-	return e
-}
-
-func (b *blobStore) ServeBlob(ctx context.Context, w http.ResponseWriter, r *http.Request, dgst digest.Digest) error {
-	st := stateFrom(ctx)
-	st.mu.Lock()
-	local := st.localBlob
-	st.mu.Unlock()
-	if local {
-		st.setCache(mirrorapi.CacheHit)
-		return b.serveLocal(ctx, w, r, dgst)
-	}
-	desc, err := b.Stat(ctx, dgst)
+// fillBlob answers a GET of blob desc through a fill: started now ("miss") or joined
+// ("coalesced"), streamed as it arrives.
+func (r *repository) fillBlob(ctx context.Context, w http.ResponseWriter, req *http.Request, desc v1.Descriptor) (outcome, error) {
+	f, joined, err := r.up.remote.StartFill(ctx, r.repo, desc, r.commitBlob)
 	if err != nil {
-		return err
+		return outcome{}, &readError{err: errcode.ErrorCodeUnknown.WithMessage(err.Error())}
 	}
-	if st.localBlob { // stored meanwhile
-		st.setCache(mirrorapi.CacheHit)
-		return b.serveLocal(ctx, w, r, dgst)
+	out := outcome{cache: mirrorapi.CacheMiss}
+	if joined {
+		out.cache = mirrorapi.CacheCoalesced
 	}
 	setBlobHeaders(w, desc)
-	if r.Method == http.MethodHead {
-		// A HEAD is answered from what the upstream said of the blob: nothing is downloaded
-		// for it. Range is answered as for a cached blob (206, or 416).
-		st.setCache(mirrorapi.CacheMiss)
-		if desc.Size < 0 {
-			w.WriteHeader(http.StatusOK)
-			return nil
-		}
-		http.ServeContent(w, r, "", time.Time{}, io.NewSectionReader(zeroes{}, 0, desc.Size))
-		return nil
-	}
-	f, joined, err := b.r.up.remote.StartFill(ctx, b.r.repo, desc, b.r.commitBlob)
-	if err != nil {
-		return errcode.ErrorCodeUnknown.WithMessage(err.Error())
-	}
-	if joined {
-		st.setCache(mirrorapi.CacheCoalesced)
-	} else {
-		st.setCache(mirrorapi.CacheMiss)
-	}
-	n, err := f.Serve(ctx, w, r)
-	st.mu.Lock()
-	st.upBytes += n
-	if t := f.Tier(); t != "" {
-		st.tier = t
-	}
-	st.mu.Unlock()
+	setCacheHeader(w, out)
+	n, err := f.Serve(ctx, w, req)
+	out.upBytes, out.tier = n, f.Tier()
 	switch {
 	case errors.Is(err, upstream.ErrBroken):
-		// Headers and part of the body are out: abort the connection so the short body is
-		// seen as the broken transfer it is.
-		panic(http.ErrAbortHandler)
+		return out, err
 	case err != nil:
 		// Nothing was sent yet: answer with the upstream's error instead of a broken 200, with
 		// none of the blob's headers.
 		for _, k := range []string{"Docker-Content-Digest", "Etag", "Cache-Control", "Content-Type", "Content-Length"} {
 			w.Header().Del(k)
 		}
-		return blobAPIError(st, err)
+		return out, blobAPIError(err)
+	}
+	return out, nil
+}
+
+// serveLocal serves a blob stored and linked in this repository; eviction leaves its data alone
+// meanwhile.
+//
+// Errors: distribution's blob store's, as asReadError answers them (nothing written).
+func (r *repository) serveLocal(ctx context.Context, blobs distribution.BlobStore, w http.ResponseWriter, req *http.Request, dgst digest.Digest) error {
+	release := r.cache.Acquire(dgst)
+	defer release()
+	if r.serveFile(ctx, blobs, w, req, dgst) {
+		return nil
+	}
+	if err := blobs.ServeBlob(ctx, w, req, dgst); err != nil {
+		return asReadError(err)
 	}
 	return nil
 }
 
-// serveLocal serves a stored blob; eviction leaves its data alone meanwhile.
-func (b *blobStore) serveLocal(ctx context.Context, w http.ResponseWriter, r *http.Request, dgst digest.Digest) error {
-	release := b.r.cache.Acquire(dgst)
-	defer release()
-	if b.serveFile(ctx, w, r, dgst) {
-		return nil
-	}
-	return b.BlobStore.ServeBlob(ctx, w, r, dgst)
-}
-
 // serveFile serves a blob linked into this repository from its data file on filesystem storage:
 // the file as an *os.File through http.ServeContent (Range, HEAD, conditional requests and 416
-// are its), written to the request's own response writer, so that net/http hands the file to the
-// kernel (sendfile) instead of distribution's buffered reader making 32 KiB writes through its
-// response-writer wrapper, which hides io.ReaderFrom. The headers are those distribution's blob
+// are its), so that net/http hands the file to the kernel (sendfile) instead of distribution's
+// buffered reader making 32 KiB writes. The headers are those distribution's blob
 // server sets (registry/storage linkedblobstore.go and blobserver.go, v3.1.2): Content-Type
 // (the descriptor's media type), ETag, Cache-Control, Docker-Content-Digest, Content-Length.
 // It reports false, having written nothing, when the storage is not local files (s3, memory),
 // the blob is not linked in this repository (distribution then answers with its error) or its
 // data file cannot be opened with the descriptor's size; the caller lets distribution serve it.
-func (b *blobStore) serveFile(ctx context.Context, w http.ResponseWriter, r *http.Request, dgst digest.Digest) bool {
-	root := b.r.cache.FilesystemRoot()
+func (r *repository) serveFile(ctx context.Context, blobs distribution.BlobStore, w http.ResponseWriter, req *http.Request, dgst digest.Digest) bool {
+	root := r.cache.FilesystemRoot()
 	if root == "" {
 		return false
 	}
-	desc, err := b.BlobStore.Stat(ctx, dgst) // the repository's link: the per-repository rule
+	desc, err := blobs.Stat(ctx, dgst) // the repository's link: the per-repository rule
 	if err != nil {
 		return false
 	}
@@ -177,12 +157,7 @@ func (b *blobStore) serveFile(ctx context.Context, w http.ResponseWriter, r *htt
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != desc.Size {
 		return false
 	}
-	out := w
-	st := stateFrom(ctx)
-	if st.w != nil {
-		out = st.w
-	}
-	h := out.Header()
+	h := w.Header()
 	// Set even when empty, as distribution does: a present Content-Type keeps ServeContent from
 	// sniffing the body. Content-Length is ServeContent's (the range's size on a 206).
 	h.Set("Content-Type", desc.MediaType)
@@ -191,7 +166,7 @@ func (b *blobStore) serveFile(ctx context.Context, w http.ResponseWriter, r *htt
 	if h.Get("Docker-Content-Digest") == "" {
 		h.Set("Docker-Content-Digest", desc.Digest.String())
 	}
-	http.ServeContent(out, r, desc.Digest.String(), time.Time{}, f)
+	http.ServeContent(w, req, desc.Digest.String(), time.Time{}, f)
 	return true
 }
 

@@ -11,15 +11,20 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // cacheView is what mirrorapi.CachePath needs of the cache: a *cache.Store.
 type cacheView interface {
-	// Index is the index of what is stored (sizes, images, readiness).
-	Index() *cache.Index
+	// Totals are the bytes and the number of blobs stored.
+	Totals() (size int64, blobs int)
+	// Ready reports whether the index is loaded (else Totals and Images are partial).
+	Ready() bool
+	// Images lists the stored images, storage repositories named by name.
+	Images(name func(storageRepo string) (upstream, repo string)) []mirrorapi.CachedImage
+	// HasManifest reports whether manifest d is stored in storage repository repo.
+	HasManifest(repo string, d digest.Digest) bool
 	// MaxSize is the cap in bytes (0: none).
 	MaxSize() int64
 	// EvictImage removes an image of a storage repository, returning the bytes freed.
@@ -32,10 +37,9 @@ func (m *Mirror) Inventory() mirrorapi.CacheInventory { return inventory(m.cache
 // inventory is c's inventory, storage repositories named by their upstream (byKey: the
 // upstreams by storage key).
 func inventory(c cacheView, byKey map[string]*configured) mirrorapi.CacheInventory {
-	x := c.Index()
-	size, blobs := x.Totals()
-	inv := mirrorapi.CacheInventory{SizeBytes: size, MaxSizeBytes: c.MaxSize(), Blobs: blobs, Ready: x.IsReady()}
-	inv.Images = x.Images(func(sr string) (string, string) {
+	size, blobs := c.Totals()
+	inv := mirrorapi.CacheInventory{SizeBytes: size, MaxSizeBytes: c.MaxSize(), Blobs: blobs, Ready: c.Ready()}
+	inv.Images = c.Images(func(sr string) (string, string) {
 		key, repo, _ := strings.Cut(sr, "/")
 		if up := byKey[key]; up != nil {
 			return up.Name, repo
@@ -91,7 +95,7 @@ func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string
 		return
 	}
 	var c cacheView = m.cache
-	if !c.Index().IsReady() {
+	if !c.Ready() {
 		writeJSONError(w, http.StatusServiceUnavailable, "the cache index is being rebuilt from storage; try again shortly")
 		return
 	}
@@ -102,7 +106,7 @@ func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string
 			img = &i
 		}
 	}
-	if img == nil || !c.Index().HasManifest(sr, d) {
+	if img == nil || !c.HasManifest(sr, d) {
 		writeJSONError(w, http.StatusNotFound, "not cached: "+up.Name+"/"+repo+"@"+d.String())
 		return
 	}

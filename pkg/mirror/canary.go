@@ -96,8 +96,8 @@ func newCanary() (*canary, error) {
 	return c, nil
 }
 
-// serve answers a canary request; st records it as a local hit.
-func (c *canary) serve(w http.ResponseWriter, r *http.Request, rt route, st *reqState) {
+// serve answers a canary request: a local hit.
+func (c *canary) serve(w http.ResponseWriter, r *http.Request, rt route) {
 	var (
 		body      []byte
 		mediaType string
@@ -122,7 +122,7 @@ func (c *canary) serve(w http.ResponseWriter, r *http.Request, rt route, st *req
 		errNotFound("MANIFEST_UNKNOWN", fmt.Sprintf("%s has no %s %s", mirrorapi.CanaryRepository, rt.kind, rt.ref)).write(w)
 		return
 	}
-	st.setCache(mirrorapi.CacheHit)
+	setCacheHeader(w, outcome{cache: mirrorapi.CacheHit})
 	w.Header().Set("Content-Type", mediaType)
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")

@@ -2,8 +2,6 @@ package mirror
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/nodecache/nodecache/pkg/mirror/cache"
 )
 
 // metrics are the mirror's Prometheus collectors. Labels never carry client addresses.
@@ -19,7 +17,12 @@ type metrics struct {
 	firstByte *prometheus.HistogramVec // upstream, kind, cache
 }
 
-func newMetrics(reg prometheus.Registerer, idx *cache.Index, maxSize int64) (*metrics, error) {
+// cacheTotals is what the cache gauges read: a *cache.Store.
+type cacheTotals interface {
+	Totals() (size int64, blobs int)
+}
+
+func newMetrics(reg prometheus.Registerer, idx cacheTotals, maxSize int64) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodecache_requests_total",

@@ -2,10 +2,12 @@
 // port, chosen per request by containerd's ?ns= parameter or a /v2/<registry>/ path prefix,
 // read-only, filled from the configured upstreams only.
 //
-// distribution's registry App provides storage, the API handlers and manifest formats; this
-// package provides the routing, the upstream client and the fill path (one upstream fetch per
-// blob however many clients ask, resumed when the stream breaks, verified before the last byte
-// is released and before it is stored).
+// nodecache answers the OCI read API itself (read.go, manifests.go, blobs.go, tags.go: route →
+// cache → upstream on a miss → response); distribution provides the storage under it (storage
+// driver, blob store, links, manifest formats). The upstream side (package upstream) fetches
+// with one upstream fetch per blob however many clients ask, resumed when the stream breaks,
+// verified before the last byte is released and before it is stored; package cache owns the
+// on-disk cache.
 package mirror
 
 import (
@@ -14,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -42,8 +43,7 @@ type Mirror struct {
 	upstreams       map[string]*configured // by name
 	byKey           map[string]*configured // by storage key
 	defaultUpstream *configured
-	app             http.Handler
-	store           distribution.Namespace // distribution's storage, set when the App is built
+	store           distribution.Namespace // distribution's storage over the cache's driver
 	fetch           *upstream.Fetcher
 	metrics         *metrics
 	gatherer        prometheus.Gatherer
@@ -51,7 +51,9 @@ type Mirror struct {
 	pull            pullGate
 	canary          *canary
 	cache           *cache.Store // storage driver, index, eviction, root lock
-	cancel          context.CancelFunc
+	// read answers a routed repository read: (*Mirror).read; a test replaces it to make the
+	// handler panic.
+	read func(ctx context.Context, w http.ResponseWriter, r *http.Request, rt route) (outcome, error)
 }
 
 // configured is a configured upstream with its storage key and its upstream side.
@@ -84,11 +86,12 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		clients:   newClientLog(opts.ClientEvidenceAllow),
 		pull:      pullGate{allow: opts.PullAllow},
 	}
+	m.read = m.readRepository
 	var err error
 	if m.cache, err = m.newStore(ctx); err != nil {
 		return nil, err
 	}
-	if m.metrics, err = newMetrics(opts.Registerer, m.cache.Index(), opts.MaxSize); err != nil {
+	if m.metrics, err = newMetrics(opts.Registerer, m.cache, opts.MaxSize); err != nil {
 		_ = m.cache.Close() // a temporary staging directory goes
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
@@ -109,20 +112,17 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 	}
 	m.defaultUpstream = m.upstreams[opts.DefaultUpstream]
 	if m.canary, err = newCanary(); err != nil {
+		_ = m.cache.Close()
 		return nil, fmt.Errorf("build canary image: %w", err)
+	}
+	if m.store, err = newStorage(context.WithoutCancel(ctx), m.cache.Driver()); err != nil {
+		_ = m.cache.Close()
+		return nil, err
 	}
 	m.log.Info().Str("root", opts.Root).Str("storage", opts.Storage).Str("s3_bucket", opts.S3.Bucket).Strs("upstreams", names(opts.Upstreams)).
 		Str("default_upstream", opts.DefaultUpstream).Str("upstream_timeout", clitext.Span(opts.UpstreamTimeout)).
 		Str("tag_ttl", clitext.Span(opts.TagTTL)).Str("fill_timeout", clitext.Span(opts.FillTimeout)).Str("chain", chainString(opts.Chain)).Str("instance_id", fetch.InstanceID()).
 		Int64("max_size_bytes", opts.MaxSize).Msg("mirror configured")
-
-	appCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m.cancel = cancel
-	m.app = m.newApp(appCtx)
-	if m.store == nil {
-		cancel()
-		return nil, errors.New("distribution registry middleware was not applied")
-	}
 	return m, nil
 }
 
@@ -139,6 +139,8 @@ func (m *Mirror) newStore(ctx context.Context) (*cache.Store, error) {
 		Filling: func(d digest.Digest) bool { return m.fetch.FillingDigest(d) },
 		Evicted: func(reason string) { m.metrics.evictions.WithLabelValues(reason).Inc() },
 		Freed:   func(n int64) { m.metrics.evictedBytes.Add(float64(n)) },
+
+		UploadMaxAge: m.opts.FillTimeout,
 	})
 }
 
@@ -214,7 +216,6 @@ func (m *Mirror) Close() error {
 	if serr := m.cache.Close(); serr != nil {
 		m.log.Warn().Err(serr).Msg("write cache index at shutdown")
 	}
-	m.cancel()
 	return err
 }
 
@@ -278,22 +279,17 @@ func (m *Mirror) probe(w http.ResponseWriter, r *http.Request, check func(contex
 
 func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	st := &reqState{}
-	rw := &responseWriter{ResponseWriter: w, st: st}
-	st.w = rw
-	rt, apiErr := route{kind: kindOther}, (*apiError)(nil)
+	rw := &responseWriter{ResponseWriter: w}
+	var (
+		rt  = route{kind: kindOther}
+		out outcome
+		err error
+	)
 	// Client evidence is recorded as the headers go out, before the client can see the answer.
 	rw.onHeader = func(code int) {
-		st.mu.Lock()
-		if code < 400 && st.cache == "" && st.tier == "" {
-			// Answered without any upstream answer and without the services saying how (the
-			// base /v2/ check, a tags/list with n=0): a hit by the header's definition.
-			st.cache = mirrorapi.CacheHit
-		}
-		st.mu.Unlock()
 		m.clients.record(r.RemoteAddr, r.UserAgent(), IsContent(r.Method, rt.kind, code), time.Now())
 		if code < 400 && rt.up != nil && (rt.kind == kindManifest || rt.kind == kindBlob) {
-			m.metrics.firstByte.WithLabelValues(rt.up.Name, rt.kind, st.cacheValue()).Observe(time.Since(start).Seconds())
+			m.metrics.firstByte.WithLabelValues(rt.up.Name, rt.kind, rw.Header().Get(mirrorapi.HeaderCache)).Observe(time.Since(start).Seconds())
 		}
 	}
 	defer func() {
@@ -301,7 +297,7 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 		if rec != nil && rec != http.ErrAbortHandler { //nolint:errorlint // net/http's sentinel is compared, not wrapped
 			m.recovered(rw, r, rec)
 		}
-		m.logRequest(r, rw, rt, st, start)
+		m.logRequest(r, rw, rt, out, start)
 		if rec != nil && !rw.recovered {
 			// Headers (and maybe part of a body) were out, or it is the abort sentinel: cut the
 			// connection so the client sees a broken transfer.
@@ -316,6 +312,7 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/v2" {
 		r.URL.Path = "/v2/"
 	}
+	var apiErr *apiError
 	rt, apiErr = m.resolve(r)
 	if apiErr != nil {
 		apiErr.write(rw)
@@ -323,12 +320,48 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case rt.kind == kindBase:
-		serveBase(w, rw)
+		serveBase(rw)
+		return
 	case rt.repo == mirrorapi.CanaryRepository:
-		m.canary.serve(rw, r, rt, st)
-	default:
-		m.forward(rw, r, rt, st, via)
+		m.canary.serve(rw, r, rt)
+		return
 	}
+	out, err = m.read(upstream.WithVia(r.Context(), via), rw, r, rt)
+	if errors.Is(err, upstream.ErrBroken) {
+		// Headers and part of the body are out: abort the connection so the short body is seen
+		// as the broken transfer it is (the deferred log line still reports the request).
+		panic(http.ErrAbortHandler)
+	}
+	if err != nil {
+		asReadError(err).write(rw)
+	}
+}
+
+// readRepository answers a read of rt's repository (manifest, blob or tag list) and returns how it was
+// answered. Every answer carries distribution's API version header, as the registry it
+// stores for answers.
+//
+// Errors: an answer not written yet (a *readError, or an error asReadError turns into one); an
+// error wrapping upstream.ErrBroken when a blob's transfer broke after the headers went out.
+func (m *Mirror) readRepository(ctx context.Context, w http.ResponseWriter, r *http.Request, rt route) (outcome, error) {
+	w.Header().Add("Docker-Distribution-API-Version", "registry/2.0")
+	client := rt.repo
+	if comps, _, _, _, ok := apiPath(r.URL.Path); ok {
+		client = strings.Join(comps, "/")
+	}
+	repo, err := m.repository(ctx, rt, client)
+	if err != nil {
+		return outcome{}, err
+	}
+	switch rt.kind {
+	case kindManifest:
+		return repo.serveManifest(ctx, w, r, rt.ref)
+	case kindBlob:
+		return repo.serveBlob(ctx, w, r, rt.ref)
+	case kindTags:
+		return repo.serveTags(ctx, w, r)
+	}
+	return outcome{}, errNotFound("NAME_UNKNOWN", "not a registry read API path: "+r.URL.Path)
 }
 
 // refuseRequest answers the requests the registry refuses before routing them: a client outside
@@ -358,38 +391,20 @@ func (m *Mirror) refuseRequest(w http.ResponseWriter, rw *responseWriter, r *htt
 }
 
 // serveBase answers the base /v2/ check.
-func serveBase(w http.ResponseWriter, rw *responseWriter) {
+func serveBase(w http.ResponseWriter) {
 	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
 	w.Header().Set(mirrorapi.HeaderVersion, buildinfo.Version()) // a chained nodecache forwards ?ns= to us
 	w.Header().Set("Content-Type", "application/json")           // byte for byte what distribution answers
 	w.Header().Set("Content-Length", "2")
-	rw.WriteHeader(http.StatusOK)
-	_, _ = rw.Write([]byte("{}"))
+	setCacheHeader(w, outcome{})
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write([]byte("{}"))
 }
 
-// forward hands the request routed to rt to distribution, under the upstream's storage name,
-// with the request state (st) and Via hops in its context.
-func (m *Mirror) forward(rw *responseWriter, r *http.Request, rt route, st *reqState, via []string) {
-	if comps, _, _, _, ok := apiPath(r.URL.Path); ok {
-		st.clientName = strings.Join(comps, "/")
-	}
-	st.clientPath, st.ns, st.head = r.URL.Path, r.URL.Query().Get("ns"), r.Method == http.MethodHead
-	ctx := upstream.WithTier(upstream.WithVia(withState(r.Context(), st), via), st.setTier)
-	r2 := r.Clone(upstream.WithRetryAfter(ctx, st.setRetryAfter))
-	r2.URL.Path = "/v2/" + rt.up.storageKey + "/" + rt.repo + rt.rest
-	r2.URL.RawPath = ""
-	q := r2.URL.Query()
-	q.Del("ns")
-	r2.URL.RawQuery = q.Encode()
-	r2.RequestURI = r2.URL.RequestURI()
-	m.app.ServeHTTP(rw, r2)
-}
-
-// responseWriter records status and bytes, and adds X-Nodecache-Cache (and Retry-After on a 429)
-// before the headers go out.
+// responseWriter records status and bytes, calls onHeader as the headers go out, and keeps
+// X-Nodecache-Cache off error answers (http.ServeContent answers 416 after the handler set it).
 type responseWriter struct {
 	http.ResponseWriter
-	st        *reqState
 	status    int
 	bytes     int64
 	recovered bool // a panic was answered with a 500
@@ -401,33 +416,12 @@ func (w *responseWriter) WriteHeader(code int) {
 	if w.status != 0 {
 		return
 	}
-	w.st.mu.Lock()
-	if code == http.StatusInternalServerError && w.st.badGateway {
-		code = http.StatusBadGateway
-	}
-	if code == http.StatusInternalServerError && w.st.loop {
-		code = http.StatusLoopDetected
-	}
-	w.st.mu.Unlock()
-	if l := w.Header().Get("Link"); l != "" && w.st.clientPath != "" {
-		w.Header().Set("Link", clientLink(l, w.st.clientPath, w.st.ns))
-	}
 	w.status = code
-	if w.onHeader != nil {
-		w.onHeader(code)
-	}
-	if code < 400 {
-		if c := w.st.cacheValue(); c != "" {
-			w.Header().Set(mirrorapi.HeaderCache, c)
-		}
-	} else {
+	if code >= 400 {
 		w.Header().Del(mirrorapi.HeaderCache)
 	}
-	w.st.mu.Lock()
-	ra := w.st.retryAfter
-	w.st.mu.Unlock()
-	if code == http.StatusTooManyRequests && ra != "" {
-		w.Header().Set("Retry-After", ra)
+	if w.onHeader != nil {
+		w.onHeader(code)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
@@ -460,25 +454,6 @@ func (w *responseWriter) Flush() {
 
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// clientLink rewrites distribution's tags/list Link header (`<URL>; rel="next"`, URL of the
-// internal storage path) to the client's own path, with the client's ?ns= kept. Values that do
-// not have that shape are returned as they are.
-func clientLink(link, clientPath, ns string) string {
-	target, rest, ok := strings.Cut(strings.TrimPrefix(link, "<"), ">")
-	if !ok || !strings.HasPrefix(link, "<") {
-		return link
-	}
-	u, err := url.Parse(target)
-	if err != nil {
-		return link
-	}
-	q := u.Query()
-	if ns != "" {
-		q.Set("ns", ns)
-	}
-	return "<" + (&url.URL{Path: clientPath, RawQuery: q.Encode()}).String() + ">" + rest
-}
-
 // recovered answers a panic of the handler: a 500 with an OCI error body when no header went out
 // yet, and one error log line with the panic and its stack either way.
 func (m *Mirror) recovered(w *responseWriter, r *http.Request, rec any) {
@@ -494,7 +469,7 @@ func (m *Mirror) recovered(w *responseWriter, r *http.Request, rec any) {
 }
 
 // logRequest writes the access-log line and updates metrics and client evidence.
-func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, st *reqState, start time.Time) {
+func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, out outcome, start time.Time) {
 	status := w.status
 	if status == 0 {
 		status = http.StatusOK
@@ -505,21 +480,16 @@ func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, st *re
 	}
 	cache := ""
 	if status < 400 {
-		cache = st.cacheValue()
+		cache = out.header()
 	}
 	m.metrics.requests.WithLabelValues(upName, rt.kind, methodLabel(r.Method), fmt.Sprint(status), cache).Inc()
-	st.mu.Lock()
-	fromUp := min(st.upBytes, w.bytes)
-	st.mu.Unlock()
+	fromUp := min(out.upBytes, w.bytes)
 	if w.bytes-fromUp > 0 {
 		m.metrics.servedBytes.WithLabelValues(upName, "cache").Add(float64(w.bytes - fromUp))
 	}
-	st.mu.Lock()
-	tier := st.tier
-	st.mu.Unlock()
 	if fromUp > 0 {
 		source := upstream.TierUpstream
-		if tier == upstream.TierShared {
+		if out.tier == upstream.TierShared {
 			source = upstream.TierShared
 		}
 		m.metrics.servedBytes.WithLabelValues(upName, source).Add(float64(fromUp))
@@ -537,7 +507,7 @@ func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, st *re
 		Int64("bytes", w.bytes).
 		Float64("duration_ms", float64(time.Since(start).Microseconds())/1000).
 		Str("cache", cache).
-		Str("tier", tier).
+		Str("tier", out.tier).
 		Str("client", r.RemoteAddr).
 		Str("user_agent", r.UserAgent()).
 		Str("path", r.URL.Path).

@@ -3,6 +3,7 @@ package mirror
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -67,7 +68,10 @@ func TestPanicIsAnOCIError(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = m.Close() })
-			m.app = tc.handler
+			m.read = func(_ context.Context, w http.ResponseWriter, r *http.Request, _ route) (outcome, error) {
+				tc.handler(w, r)
+				return outcome{}, nil
+			}
 			srv := httptest.NewServer(m)
 			t.Cleanup(srv.Close)
 

@@ -2,174 +2,75 @@ package mirror
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 
-	"github.com/distribution/distribution/v3"
 	"github.com/distribution/distribution/v3/registry/api/errcode"
-	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
-// tagService resolves tags: revalidated with the upstream (HEAD) on each request unless
-// Options.TagTTL says the cached answer is fresh; the cached tag is served ("stale") when the
-// upstream fails, times out or answers 429/5xx.
-type tagService struct {
-	local distribution.TagService
-	r     *repository
-}
-
-var _ distribution.TagService = (*tagService)(nil)
-
-func (t *tagService) Get(ctx context.Context, tag string) (v1.Descriptor, error) {
-	st := stateFrom(ctx)
-	if t.r.fetch.TagFresh(t.r.up.Name, t.r.repo, tag) {
-		if desc, err := t.local.Get(ctx, tag); err == nil {
-			st.setCache(mirrorapi.CacheHit)
-			return desc, nil
-		}
-	}
-	ans, err := t.r.up.remote.Tag(ctx, t.r.repo, tag, t.r.keepManifest)
-	desc := ans.Desc
-	if err == nil {
-		st.setCache(mirrorapi.CacheRevalidated)
-		if ans.Fetched {
-			st.setCache(mirrorapi.CacheMiss)
-		}
-		if cur, lerr := t.local.Get(ctx, tag); lerr != nil || cur.Digest != desc.Digest {
-			st.mu.Lock()
-			st.pendingTag = &pendingTag{tag: tag, desc: desc}
-			st.mu.Unlock()
-		} else {
-			t.r.fetch.MarkTagFresh(t.r.up.Name, t.r.repo, tag)
-		}
-		return desc, nil
-	}
-	var ue *upstream.Error
-	if errors.As(err, &ue) && ue.NotFound() {
-		return v1.Descriptor{}, distribution.ErrTagUnknown{Tag: tag}
-	}
-	if cached, lerr := t.local.Get(ctx, tag); lerr == nil {
-		st.setCache(mirrorapi.CacheStale)
-		t.r.log.Warn().Str("upstream", t.r.up.Name).Str("repository", t.r.repo).Str("tag", tag).
-			Err(err).Msg("upstream failed; serving the cached tag")
-		return cached, nil
-	}
-	return v1.Descriptor{}, upstreamAPIError(st, err)
-}
-
-// upstreamAPIError turns an upstream failure with nothing cached into the client's answer:
-// 400 MANIFEST_INVALID for schema 1 and for what is not a manifest, 429 with the upstream's
-// Retry-After, 404 for an authoritative not-found, 401/403 DENIED, 502 UNKNOWN naming the target
-// for a redirect or realm the address guard refused (upstream.ErrUnsafeTarget) and for a blob of
-// unstated size past its bound, 503 otherwise.
-func upstreamAPIError(st *reqState, err error) error {
-	var (
-		ue *upstream.Error
-		ec errcode.Error
-	)
-	switch {
-	case errors.Is(err, upstream.ErrSchema1):
-		return errcode.ErrorCodeManifestInvalid.WithMessage(err.Error()) // ends "schema 1 manifests are not supported"
-	case errors.Is(err, upstream.ErrNotManifest):
-		return errcode.ErrorCodeManifestInvalid.WithMessage(err.Error())
-	case errors.As(err, &ec):
-		return ec // already the client's answer (e.g. MANIFEST_INVALID from storing)
-	case errors.Is(err, upstream.ErrUnsafeTarget), errors.Is(err, upstream.ErrUnknownSizeTooLarge):
-		// The upstream's answer, not this cache, is at fault: 502 with what was refused.
-		st.mu.Lock()
-		st.badGateway = true
-		st.mu.Unlock()
-		return errcode.ErrorCodeUnknown.WithMessage(err.Error())
-	}
-	if errors.As(err, &ue) {
-		switch {
-		case ue.Status == http.StatusTooManyRequests:
-			if ue.RetryAfter != "" {
-				st.mu.Lock()
-				st.retryAfter = ue.RetryAfter
-				st.mu.Unlock()
-			}
-			return errcode.ErrorCodeTooManyRequests.WithMessage(ue.Error())
-		case ue.Status == http.StatusNotFound:
-			return errcode.ErrorCodeManifestUnknown.WithMessage(ue.Error())
-		case ue.Status == http.StatusUnauthorized || ue.Status == http.StatusForbidden:
-			return errcode.ErrorCodeDenied.WithMessage(ue.Error())
-		case ue.Status == http.StatusLoopDetected:
-			st.mu.Lock()
-			st.loop = true
-			st.mu.Unlock()
-			return errcode.ErrorCodeUnknown.WithMessage(ue.Error() + ": the request went round a loop of chained nodecaches (check --chain and --upstream URLs)")
-		}
-	}
-	return errcode.ErrorCodeUnavailable.WithMessage(err.Error())
-}
-
-// The rest of TagService: a read-only cache answers listings from the upstream (see
-// tagsList) and refuses changes.
-
-func (t *tagService) Tag(context.Context, string, v1.Descriptor) error {
-	return distribution.ErrUnsupported
-}
-func (t *tagService) Untag(context.Context, string) error { return distribution.ErrUnsupported }
-
-// All lists the upstream repository's tags (every page, merged, in lexical order), as
-// upstream.Remote.Tags answers them: fetched now ("miss"), joined to a fetch another request
-// started ("coalesced"), or kept from a fetch less than Options.TagTTL ago ("hit"); when the
-// upstream fails, times out or answers 429/5xx, the tags stored locally ("stale"). The slice
-// is shared: callers must not modify it.
+// serveTags answers GET /v2/<name>/tags/list[?n=<int>&last=<tag>] (OCI distribution spec,
+// "Listing Tags"): up to n tags that sort after last, in lexical order, from the upstream's
+// listing (tags), as {"name": <the name the client sent>, "tags": [...]}; a Link header
+// (rel="next") to the client's own path, with its ?ns= kept, when more follow. n=0 answers an
+// empty page without asking the upstream. Other methods get distribution's 405.
 //
-// Errors: distribution.ErrRepositoryUnknown for a repository the upstream does not know (404
-// NAME_UNKNOWN), a 502 UNKNOWN naming the bound when the listing is past one of
-// upstream.Remote.Tags' (pages, bytes, tags), else the upstream's failure as upstreamAPIError
-// answers it.
-func (t *tagService) All(ctx context.Context) ([]string, error) {
-	st := stateFrom(ctx)
-	list, err := t.r.up.remote.Tags(ctx, t.r.repo)
-	if err == nil {
-		switch {
-		case list.Kept:
-			st.setCache(mirrorapi.CacheHit)
-		case list.Joined:
-			st.setCache(mirrorapi.CacheCoalesced)
-		default:
-			st.setCache(mirrorapi.CacheMiss)
+// Errors: a *readError, nothing written: 400 PAGINATION_NUMBER_INVALID for an n that is not a
+// whole number ≥ 0; 404 NAME_UNKNOWN for a repository the upstream does not know; else the
+// upstream's failure as tags answers it.
+func (r *repository) serveTags(ctx context.Context, w http.ResponseWriter, req *http.Request) (outcome, error) {
+	if req.Method != http.MethodGet {
+		w.Header().Set("Allow", http.MethodGet)
+		http.Error(w, "Method not allowed", http.StatusMethodNotAllowed)
+		return outcome{}, nil
+	}
+	q := req.URL.Query()
+	last, limit := q.Get("last"), -1
+	if n := q.Get("n"); n != "" {
+		parsed, err := strconv.Atoi(n)
+		if err != nil || parsed < 0 {
+			return outcome{}, codeError(errcode.ErrorCodePaginationNumberInvalid, map[string]int{"n": parsed})
 		}
-		return list.Tags, nil
+		limit = parsed
 	}
-	var ue *upstream.Error
-	switch {
-	case errors.Is(err, upstream.ErrTagListTooLarge):
-		st.mu.Lock()
-		st.badGateway = true
-		st.mu.Unlock()
-		return nil, errcode.ErrorCodeUnknown.WithMessage(err.Error())
-	case errors.As(err, &ue) && ue.NotFound():
-		return nil, distribution.ErrRepositoryUnknown{Name: t.r.client.Name()}
-	case errors.As(err, &ue) && !ue.Unavailable():
-		return nil, upstreamAPIError(st, err)
+	var (
+		out  outcome
+		page = []string{}
+		more bool
+	)
+	if limit != 0 {
+		all, listOut, err := r.tags(ctx)
+		out = listOut
+		if err != nil {
+			return out, err
+		}
+		page, more = tagPage(all, last, limit)
 	}
-	if local, lerr := t.local.All(ctx); lerr == nil {
-		st.setCache(mirrorapi.CacheStale)
-		slices.Sort(local)
-		return local, nil
+	w.Header().Set("Content-Type", "application/json")
+	if more {
+		next := url.Values{"n": {strconv.Itoa(limit)}, "last": {page[len(page)-1]}}
+		if ns := q.Get("ns"); ns != "" {
+			next.Set("ns", ns)
+		}
+		w.Header().Set("Link", "<"+(&url.URL{Path: req.URL.Path, RawQuery: next.Encode()}).String()+`>; rel="next"`)
 	}
-	return nil, upstreamAPIError(st, err)
+	setCacheHeader(w, out)
+	_ = json.NewEncoder(w).Encode(struct {
+		Name string   `json:"name"`
+		Tags []string `json:"tags"`
+	}{r.client, page})
+	return out, nil
 }
 
-// List returns up to limit tags (all when limit < 0) that sort after last, in lexical order
-// (OCI distribution spec, "Listing Tags"). Its error is io.EOF when no tag follows the page, so
-// distribution's handler sends a Link header only when there are more; an empty page is a
-// valid answer.
-func (t *tagService) List(ctx context.Context, limit int, last string) ([]string, error) {
-	all, err := t.All(ctx)
-	if err != nil {
-		return nil, err
-	}
+// tagPage returns up to limit tags of all (sorted; every one when limit < 0) that sort after
+// last, and whether more follow the page. An empty page is a valid answer.
+func tagPage(all []string, last string, limit int) (page []string, more bool) {
 	start := 0
 	if last != "" {
 		start, _ = slices.BinarySearch(all, last)
@@ -179,11 +80,44 @@ func (t *tagService) List(ctx context.Context, limit int, last string) ([]string
 	}
 	rest := all[start:]
 	if limit < 0 || limit >= len(rest) {
-		return slices.Clone(rest), io.EOF
+		return slices.Clone(rest), false
 	}
-	return slices.Clone(rest[:limit]), nil
+	return slices.Clone(rest[:limit]), true
 }
 
-func (t *tagService) Lookup(ctx context.Context, desc v1.Descriptor) ([]string, error) {
-	return t.local.Lookup(ctx, desc)
+// tags lists the upstream repository's tags (every page, merged, in lexical order), as
+// upstream.Remote.Tags answers them: fetched now ("miss"), joined to a fetch another request
+// started ("coalesced"), or kept from a fetch less than Options.TagTTL ago ("hit"); when the
+// upstream fails, times out or answers 429/5xx, the tags stored locally ("stale"). The slice
+// is shared: callers must not modify it.
+//
+// Errors: 404 NAME_UNKNOWN for a repository the upstream does not know, a 502 UNKNOWN naming
+// the bound when the listing is past one of upstream.Remote.Tags' (pages, bytes, tags), else the
+// upstream's failure as upstreamAPIError answers it.
+func (r *repository) tags(ctx context.Context) ([]string, outcome, error) {
+	list, err := r.up.remote.Tags(ctx, r.repo)
+	if err == nil {
+		out := outcome{cache: mirrorapi.CacheMiss, tier: list.Tier}
+		switch {
+		case list.Kept:
+			out.cache = mirrorapi.CacheHit
+		case list.Joined:
+			out.cache = mirrorapi.CacheCoalesced
+		}
+		return list.Tags, out, nil
+	}
+	var ue *upstream.Error
+	switch {
+	case errors.Is(err, upstream.ErrTagListTooLarge):
+		return nil, outcome{}, badGateway(err)
+	case errors.As(err, &ue) && ue.NotFound():
+		return nil, outcome{}, codeError(errcode.ErrorCodeNameUnknown, map[string]string{"name": r.client})
+	case errors.As(err, &ue) && !ue.Unavailable():
+		return nil, outcome{}, upstreamAPIError(err)
+	}
+	if local, lerr := r.local.Tags(ctx).All(ctx); lerr == nil {
+		slices.Sort(local)
+		return local, outcome{cache: mirrorapi.CacheStale}, nil
+	}
+	return nil, outcome{}, upstreamAPIError(err)
 }

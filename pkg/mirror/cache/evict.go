@@ -25,8 +25,9 @@ const evictLowWater = 0.9
 const evictPause = 5 * time.Millisecond
 
 // Run loads the index (LoadIndex), then evicts whenever the cache is over its cap (at once when
-// it already is) or a disk-full fill asks for room (DiskFull), and saves the index every
-// SaveInterval, until ctx ends.
+// it already is) or a disk-full fill asks for room (DiskFull), saves the index every
+// SaveInterval, and every UploadSweepInterval removes uploads older than Options.UploadMaxAge,
+// until ctx ends.
 func (s *Store) Run(ctx context.Context) {
 	s.LoadIndex(ctx)
 	if err := s.Save(false); err != nil {
@@ -34,6 +35,8 @@ func (s *Store) Run(ctx context.Context) {
 	}
 	save := time.NewTicker(SaveInterval)
 	defer save.Stop()
+	uploads := time.NewTicker(UploadSweepInterval)
+	defer uploads.Stop()
 	for {
 		if target := s.takeENOSPCTarget(); target > 0 {
 			s.evictTo(ctx, target, EvictENOSPC)
@@ -51,6 +54,8 @@ func (s *Store) Run(ctx context.Context) {
 			if err := s.Save(false); err != nil {
 				s.log.Warn().Err(err).Msg("write cache index")
 			}
+		case <-uploads.C:
+			s.sweepUploads(ctx)
 		}
 	}
 }

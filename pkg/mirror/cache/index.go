@@ -1,6 +1,6 @@
 // Package cache is nodecache's on-disk cache. A Store owns it: the storage driver (built from
-// distribution's storage configuration; the mirror's distribution App serves from the same
-// driver), the index of what storage holds (manifests with their references and last-pulled
+// distribution's storage configuration; the mirror's distribution storage reads and writes through
+// the same driver), the index of what storage holds (manifests with their references and last-pulled
 // times, tags, blob links, blob data sizes) and its file under the storage root, eviction under
 // the size cap and on a full disk, the lock fills commit under, and the lock one process takes
 // on a filesystem root. The paths of distribution's storage layout that eviction and the index

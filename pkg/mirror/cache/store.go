@@ -14,6 +14,8 @@ import (
 	"github.com/distribution/distribution/v3/registry/storage/driver/factory"
 	"github.com/opencontainers/go-digest"
 	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // Storage kinds (Options.Kind), as the mirror's --storage names them.
@@ -49,7 +51,19 @@ type Options struct {
 	Evicted func(reason string)
 	// Freed is called with the bytes of each blob data file eviction deleted; nil: not called.
 	Freed func(bytes int64)
+	// UploadMaxAge is how long an upload of distribution's may be in progress: a fill writes
+	// through one only while it commits (non-filesystem storage), so an older one was left by a
+	// fill that died; Take and Run remove those (the mirror's fill timeout). 0: DefaultUploadMaxAge.
+	UploadMaxAge time.Duration
 }
+
+// Upload sweeping (Options.UploadMaxAge, Run).
+const (
+	// DefaultUploadMaxAge is Options.UploadMaxAge's default (the mirror's default fill timeout).
+	DefaultUploadMaxAge = 2 * time.Hour
+	// UploadSweepInterval is how often Run removes uploads older than Options.UploadMaxAge.
+	UploadSweepInterval = time.Hour
+)
 
 // Store owns the on-disk cache: the storage driver, the index of what it holds and the index
 // file, the eviction loop that keeps it under Options.MaxSize and makes room when the disk is
@@ -93,6 +107,9 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
+	if opts.UploadMaxAge <= 0 {
+		opts.UploadMaxAge = DefaultUploadMaxAge
+	}
 	params := opts.Config.Parameters()
 	if params == nil {
 		params = configuration.Parameters{}
@@ -131,11 +148,24 @@ func stagingDir(root string) (string, error) {
 // <root>/nodecache/staging, or a temporary directory for in-memory storage.
 func (s *Store) StagingDir() string { return s.staging }
 
-// Driver is the storage driver (the one distribution's App serves from).
+// Driver is the storage driver (the one the mirror's distribution storage reads and writes).
 func (s *Store) Driver() storagedriver.StorageDriver { return s.driver }
 
-// Index is the index of what storage holds.
-func (s *Store) Index() *Index { return s.idx }
+// Totals are the bytes of blob data stored (each blob once, however many repositories link
+// it) and the number of blobs, as the index counts them.
+func (s *Store) Totals() (size int64, blobs int) { return s.idx.Totals() }
+
+// Ready reports whether the index is loaded or rebuilt (before that, Totals and Images speak
+// of a part of the cache only, and eviction waits).
+func (s *Store) Ready() bool { return s.idx.IsReady() }
+
+// Images lists the stored images (Index.Images), their storage repositories named by name.
+func (s *Store) Images(name func(storageRepo string) (upstream, repo string)) []mirrorapi.CachedImage {
+	return s.idx.Images(name)
+}
+
+// HasManifest reports whether manifest d is stored in storage repository repo.
+func (s *Store) HasManifest(repo string, d digest.Digest) bool { return s.idx.HasManifest(repo, d) }
 
 // FilesystemRoot is the filesystem storage root blob data lives under, "" when storage is not
 // local files (s3, memory).
@@ -190,10 +220,16 @@ func (s *Store) wake() {
 	}
 }
 
-// Take locks a filesystem root (LockRoot; not s3 or in-memory storage). first is true for the
-// first call only, which the caller follows by removing what an earlier run left; a later call
-// keeps the lock. Errors: LockRoot's (ErrRootInUse), and then nothing is taken.
-func (s *Store) Take() (first bool, err error) {
+// Take takes the root and removes what an earlier run left there. On a filesystem root it first
+// takes the root lock (LockRoot: one process per root; ErrRootInUse when another holds it,
+// and then nothing is removed). Then it removes every file in the staging directory (no fill is
+// in flight yet, so each is a leftover of an interrupted one) and distribution's uploads: every
+// one on a filesystem root, those older than Options.UploadMaxAge in a bucket (which other
+// replicas' fills in flight share). Only the first call does any of this (first); a later one
+// keeps the lock and the fills in flight. The lock is held until Close.
+//
+// Errors: ErrRootInUse (wrapped), an unusable lock file.
+func (s *Store) Take(ctx context.Context) (first bool, err error) {
 	s.lockMu.Lock()
 	defer s.lockMu.Unlock()
 	if s.taken {
@@ -207,7 +243,46 @@ func (s *Store) Take() (first bool, err error) {
 		s.rootLock = f
 	}
 	s.taken = true
+	s.removeStaging()
+	if s.opts.Kind == KindS3 {
+		s.purgeUploads(ctx, s.opts.Clock().Add(-s.opts.UploadMaxAge))
+	} else {
+		s.purgeUploads(ctx, s.opts.Clock())
+	}
 	return true, nil
+}
+
+// removeStaging removes the regular files in the staging directory.
+func (s *Store) removeStaging() {
+	entries, err := os.ReadDir(s.staging)
+	if err != nil {
+		s.log.Debug().Err(err).Msg("read staging directory")
+		return
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			if err := os.Remove(filepath.Join(s.staging, e.Name())); err != nil {
+				s.log.Debug().Err(err).Msg("remove staging file left by an earlier run")
+			}
+		}
+	}
+}
+
+// sweepUploads removes the uploads older than Options.UploadMaxAge (Run, every
+// UploadSweepInterval).
+func (s *Store) sweepUploads(ctx context.Context) {
+	s.purgeUploads(ctx, s.opts.Clock().Add(-s.opts.UploadMaxAge))
+}
+
+// purgeUploads removes distribution's uploads started before olderThan, through the driver.
+func (s *Store) purgeUploads(ctx context.Context, olderThan time.Time) {
+	deleted, errs := s.PurgeUploads(ctx, olderThan)
+	for _, err := range errs {
+		s.log.Debug().Err(err).Msg("remove fill leftovers")
+	}
+	if len(deleted) > 0 {
+		s.log.Info().Int("uploads", len(deleted)).Time("older_than", olderThan).Msg("removed uploads left by fills")
+	}
 }
 
 // Save writes the index file when the index changed (always when clean): Index.Save at

@@ -108,9 +108,9 @@ func viaHeader(ctx context.Context, self string) string {
 
 type tierKey struct{}
 
-// WithTier returns a context whose upstream requests report the tier that answered (TierShared
+// withTier returns a context whose upstream requests report the tier that answered (TierShared
 // or TierUpstream) to record.
-func WithTier(ctx context.Context, record func(tier string)) context.Context {
+func withTier(ctx context.Context, record func(tier string)) context.Context {
 	return context.WithValue(ctx, tierKey{}, record)
 }
 
@@ -122,7 +122,7 @@ func trackTier(ctx context.Context) (context.Context, func() string) {
 		tier string
 	)
 	parent, _ := ctx.Value(tierKey{}).(func(string))
-	ctx = WithTier(ctx, func(t string) {
+	ctx = withTier(ctx, func(t string) {
 		mu.Lock()
 		tier = t
 		mu.Unlock()

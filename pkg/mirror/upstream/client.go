@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -140,10 +141,24 @@ func (t plainHTTPOnly) RoundTrip(req *http.Request) (*http.Response, error) {
 
 type retryAfterKey struct{}
 
-// WithRetryAfter returns a context whose upstream requests report an upstream 429's
-// Retry-After value to record, wherever in the exchange (ping, token, manifest, blob) it came.
-func WithRetryAfter(ctx context.Context, record func(string)) context.Context {
-	return context.WithValue(ctx, retryAfterKey{}, record)
+// trackRetryAfter returns a context whose upstream requests record a 429's Retry-After value,
+// wherever in the exchange it came (ping, token, manifest, blob), for the returned getter: the
+// answers of a token realm reach client.do only as an error without headers.
+func trackRetryAfter(ctx context.Context) (context.Context, func() string) {
+	var (
+		mu sync.Mutex
+		ra string
+	)
+	ctx = context.WithValue(ctx, retryAfterKey{}, func(v string) {
+		mu.Lock()
+		ra = v
+		mu.Unlock()
+	})
+	return ctx, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return ra
+	}
 }
 
 type retryAfterRecorder struct{ next http.RoundTripper }
@@ -212,9 +227,21 @@ func (c *client) forget(repo string) {
 
 // do sends method to /v2/<repo>/<kind>/<ref>: to the shared tier when one is configured and its
 // breaker lets it (see sharedFailure for what sends the request on to the upstream), else to
-// the upstream. The tier that answered is reported to the context's WithTier recorder. Statuses
-// other than the wanted ones become an *Error; the caller closes the returned body.
+// the upstream. The tier that answered is reported to the context's tier recorder (trackTier).
+// Statuses other than the wanted ones become an *Error (a 429's with the Retry-After of
+// whichever answer of the exchange carried one); the caller closes the returned body.
 func (c *client) do(ctx context.Context, method, repo, kind, ref string, hdr http.Header, want ...int) (*http.Response, error) {
+	ctx, retryAfter := trackRetryAfter(ctx)
+	resp, err := c.exchange(ctx, method, repo, kind, ref, hdr, want)
+	var ue *Error
+	if errors.As(err, &ue) && ue.Status == http.StatusTooManyRequests && ue.RetryAfter == "" {
+		ue.RetryAfter = retryAfter()
+	}
+	return resp, err
+}
+
+// exchange is do's request, to the shared tier or the upstream.
+func (c *client) exchange(ctx context.Context, method, repo, kind, ref string, hdr http.Header, want []int) (*http.Response, error) {
 	op := fmt.Sprintf("%s %s/%s/%s", method, repo, kind, ref)
 	if c.chain != nil {
 		if shared, probe := c.chain.breaker.allow(); shared {

@@ -277,7 +277,7 @@ func fillErrorLevel(err error) zerolog.Level {
 // stream breaks, verifies the digest, releases the last byte to readers, and commits it.
 func (f *Fill) run() {
 	r := f.remote
-	ctx, cancel := context.WithTimeout(WithTier(WithVia(r.f.fillCtx, f.via), f.setTier), r.f.opts.FillTimeout)
+	ctx, cancel := context.WithTimeout(withTier(WithVia(r.f.fillCtx, f.via), f.setTier), r.f.opts.FillTimeout)
 	defer cancel()
 	log := r.f.log.With().Str("upstream", r.Name).Str("repository", f.repo).Str("digest", f.desc.Digest.String()).Logger()
 	r.f.metrics.fillsInFlight.Inc()

@@ -24,24 +24,24 @@ import (
 // back with Size -1 and the fill's GET decides. Concurrent requests share the exchange, bounded
 // by the upstream timeout.
 //
+// The tier is where the answer came from (TierShared, TierUpstream).
+//
 // Errors: an *Error: NotFound only when the GET said so (or the HEAD, when the upstream answers
 // nothing else), Unavailable for no answer, 429 and 5xx.
-func (r *Remote) BlobStat(ctx context.Context, repo string, dgst digest.Digest, probe bool) (v1.Descriptor, error) {
+func (r *Remote) BlobStat(ctx context.Context, repo string, dgst digest.Digest, probe bool) (desc v1.Descriptor, tier string, err error) {
 	key := "blobstat\x00" + r.Name + "\x00" + repo + "\x00" + dgst.String() + "\x00" + strconv.FormatBool(probe)
 	v, err, _ := r.f.flight.Do(key, func() (any, error) {
 		desc, tier, err := r.blobStat(ctx, repo, dgst, probe)
 		return tiered[v1.Descriptor]{desc, tier}, err
 	})
 	if err != nil {
-		return v1.Descriptor{}, err
+		return v1.Descriptor{}, "", err
 	}
 	t := v.(tiered[v1.Descriptor])
-	reportTier(ctx, t.tier)
-	return t.v, nil
+	return t.v, t.tier, nil
 }
 
-// tiered is a result shared by concurrent requests, with the tier that answered it (reported to
-// every request's WithTier recorder).
+// tiered is a result shared by concurrent requests, with the tier that answered it.
 type tiered[T any] struct {
 	v    T
 	tier string
@@ -155,7 +155,6 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 	if err != nil {
 		return Manifest{}, false, err
 	}
-	reportTier(ctx, v.(Manifest).Tier)
 	return v.(Manifest), !leader, nil
 }
 
@@ -200,7 +199,6 @@ func (r *Remote) Tag(ctx context.Context, repo, tag string, keep KeepFunc) (TagA
 	if err != nil {
 		return TagAnswer{}, err
 	}
-	reportTier(ctx, v.(TagAnswer).Tier)
 	return v.(TagAnswer), nil
 }
 

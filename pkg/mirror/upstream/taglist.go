@@ -67,6 +67,8 @@ type TagList struct {
 	// Kept reports that the listing is one fetched less than Options.TagTTL ago (no upstream
 	// request); Joined that this call joined a fetch another call had started.
 	Kept, Joined bool
+	// Tier is where the fetch was answered (TierShared, TierUpstream); "" when Kept.
+	Tier string
 }
 
 // Tags lists the upstream repository's tags (OCI distribution spec, "Content Discovery /
@@ -100,12 +102,13 @@ func (r *Remote) Tags(ctx context.Context, repo string) (TagList, error) {
 		if tags, ok := r.f.tagLists.get(key, start, ttl); ok {
 			return TagList{Tags: tags, Kept: true}, nil
 		}
-		tags, err := r.listTags(ctx, repo)
+		tctx, tier := trackTier(ctx)
+		tags, err := r.listTags(tctx, repo)
 		if err != nil {
 			return TagList{}, err
 		}
 		r.f.tagLists.put(key, tags, start, r.f.opts.Clock(), ttl)
-		return TagList{Tags: tags}, nil
+		return TagList{Tags: tags, Tier: tier()}, nil
 	})
 	if err != nil {
 		return TagList{}, err

@@ -18,8 +18,6 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"os"
-	"path/filepath"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -66,7 +64,8 @@ type Registry struct {
 
 // Options configures a Fetcher. The zero value of every optional field means its default.
 type Options struct {
-	// StagingDir holds blobs being filled (required); files "fill-*" in it belong to fills.
+	// StagingDir holds blobs being filled (required): files "fill-*" in it belong to fills; the
+	// cache that owns the directory removes what an interrupted run left (cache.Store.Take).
 	StagingDir string
 	// Timeout bounds an upstream exchange up to response headers, a whole tag revalidation and
 	// a stall of a blob stream. Default DefaultTimeout. With Chain, the shared tier's answer
@@ -389,15 +388,6 @@ func (f *Fetcher) exchangeTimeout() time.Duration {
 		return f.opts.Timeout
 	}
 	return f.opts.Timeout + SharedTierTimeout(f.opts.Timeout)
-}
-
-// RemoveStaging drops leftovers of an interrupted run in dir ("fill-*" files are never valid
-// content).
-func RemoveStaging(dir string) {
-	old, _ := filepath.Glob(filepath.Join(dir, "fill-*"))
-	for _, f := range old {
-		_ = os.Remove(f)
-	}
 }
 
 // Remote is one configured upstream.

@@ -282,7 +282,7 @@ func TestFill(t *testing.T) {
 			srv, gets := blobServer(t, good, tc.serve)
 			f := testFetcher(t, srv, Options{})
 			r := f.Remote("upstream.test")
-			desc, err := r.BlobStat(t.Context(), "team/app", good, true)
+			desc, _, err := r.BlobStat(t.Context(), "team/app", good, true)
 			if err != nil || desc.Size != int64(len(blob)) {
 				t.Fatalf("BlobStat = %+v, %v; want size %d", desc, err, len(blob))
 			}
