@@ -22,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
@@ -120,7 +121,7 @@ exit 1
 	if err := os.WriteFile(config, []byte(`{"credHelpers":{"private.test":"nctest"}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	listen := freeAddr(t)
+	listen := nodecachetest.FreeAddr(t)
 	logs := startServe(t, []string{"PATH=" + bin + ":" + os.Getenv("PATH")}, nil, "http://"+listen+"/readyz",
 		"--listen", listen, "--root", filepath.Join(dir, "root"), "--log-level", "debug",
 		"--upstream", "private.test="+private.URL.String(),
@@ -155,7 +156,7 @@ func TestServeTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := mirrortest.NewCA(t)
 	cert, key, caFile := ca.WriteFiles(t, dir, "server", "127.0.0.1", "localhost")
-	listen := freeAddr(t)
+	listen := nodecachetest.FreeAddr(t)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}}}
 	startServe(t, nil, client, "https://"+listen+"/readyz",
 		"--listen", listen, "--root", filepath.Join(dir, "root"),
@@ -182,7 +183,7 @@ func TestServeTLS(t *testing.T) {
 		}
 	}
 
-	cmd := exec.Command(binary, "serve", "--listen", freeAddr(t), "--root", filepath.Join(dir, "root2"), "--tls-key", key)
+	cmd := exec.Command(binary, "serve", "--listen", nodecachetest.FreeAddr(t), "--root", filepath.Join(dir, "root2"), "--tls-key", key)
 	out, err = cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "--tls-cert and --tls-key go together") {
@@ -282,7 +283,7 @@ func TestServeUpstreamProxyAndCA(t *testing.T) {
 			if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			listen := freeAddr(t)
+			listen := nodecachetest.FreeAddr(t)
 			env := []string{"HTTPS_PROXY=" + proxy.URL, "https_proxy=" + proxy.URL, "NO_PROXY=" + tc.noProxy, "no_proxy=" + tc.noProxy}
 			args := []string{"--listen", listen, "--root", filepath.Join(dir, "root"), "--upstream", upName + "=https://" + upName}
 			if !tc.noCA {
@@ -334,7 +335,7 @@ func TestServeRefusesBadAccessInput(t *testing.T) {
 	other := write("other.json", `{"auths":{"quay.io":{"username":"u","password":"`+secret+`"}}}`)
 	broken := write("broken.json", `{"auths":{"ghcr.io":{"password":"`+secret+`"`)
 	notPEM := write("ca.txt", "not a certificate "+secret)
-	up := []string{"serve", "--listen", freeAddr(t), "--root", filepath.Join(dir, "root"), "--upstream", "ghcr.io=https://ghcr.io"}
+	up := []string{"serve", "--listen", nodecachetest.FreeAddr(t), "--root", filepath.Join(dir, "root"), "--upstream", "ghcr.io=https://ghcr.io"}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -416,7 +417,7 @@ func TestServeUpstreamAuthDockerHubStyle(t *testing.T) {
 	if err := os.WriteFile(config, []byte(`{"auths":{"https://index.docker.io/v1/":{"auth":"`+entry+`"}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	listen := freeAddr(t)
+	listen := nodecachetest.FreeAddr(t)
 	logs := startServe(t, nil, nil, "http://"+listen+"/readyz",
 		"--listen", listen, "--root", filepath.Join(dir, "root"), "--log-level", "debug",
 		"--upstream", "docker.io=http://registry.hub.test:"+upPort,

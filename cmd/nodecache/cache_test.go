@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
@@ -97,14 +97,7 @@ func TestCacheLsRm(t *testing.T) {
 // listens exit 1 and ask whether serve runs there, naming the flag.
 func TestCacheNothingListening(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := "http://" + l.Addr().String()
-	if err := l.Close(); err != nil { // nothing listens there now: the dial is refused
-		t.Fatal(err)
-	}
+	base := "http://" + nodecachetest.FreeAddr(t) // nothing listens there now: the dial is refused
 	want := "is nodecache serve running at " + base + "? (--listen-url)\n"
 	for _, args := range [][]string{
 		{"cache", "ls", "--listen-url", base},

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
@@ -39,16 +40,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 type slowWriter struct {
@@ -117,7 +108,7 @@ func TestServeProcess(t *testing.T) {
 	})
 
 	dir := t.TempDir()
-	fileListen, envListen := freeAddr(t), freeAddr(t)
+	fileListen, envListen := nodecachetest.FreeAddr(t), nodecachetest.FreeAddr(t)
 	cfg := filepath.Join(dir, "nodecache.yaml")
 	yaml := fmt.Sprintf("listen: %q\nroot: %q\nupstream:\n  - upstream.test=%s\nlog-format: json\nupstream-timeout: 5s\n",
 		fileListen, filepath.Join(dir, "root"), up.URL)
@@ -183,13 +174,8 @@ func TestServeProcess(t *testing.T) {
 	if err != nil || "sha256:"+hex.EncodeToString(h.Sum(nil)) != dgst.String() {
 		t.Fatalf("blob GET during shutdown: %d bytes, err %v, digest mismatch=%v", n, err, "sha256:"+hex.EncodeToString(h.Sum(nil)) != dgst.String())
 	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no exit 30 s after SIGTERM")
+	if err := nodecachetest.Within(t, 30*time.Second, "serve after SIGTERM", func() error { return <-exited }); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
 	}
 	if !strings.Contains(logs.String(), `"message":"request"`) {
 		t.Fatalf("no access-log line in the output:\n%s", logs.String())

@@ -915,14 +915,7 @@ func TestContainerdHostsFIFO(t *testing.T) {
 	if err := syscall.Mkfifo(p, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan *Report, 1)
-	go func() { done <- n.evaluate(n.opts()) }()
-	var r *Report
-	select {
-	case r = <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatal("status still running after 60 s: blocked on the FIFO?")
-	}
+	r := nodecachetest.Within(t, 60*time.Second, "status (blocked on the FIFO?)", func() *Report { return n.evaluate(n.opts()) })
 	want(t, r, Unknown, 3, "")
 	found := false
 	for _, c := range r.Checks {
