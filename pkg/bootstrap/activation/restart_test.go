@@ -101,10 +101,7 @@ func TestContainerdRestart(t *testing.T) {
 // follow the link on this machine's own /).
 func TestHostViewAbsoluteLink(t *testing.T) {
 	t.Parallel()
-	n := newTestNode(t)
-	n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}})
-	n.containerdProc(1000, time.Now().Unix()-5, sock)
-	n.file(cfgFile, v3Config(certsDir, ""), time.Now().Unix()-60)
+	n := newContainerdNode(t, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}}, time.Now().Unix()-5, v3Config(certsDir, ""), time.Now().Unix()-60)
 	target := "/srv/node-certs-" + filepath.Base(n.Root) // absent on this machine's own /
 	if err := os.MkdirAll(filepath.Join(n.Root, target), 0o755); err != nil {
 		t.Fatal(err)

@@ -40,16 +40,7 @@ func (n *testNode) genAdopt(upstreams ...string) {
 func TestContainerdSiteHosts(t *testing.T) {
 	t.Parallel()
 	const dockerFile = certsDir + "/docker.io/hosts.toml"
-	tests := []struct {
-		name      string
-		setup     func(n *testNode)
-		mirror    string
-		upstreams []string
-		state     State
-		has       string // in the verdict's reason
-		row       string // a check row named "hosts <registry>" with this text, when set
-		rowName   string
-	}{
+	runHostsCases(t, []hostsCase{
 		{name: "adopted by gen, --mirror", setup: func(n *testNode) {
 			n.file(dockerFile, siteDockerHosts, t0)
 			n.genAdopt("docker.io")
@@ -98,7 +89,24 @@ func TestContainerdSiteHosts(t *testing.T) {
 		{name: "hand-written file naming the mirror that does not parse", setup: func(n *testNode) {
 			n.file(dockerFile, "server = \"https://registry-1.docker.io\"\n[host.\"http://127.0.0.1:5000\"\n", t0)
 		}, mirror: mirrorURL, state: NotActive, has: dockerFile + " does not parse (toml: expected ']' to close table name): containerd ignores it and tries https://registry-1.docker.io/v2 first, not the mirror " + mirrorURL},
-	}
+	})
+}
+
+// hostsCase is a containerd 2.4 node (newContainerd24Node) given setup's hosts files and judged
+// for upstreams and, when set, mirror.
+type hostsCase struct {
+	name      string
+	setup     func(n *testNode)
+	mirror    string
+	upstreams []string
+	state     State
+	has       string // in the verdict's reason
+	row       string // when set, the text of the check row named rowName ("hosts <registry>")
+	rowName   string
+}
+
+func runHostsCases(t *testing.T, tests []hostsCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
