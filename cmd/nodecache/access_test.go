@@ -117,10 +117,7 @@ exit 1
 	if err := os.WriteFile(filepath.Join(bin, "docker-credential-nctest"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	config := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(config, []byte(`{"credHelpers":{"private.test":"nctest"}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config := writeFile(t, dir, "config.json", `{"credHelpers":{"private.test":"nctest"}}`)
 	listen := nodecachetest.FreeAddr(t)
 	logs := startServe(t, []string{"PATH=" + bin + ":" + os.Getenv("PATH")}, nil, "http://"+listen+"/readyz",
 		"--listen", listen, "--root", filepath.Join(dir, "root"), "--log-level", "debug",
@@ -279,10 +276,7 @@ func TestServeUpstreamProxyAndCA(t *testing.T) {
 			}
 			proxy := newConnectProxy(t)
 			dir := t.TempDir()
-			caFile := filepath.Join(dir, "upstream-ca.pem")
-			if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			caFile := writeFile(t, dir, "upstream-ca.pem", string(ca.PEM))
 			listen := nodecachetest.FreeAddr(t)
 			env := []string{"HTTPS_PROXY=" + proxy.URL, "https_proxy=" + proxy.URL, "NO_PROXY=" + tc.noProxy, "no_proxy=" + tc.noProxy}
 			args := []string{"--listen", listen, "--root", filepath.Join(dir, "root"), "--upstream", upName + "=https://" + upName}
@@ -325,16 +319,9 @@ func TestServeRefusesBadAccessInput(t *testing.T) {
 	t.Parallel()
 	const secret = "t0p-secret-in-the-file"
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	other := write("other.json", `{"auths":{"quay.io":{"username":"u","password":"`+secret+`"}}}`)
-	broken := write("broken.json", `{"auths":{"ghcr.io":{"password":"`+secret+`"`)
-	notPEM := write("ca.txt", "not a certificate "+secret)
+	other := writeFile(t, dir, "other.json", `{"auths":{"quay.io":{"username":"u","password":"`+secret+`"}}}`)
+	broken := writeFile(t, dir, "broken.json", `{"auths":{"ghcr.io":{"password":"`+secret+`"`)
+	notPEM := writeFile(t, dir, "ca.txt", "not a certificate "+secret)
 	up := []string{"serve", "--listen", nodecachetest.FreeAddr(t), "--root", filepath.Join(dir, "root"), "--upstream", "ghcr.io=https://ghcr.io"}
 	for _, tc := range []struct {
 		name string
@@ -412,11 +399,8 @@ func TestServeUpstreamAuthDockerHubStyle(t *testing.T) {
 	_, upPort, _ := net.SplitHostPort(up.Addr)
 
 	dir := t.TempDir()
-	config := filepath.Join(dir, "config.json")
 	entry := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
-	if err := os.WriteFile(config, []byte(`{"auths":{"https://index.docker.io/v1/":{"auth":"`+entry+`"}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	config := writeFile(t, dir, "config.json", `{"auths":{"https://index.docker.io/v1/":{"auth":"`+entry+`"}}}`)
 	listen := nodecachetest.FreeAddr(t)
 	logs := startServe(t, nil, nil, "http://"+listen+"/readyz",
 		"--listen", listen, "--root", filepath.Join(dir, "root"), "--log-level", "debug",

@@ -23,16 +23,9 @@ import (
 func TestCLIMessages(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	file := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	typo := file("typo.yaml", "lsiten: \":5000\"\n")
-	kinds := file("kinds.yaml", "listen: 5000\nupstream-timeout: abc\ntag-ttl: 5\nallow: 10.0.0.0/8\n")
-	warmKinds := file("warm.yaml", "concurrency: four\ntalos: \"yes\"\n")
+	typo := writeFile(t, dir, "typo.yaml", "lsiten: \":5000\"\n")
+	kinds := writeFile(t, dir, "kinds.yaml", "listen: 5000\nupstream-timeout: abc\ntag-ttl: 5\nallow: 10.0.0.0/8\n")
+	warmKinds := writeFile(t, dir, "warm.yaml", "concurrency: four\ntalos: \"yes\"\n")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -392,17 +385,10 @@ func TestEnvValues(t *testing.T) {
 // environment.
 func TestSharedSettingsFile(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	shared := write("shared.yaml", "listen: \":5000\"\nupstream-auth: /etc/nodecache/auth.json\ntalos-version: v1.12.4\n")
-	typo := write("typo.yaml", "listen: \":5000\"\nlsiten: \":5001\"\n")
-	own := write("own.yaml", "talos-version: v1.11.5\n")
-	serves := write("serve.yaml", "listen: \"127.0.0.1:25010\"\nupstream: [docker.io=http://127.0.0.1:25001]\n")
+	shared := writeFile(t, dir, "shared.yaml", "listen: \":5000\"\nupstream-auth: /etc/nodecache/auth.json\ntalos-version: v1.12.4\n")
+	typo := writeFile(t, dir, "typo.yaml", "listen: \":5000\"\nlsiten: \":5001\"\n")
+	own := writeFile(t, dir, "own.yaml", "talos-version: v1.11.5\n")
+	serves := writeFile(t, dir, "serve.yaml", "listen: \"127.0.0.1:25010\"\nupstream: [docker.io=http://127.0.0.1:25001]\n")
 	for _, tc := range []struct {
 		name, env string
 		args      []string

@@ -279,10 +279,7 @@ func TestGenTalosCLI(t *testing.T) {
 	}
 	// newuser2 item 6: a removal from a machine config without the mirror has nothing to do:
 	// exit 0 as gen containerd --remove, no patch on stdout, -o FILE not written.
-	node := filepath.Join(t.TempDir(), "n.yaml")
-	if err := os.WriteFile(node, []byte("version: v1alpha1\nmachine:\n  type: worker\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	node := writeFile(t, t.TempDir(), "n.yaml", "version: v1alpha1\nmachine:\n  type: worker\n")
 	unpatch := filepath.Join(t.TempDir(), "unpatch.yaml")
 	for _, extra := range [][]string{nil, {"-o", unpatch}} {
 		code, stdout, stderr = runApp(t, append([]string{"gen", "talos", "--remove", "--mirror", "http://10.0.0.9:5000", "--machine-config", node}, extra...)...)

@@ -139,9 +139,7 @@ func TestFileFlagsRefuseBadFiles(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if err := os.WriteFile(filepath.Join(dir, "ok.pem"), []byte("not checked before the other file\n"), 0o600); err != nil {
-					t.Fatal(err)
-				}
+				writeFile(t, dir, "ok.pem", "not checked before the other file\n")
 				p := filepath.Join(dir, fc.at)
 				if fc.host {
 					p = filepath.Join(dir, "host", fc.at)

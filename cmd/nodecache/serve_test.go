@@ -109,12 +109,8 @@ func TestServeProcess(t *testing.T) {
 
 	dir := t.TempDir()
 	fileListen, envListen := nodecachetest.FreeAddr(t), nodecachetest.FreeAddr(t)
-	cfg := filepath.Join(dir, "nodecache.yaml")
-	yaml := fmt.Sprintf("listen: %q\nroot: %q\nupstream:\n  - upstream.test=%s\nlog-format: json\nupstream-timeout: 5s\n",
-		fileListen, filepath.Join(dir, "root"), up.URL)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := writeFile(t, dir, "nodecache.yaml", fmt.Sprintf("listen: %q\nroot: %q\nupstream:\n  - upstream.test=%s\nlog-format: json\nupstream-timeout: 5s\n",
+		fileListen, filepath.Join(dir, "root"), up.URL))
 	var logs bytes.Buffer
 	cmd := exec.Command(binary, "serve", "--config", cfg)
 	cmd.Env = append(os.Environ(), "NODECACHE_LISTEN="+envListen)
@@ -185,18 +181,9 @@ func TestServeProcess(t *testing.T) {
 // TestServeRefusesBadInput: bad settings exit 2 with a message naming the setting.
 func TestServeRefusesBadInput(t *testing.T) {
 	t.Parallel()
-	badYAML := filepath.Join(t.TempDir(), "bad.yaml")
-	if err := os.WriteFile(badYAML, []byte("listen: [unclosed\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	typoYAML := filepath.Join(t.TempDir(), "typo.yaml")
-	if err := os.WriteFile(typoYAML, []byte("lsiten: \":5000\"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rootFile := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(rootFile, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	badYAML := writeFile(t, t.TempDir(), "bad.yaml", "listen: [unclosed\n")
+	typoYAML := writeFile(t, t.TempDir(), "typo.yaml", "lsiten: \":5000\"\n")
+	rootFile := writeFile(t, t.TempDir(), "file", "")
 	// A link to nothing and a loop of links (newuser3 item 14: were "mkdir …: file exists", exit 1).
 	links := t.TempDir()
 	dangling, loop := filepath.Join(links, "dangling"), filepath.Join(links, "loop-a")
