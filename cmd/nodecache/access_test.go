@@ -14,9 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -26,49 +24,6 @@ import (
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
-
-// startServe runs `nodecache serve args...` with env added to the test's environment, waits
-// until readyURL answers 200 (client: nil for http.DefaultClient) and returns its stderr.
-func startServe(t *testing.T, env []string, client *http.Client, readyURL string, args ...string) *mirrortest.LogBuffer {
-	t.Helper()
-	logs := &mirrortest.LogBuffer{}
-	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("nodecache log:\n%s", logs.String())
-		}
-	})
-	if client == nil {
-		client = http.DefaultClient
-	}
-	waitReadyWith(t, client, readyURL, cmd.Process)
-	return logs
-}
-
-func waitReadyWith(t *testing.T, c *http.Client, url string, p *os.Process) {
-	t.Helper()
-	for range 400 {
-		resp, err := c.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if p.Signal(syscall.Signal(0)) != nil {
-			t.Fatalf("nodecache exited before %s answered", url)
-		}
-		timeSleep()
-	}
-	t.Fatalf("%s never became ready", url)
-}
 
 // pullValid pulls ref (plain http) in full through a running serve and validates the image.
 func pullValid(t *testing.T, ref string) {
@@ -309,8 +264,6 @@ func TestServeUpstreamProxyAndCA(t *testing.T) {
 		})
 	}
 }
-
-func timeSleep() { time.Sleep(50 * time.Millisecond) }
 
 // TestServeRefusesBadAccessInput (issue 13): bad --pull-allow, --upstream-auth, --upstream-ca
 // and --tls-* values exit 2 with a message naming the flag and what is accepted; a refused

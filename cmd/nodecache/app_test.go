@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
@@ -51,4 +55,50 @@ func newSilentMirror(t *testing.T, what string) *mirrortest.Registry {
 		}
 	})
 	return mirror
+}
+
+// startServe runs `nodecache serve args...` with env added to the test's environment, waits
+// until readyURL answers 200 (client: nil for http.DefaultClient) and returns its stderr.
+func startServe(t *testing.T, env []string, client *http.Client, readyURL string, args ...string) *mirrortest.LogBuffer {
+	t.Helper()
+	logs := &mirrortest.LogBuffer{}
+	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("nodecache log:\n%s", logs.String())
+		}
+	})
+	waitReady(t, client, readyURL, cmd.Process)
+	return logs
+}
+
+// waitReady waits up to 20 s for url to answer 200 through c (nil: http.DefaultClient); it
+// fails t as soon as p has exited, and kills p when url never answers.
+func waitReady(t *testing.T, c *http.Client, url string, p *os.Process) {
+	t.Helper()
+	if c == nil {
+		c = http.DefaultClient
+	}
+	for range 400 {
+		resp, err := c.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if p.Signal(syscall.Signal(0)) != nil {
+			t.Fatalf("nodecache exited before %s answered", url)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = p.Kill()
+	t.Fatalf("%s never became ready", url)
 }

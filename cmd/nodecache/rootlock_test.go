@@ -31,7 +31,7 @@ func TestServeRootLocked(t *testing.T) {
 	addr := nodecachetest.FreeAddr(t)
 	first := start(addr)
 	t.Cleanup(func() { _ = first.Process.Kill(); _ = first.Wait() })
-	waitReady(t, "http://"+addr+"/readyz", first.Process)
+	waitReady(t, nil, "http://"+addr+"/readyz", first.Process)
 
 	second := exec.Command(binary, "serve", "--root", root, "--listen", nodecachetest.FreeAddr(t), "--upstream", "a.test=http://127.0.0.1:1")
 	out, err := second.CombinedOutput()
@@ -54,5 +54,5 @@ func TestServeRootLocked(t *testing.T) {
 	addr = nodecachetest.FreeAddr(t)
 	third := start(addr)
 	defer func() { _ = third.Process.Kill(); _ = third.Wait() }()
-	waitReady(t, "http://"+addr+"/readyz", third.Process)
+	waitReady(t, nil, "http://"+addr+"/readyz", third.Process)
 }

@@ -52,23 +52,6 @@ func (s slowWriter) Write(p []byte) (int, error) {
 	return s.ResponseWriter.Write(p)
 }
 
-func waitReady(t *testing.T, url string, p *os.Process) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	_ = p.Kill()
-	t.Fatalf("%s never became ready", url)
-}
-
 func httpGet(t *testing.T, url string) (*http.Response, []byte) {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -122,7 +105,7 @@ func TestServeProcess(t *testing.T) {
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	base := "http://" + envListen
-	waitReady(t, base+"/readyz", cmd.Process)
+	waitReady(t, nil, base+"/readyz", cmd.Process)
 	if c, err := net.DialTimeout("tcp", fileListen, time.Second); err == nil {
 		c.Close()
 		t.Fatalf("listening on the file's address %s although NODECACHE_LISTEN overrides it", fileListen)
