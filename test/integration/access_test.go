@@ -17,6 +17,7 @@ import (
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
 	"github.com/nodecache/nodecache/pkg/mirror"
@@ -223,9 +224,7 @@ func TestHTTPSMirrorSkopeo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	dropIn := filepath.Join(root, crio.DefaultRegistriesDir, crio.DropInName)
 	certDir := filepath.Join(root, crio.DefaultCertsDir, m.Host())
 	if _, err := os.Stat(certDir); err != nil {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/name"
@@ -56,9 +55,7 @@ func TestCorpusGenThenStatus(t *testing.T) {
 					t.Fatalf("before gen: state %s, want NOT active\n%s", r.State, dump(r))
 				}
 			}
-			if err := (bootstrap.Applier{Root: n.Root}).Apply(t.Context(), rep.Changes); err != nil {
-				t.Fatal(err)
-			}
+			bootstraptest.Apply(t, n.Root, rep.Changes)
 			setMtimes(t, n.Root, t0-50)
 			want(t, n.evaluate(o), Active, 0, "")
 		})

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -28,9 +28,7 @@ func (n *testNode) genAdopt(upstreams ...string) {
 	if len(rep.Adopted) == 0 {
 		n.t.Fatalf("gen adopted nothing: %+v", rep.Changes)
 	}
-	if err := (bootstrap.Applier{Root: n.Root}).Apply(n.t.Context(), rep.Changes); err != nil {
-		n.t.Fatal(err)
-	}
+	bootstraptest.Apply(n.t, n.Root, rep.Changes)
 }
 
 // status judges every registry whose hosts.toml names the mirror as containerd's parser reads

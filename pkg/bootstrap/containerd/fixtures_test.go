@@ -187,9 +187,7 @@ func runPlanCases(t *testing.T, cases []planCase) {
 			if !slices.Equal(rep.Migrated, tc.want.migrated) {
 				t.Fatalf("migrated %v, want %v", rep.Migrated, tc.want.migrated)
 			}
-			if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-				t.Fatalf("Apply: %v", err)
-			}
+			bootstraptest.Apply(t, root, rep.Changes)
 			edited := rep.EditedFile
 			if tc.want.edited {
 				if edited == "" {
@@ -253,9 +251,7 @@ func runPlanCases(t *testing.T, cases []planCase) {
 			if rm.RestartRequired != tc.want.edited {
 				t.Fatalf("remove restart_required = %v, want %v (%v)", rm.RestartRequired, tc.want.edited, rm.Warnings)
 			}
-			if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rm.Changes); err != nil {
-				t.Fatalf("Apply remove: %v", err)
-			}
+			bootstraptest.Apply(t, root, rm.Changes)
 			for p, b := range files {
 				if got := bootstraptest.ReadHostFile(t, root, p); !bytes.Equal(got, b) {
 					t.Fatalf("%s not restored", p)

@@ -57,9 +57,7 @@ func planApply(t *testing.T, root string, opts containerd.Options, remove bool) 
 	if err != nil {
 		t.Fatalf("plan (remove=%v): %v", remove, err)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	return rep
 }
 

@@ -33,9 +33,7 @@ func TestStaleHostsRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	// A user's certificate in one of our directories keeps that directory.
 	bootstraptest.WriteHostFile(t, root, certs+"/quay.io/NOTES", []byte("user's"))
 
@@ -60,9 +58,7 @@ func TestStaleHostsRemoved(t *testing.T) {
 	if rep.RestartRequired {
 		t.Fatal("removing hosts.toml files needs no restart")
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	for _, d := range []string{"gcr.io", "ghcr.io", "localhost_5001_", "registry.k8s.io"} {
 		if _, err := os.Stat(filepath.Join(root, certs, d)); !os.IsNotExist(err) {
 			t.Errorf("%s: directory left: %v", d, err)
@@ -95,9 +91,7 @@ func TestMigratedHostsAreNotStale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	migrated := "/etc/containerd/certs.d/registry.local_5000_/hosts.toml"
 	before := bootstraptest.ReadHostFile(t, root, migrated)
 	if before == nil {

@@ -70,9 +70,7 @@ func TestPlanFollowsSymlinks(t *testing.T) {
 			if edit.Path != "/opt/cfg/real.toml" || edit.Action != bootstrap.ActionUpdate || edit.Backup != "/opt/cfg/real.toml"+bootstrap.BackupSuffix {
 				t.Fatalf("config change %+v", rep.Changes)
 			}
-			if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-				t.Fatal(err)
-			}
+			bootstraptest.Apply(t, root, rep.Changes)
 			assertLink(t, root, containerd.DefaultConfig, tc.target)
 			if bak := bootstraptest.ReadHostFile(t, root, "/opt/cfg/real.toml"+bootstrap.BackupSuffix); !bytes.Equal(bak, original) {
 				t.Fatal("backup beside the target does not hold the original")
@@ -95,9 +93,7 @@ func TestPlanFollowsSymlinks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rm.Changes); err != nil {
-				t.Fatal(err)
-			}
+			bootstraptest.Apply(t, root, rm.Changes)
 			assertLink(t, root, containerd.DefaultConfig, tc.target)
 			if got := bootstraptest.ReadHostFile(t, root, "/opt/cfg/real.toml"); !bytes.Equal(got, original) {
 				t.Fatalf("target not restored: %s", got)
@@ -124,9 +120,7 @@ func TestPlanFollowsSymlinks(t *testing.T) {
 		if rep.EditedFile != "/etc/containerd/conf.d/99-site.toml" {
 			t.Fatalf("edited %q", rep.EditedFile)
 		}
-		if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-			t.Fatal(err)
-		}
+		bootstraptest.Apply(t, root, rep.Changes)
 		assertLink(t, root, "/etc/containerd/conf.d/99-site.toml", "/srv/site/registry.toml")
 		assertLink(t, root, "/etc/containerd/certs.d", "/data/certs")
 		if got := string(bootstraptest.ReadHostFile(t, root, "/srv/site/registry.toml")); !strings.Contains(got, "config_path = '/etc/containerd/certs.d'\n") {
@@ -139,9 +133,7 @@ func TestPlanFollowsSymlinks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rm.Changes); err != nil {
-			t.Fatal(err)
-		}
+		bootstraptest.Apply(t, root, rm.Changes)
 		if got := bootstraptest.ReadHostFile(t, root, "/srv/site/registry.toml"); string(got) != imp {
 			t.Fatalf("import target not restored: %s", got)
 		}

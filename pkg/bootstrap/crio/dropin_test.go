@@ -186,9 +186,7 @@ func runDropInShapes(t *testing.T, shapes []dropInShape) {
 				if !slices.Equal(rep.Upstreams, upstreams) || len(rep.Warnings) != wantWarnings {
 					t.Fatalf("every upstream, the one with a port included, must be mirrored without other warnings: %v %v", rep.Upstreams, rep.Warnings)
 				}
-				if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-					t.Fatal(err)
-				}
+				bootstraptest.Apply(t, root, rep.Changes)
 				sys := &types.SystemContext{
 					SystemRegistriesConfPath:    filepath.Join(root, crio.MainRegistriesConf),
 					SystemRegistriesConfDirPath: filepath.Join(root, crio.DefaultRegistriesDir),
@@ -236,9 +234,7 @@ func runDropInShapes(t *testing.T, shapes []dropInShape) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rm.Changes); err != nil {
-					t.Fatal(err)
-				}
+				bootstraptest.Apply(t, root, rm.Changes)
 				for _, p := range []string{filepath.Join(crio.DefaultRegistriesDir, crio.DropInName), filepath.Join(crio.DefaultCrioDir, crio.DropInName)} {
 					if bootstraptest.ReadHostFile(t, root, p) != nil {
 						t.Fatalf("%s left after remove", p)
@@ -268,9 +264,7 @@ func TestLaterDropInOverrideIsReported(t *testing.T) {
 	if !slices.Equal(rep.Overrides, want) {
 		t.Fatalf("overrides %+v, want %+v", rep.Overrides, want)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	// containers/image agrees: ghcr.io has no mirror, docker.io does.
 	if srcs := pullSources(t, root, crio.MainRegistriesConf, crio.DefaultRegistriesDir, "ghcr.io/a/b:1"); len(srcs) != 1 {
 		t.Fatalf("ghcr.io still mirrored: %+v", srcs)
@@ -360,9 +354,7 @@ func TestLinkedDropInDirectory(t *testing.T) {
 		if len(rep.Changes) != 1 || rep.Changes[0].Path != "/srv/containers/registries.d/90-nodecache.conf" || rep.Changes[0].Via != "/etc/containers/registries.conf.d/90-nodecache.conf" {
 			t.Fatalf("%s: changes %+v", target, rep.Changes)
 		}
-		if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-			t.Fatal(err)
-		}
+		bootstraptest.Apply(t, root, rep.Changes)
 		if got, err := os.Readlink(filepath.Join(root, "etc/containers/registries.conf.d")); err != nil || got != target {
 			t.Fatalf("link changed: %q %v", got, err)
 		}
@@ -404,9 +396,7 @@ func TestSiteFilesCheckedTogether(t *testing.T) {
 			t.Fatalf("overrides %+v", rep.Overrides)
 		}
 		// containers/image agrees: docker.io tries the mirror, then the corporate mirror.
-		if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-			t.Fatal(err)
-		}
+		bootstraptest.Apply(t, root, rep.Changes)
 		srcs := pullSources(t, root, crio.MainRegistriesConf, dir, "docker.io/library/alpine:3")
 		if len(srcs) != 3 || srcs[0].Endpoint.Location != "10.0.0.5:5000/docker.io" || srcs[1].Endpoint.Location != "mirror.corp.example/dockerhub" {
 			t.Fatalf("pull sources %+v", srcs)

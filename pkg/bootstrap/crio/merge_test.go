@@ -88,9 +88,7 @@ insecure = true
 	if want := []crio.Override{{Prefix: "docker.io", File: crio.MainRegistriesConf}, {Prefix: "quay.io", File: dir + "/10-site.conf"}}; !slices.Equal(rep.Merged, want) {
 		t.Fatalf("merged %+v, want %+v", rep.Merged, want)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 
 	docker := findRegistry(t, root, "docker.io/library/alpine")
 	if !docker.Insecure || docker.Blocked {
@@ -148,9 +146,7 @@ func TestSiteLongerPrefixReported(t *testing.T) {
 	}) {
 		t.Fatalf("warnings %q", rep.Warnings)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	if reg := findRegistry(t, root, "docker.io/library/alpine"); reg.Prefix != "docker.io/library" || reg.Mirrors[0].Location == "10.0.0.5:5000/docker.io" {
 		t.Fatalf("containers/image uses %+v for docker.io/library/alpine", reg)
 	}
@@ -192,9 +188,7 @@ location = "blocked.test"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	dropIn := filepath.Join(root, crio.DefaultRegistriesDir, crio.DropInName)
 	cp := func(ref string) ([]byte, error) {
 		cmd := exec.CommandContext(t.Context(), skopeo, "--insecure-policy", "--registries-conf", dropIn,

@@ -13,7 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
@@ -97,9 +97,7 @@ func TestSkopeoPullsThroughNodecache(t *testing.T) {
 	if len(rep.Upstreams) != len(names) {
 		t.Fatalf("gen crio mirrored %v (warnings %v); want every upstream", rep.Upstreams, rep.Warnings)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	dropIn := filepath.Join(root, crio.DefaultRegistriesDir, crio.DropInName)
 
 	for _, src := range sources {
