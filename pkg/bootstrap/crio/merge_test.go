@@ -109,15 +109,26 @@ insecure = true
 	}
 }
 
+// planOverSiteFile plans gen crio (mirror http://10.0.0.5:5000; docker.io and ghcr.io) on a new
+// host root that holds only the site's file, with content.
+func planOverSiteFile(t *testing.T, file, content string) (string, *crio.Report, error) {
+	t.Helper()
+	root := t.TempDir()
+	bootstraptest.WriteHostFile(t, root, file, []byte(content))
+	m, err := name.ParseMirror("http://10.0.0.5:5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: []string{"docker.io", "ghcr.io"}})
+	return root, rep, err
+}
+
 // TestSiteEntryOtherLocationRefused: a site table for our prefix whose location is another
 // registry is refused, naming the file; nothing is written.
 func TestSiteEntryOtherLocationRefused(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
 	file := crio.DefaultRegistriesDir + "/20-redirect.conf"
-	bootstraptest.WriteHostFile(t, root, file, []byte("[[registry]]\nprefix = \"ghcr.io\"\nlocation = \"ghcr-copy.corp.example\"\n"))
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
-	_, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: []string{"docker.io", "ghcr.io"}})
+	root, _, err := planOverSiteFile(t, file, "[[registry]]\nprefix = \"ghcr.io\"\nlocation = \"ghcr-copy.corp.example\"\n")
 	if !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "ghcr-copy.corp.example") {
 		t.Fatalf("err %v: want a refusal naming %s", err, file)
 	}
@@ -130,11 +141,8 @@ func TestSiteEntryOtherLocationRefused(t *testing.T) {
 // whatever the file order: gen reports it, and containers/image shows why.
 func TestSiteLongerPrefixReported(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
 	file := crio.DefaultRegistriesDir + "/99-library.conf"
-	bootstraptest.WriteHostFile(t, root, file, []byte("[[registry]]\nprefix = \"docker.io/library\"\nlocation = \"docker.io/library\"\n[[registry.mirror]]\nlocation = \"mirror.corp.example/library\"\n"))
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
-	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: []string{"docker.io", "ghcr.io"}})
+	root, rep, err := planOverSiteFile(t, file, "[[registry]]\nprefix = \"docker.io/library\"\nlocation = \"docker.io/library\"\n[[registry.mirror]]\nlocation = \"mirror.corp.example/library\"\n")
 	if err != nil {
 		t.Fatal(err)
 	}
