@@ -113,7 +113,7 @@ func TestPlanFollowsSymlinks(t *testing.T) {
 			t.Fatal(err)
 		}
 		symlink(t, root, "/etc/containerd/certs.d", "/data/certs")
-		rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v24})
+		rep, err := planDockerIO(root, m, v24)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +158,7 @@ func TestPlanFollowsSymlinks(t *testing.T) {
 			for l, target := range tc.links {
 				symlink(t, root, l, target)
 			}
-			_, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v17})
+			_, err := planDockerIO(root, m, v17)
 			if !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("%s: %v, want a refusal containing %q", tc.name, err, tc.want)
 			}
