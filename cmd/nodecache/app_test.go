@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,6 +31,20 @@ func runAppStdin(t *testing.T, stdin string, args ...string) (int, string, strin
 	err := app.RunContext(t.Context(), append([]string{"nodecache"}, args...))
 	code := report(&errOut, err)
 	return code, out.String(), errOut.String()
+}
+
+// runAppJSON runs the CLI (runApp), fails t unless it exits 0 with JSON on stdout, decodes that
+// into v and returns stderr.
+func runAppJSON(t *testing.T, v any, args ...string) string {
+	t.Helper()
+	code, stdout, stderr := runApp(t, args...)
+	if code != 0 {
+		t.Fatalf("%q: exit %d: %s", args, code, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), v); err != nil {
+		t.Fatalf("%q: json output: %v\n%s", args, err, stdout)
+	}
+	return stderr
 }
 
 // writeFile writes content to dir/name (mode 0600, as a settings or credentials file) and

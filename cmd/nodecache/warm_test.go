@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -103,14 +102,8 @@ func TestWarmExitCodes(t *testing.T) {
 
 	t.Run("warm json", func(t *testing.T) {
 		t.Parallel()
-		code, stdout, stderr := runApp(t, append(base, "--output", "json", goodRef)...)
-		if code != exitOK {
-			t.Fatalf("exit %d, want 0; stderr %s", code, stderr)
-		}
 		var rep warm.Report
-		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
-			t.Fatalf("json output: %v\n%s", err, stdout)
-		}
+		stderr := runAppJSON(t, &rep, append(base, "--output", "json", goodRef)...)
 		if !rep.Warm || len(rep.Images) != 1 || rep.Images[0].BlobsFetched != 2 || rep.Images[0].Reference != goodRef {
 			t.Errorf("report %+v", rep)
 		}
