@@ -700,6 +700,23 @@ func startAppMirror(t *testing.T) *nodecachetest.Nodecache {
 	return nodecachetest.Start(t, nodecachetest.Options{Upstream: up, Alias: "registry.test", Root: t.TempDir()})
 }
 
+// clientRequest sends method url to the mirror as a runtime would (user agent ua, asking for a
+// manifest), so that the mirror's client evidence counts it.
+func clientRequest(t *testing.T, method, url, ua string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("User-Agent", ua)
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json,application/vnd.docker.distribution.manifest.v2+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+}
+
 // The mirror's client evidence proves what the start-time rule cannot: a 2.3 containerd whose
 // config was touched after start, but which pulled through the mirror since.
 func TestTrafficEvidence(t *testing.T) {
@@ -719,17 +736,7 @@ func TestTrafficEvidence(t *testing.T) {
 	if c, _ := check(r, RuntimeContainerd, "traffic"); c.Result != Info || !strings.Contains(c.Reason, "read from the mirror replica at 127.0.0.1:") {
 		t.Fatalf("traffic row %+v", c)
 	}
-	get := func(method, path, ua string) {
-		t.Helper()
-		req, _ := http.NewRequestWithContext(t.Context(), method, srv.URL+path, nil)
-		req.Header.Set("User-Agent", ua)
-		req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json,application/vnd.docker.distribution.manifest.v2+json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-	}
+	get := func(method, path, ua string) { t.Helper(); clientRequest(t, method, srv.URL+path, ua) }
 	// Pings, errors and refused methods from the runtime's user agent prove nothing.
 	get(http.MethodGet, "/v2/", "containerd/v2.3.0")
 	get(http.MethodGet, "/v2/team/app/manifests/nope?ns=registry.test", "containerd/v2.3.0")
