@@ -29,6 +29,12 @@ const (
 	siteHostsTOML = "# our lab registry: plain http\nserver = \"http://registry.local:5000\"\n\n# the DR copy\n[host.\"http://registry-dr.local:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
 )
 
+// siteRoot returns a new host root whose config.toml is siteConfig.
+func siteRoot(t *testing.T) string {
+	t.Helper()
+	return bootstraptest.HostRoot(t, map[string]string{containerd.DefaultConfig: siteConfig})
+}
+
 // hostsFor asks containerd's ConfigureHosts which endpoints a pull of host tries, in order,
 // as scheme://host.
 func hostsFor(t *testing.T, root, host string) []string {
@@ -129,8 +135,7 @@ func TestSiteHostsDirectoryAdopted(t *testing.T) {
 	for _, dir := range []string{"registry.local:5000", "registry.local_5000_"} {
 		t.Run(dir, func(t *testing.T) {
 			t.Parallel()
-			root := t.TempDir()
-			bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+			root := siteRoot(t)
 			file := siteCerts + "/" + dir + "/hosts.toml"
 			bootstraptest.WriteHostFile(t, root, file, []byte(siteHostsTOML))
 			before := hostsFor(t, root, "registry.local:5000")
@@ -191,8 +196,7 @@ func TestSiteHostsDirectoryAdopted(t *testing.T) {
 // goes.
 func TestSiteHostsAdoptedKeepsLaterEdits(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+	root := siteRoot(t)
 	file := siteCerts + "/registry.local:5000/hosts.toml"
 	bootstraptest.WriteHostFile(t, root, file, []byte(siteHostsTOML))
 	opts := containerd.Options{Mirror: mustParseMirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"registry.local:5000"}}
@@ -216,8 +220,7 @@ func TestSiteHostsRefusedWhenContainerdCannotParse(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			root := t.TempDir()
-			bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+			root := siteRoot(t)
 			file := siteCerts + "/registry.local:5000/hosts.toml"
 			bootstraptest.WriteHostFile(t, root, file, []byte(body))
 			_, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: mustParseMirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"registry.local:5000"}})
@@ -232,8 +235,7 @@ func TestSiteHostsRefusedWhenContainerdCannotParse(t *testing.T) {
 // writes there carries it (containerd ignores certificate files once hosts.toml exists).
 func TestSiteCertsDirectoryKept(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+	root := siteRoot(t)
 	ca := siteCerts + "/registry.local:5000/ca.crt"
 	bootstraptest.WriteHostFile(t, root, ca, bootstraptest.CA(t))
 	m := mustParseMirror(t, "http://10.0.0.5:5000")
@@ -265,8 +267,7 @@ func TestSiteCertsDirectoryKept(t *testing.T) {
 // writes a directory for: reported.
 func TestSiteDefaultShadowedReported(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+	root := siteRoot(t)
 	bootstraptest.WriteHostFile(t, root, siteCerts+"/_default/hosts.toml", []byte("[host.\"https://corp-proxy.example\"]\n  capabilities = [\"pull\", \"resolve\"]\n"))
 	rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: mustParseMirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"docker.io", "ghcr.io"}})
 	if err != nil {
@@ -283,8 +284,7 @@ func TestSiteDefaultShadowedReported(t *testing.T) {
 // colon-form directory is removed, and the user's adopted.
 func TestOldShadowingDirectoryGivesWay(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+	root := siteRoot(t)
 	m := mustParseMirror(t, "http://10.0.0.5:5000")
 	opts := containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"registry.local:5000"}}
 	planApply(t, root, opts, false) // no site directory yet: ours, host_port_
@@ -305,8 +305,7 @@ func TestOldShadowingDirectoryGivesWay(t *testing.T) {
 // registry's own http endpoint as the fallback (issue 11).
 func TestUpstreamHTTPFallback(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+	root := siteRoot(t)
 	fb, err := bootstrap.Fallbacks([]string{"registry.lan:5000=http://registry.lan:5000", "docker.io"})
 	if err != nil {
 		t.Fatal(err)
