@@ -215,10 +215,7 @@ func TestHTTPSMirrorSkopeo(t *testing.T) {
 	host := upstreamHost(t, upstream)
 	ca := mirrortest.NewCA(t)
 	mirrorURL, log := serveTLS(t, upstream, ca)
-	m, err := name.ParseMirror(mirrorURL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bootstraptest.Mirror(t, mirrorURL)
 	root := t.TempDir()
 	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: []string{host}, MirrorCA: ca.PEM})
 	if err != nil {

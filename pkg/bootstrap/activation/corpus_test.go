@@ -10,7 +10,6 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // TestCorpusGenThenStatus: for every shape of the runtime-config corpus that gen containerd
@@ -20,10 +19,7 @@ import (
 func TestCorpusGenThenStatus(t *testing.T) {
 	t.Parallel()
 	daemon := bcontainerd.Release{Major: 2, Minor: 3, Patch: 1}
-	m, err := name.ParseMirror(mirrorURL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bootstraptest.Mirror(t, mirrorURL)
 	upstreams := []string{"docker.io", "ghcr.io"}
 	// Shapes gen refuses for containerd 2.3 (TestPlanCorpus checks each refusal's wording).
 	refused := map[string]bool{

@@ -9,8 +9,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // The rule's edges: ambiguous only when start − 10 ms < mtime < start + 10 ms.
@@ -110,10 +110,7 @@ func TestHostViewAbsoluteLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := n.Proc.Host(n.Root)
-	m, err := name.ParseMirror(mirrorURL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bootstraptest.Mirror(t, mirrorURL)
 	plan, err := bcontainerd.Plan(h.FS(), bcontainerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: bcontainerd.Release{Major: 2, Minor: 4, Patch: 2}})
 	if err != nil {
 		t.Fatal(err)

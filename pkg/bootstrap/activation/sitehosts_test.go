@@ -7,7 +7,6 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // A site's own docker.io hosts.toml: containerd pulls from Docker Hub directly.
@@ -17,11 +16,7 @@ const siteDockerHosts = "# our site file\nserver = \"https://registry-1.docker.i
 // mirror added as its first host between gen's marker lines) and applies it.
 func (n *testNode) genAdopt(upstreams ...string) {
 	n.t.Helper()
-	m, err := name.ParseMirror(mirrorURL)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	rep, err := bcontainerd.Plan(os.DirFS(n.Root), bcontainerd.Options{Mirror: m, Upstreams: upstreams, Daemon: bcontainerd.Release{Major: 2, Minor: 4}})
+	rep, err := bcontainerd.Plan(os.DirFS(n.Root), bcontainerd.Options{Mirror: bootstraptest.Mirror(n.t, mirrorURL), Upstreams: upstreams, Daemon: bcontainerd.Release{Major: 2, Minor: 4}})
 	if err != nil {
 		n.t.Fatalf("gen containerd plan: %v", err)
 	}

@@ -18,10 +18,10 @@ import (
 
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 const (
@@ -762,10 +762,7 @@ func TestTrafficEvidence(t *testing.T) {
 // parseMirror parses a --mirror value the way every command does (name.ParseMirror).
 func parseMirror(t *testing.T, s string) *url.URL {
 	t.Helper()
-	m, err := name.ParseMirror(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bootstraptest.Mirror(t, s)
 	return m.URL
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // Fixtures returns the real runtime config files folder: $NODECACHE_FIXTURES, else
@@ -75,6 +76,17 @@ func Apply(t testing.TB, root string, changes []bootstrap.Change) {
 	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), changes); err != nil {
 		t.Fatalf("apply under %s: %v", root, err)
 	}
+}
+
+// Mirror parses a --mirror value as every command does (name.ParseMirror), failing t on an
+// error.
+func Mirror(t testing.TB, s string) name.Mirror {
+	t.Helper()
+	m, err := name.ParseMirror(s)
+	if err != nil {
+		t.Fatalf("mirror %q: %v", s, err)
+	}
+	return m
 }
 
 // HostRoot returns a new host root (a directory the test removes) holding files, each at its

@@ -82,7 +82,7 @@ func TestMergeMatchesContainerd2(t *testing.T) {
 // TestImportRules: which file wins and which one gen edits, under 1.x and 2.x rules.
 func TestImportRules(t *testing.T) {
 	t.Parallel()
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 
 	t.Run("1.x replaces the whole plugin table: the import is edited", func(t *testing.T) {
 		t.Parallel()

@@ -152,10 +152,7 @@ func runPlanCases(t *testing.T, cases []planCase) {
 	t.Helper()
 	reg := mirrortest.NewRegistry(t)
 	reg.PushImage(t, "library/alpine", "latest", mirrortest.Image(t, 512, 1, "linux/amd64"))
-	m, err := name.ParseMirror(reg.URL.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bootstraptest.Mirror(t, reg.URL.String())
 	upstreams := []string{"docker.io", "ghcr.io", "registry.k8s.io", "localhost:5001"}
 
 	for _, tc := range cases {

@@ -17,7 +17,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 const (
@@ -87,7 +86,7 @@ func dirNames(t *testing.T, root string) []string {
 // gen created that holds a file of the site's; a second --remove finds nothing to do.
 func TestCreatedCertsDirRemoved(t *testing.T) {
 	t.Parallel()
-	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	opts := containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"docker.io"}}
 	certs := containerd.DefaultCertsDir
 	for _, tc := range []struct {
@@ -131,7 +130,7 @@ func TestCreatedCertsDirRemoved(t *testing.T) {
 // (issue 11).
 func TestSiteHostsDirectoryAdopted(t *testing.T) {
 	t.Parallel()
-	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	for _, dir := range []string{"registry.local:5000", "registry.local_5000_"} {
 		t.Run(dir, func(t *testing.T) {
 			t.Parallel()
@@ -199,7 +198,7 @@ func TestSiteHostsAdoptedKeepsLaterEdits(t *testing.T) {
 	root := siteRoot(t)
 	file := siteCerts + "/registry.local:5000/hosts.toml"
 	bootstraptest.WriteHostFile(t, root, file, []byte(siteHostsTOML))
-	opts := containerd.Options{Mirror: mustParseMirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"registry.local:5000"}}
+	opts := containerd.Options{Mirror: bootstraptest.Mirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"registry.local:5000"}}
 	planApply(t, root, opts, false)
 	edited := append(bootstraptest.ReadHostFile(t, root, file), "\n[host.\"http://registry-3.local:5000\"]\n  capabilities = [\"pull\"]\n"...)
 	bootstraptest.WriteHostFile(t, root, file, edited)
@@ -223,7 +222,7 @@ func TestSiteHostsRefusedWhenContainerdCannotParse(t *testing.T) {
 			root := siteRoot(t)
 			file := siteCerts + "/registry.local:5000/hosts.toml"
 			bootstraptest.WriteHostFile(t, root, file, []byte(body))
-			_, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: mustParseMirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"registry.local:5000"}})
+			_, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: bootstraptest.Mirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"registry.local:5000"}})
 			if !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), file) {
 				t.Fatalf("err %v: want a refusal naming %s", err, file)
 			}
@@ -238,7 +237,7 @@ func TestSiteCertsDirectoryKept(t *testing.T) {
 	root := siteRoot(t)
 	ca := siteCerts + "/registry.local:5000/ca.crt"
 	bootstraptest.WriteHostFile(t, root, ca, bootstraptest.CA(t))
-	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	rep := planApply(t, root, containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"registry.local:5000"}}, false)
 	if got := dirNames(t, root); !slices.Equal(got, []string{"registry.local:5000"}) {
 		t.Fatalf("directories %v: want only the site's", got)
@@ -269,7 +268,7 @@ func TestSiteDefaultShadowedReported(t *testing.T) {
 	t.Parallel()
 	root := siteRoot(t)
 	bootstraptest.WriteHostFile(t, root, siteCerts+"/_default/hosts.toml", []byte("[host.\"https://corp-proxy.example\"]\n  capabilities = [\"pull\", \"resolve\"]\n"))
-	rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: mustParseMirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"docker.io", "ghcr.io"}})
+	rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: bootstraptest.Mirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"docker.io", "ghcr.io"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +284,7 @@ func TestSiteDefaultShadowedReported(t *testing.T) {
 func TestOldShadowingDirectoryGivesWay(t *testing.T) {
 	t.Parallel()
 	root := siteRoot(t)
-	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	opts := containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"registry.local:5000"}}
 	planApply(t, root, opts, false) // no site directory yet: ours, host_port_
 	bootstraptest.WriteHostFile(t, root, siteCerts+"/registry.local:5000/hosts.toml", []byte(siteHostsTOML))
@@ -310,7 +309,7 @@ func TestUpstreamHTTPFallback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	planApply(t, root, containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"registry.lan:5000", "docker.io"}, Fallbacks: fb}, false)
 	if got := hostsFor(t, root, "registry.lan:5000"); !slices.Equal(got, []string{m.String(), "http://registry.lan:5000"}) {
 		t.Fatalf("registry.lan:5000: %v", got)
@@ -322,13 +321,4 @@ func TestUpstreamHTTPFallback(t *testing.T) {
 	if !bytes.Contains(data, []byte(`server = 'http://registry.lan:5000'`)) && !bytes.Contains(data, []byte(`server = "http://registry.lan:5000"`)) {
 		t.Fatalf("hosts.toml:\n%s", data)
 	}
-}
-
-func mustParseMirror(t *testing.T, s string) name.Mirror {
-	t.Helper()
-	m, err := name.ParseMirror(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 func symlink(t *testing.T, root, link, target string) {
@@ -40,7 +39,7 @@ func assertLink(t *testing.T, root, link, target string) {
 // stay, the backup lies beside the target, and --remove restores the target byte for byte.
 func TestPlanFollowsSymlinks(t *testing.T) {
 	t.Parallel()
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	original := bootstraptest.CorpusFile(t, "containerd/schema2-no-registry", containerd.DefaultConfig)
 	for _, tc := range []struct {
 		name, target string // the link's text

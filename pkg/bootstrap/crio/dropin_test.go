@@ -162,10 +162,7 @@ func runDropInShapes(t *testing.T, shapes []dropInShape) {
 				for p, b := range sh.files {
 					bootstraptest.WriteHostFile(t, root, p, b)
 				}
-				m, err := name.ParseMirror(mirrorURL)
-				if err != nil {
-					t.Fatal(err)
-				}
+				m := bootstraptest.Mirror(t, mirrorURL)
 				opts := crio.Options{Mirror: m, Upstreams: upstreams, Version: crio.Release{Major: 1, Minor: 31, Patch: 2}}
 				rep, err := crio.Plan(os.DirFS(root), opts)
 				if err != nil {
@@ -255,7 +252,7 @@ func TestLaterDropInOverrideIsReported(t *testing.T) {
 	root := t.TempDir()
 	bootstraptest.CorpusHost(t, root, "crio/registries-v2-mirrors")
 	bootstraptest.WriteHostFile(t, root, crio.DefaultRegistriesDir+"/99-site.conf", []byte("[[registry]]\nprefix = \"ghcr.io\"\nlocation = \"ghcr.io\"\n"))
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: upstreams})
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +276,7 @@ func TestLaterDropInOverrideIsReported(t *testing.T) {
 
 func TestVersionsAndSpecialFiles(t *testing.T) {
 	t.Parallel()
-	m, _ := name.ParseMirror("https://cache.example:5443")
+	m := bootstraptest.Mirror(t, "https://cache.example:5443")
 	cases := []struct {
 		name       string
 		files      map[string]string
@@ -335,7 +332,7 @@ func TestVersionsAndSpecialFiles(t *testing.T) {
 // finds it there.
 func TestLinkedDropInDirectory(t *testing.T) {
 	t.Parallel()
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	for _, target := range []string{"/srv/containers/registries.d", "../../srv/containers/registries.d"} {
 		root := t.TempDir()
 		if err := os.MkdirAll(filepath.Join(root, "srv/containers/registries.d"), 0o755); err != nil {
@@ -375,7 +372,7 @@ func TestLinkedDropInDirectory(t *testing.T) {
 // refuses, stops gen (nothing written) and is reported by --remove.
 func TestSiteFilesCheckedTogether(t *testing.T) {
 	t.Parallel()
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	opts := crio.Options{Mirror: m, Upstreams: []string{"docker.io", "quay.io", "ghcr.io"}, Version: crio.Release{Major: 1, Minor: 29}}
 	dir := crio.DefaultRegistriesDir
 

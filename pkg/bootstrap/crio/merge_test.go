@@ -18,7 +18,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // findRegistry is containers/image's merged entry for ref with the host files under root.
@@ -80,7 +79,7 @@ insecure = true
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: []string{"docker.io", "quay.io", "registry.lan"}, Fallbacks: fb})
 	if err != nil {
 		t.Fatal(err)
@@ -115,10 +114,7 @@ func planOverSiteFile(t *testing.T, file, content string) (string, *crio.Report,
 	t.Helper()
 	root := t.TempDir()
 	bootstraptest.WriteHostFile(t, root, file, []byte(content))
-	m, err := name.ParseMirror("http://10.0.0.5:5000")
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: []string{"docker.io", "ghcr.io"}})
 	return root, rep, err
 }
@@ -173,10 +169,7 @@ func TestSkopeoMergedSiteEntry(t *testing.T) {
 	siteMirror.PushImage(t, "sitecache/library/alpine", "3", img)
 
 	nc := nodecachetest.Start(t, nodecachetest.Options{Upstream: upstream, Alias: "upstream.test"})
-	mm, err := name.ParseMirror(nc.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mm := bootstraptest.Mirror(t, nc.URL)
 
 	root := t.TempDir()
 	bootstraptest.WriteHostFile(t, root, crio.MainRegistriesConf, []byte(`[[registry]]

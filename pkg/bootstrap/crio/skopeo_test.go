@@ -67,10 +67,7 @@ func TestSkopeoPullsThroughNodecache(t *testing.T) {
 
 	// gen crio over an empty host root.
 	root := t.TempDir()
-	mm, err := name.ParseMirror(nc.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mm := bootstraptest.Mirror(t, nc.URL)
 	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: mm, Upstreams: names})
 	if err != nil {
 		t.Fatal(err)
