@@ -14,60 +14,16 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
-
-// startServe runs `nodecache serve args...` with env added to the test's environment, waits
-// until readyURL answers 200 (client: nil for http.DefaultClient) and returns its stderr.
-func startServe(t *testing.T, env []string, client *http.Client, readyURL string, args ...string) *mirrortest.LogBuffer {
-	t.Helper()
-	logs := &mirrortest.LogBuffer{}
-	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("nodecache log:\n%s", logs.String())
-		}
-	})
-	if client == nil {
-		client = http.DefaultClient
-	}
-	waitReadyWith(t, client, readyURL, cmd.Process)
-	return logs
-}
-
-func waitReadyWith(t *testing.T, c *http.Client, url string, p *os.Process) {
-	t.Helper()
-	for range 400 {
-		resp, err := c.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if p.Signal(syscall.Signal(0)) != nil {
-			t.Fatalf("nodecache exited before %s answered", url)
-		}
-		timeSleep()
-	}
-	t.Fatalf("%s never became ready", url)
-}
 
 // pullValid pulls ref (plain http) in full through a running serve and validates the image.
 func pullValid(t *testing.T, ref string) {
@@ -116,11 +72,8 @@ exit 1
 	if err := os.WriteFile(filepath.Join(bin, "docker-credential-nctest"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	config := filepath.Join(dir, "config.json")
-	if err := os.WriteFile(config, []byte(`{"credHelpers":{"private.test":"nctest"}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	listen := freeAddr(t)
+	config := writeFile(t, dir, "config.json", `{"credHelpers":{"private.test":"nctest"}}`)
+	listen := nodecachetest.FreeAddr(t)
 	logs := startServe(t, []string{"PATH=" + bin + ":" + os.Getenv("PATH")}, nil, "http://"+listen+"/readyz",
 		"--listen", listen, "--root", filepath.Join(dir, "root"), "--log-level", "debug",
 		"--upstream", "private.test="+private.URL.String(),
@@ -155,7 +108,7 @@ func TestServeTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca := mirrortest.NewCA(t)
 	cert, key, caFile := ca.WriteFiles(t, dir, "server", "127.0.0.1", "localhost")
-	listen := freeAddr(t)
+	listen := nodecachetest.FreeAddr(t)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}}}
 	startServe(t, nil, client, "https://"+listen+"/readyz",
 		"--listen", listen, "--root", filepath.Join(dir, "root"),
@@ -182,7 +135,7 @@ func TestServeTLS(t *testing.T) {
 		}
 	}
 
-	cmd := exec.Command(binary, "serve", "--listen", freeAddr(t), "--root", filepath.Join(dir, "root2"), "--tls-key", key)
+	cmd := exec.Command(binary, "serve", "--listen", nodecachetest.FreeAddr(t), "--root", filepath.Join(dir, "root2"), "--tls-key", key)
 	out, err = cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "--tls-cert and --tls-key go together") {
@@ -278,11 +231,8 @@ func TestServeUpstreamProxyAndCA(t *testing.T) {
 			}
 			proxy := newConnectProxy(t)
 			dir := t.TempDir()
-			caFile := filepath.Join(dir, "upstream-ca.pem")
-			if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			listen := freeAddr(t)
+			caFile := writeFile(t, dir, "upstream-ca.pem", string(ca.PEM))
+			listen := nodecachetest.FreeAddr(t)
 			env := []string{"HTTPS_PROXY=" + proxy.URL, "https_proxy=" + proxy.URL, "NO_PROXY=" + tc.noProxy, "no_proxy=" + tc.noProxy}
 			args := []string{"--listen", listen, "--root", filepath.Join(dir, "root"), "--upstream", upName + "=https://" + upName}
 			if !tc.noCA {
@@ -315,8 +265,6 @@ func TestServeUpstreamProxyAndCA(t *testing.T) {
 	}
 }
 
-func timeSleep() { time.Sleep(50 * time.Millisecond) }
-
 // TestServeRefusesBadAccessInput (issue 13): bad --pull-allow, --upstream-auth, --upstream-ca
 // and --tls-* values exit 2 with a message naming the flag and what is accepted; a refused
 // credentials file never shows its secret.
@@ -324,17 +272,10 @@ func TestServeRefusesBadAccessInput(t *testing.T) {
 	t.Parallel()
 	const secret = "t0p-secret-in-the-file"
 	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	other := write("other.json", `{"auths":{"quay.io":{"username":"u","password":"`+secret+`"}}}`)
-	broken := write("broken.json", `{"auths":{"ghcr.io":{"password":"`+secret+`"`)
-	notPEM := write("ca.txt", "not a certificate "+secret)
-	up := []string{"serve", "--listen", freeAddr(t), "--root", filepath.Join(dir, "root"), "--upstream", "ghcr.io=https://ghcr.io"}
+	other := writeFile(t, dir, "other.json", `{"auths":{"quay.io":{"username":"u","password":"`+secret+`"}}}`)
+	broken := writeFile(t, dir, "broken.json", `{"auths":{"ghcr.io":{"password":"`+secret+`"`)
+	notPEM := writeFile(t, dir, "ca.txt", "not a certificate "+secret)
+	up := []string{"serve", "--listen", nodecachetest.FreeAddr(t), "--root", filepath.Join(dir, "root"), "--upstream", "ghcr.io=https://ghcr.io"}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -411,12 +352,9 @@ func TestServeUpstreamAuthDockerHubStyle(t *testing.T) {
 	_, upPort, _ := net.SplitHostPort(up.Addr)
 
 	dir := t.TempDir()
-	config := filepath.Join(dir, "config.json")
 	entry := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
-	if err := os.WriteFile(config, []byte(`{"auths":{"https://index.docker.io/v1/":{"auth":"`+entry+`"}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	listen := freeAddr(t)
+	config := writeFile(t, dir, "config.json", `{"auths":{"https://index.docker.io/v1/":{"auth":"`+entry+`"}}}`)
+	listen := nodecachetest.FreeAddr(t)
 	logs := startServe(t, nil, nil, "http://"+listen+"/readyz",
 		"--listen", listen, "--root", filepath.Join(dir, "root"), "--log-level", "debug",
 		"--upstream", "docker.io=http://registry.hub.test:"+upPort,

@@ -1,20 +1,16 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"net"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
-	regname "github.com/nodecache/nodecache/pkg/name"
 )
 
 // TestCacheLsRm: cache ls lists what a real serve holds (text and JSON), cache rm evicts it
@@ -24,22 +20,9 @@ func TestCacheLsRm(t *testing.T) {
 	up := mirrortest.NewRegistry(t)
 	img := mirrortest.Image(t, 4096, 2, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", img)
-	u, err := regname.ParseUpstream("upstream.test=" + up.URL.String())
-	if err != nil {
-		t.Fatal(err)
-	}
 	mirrortest.QuietLogrus()
-	m, err := mirror.New(t.Context(), mirror.Options{Root: t.TempDir(), Upstreams: []regname.Upstream{u}, MaxSize: 1 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(m)
-	runCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = m.Run(runCtx) }()
-	t.Cleanup(func() { cancel(); srv.Close(); <-done; _ = m.Close() })
-	host := strings.TrimPrefix(srv.URL, "http://")
-	r, err := name.ParseReference(host+"/upstream.test/team/app:v1", name.Insecure)
+	nc := nodecachetest.Start(t, nodecachetest.Options{Upstream: up, Alias: "upstream.test", Root: t.TempDir(), MaxSize: 1 << 30, Run: true})
+	r, err := name.ParseReference(nc.Host+"/upstream.test/team/app:v1", name.Insecure)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +32,7 @@ func TestCacheLsRm(t *testing.T) {
 	d, _ := img.Digest()
 	spec := "upstream.test/team/app@" + d.String()
 
-	code, out, errOut := runApp(t, "cache", "ls", "--listen-url", srv.URL, "--output", "json")
+	code, out, errOut := runApp(t, "cache", "ls", "--listen-url", nc.URL, "--output", "json")
 	var inv mirrorapi.CacheInventory
 	if code != 0 || json.Unmarshal([]byte(out), &inv) != nil {
 		t.Fatalf("cache ls --output json: exit %d\n%s%s", code, out, errOut)
@@ -57,7 +40,7 @@ func TestCacheLsRm(t *testing.T) {
 	if len(inv.Images) != 1 || inv.Images[0].Digest != d.String() || inv.MaxSizeBytes != 1<<30 || inv.SizeBytes <= 0 {
 		t.Fatalf("cache ls --output json = %+v, want one image %s, cap 1 GiB", inv, d)
 	}
-	code, out, _ = runApp(t, "cache", "ls", "--listen-url", srv.URL)
+	code, out, _ = runApp(t, "cache", "ls", "--listen-url", nc.URL)
 	if code != 0 || !strings.Contains(out, spec) || !strings.Contains(out, "v1") || !strings.Contains(out, "cap 1.0 GiB") {
 		t.Fatalf("cache ls: exit %d, want a line with %s, tag v1 and the cap:\n%s", code, spec, out)
 	}
@@ -67,28 +50,28 @@ func TestCacheLsRm(t *testing.T) {
 		code int
 		says string
 	}{
-		{"no digest", []string{"cache", "rm", "--listen-url", srv.URL, "upstream.test/team/app:v1"}, 2, "UPSTREAM/REPOSITORY@DIGEST"},
-		{"bad digest", []string{"cache", "rm", "--listen-url", srv.URL, "upstream.test/team/app@sha256:12"}, 2, "digest"},
-		{"no argument", []string{"cache", "rm", "--listen-url", srv.URL}, 2, "takes one"},
-		{"flag after the argument (newuser F16)", []string{"cache", "rm", "--listen-url", srv.URL, spec, "--output", "json"}, 2,
+		{"no digest", []string{"cache", "rm", "--listen-url", nc.URL, "upstream.test/team/app:v1"}, 2, "UPSTREAM/REPOSITORY@DIGEST"},
+		{"bad digest", []string{"cache", "rm", "--listen-url", nc.URL, "upstream.test/team/app@sha256:12"}, 2, "digest"},
+		{"no argument", []string{"cache", "rm", "--listen-url", nc.URL}, 2, "takes one"},
+		{"flag after the argument (newuser F16)", []string{"cache", "rm", "--listen-url", nc.URL, spec, "--output", "json"}, 2,
 			`argument "--output" looks like a flag: flags go before UPSTREAM/REPOSITORY@DIGEST, e.g. nodecache cache rm --output json `},
 		// Exit 2, the spec refused (newuser3 item 15: was exit 1; the upstream was left out).
-		{"upstream not configured", []string{"cache", "rm", "--listen-url", srv.URL, "team/app@" + d.String()}, 2,
+		{"upstream not configured", []string{"cache", "rm", "--listen-url", nc.URL, "team/app@" + d.String()}, 2,
 			`nodecache: invalid input: upstream "team" is not configured here (configured: upstream.test): want UPSTREAM/REPOSITORY@DIGEST`},
 		{"listen url", []string{"cache", "ls", "--listen-url", "127.0.0.1:5000"}, 2, "--listen-url"},
 		{"listen url port (newuser2 item 6)", []string{"cache", "ls", "--listen-url", "http://127.0.0.1:99999"}, 2, `--listen-url "http://127.0.0.1:99999": port 99999 is out of range: want 1 to 65535`},
-		{"output", []string{"cache", "ls", "--listen-url", srv.URL, "--output", "yaml"}, 2, "--output"},
+		{"output", []string{"cache", "ls", "--listen-url", nc.URL, "--output", "yaml"}, 2, "--output"},
 		{"unknown subcommand", []string{"cache", "purge"}, 2, "unknown command"},
-		{"rm", []string{"cache", "rm", "--listen-url", srv.URL, spec}, 0, "evicted " + spec},
+		{"rm", []string{"cache", "rm", "--listen-url", nc.URL, spec}, 0, "evicted " + spec},
 		// Said once, without the raw HTTP (newuser F3: was "not cached: DELETE …: 404 Not Found: not cached: …").
-		{"rm again", []string{"cache", "rm", "--listen-url", srv.URL, spec}, 1, "nodecache: not cached: " + spec + "\n"},
+		{"rm again", []string{"cache", "rm", "--listen-url", nc.URL, spec}, 1, "nodecache: not cached: " + spec + "\n"},
 	} {
 		code, out, errOut := runApp(t, tc.args...)
 		if code != tc.code || !strings.Contains(out+errOut, tc.says) || strings.Count(errOut, "not cached") > 1 {
 			t.Errorf("%s: %v: exit %d, want %d saying %q:\n%s%s", tc.name, tc.args, code, tc.code, tc.says, out, errOut)
 		}
 	}
-	if code, out, _ := runApp(t, "cache", "ls", "--listen-url", srv.URL); code != 0 || !strings.HasPrefix(strings.Split(out, "\n")[1], "0 images") {
+	if code, out, _ := runApp(t, "cache", "ls", "--listen-url", nc.URL); code != 0 || !strings.HasPrefix(strings.Split(out, "\n")[1], "0 images") {
 		t.Errorf("cache ls after rm: exit %d:\n%s", code, out)
 	}
 }
@@ -97,14 +80,7 @@ func TestCacheLsRm(t *testing.T) {
 // listens exit 1 and ask whether serve runs there, naming the flag.
 func TestCacheNothingListening(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := "http://" + l.Addr().String()
-	if err := l.Close(); err != nil { // nothing listens there now: the dial is refused
-		t.Fatal(err)
-	}
+	base := "http://" + nodecachetest.FreeAddr(t) // nothing listens there now: the dial is refused
 	want := "is nodecache serve running at " + base + "? (--listen-url)\n"
 	for _, args := range [][]string{
 		{"cache", "ls", "--listen-url", base},

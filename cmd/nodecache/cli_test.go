@@ -23,16 +23,9 @@ import (
 func TestCLIMessages(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	file := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	typo := file("typo.yaml", "lsiten: \":5000\"\n")
-	kinds := file("kinds.yaml", "listen: 5000\nupstream-timeout: abc\ntag-ttl: 5\nallow: 10.0.0.0/8\n")
-	warmKinds := file("warm.yaml", "concurrency: four\ntalos: \"yes\"\n")
+	typo := writeFile(t, dir, "typo.yaml", "lsiten: \":5000\"\n")
+	kinds := writeFile(t, dir, "kinds.yaml", "listen: 5000\nupstream-timeout: abc\ntag-ttl: 5\nallow: 10.0.0.0/8\n")
+	warmKinds := writeFile(t, dir, "warm.yaml", "concurrency: four\ntalos: \"yes\"\n")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -119,41 +112,43 @@ func TestCompletionScripts(t *testing.T) {
 		{[]string{"nodecache", "serve", "--li"}, "--listen"},
 		{[]string{"nodecache", "gen", "co"}, "containerd"},
 	}
-	t.Run("bash", func(t *testing.T) {
-		t.Parallel()
-		bash, s := needShell(t, "bash"), script(t, "bash")
-		for _, tc := range cases {
-			got := run(t, bash, `source /dev/stdin; COMP_WORDS=(`+strings.Join(tc.line, " ")+`); COMP_CWORD=`+strconv.Itoa(len(tc.line)-1)+
-				`; _nodecache_complete; printf '%s\n' "${COMPREPLY[@]}"`, s)
-			if strings.Join(got, " ") != tc.want {
-				t.Errorf("%v: %q, want %q", tc.line, got, tc.want)
+	for _, sh := range []struct {
+		name string
+		// prog is the shell code that, given the script on stdin, prints the candidates for line.
+		prog func(line []string) string
+		// exact: the candidates are want alone (bash filters them by the typed prefix); else want
+		// is among them.
+		exact bool
+	}{
+		{"bash", func(line []string) string {
+			return `source /dev/stdin; COMP_WORDS=(` + strings.Join(line, " ") + `); COMP_CWORD=` + strconv.Itoa(len(line)-1) +
+				`; _nodecache_complete; printf '%s\n' "${COMPREPLY[@]}"`
+		}, true},
+		// compadd is zsh's to filter by the typed prefix; here it lists what it is offered.
+		{"zsh", func(line []string) string {
+			return `compdef() { :; }; source /dev/stdin; compadd() { shift; print -l -- ${(P)1}; }; words=(` + strings.Join(line, " ") +
+				`); CURRENT=` + strconv.Itoa(len(line)) + `; _nodecache`
+		}, false},
+		// One candidate per line, its description after a tab; files of the working directory
+		// may be offered too.
+		{"fish", func(line []string) string {
+			return `source; complete -C "` + strings.Join(line, " ") + `" | cut -f1`
+		}, false},
+	} {
+		t.Run(sh.name, func(t *testing.T) {
+			t.Parallel()
+			bin, s := needShell(t, sh.name), script(t, sh.name)
+			for _, tc := range cases {
+				got := run(t, bin, sh.prog(tc.line), s)
+				if sh.exact && strings.Join(got, " ") != tc.want {
+					t.Errorf("%v: %q, want %q", tc.line, got, tc.want)
+				}
+				if !sh.exact && !slices.Contains(got, tc.want) {
+					t.Errorf("%v: offered %q, want %q among them", tc.line, got, tc.want)
+				}
 			}
-		}
-	})
-	t.Run("zsh", func(t *testing.T) {
-		t.Parallel()
-		zsh, s := needShell(t, "zsh"), script(t, "zsh")
-		for _, tc := range cases {
-			// compadd is zsh's to filter by the typed prefix; here it lists what it is offered.
-			got := run(t, zsh, `compdef() { :; }; source /dev/stdin; compadd() { shift; print -l -- ${(P)1}; }; words=(`+strings.Join(tc.line, " ")+
-				`); CURRENT=`+strconv.Itoa(len(tc.line))+`; _nodecache`, s)
-			if !slices.Contains(got, tc.want) {
-				t.Errorf("%v: offered %q, want %q among them", tc.line, got, tc.want)
-			}
-		}
-	})
-	t.Run("fish", func(t *testing.T) {
-		t.Parallel()
-		fish, s := needShell(t, "fish"), script(t, "fish")
-		for _, tc := range cases {
-			// One candidate per line, its description after a tab; files of the working
-			// directory may be offered too.
-			got := run(t, fish, `source; complete -C "`+strings.Join(tc.line, " ")+`" | cut -f1`, s)
-			if !slices.Contains(got, tc.want) {
-				t.Errorf("%v: offered %q, want %q among them", tc.line, got, tc.want)
-			}
-		}
-	})
+		})
+	}
 }
 
 // TestLogFormat: gen, status and warm log JSON when stderr is no terminal (here a pipe) and
@@ -392,17 +387,10 @@ func TestEnvValues(t *testing.T) {
 // environment.
 func TestSharedSettingsFile(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	shared := write("shared.yaml", "listen: \":5000\"\nupstream-auth: /etc/nodecache/auth.json\ntalos-version: v1.12.4\n")
-	typo := write("typo.yaml", "listen: \":5000\"\nlsiten: \":5001\"\n")
-	own := write("own.yaml", "talos-version: v1.11.5\n")
-	serves := write("serve.yaml", "listen: \"127.0.0.1:25010\"\nupstream: [docker.io=http://127.0.0.1:25001]\n")
+	shared := writeFile(t, dir, "shared.yaml", "listen: \":5000\"\nupstream-auth: /etc/nodecache/auth.json\ntalos-version: v1.12.4\n")
+	typo := writeFile(t, dir, "typo.yaml", "listen: \":5000\"\nlsiten: \":5001\"\n")
+	own := writeFile(t, dir, "own.yaml", "talos-version: v1.11.5\n")
+	serves := writeFile(t, dir, "serve.yaml", "listen: \"127.0.0.1:25010\"\nupstream: [docker.io=http://127.0.0.1:25001]\n")
 	for _, tc := range []struct {
 		name, env string
 		args      []string

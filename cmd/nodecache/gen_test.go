@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,10 +43,6 @@ func TestGenContainerdCLI(t *testing.T) {
 		t.Fatalf("dry-run created the certs dir: %v", err)
 	}
 
-	code, stdout, stderr = runApp(t, append(base, "--migrate", "--output", "json")...)
-	if code != 0 {
-		t.Fatalf("migrate: exit %d: %s", code, stderr)
-	}
 	var rep struct {
 		RestartRequired bool     `json:"restart_required"`
 		EditedFile      string   `json:"edited_file"`
@@ -58,9 +53,7 @@ func TestGenContainerdCLI(t *testing.T) {
 			Action string `json:"action"`
 		} `json:"changes"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
-		t.Fatalf("json output: %v\n%s", err, stdout)
-	}
+	runAppJSON(t, &rep, append(base, "--migrate", "--output", "json")...)
 	if !rep.RestartRequired || rep.EditedFile != "/etc/containerd/config.toml" || rep.ConfigPath != "/etc/containerd/certs.d" || len(rep.Migrated) != 2 {
 		t.Fatalf("report %+v", rep)
 	}
@@ -236,18 +229,12 @@ func TestGenTalosCLI(t *testing.T) {
 		t.Fatalf("exit %d\n%s", code, stdout)
 	}
 	out := filepath.Join(t.TempDir(), "patch.yaml")
-	code, stdout, stderr := runApp(t, "gen", "talos", "--mirror", "http://10.0.0.5:5000", "-o", out, "--output", "json")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
 	var res struct {
 		Form  string `json:"form"`
 		Patch string `json:"patch"`
 		File  string `json:"file"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
-		t.Fatal(err)
-	}
+	runAppJSON(t, &res, "gen", "talos", "--mirror", "http://10.0.0.5:5000", "-o", out, "--output", "json")
 	got, err := os.ReadFile(out)
 	if err != nil || string(got) != res.Patch || res.Form != "documents" || !strings.Contains(res.Patch, "kind: RegistryMirrorConfig") {
 		t.Fatalf("file %q err %v, result %+v", got, err, res)
@@ -257,7 +244,7 @@ func TestGenTalosCLI(t *testing.T) {
 	if err := os.WriteFile(foreign, []byte("machine: {}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	code, _, stderr = runApp(t, "gen", "talos", "--mirror", "http://10.0.0.5:5000", "-o", foreign)
+	code, _, stderr := runApp(t, "gen", "talos", "--mirror", "http://10.0.0.5:5000", "-o", foreign)
 	if code != exitUsage || !strings.Contains(stderr, "not managed by nodecache") {
 		t.Fatalf("foreign -o file: exit %d %q", code, stderr)
 	}
@@ -279,10 +266,7 @@ func TestGenTalosCLI(t *testing.T) {
 	}
 	// newuser2 item 6: a removal from a machine config without the mirror has nothing to do:
 	// exit 0 as gen containerd --remove, no patch on stdout, -o FILE not written.
-	node := filepath.Join(t.TempDir(), "n.yaml")
-	if err := os.WriteFile(node, []byte("version: v1alpha1\nmachine:\n  type: worker\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	node := writeFile(t, t.TempDir(), "n.yaml", "version: v1alpha1\nmachine:\n  type: worker\n")
 	unpatch := filepath.Join(t.TempDir(), "unpatch.yaml")
 	for _, extra := range [][]string{nil, {"-o", unpatch}} {
 		code, stdout, stderr = runApp(t, append([]string{"gen", "talos", "--remove", "--mirror", "http://10.0.0.9:5000", "--machine-config", node}, extra...)...)
@@ -298,28 +282,22 @@ func TestGenTalosCLI(t *testing.T) {
 func TestGenCrioCLI(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
-	code, stdout, stderr := runApp(t, "gen", "crio", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--crio-version", "1.31.1", "--no-reload", "--output", "json", "--log-level", "error")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
 	var rep struct {
 		AutoReload bool `json:"auto_reload"`
 		Reload     struct {
 			Skipped string `json:"skipped"`
 		} `json:"reload"`
 	}
-	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
-		t.Fatal(err)
-	}
+	runAppJSON(t, &rep, "gen", "crio", "--host-root", root, "--mirror", "http://10.0.0.5:5000", "--crio-version", "1.31.1", "--no-reload", "--output", "json", "--log-level", "error")
 	if !rep.AutoReload || rep.Reload.Skipped != "--no-reload" {
-		t.Fatalf("report %s", stdout)
+		t.Fatalf("report %+v", rep)
 	}
 	drop, err := os.ReadFile(filepath.Join(root, "etc/containers/registries.conf.d/90-nodecache.conf"))
 	if err != nil || !strings.Contains(string(drop), "10.0.0.5:5000/docker.io") {
 		t.Fatalf("drop-in %q %v", drop, err)
 	}
 	// newuser2 item 19: the summary of a CRI-O whose version is unknown says so in words.
-	_, _, stderr = runApp(t, "gen", "crio", "--host-root", t.TempDir(), "--mirror", "http://10.0.0.5:5000", "--upstream", "docker.io", "--dry-run", "--log-level", "error")
+	_, _, stderr := runApp(t, "gen", "crio", "--host-root", t.TempDir(), "--mirror", "http://10.0.0.5:5000", "--upstream", "docker.io", "--dry-run", "--log-level", "error")
 	if !strings.HasPrefix(stderr, "crio (version unknown): mirror http://10.0.0.5:5000 for docker.io\n") {
 		t.Fatalf("summary of an unknown version: %q", stderr)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodecache/nodecache/internal/inputfile"
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 )
 
 // TestFileFlagsRefuseBadFiles (new-user trial 2, items 1 and 2): every flag of every command
@@ -138,9 +139,7 @@ func TestFileFlagsRefuseBadFiles(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				if err := os.WriteFile(filepath.Join(dir, "ok.pem"), []byte("not checked before the other file\n"), 0o600); err != nil {
-					t.Fatal(err)
-				}
+				writeFile(t, dir, "ok.pem", "not checked before the other file\n")
 				p := filepath.Join(dir, fc.at)
 				if fc.host {
 					p = filepath.Join(dir, "host", fc.at)
@@ -161,22 +160,16 @@ func TestFileFlagsRefuseBadFiles(t *testing.T) {
 					code           int
 					stdout, stderr string
 				}
-				done := make(chan run, 1)
-				go func() {
+				r := nodecachetest.Within(t, 30*time.Second, fmt.Sprintf("%v (blocked on %s?)", fc.args(dir, p), p), func() run {
 					code, stdout, stderr := runApp(t, fc.args(dir, p)...)
-					done <- run{code, stdout, stderr}
-				}()
-				select {
-				case r := <-done:
-					says := bad.says
-					if says == "" {
-						says = fmt.Sprintf("is %d bytes; want %s: a regular file", fc.kind.Limit+1, fc.kind.Name)
-					}
-					if r.code != exitUsage || !strings.Contains(r.stderr, names) || !strings.Contains(r.stderr, says) || !strings.Contains(r.stderr, fc.role) {
-						t.Fatalf("exit %d, stderr %q\nwant exit 2, naming %s, saying %q and %q", r.code, r.stderr, names, fc.role, says)
-					}
-				case <-time.After(30 * time.Second):
-					t.Fatalf("%v: still running after 30 s (blocked on %s?)", fc.args(dir, p), p)
+					return run{code, stdout, stderr}
+				})
+				says := bad.says
+				if says == "" {
+					says = fmt.Sprintf("is %d bytes; want %s: a regular file", fc.kind.Limit+1, fc.kind.Name)
+				}
+				if r.code != exitUsage || !strings.Contains(r.stderr, names) || !strings.Contains(r.stderr, says) || !strings.Contains(r.stderr, fc.role) {
+					t.Fatalf("exit %d, stderr %q\nwant exit 2, naming %s, saying %q and %q", r.code, r.stderr, names, fc.role, says)
 				}
 			})
 		}
@@ -226,17 +219,11 @@ func TestImagesFromPipes(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 			defer cancel()
-			done := make(chan int, 1)
-			go func() {
-				done <- report(&errOut, app.RunContext(ctx, append([]string{"nodecache"}, append(args, from)...)))
-			}()
-			select {
-			case code := <-done:
-				if want := "stopped while reading --images-from " + from; code != exitNegative || !strings.Contains(errOut.String(), want) {
-					t.Fatalf("exit %d, stderr %q; want exit 1 and %q", code, errOut.String(), want)
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("warm still waits for --images-from 20 s after its context ended")
+			code := nodecachetest.Within(t, 20*time.Second, "warm reading --images-from after its context ended", func() int {
+				return report(&errOut, app.RunContext(ctx, append([]string{"nodecache"}, append(args, from)...)))
+			})
+			if want := "stopped while reading --images-from " + from; code != exitNegative || !strings.Contains(errOut.String(), want) {
+				t.Fatalf("exit %d, stderr %q; want exit 1 and %q", code, errOut.String(), want)
 			}
 		})
 	}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 )
 
 // TestServeRootLocked (newuser F20): a second serve on the filesystem --root a running serve
@@ -26,12 +28,12 @@ func TestServeRootLocked(t *testing.T) {
 		}
 		return cmd
 	}
-	addr := freeAddr(t)
+	addr := nodecachetest.FreeAddr(t)
 	first := start(addr)
 	t.Cleanup(func() { _ = first.Process.Kill(); _ = first.Wait() })
-	waitReady(t, "http://"+addr+"/readyz", first.Process)
+	waitReady(t, nil, "http://"+addr+"/readyz", first.Process)
 
-	second := exec.Command(binary, "serve", "--root", root, "--listen", freeAddr(t), "--upstream", "a.test=http://127.0.0.1:1")
+	second := exec.Command(binary, "serve", "--root", root, "--listen", nodecachetest.FreeAddr(t), "--upstream", "a.test=http://127.0.0.1:1")
 	out, err := second.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
@@ -46,18 +48,11 @@ func TestServeRootLocked(t *testing.T) {
 	if err := first.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- first.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("first serve: %v\n%s", err, first.Stderr)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("first serve did not stop on SIGTERM")
+	if err := nodecachetest.Within(t, 20*time.Second, "first serve after SIGTERM", first.Wait); err != nil {
+		t.Fatalf("first serve: %v\n%s", err, first.Stderr)
 	}
-	addr = freeAddr(t)
+	addr = nodecachetest.FreeAddr(t)
 	third := start(addr)
 	defer func() { _ = third.Process.Kill(); _ = third.Wait() }()
-	waitReady(t, "http://"+addr+"/readyz", third.Process)
+	waitReady(t, nil, "http://"+addr+"/readyz", third.Process)
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
@@ -41,16 +42,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 type slowWriter struct {
 	http.ResponseWriter
 	delay time.Duration
@@ -59,23 +50,6 @@ type slowWriter struct {
 func (s slowWriter) Write(p []byte) (int, error) {
 	time.Sleep(s.delay)
 	return s.ResponseWriter.Write(p)
-}
-
-func waitReady(t *testing.T, url string, p *os.Process) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	_ = p.Kill()
-	t.Fatalf("%s never became ready", url)
 }
 
 func httpGet(t *testing.T, url string) (*http.Response, []byte) {
@@ -117,13 +91,9 @@ func TestServeProcess(t *testing.T) {
 	})
 
 	dir := t.TempDir()
-	fileListen, envListen := freeAddr(t), freeAddr(t)
-	cfg := filepath.Join(dir, "nodecache.yaml")
-	yaml := fmt.Sprintf("listen: %q\nroot: %q\nupstream:\n  - upstream.test=%s\nlog-format: json\nupstream-timeout: 5s\n",
-		fileListen, filepath.Join(dir, "root"), up.URL)
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	fileListen, envListen := nodecachetest.FreeAddr(t), nodecachetest.FreeAddr(t)
+	cfg := writeFile(t, dir, "nodecache.yaml", fmt.Sprintf("listen: %q\nroot: %q\nupstream:\n  - upstream.test=%s\nlog-format: json\nupstream-timeout: 5s\n",
+		fileListen, filepath.Join(dir, "root"), up.URL))
 	var logs bytes.Buffer
 	cmd := exec.Command(binary, "serve", "--config", cfg)
 	cmd.Env = append(os.Environ(), "NODECACHE_LISTEN="+envListen)
@@ -135,7 +105,7 @@ func TestServeProcess(t *testing.T) {
 	go func() { exited <- cmd.Wait() }()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	base := "http://" + envListen
-	waitReady(t, base+"/readyz", cmd.Process)
+	waitReady(t, nil, base+"/readyz", cmd.Process)
 	if c, err := net.DialTimeout("tcp", fileListen, time.Second); err == nil {
 		c.Close()
 		t.Fatalf("listening on the file's address %s although NODECACHE_LISTEN overrides it", fileListen)
@@ -183,13 +153,8 @@ func TestServeProcess(t *testing.T) {
 	if err != nil || "sha256:"+hex.EncodeToString(h.Sum(nil)) != dgst.String() {
 		t.Fatalf("blob GET during shutdown: %d bytes, err %v, digest mismatch=%v", n, err, "sha256:"+hex.EncodeToString(h.Sum(nil)) != dgst.String())
 	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("no exit 30 s after SIGTERM")
+	if err := nodecachetest.Within(t, 30*time.Second, "serve after SIGTERM", func() error { return <-exited }); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, logs.String())
 	}
 	if !strings.Contains(logs.String(), `"message":"request"`) {
 		t.Fatalf("no access-log line in the output:\n%s", logs.String())
@@ -199,18 +164,9 @@ func TestServeProcess(t *testing.T) {
 // TestServeRefusesBadInput: bad settings exit 2 with a message naming the setting.
 func TestServeRefusesBadInput(t *testing.T) {
 	t.Parallel()
-	badYAML := filepath.Join(t.TempDir(), "bad.yaml")
-	if err := os.WriteFile(badYAML, []byte("listen: [unclosed\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	typoYAML := filepath.Join(t.TempDir(), "typo.yaml")
-	if err := os.WriteFile(typoYAML, []byte("lsiten: \":5000\"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rootFile := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(rootFile, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	badYAML := writeFile(t, t.TempDir(), "bad.yaml", "listen: [unclosed\n")
+	typoYAML := writeFile(t, t.TempDir(), "typo.yaml", "lsiten: \":5000\"\n")
+	rootFile := writeFile(t, t.TempDir(), "file", "")
 	// A link to nothing and a loop of links (newuser3 item 14: were "mkdir …: file exists", exit 1).
 	links := t.TempDir()
 	dangling, loop := filepath.Join(links, "dangling"), filepath.Join(links, "loop-a")

@@ -1,39 +1,19 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/warm"
 )
-
-// runAppStdin is runApp with stdin.
-func runAppStdin(t *testing.T, stdin string, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	app := newApp()
-	app.Reader, app.Writer, app.ErrWriter = strings.NewReader(stdin), &out, &errOut
-	err := app.RunContext(t.Context(), append([]string{"nodecache"}, args...))
-	code := report(&errOut, err)
-	return code, out.String(), errOut.String()
-}
 
 // TestWarmPrint: --print lists what would be warmed and contacts nothing (the mirror, when
 // named, sees no request); text is one reference per line, JSON carries the sources; a bad list
 // line on stdin is refused as -:LINE with exit 2.
 func TestWarmPrint(t *testing.T) {
 	t.Parallel()
-	mirror := mirrortest.NewRegistry(t)
-	t.Cleanup(func() {
-		if reqs := mirror.Requests(); len(reqs) != 0 {
-			t.Errorf("--print sent %d requests: %+v", len(reqs), reqs)
-		}
-	})
+	mirror := newSilentMirror(t, "--print")
 	set, err := warm.TalosJoinImages("")
 	if err != nil {
 		t.Fatal(err)
@@ -145,10 +125,7 @@ func TestWarmPrintMachineConfigRelease(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			path := filepath.Join(t.TempDir(), "node.yaml")
-			if err := os.WriteFile(path, []byte(tc.config), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			path := writeFile(t, t.TempDir(), "node.yaml", tc.config)
 			code, stdout, stderr := runAppStdin(t, "", append([]string{"warm", "--print", "--machine-config", path}, tc.args...)...)
 			want := strings.Join(tc.want, "\n") + "\n"
 			if code != 0 || stdout != want || stderr != tc.note {
@@ -162,12 +139,7 @@ func TestWarmPrintMachineConfigRelease(t *testing.T) {
 // nothing to warm: exit 2 with the same words with and without --print, and nothing is sent.
 func TestWarmEmptyList(t *testing.T) {
 	t.Parallel()
-	mirror := mirrortest.NewRegistry(t)
-	t.Cleanup(func() {
-		if reqs := mirror.Requests(); len(reqs) != 0 {
-			t.Errorf("an empty list sent %d requests: %+v", len(reqs), reqs)
-		}
-	})
+	mirror := newSilentMirror(t, "an empty list")
 	const want = "nothing to warm: --images-from - lists no image (it is empty, or only blank lines and # comments)"
 	for _, tc := range []struct {
 		name, list string

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,29 +19,12 @@ import (
 	"github.com/nodecache/nodecache/pkg/warm"
 )
 
-// runApp runs the CLI in process and returns the exit code main would use, stdout and stderr.
-func runApp(t *testing.T, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	app := newApp()
-	app.Writer, app.ErrWriter = &out, &errOut
-	err := app.RunContext(t.Context(), append([]string{"nodecache"}, args...))
-	code := report(&errOut, err)
-	return code, out.String(), errOut.String()
-}
-
 // TestWarmRefusedSendsNothing: every refused input exits 2, names the value, and the mirror
 // (a real registry here) receives no request at all.
 func TestWarmRefusedSendsNothing(t *testing.T) {
 	t.Parallel()
-	mirror := mirrortest.NewRegistry(t)
+	mirror := newSilentMirror(t, "refused input")
 	url := mirror.URL.String()
-	// Checked after every (parallel) refusal has finished.
-	t.Cleanup(func() {
-		if reqs := mirror.Requests(); len(reqs) != 0 {
-			t.Errorf("refused input sent %d requests to the mirror: %+v", len(reqs), reqs)
-		}
-	})
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -120,14 +102,8 @@ func TestWarmExitCodes(t *testing.T) {
 
 	t.Run("warm json", func(t *testing.T) {
 		t.Parallel()
-		code, stdout, stderr := runApp(t, append(base, "--output", "json", goodRef)...)
-		if code != exitOK {
-			t.Fatalf("exit %d, want 0; stderr %s", code, stderr)
-		}
 		var rep warm.Report
-		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
-			t.Fatalf("json output: %v\n%s", err, stdout)
-		}
+		stderr := runAppJSON(t, &rep, append(base, "--output", "json", goodRef)...)
 		if !rep.Warm || len(rep.Images) != 1 || rep.Images[0].BlobsFetched != 2 || rep.Images[0].Reference != goodRef {
 			t.Errorf("report %+v", rep)
 		}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -71,6 +70,16 @@ func newTyped(apiVersion, kind string) (any, error) {
 		return &monv1.PrometheusRule{}, nil
 	}
 	return nil, fmt.Errorf("unexpected object %s %s", apiVersion, kind)
+}
+
+// repoObjects decodes (decodeAll) the Kubernetes objects of the YAML file at rel in the checkout.
+func repoObjects(t *testing.T, rel string) []object {
+	t.Helper()
+	objs, err := decodeAll(rel, readRepoFile(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }
 
 // decodeAll splits a multi-document YAML stream and decodes every document strictly: an unknown
@@ -593,15 +602,7 @@ func allManifests(t *testing.T) map[string][]object {
 	for _, dir := range []string{"examples/kubernetes", "examples/kubernetes/shared", "examples/kubernetes/cleanup", "examples/kubernetes/regional"} {
 		out[dir] = kustomizeBuild(t, dir)
 	}
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "examples", "kubernetes", "warm-job.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	warm, err := decodeAll("warm-job.yaml", raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out["examples/kubernetes/warm-job.yaml"] = warm
+	out["examples/kubernetes/warm-job.yaml"] = repoObjects(t, "examples/kubernetes/warm-job.yaml")
 	return out
 }
 
@@ -753,14 +754,7 @@ func TestRenderedArgsAccepted(t *testing.T) {
 // --mirror, a Service that the shared cache's manifests define, on its registry port.
 func TestWarmJobTargetsSharedService(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "examples", "kubernetes", "warm-job.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	example, err := decodeAll("warm-job.yaml", raw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	example := repoObjects(t, "examples/kubernetes/warm-job.yaml")
 	chartShared := render(t, "cache", vals(t, `{mode: shared, warm: {images: [nginx]}}`), false)
 	for name, tc := range map[string]struct{ jobs, services []object }{
 		"examples":    {example, kustomizeBuild(t, "examples/kubernetes/shared")},

@@ -1,8 +1,7 @@
 package test
 
 import (
-	"os"
-	"path/filepath"
+	"bytes"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,12 +19,7 @@ import (
 // its ENTRYPOINT is the binary in exec form.
 func TestDockerfile(t *testing.T) {
 	t.Parallel()
-	f, err := os.Open(filepath.Join(repoRoot, "Dockerfile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	res, err := parser.Parse(f)
+	res, err := parser.Parse(bytes.NewReader(readRepoFile(t, "Dockerfile")))
 	if err != nil {
 		t.Fatalf("parse: %v", err)
 	}
@@ -92,12 +86,7 @@ func TestDockerfile(t *testing.T) {
 // `make run`, and keeps what the build needs.
 func TestDockerignore(t *testing.T) {
 	t.Parallel()
-	f, err := os.Open(filepath.Join(repoRoot, ".dockerignore"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	patterns, err := ignorefile.ReadAll(f)
+	patterns, err := ignorefile.ReadAll(bytes.NewReader(readRepoFile(t, ".dockerignore")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,16 @@ var repoRoot = mustAbs(filepath.Join("..", ".."))
 // `make build` made), else built once here.
 var binary string
 
+// readRepoFile returns the file at rel (slash-separated) in the checkout.
+func readRepoFile(t *testing.T, rel string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(rel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func mustAbs(p string) string {
 	a, err := filepath.Abs(p)
 	if err != nil {

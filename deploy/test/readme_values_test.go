@@ -1,8 +1,6 @@
 package test
 
 import (
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,10 +16,7 @@ import (
 // named before it in the same paragraph (`shared.storage.s3.*` (`bucket`, …)).
 func TestReadmeChartValuesExist(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "charts", "nodecache", "values.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := readRepoFile(t, "charts/nodecache/values.yaml")
 	var values map[string]any
 	if err := yaml.Unmarshal(raw, &values); err != nil {
 		t.Fatal(err)
@@ -47,10 +42,7 @@ func TestReadmeChartValuesExist(t *testing.T) {
 		{"docs/deploy.md", "\n## Kubernetes: agent on every node", "\n## Bare metal", 20},
 		{"README.md", "\n## Deploy", "\n## Documentation", 1},
 	} {
-		text, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(doc.file)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		text := readRepoFile(t, doc.file)
 		start := strings.Index(string(text), doc.from)
 		end := strings.Index(string(text), doc.to)
 		if start < 0 || end < start {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -112,10 +111,7 @@ type helmInstall struct {
 // that this reader is extended rather than silently rendering something the page does not say.
 func docHelmInstalls(t *testing.T, file, heading string) []helmInstall {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot, filepath.FromSlash(file)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := readRepoFile(t, file)
 	text := string(raw)
 	start := strings.Index(text, "\n"+heading)
 	if start < 0 {
@@ -224,15 +220,7 @@ func TestRegionalAgentIsTheAgent(t *testing.T) {
 
 func readDaemonSet(t *testing.T, rel string) *appsv1.DaemonSet {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decodeAll(rel, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
+	for _, o := range repoObjects(t, rel) {
 		if ds, ok := o.Typed.(*appsv1.DaemonSet); ok {
 			return ds
 		}

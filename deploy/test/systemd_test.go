@@ -21,14 +21,8 @@ func TestSystemdUnit(t *testing.T) {
 		t.Fatalf("systemd's own units are not in %s: %v", units, err)
 	}
 	root := t.TempDir()
-	unit, err := os.ReadFile(filepath.Join(repoRoot, "examples", "baremetal", "nodecache.service"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	settings, err := os.ReadFile(filepath.Join(repoRoot, "examples", "baremetal", "nodecache.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	unit := readRepoFile(t, "examples/baremetal/nodecache.service")
+	settings := readRepoFile(t, "examples/baremetal/nodecache.yaml")
 	bin, err := os.ReadFile(binary)
 	if err != nil {
 		t.Fatal(err)

@@ -13,24 +13,11 @@ import (
 	"time"
 
 	"github.com/nodecache/nodecache/internal/inputfile"
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 var small = inputfile.Kind{Name: "a test file", Limit: 16}
-
-// within runs f and fails the test when it has not returned after d: a FIFO must never block.
-func within[T any](t *testing.T, d time.Duration, f func() T) T {
-	t.Helper()
-	done := make(chan T, 1)
-	go func() { done <- f() }()
-	select {
-	case v := <-done:
-		return v
-	case <-time.After(d):
-		t.Fatalf("still blocked after %s", d)
-		panic("unreachable")
-	}
-}
 
 // TestRead covers every file type and the size bound, through Read, ReadFS and Check.
 func TestRead(t *testing.T) {
@@ -98,14 +85,14 @@ func TestRead(t *testing.T) {
 					t.Fatalf("%s: read %d bytes, want %d", how, len(b), tc.want)
 				}
 			}
-			b, err := within(t, 5*time.Second, func() result { b, err := inputfile.Read(tc.path, tc.kind); return result{b, err} }).get()
+			b, err := nodecachetest.Within(t, 5*time.Second, "Read of "+tc.path, func() result { b, err := inputfile.Read(tc.path, tc.kind); return result{b, err} }).get()
 			check("Read", tc.path, b, err)
 			if !strings.Contains(tc.problem, "holds more") { // Check does not read
-				err := within(t, 5*time.Second, func() error { return inputfile.Check(tc.path, tc.kind) })
+				err := nodecachetest.Within(t, 5*time.Second, "Check of "+tc.path, func() error { return inputfile.Check(tc.path, tc.kind) })
 				check("Check", tc.path, nil, err)
 			}
 			fsys, name := os.DirFS(filepath.Dir(tc.path)), filepath.Base(tc.path)
-			b, err = within(t, 5*time.Second, func() result { b, err := inputfile.ReadFS(fsys, name, "--flag "+name, tc.kind); return result{b, err} }).get()
+			b, err = nodecachetest.Within(t, 5*time.Second, "ReadFS of "+name, func() result { b, err := inputfile.ReadFS(fsys, name, "--flag "+name, tc.kind); return result{b, err} }).get()
 			check("ReadFS", "--flag "+name, b, err)
 		})
 	}
@@ -143,7 +130,7 @@ func TestReadPipe(t *testing.T) {
 				_, _ = f.WriteString(tc.data)
 				_ = f.Close()
 			}()
-			b, err := within(t, 10*time.Second, func() result {
+			b, err := nodecachetest.Within(t, 10*time.Second, "Read of the FIFO", func() result {
 				b, err := inputfile.Read(fifo, inputfile.Kind{Name: "a list", Limit: 16, Pipes: true})
 				return result{b, err}
 			}).get()

@@ -6,6 +6,7 @@ package nodecachetest
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -40,6 +41,14 @@ type Options struct {
 	UpstreamTimeout time.Duration
 	// Wrap, when set, stands between the mirror and its clients (a recorder, a fault).
 	Wrap func(http.Handler) http.Handler
+	// Upstreams, when set, are the mirror's upstreams, for a test with several registries behind
+	// it; UpstreamName, Upstream and Alias are then unused, and Nodecache.Upstream is nil.
+	Upstreams []name.Upstream
+	// MaxSize is mirror.Options.MaxSize; zero: no cap.
+	MaxSize int64
+	// Run runs the mirror's background work (mirror.Run: upload sweeping, eviction under
+	// MaxSize) as serve does, until the test ends.
+	Run bool
 }
 
 // Nodecache is a nodecache mirror (mirror.New, in memory) serving on a loopback port until the
@@ -48,7 +57,8 @@ type Nodecache struct {
 	// URL is "http://127.0.0.1:<port>", Host "127.0.0.1:<port>".
 	URL, Host string
 	// Upstream is the registry behind the mirror; UpstreamHost is its name on the mirror:
-	// Options.Alias, or else the registry name that reaches it ("<Options.UpstreamName>:<port>").
+	// Options.Alias, or else the registry name that reaches it ("<Options.UpstreamName>:<port>");
+	// nil and empty when Options.Upstreams was given.
 	Upstream     *mirrortest.Registry
 	UpstreamHost string
 	// Log is the mirror's JSON log; the test's failure prints it.
@@ -62,24 +72,31 @@ type Nodecache struct {
 // Start serves a nodecache for the rest of the test.
 func Start(t *testing.T, opts Options) *Nodecache {
 	t.Helper()
-	upstream := opts.Upstream
-	if upstream == nil {
-		upstream = mirrortest.NewRegistry(t)
-	}
-	host := UpstreamHost(t, upstream, opts.UpstreamName)
-	spec := host + "=http://" + host
-	if opts.Alias != "" {
-		host, spec = opts.Alias, opts.Alias+"="+upstream.URL.String()
-	}
-	up, err := name.ParseUpstream(spec)
-	if err != nil {
-		t.Fatalf("upstream %s: %v", spec, err)
+	var upstream *mirrortest.Registry
+	var host string
+	ups := opts.Upstreams
+	if ups == nil {
+		upstream = opts.Upstream
+		if upstream == nil {
+			upstream = mirrortest.NewRegistry(t)
+		}
+		host = UpstreamHost(t, upstream, opts.UpstreamName)
+		spec := host + "=http://" + host
+		if opts.Alias != "" {
+			host, spec = opts.Alias, opts.Alias+"="+upstream.URL.String()
+		}
+		up, err := name.ParseUpstream(spec)
+		if err != nil {
+			t.Fatalf("upstream %s: %v", spec, err)
+		}
+		ups = []name.Upstream{up}
 	}
 	buf := &mirrortest.LogBuffer{}
 	m, err := mirror.New(t.Context(), mirror.Options{
 		Root:            opts.Root,
-		Upstreams:       []name.Upstream{up},
+		Upstreams:       ups,
 		UpstreamTimeout: opts.UpstreamTimeout,
+		MaxSize:         opts.MaxSize,
 		Logger:          zerolog.New(buf).With().Timestamp().Logger(),
 	})
 	if err != nil {
@@ -90,8 +107,16 @@ func Start(t *testing.T, opts Options) *Nodecache {
 		h = opts.Wrap(m)
 	}
 	srv := httptest.NewServer(h)
+	stopRun := func() {}
+	if opts.Run {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = m.Run(ctx) }()
+		stopRun = func() { cancel(); <-done }
+	}
 	t.Cleanup(func() {
 		srv.Close()
+		stopRun()
 		_ = m.Close()
 		if t.Failed() {
 			t.Logf("nodecache log:\n%s", buf.String())

@@ -207,61 +207,55 @@ func (c *Containerd) start(t testing.TB, cri bool) {
 
 // waitReady polls the CRI API until it answers, the process exits or readyTimeout passes.
 func (c *Containerd) waitReady(ctx context.Context, exited <-chan struct{}, conn *grpc.ClientConn) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
 	rs := runtimeapi.NewRuntimeServiceClient(conn)
 	is := runtimeapi.NewImageServiceClient(conn)
-	var last error
-	for {
-		select {
-		case <-exited:
-			return fmt.Errorf("daemon exited during start (%s)", c.cmd.ProcessState)
-		case <-ctx.Done():
-			return fmt.Errorf("CRI API not ready after %s: last error: %w", readyTimeout, last)
-		case <-time.After(pollInterval):
-		}
+	return c.poll(ctx, exited, "CRI API", func(ctx context.Context) (bool, error) {
 		if _, err := os.Stat(c.sock); err != nil {
-			last = err
-			continue
+			return false, err
 		}
-		callCtx, callCancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := rs.Version(callCtx, &runtimeapi.VersionRequest{})
+		_, err := rs.Version(ctx, &runtimeapi.VersionRequest{})
 		if err == nil {
-			_, err = is.ListImages(callCtx, &runtimeapi.ListImagesRequest{})
-		}
-		callCancel()
-		if err == nil {
-			return nil
+			_, err = is.ListImages(ctx, &runtimeapi.ListImagesRequest{})
 		}
 		// containerd serves gRPC only after every plugin loaded: a missing service now means the
 		// CRI plugin failed to load, and waiting will not change that.
 		if status.Code(err) == codes.Unimplemented {
-			return fmt.Errorf("CRI API not served (CRI plugin failed to load?): %w", err)
+			return true, fmt.Errorf("CRI API not served (CRI plugin failed to load?): %w", err)
 		}
-		last = err
-	}
+		return false, err
+	})
 }
 
 // waitVersion polls containerd's version service until it answers, the process exits or
 // readyTimeout passes.
 func (c *Containerd) waitVersion(ctx context.Context, exited <-chan struct{}, conn *grpc.ClientConn) error {
+	vs := versionapi.NewVersionClient(conn)
+	return c.poll(ctx, exited, "version service", func(ctx context.Context) (bool, error) {
+		_, err := vs.Version(ctx, &emptypb.Empty{})
+		return false, err
+	})
+}
+
+// poll calls probe every pollInterval, each call given 2 s, until it returns nil or an error it
+// calls final (waiting will not change it), the process exits (exited closes) or readyTimeout
+// passes; what names the service in the timeout's error.
+func (c *Containerd) poll(ctx context.Context, exited <-chan struct{}, what string, probe func(context.Context) (final bool, err error)) error {
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	vs := versionapi.NewVersionClient(conn)
 	var last error
 	for {
 		select {
 		case <-exited:
 			return fmt.Errorf("daemon exited during start (%s)", c.cmd.ProcessState)
 		case <-ctx.Done():
-			return fmt.Errorf("version service not ready after %s: last error: %w", readyTimeout, last)
+			return fmt.Errorf("%s not ready after %s: last error: %w", what, readyTimeout, last)
 		case <-time.After(pollInterval):
 		}
 		callCtx, callCancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := vs.Version(callCtx, &emptypb.Empty{})
+		final, err := probe(callCtx)
 		callCancel()
-		if err == nil {
-			return nil
+		if err == nil || final {
+			return err
 		}
 		last = err
 	}

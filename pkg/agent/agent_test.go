@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,28 +12,18 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
 
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // config is a valid agent Config over hostRoot, listening on a free loopback port.
 func config(t *testing.T, hostRoot string, log *mirrortest.LogBuffer) Config {
 	t.Helper()
 	return Config{
-		Registry: mirror.Config{Listen: freeAddr(t), Root: t.TempDir(), Upstreams: []string{"docker.io=https://registry-1.docker.io"},
+		Registry: mirror.Config{Listen: nodecachetest.FreeAddr(t), Root: t.TempDir(), Upstreams: []string{"docker.io=https://registry-1.docker.io"},
 			UpstreamTimeout: 10 * time.Second, FillTimeout: 2 * time.Hour},
 		Status:    activation.Flags{Runtime: activation.RuntimeContainerd, HostRoot: hostRoot, ContainerdSocket: "/run/containerd/containerd.sock"},
 		Mirror:    "http://10.0.0.5:5000",
@@ -164,13 +153,8 @@ func TestRunStopsWithContext(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v\n%s", err, log.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after the context ended")
+	if err := nodecachetest.Within(t, 30*time.Second, "Run after the context ended", func() error { return <-done }); err != nil {
+		t.Fatalf("Run: %v\n%s", err, log.String())
 	}
 	if !strings.Contains(log.String(), `"message":"nodecache agent"`) {
 		t.Errorf("no start line:\n%s", log.String())

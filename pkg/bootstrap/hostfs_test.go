@@ -124,9 +124,7 @@ func TestApplyEditsLinkTargets(t *testing.T) {
 	if cs[0].Path != "/opt/cfg/real.toml" || cs[0].Via != "/etc/app/config.toml" || cs[0].Backup != "/opt/cfg/real.toml"+bootstrap.BackupSuffix {
 		t.Fatalf("resolved change %+v", cs[0])
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), cs); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, cs)
 	if target, err := os.Readlink(filepath.Join(root, "etc/app/config.toml")); err != nil || target != "../../opt/cfg/real.toml" {
 		t.Fatalf("link replaced: %q %v", target, err)
 	}
@@ -186,9 +184,7 @@ func TestPruneOnlyOwnDirectories(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), cs); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, cs)
 	if fi, err := os.Stat(filepath.Join(root, "data/dio")); err != nil || !fi.IsDir() {
 		t.Fatalf("the directory a link leads to was pruned: %v", err)
 	}

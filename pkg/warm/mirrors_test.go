@@ -196,6 +196,17 @@ func digestsOf(t *testing.T, img v1.Image) []string {
 	return out
 }
 
+// wantNotFetched fails t for each of digests (what's blobs or manifests: "arm64", "the tag's
+// blob") that the upstream was asked for.
+func wantNotFetched(t *testing.T, up *mirrortest.Registry, what string, digests []string) {
+	t.Helper()
+	for _, d := range digests {
+		if n := up.Count("", d); n != 0 {
+			t.Errorf("upstream got %d requests for %s %s", n, what, d)
+		}
+	}
+}
+
 // childrenOf returns idx's images by platform ("linux/amd64", ..., "unknown/unknown#0", ...).
 func childrenOf(t *testing.T, idx v1.ImageIndex) map[string]v1.Image {
 	t.Helper()

@@ -153,11 +153,7 @@ func TestWalkAmd64(t *testing.T) {
 				continue
 			}
 			d, _ := img.Digest()
-			for _, x := range append(digestsOf(t, img), d.String()) {
-				if n := up.Count("", x); n != 0 {
-					t.Errorf("upstream got %d requests for %s blob or manifest %s", n, plat, x)
-				}
-			}
+			wantNotFetched(t, up, plat+" blob or manifest", append(digestsOf(t, img), d.String()))
 		}
 		if m.Name != "stock" && im.Cache["miss"] == 0 {
 			t.Errorf("nodecache answered no X-Nodecache-Cache: miss: %v", im.Cache)
@@ -271,11 +267,7 @@ func TestDockerManifestList(t *testing.T) {
 			}
 		}
 		for _, other := range []string{"linux/amd64", "linux/arm/v6"} {
-			for _, x := range digestsOf(t, imgs[other]) {
-				if n := up.Count("", x); n != 0 {
-					t.Errorf("upstream got %d requests for %s blob %s", n, other, x)
-				}
-			}
+			wantNotFetched(t, up, other+" blob", digestsOf(t, imgs[other]))
 		}
 		checkRequests(t, m, "warm/list")
 	})
@@ -312,11 +304,7 @@ func TestIndexArm64FirstPretty(t *testing.T) {
 			t.Errorf("walked %+v; want index sha256:%x and amd64 %s", got, sum, amdDigest)
 		}
 		armDigest, _ := arm.Digest()
-		for _, x := range append(digestsOf(t, arm), armDigest.String()) {
-			if n := up.Count("", x); n != 0 {
-				t.Errorf("upstream got %d requests for arm64 %s", n, x)
-			}
-		}
+		wantNotFetched(t, up, "arm64", append(digestsOf(t, arm), armDigest.String()))
 	})
 }
 
@@ -339,11 +327,7 @@ func TestTagAndDigest(t *testing.T) {
 		if !strings.HasSuffix(rep.Images[0].Reference, ":v1@"+pd.String()) {
 			t.Errorf("reference %q does not keep tag and digest", rep.Images[0].Reference)
 		}
-		for _, x := range digestsOf(t, tagged) {
-			if n := up.Count("", x); n != 0 {
-				t.Errorf("upstream got %d requests for the tag's blob %s", n, x)
-			}
-		}
+		wantNotFetched(t, up, "the tag's blob", digestsOf(t, tagged))
 		if n := m.Count("", "/manifests/v1"); n != 0 {
 			t.Errorf("warm asked for the tag %d times; the digest wins", n)
 		}
@@ -371,11 +355,7 @@ func TestNestedIndex(t *testing.T) {
 		if got := rep.Images[0]; got.Manifest != d.String() || got.Manifests != 3 {
 			t.Errorf("walked %+v; want arm64 %s after 3 manifests (outer, inner, image)", got, d)
 		}
-		for _, x := range digestsOf(t, kids["linux/amd64"]) {
-			if n := up.Count("", x); n != 0 {
-				t.Errorf("upstream got %d requests for amd64 blob %s", n, x)
-			}
-		}
+		wantNotFetched(t, up, "amd64 blob", digestsOf(t, kids["linux/amd64"]))
 	})
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
 	"github.com/nodecache/nodecache/pkg/mirror"
@@ -214,18 +215,13 @@ func TestHTTPSMirrorSkopeo(t *testing.T) {
 	host := upstreamHost(t, upstream)
 	ca := mirrortest.NewCA(t)
 	mirrorURL, log := serveTLS(t, upstream, ca)
-	m, err := name.ParseMirror(mirrorURL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bootstraptest.Mirror(t, mirrorURL)
 	root := t.TempDir()
 	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: []string{host}, MirrorCA: ca.PEM})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	dropIn := filepath.Join(root, crio.DefaultRegistriesDir, crio.DropInName)
 	certDir := filepath.Join(root, crio.DefaultCertsDir, m.Host())
 	if _, err := os.Stat(certDir); err != nil {

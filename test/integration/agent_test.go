@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,17 +33,6 @@ type agentProc struct {
 	log  *mirrortest.LogBuffer
 	done chan struct{}
 	err  error // set when done is closed
-}
-
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // startAgent runs the nodecache binary with args; the process is stopped (SIGTERM, then SIGKILL)
@@ -227,7 +215,7 @@ func TestAgentRealContainerd(t *testing.T) {
 	}
 	pid := c.PID()
 	readyFile := filepath.Join(t.TempDir(), "ready")
-	listen, metricsListen := freeAddr(t), freeAddr(t)
+	listen, metricsListen := nodecachetest.FreeAddr(t), nodecachetest.FreeAddr(t)
 
 	a := startAgent(t, listen, metricsListen, "agent",
 		"--host-root", hostRoot,

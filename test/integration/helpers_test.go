@@ -39,6 +39,19 @@ func writeFile(t *testing.T, path string, b []byte) {
 	}
 }
 
+// countManifestsBlobs counts the manifest and the blob requests among request paths.
+func countManifestsBlobs(paths []string) (manifests, blobs int) {
+	for _, p := range paths {
+		switch {
+		case strings.Contains(p, "/manifests/"):
+			manifests++
+		case strings.Contains(p, "/blobs/"):
+			blobs++
+		}
+	}
+	return manifests, blobs
+}
+
 // checkRuntimeRequests fails the test unless reqs is not empty, every request carries userAgent
 // and `ns=<ns>`, and the manifest and at least one blob were fetched.
 func checkRuntimeRequests(t *testing.T, reqs []mirrortest.Request, userAgent, ns string) {
@@ -46,8 +59,9 @@ func checkRuntimeRequests(t *testing.T, reqs []mirrortest.Request, userAgent, ns
 	if len(reqs) == 0 {
 		t.Fatalf("the mirror saw no request")
 	}
-	var manifests, blobs int
+	var paths []string
 	for _, r := range reqs {
+		paths = append(paths, r.Path)
 		q, err := url.ParseQuery(r.RawQuery)
 		if err != nil {
 			t.Errorf("%s %s?%s: bad query: %v", r.Method, r.Path, r.RawQuery, err)
@@ -59,14 +73,8 @@ func checkRuntimeRequests(t *testing.T, reqs []mirrortest.Request, userAgent, ns
 		if r.UserAgent != userAgent {
 			t.Errorf("%s %s: User-Agent = %q, want %q", r.Method, r.Path, r.UserAgent, userAgent)
 		}
-		switch {
-		case strings.Contains(r.Path, "/manifests/"):
-			manifests++
-		case strings.Contains(r.Path, "/blobs/"):
-			blobs++
-		}
 	}
-	if manifests == 0 || blobs == 0 {
+	if manifests, blobs := countManifestsBlobs(paths); manifests == 0 || blobs == 0 {
 		t.Errorf("mirror saw %d manifest and %d blob requests, want both > 0: %+v", manifests, blobs, reqs)
 	}
 }

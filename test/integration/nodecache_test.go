@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"strings"
 	"testing"
 
 	"github.com/nodecache/nodecache/internal/nodecachetest"
@@ -79,12 +78,13 @@ func criPull(t *testing.T, c *runtimetest.Containerd, ref string) error {
 // Requests from other clients (none expected) are reported.
 func checkAccessLog(t *testing.T, lines []nodecachetest.AccessLine, userAgent, ns string) {
 	t.Helper()
-	var manifests, blobs int
+	var paths []string
 	for _, l := range lines {
 		if l.UserAgent != userAgent {
 			t.Errorf("nodecache logged %s %s from User-Agent %q, want %q", l.Method, l.Path, l.UserAgent, userAgent)
 			continue
 		}
+		paths = append(paths, l.Path)
 		q, err := url.ParseQuery(l.Query)
 		if err != nil || q.Get("ns") != ns {
 			t.Errorf("nodecache logged %s %s?%s: want ns=%s", l.Method, l.Path, l.Query, ns)
@@ -95,14 +95,8 @@ func checkAccessLog(t *testing.T, lines []nodecachetest.AccessLine, userAgent, n
 		if l.Status >= 400 {
 			t.Errorf("nodecache answered %s %s?%s with %d", l.Method, l.Path, l.Query, l.Status)
 		}
-		switch {
-		case strings.Contains(l.Path, "/manifests/"):
-			manifests++
-		case strings.Contains(l.Path, "/blobs/"):
-			blobs++
-		}
 	}
-	if manifests == 0 || blobs == 0 {
+	if manifests, blobs := countManifestsBlobs(paths); manifests == 0 || blobs == 0 {
 		t.Errorf("nodecache logged %d manifest and %d blob requests from %s, want both > 0", manifests, blobs, userAgent)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
@@ -195,7 +196,7 @@ func TestAgentMatrixRealContainerd(t *testing.T) {
 		hostRoot, nodeDir := shortTempDir(t), shortTempDir(t)
 		linkHostPath(t, hostRoot, nodeDir)
 		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{Dir: nodeDir})
-		listen, metricsListen := freeAddr(t), freeAddr(t)
+		listen, metricsListen := nodecachetest.FreeAddr(t), nodecachetest.FreeAddr(t)
 		a := startAgent(t, listen, metricsListen, "agent",
 			"--host-root", hostRoot, "--runtime", "containerd",
 			"--containerd-config", c.ConfigFile(), "--containerd-socket", c.Socket(),

@@ -152,10 +152,7 @@ func statusAfterPull(t *testing.T, c *runtimetest.Containerd, nc *nodecachetest.
 // hosts.toml files under certs.
 func genOptions(t *testing.T, c *runtimetest.Containerd, mirrorURL, upstream, certs string) bcontainerd.Options {
 	t.Helper()
-	bm, err := name.ParseMirror(mirrorURL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bm := bootstraptest.Mirror(t, mirrorURL)
 	v, err := bootstrap.ParseVersion(c.Version())
 	if err != nil {
 		t.Fatal(err)

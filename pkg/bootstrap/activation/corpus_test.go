@@ -8,10 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // TestCorpusGenThenStatus: for every shape of the runtime-config corpus that gen containerd
@@ -21,10 +19,7 @@ import (
 func TestCorpusGenThenStatus(t *testing.T) {
 	t.Parallel()
 	daemon := bcontainerd.Release{Major: 2, Minor: 3, Patch: 1}
-	m, err := name.ParseMirror(mirrorURL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bootstraptest.Mirror(t, mirrorURL)
 	upstreams := []string{"docker.io", "ghcr.io"}
 	// Shapes gen refuses for containerd 2.3 (TestPlanCorpus checks each refusal's wording).
 	refused := map[string]bool{
@@ -56,9 +51,7 @@ func TestCorpusGenThenStatus(t *testing.T) {
 					t.Fatalf("before gen: state %s, want NOT active\n%s", r.State, dump(r))
 				}
 			}
-			if err := (bootstrap.Applier{Root: n.Root}).Apply(t.Context(), rep.Changes); err != nil {
-				t.Fatal(err)
-			}
+			bootstraptest.Apply(t, n.Root, rep.Changes)
 			setMtimes(t, n.Root, t0-50)
 			want(t, n.evaluate(o), Active, 0, "")
 		})

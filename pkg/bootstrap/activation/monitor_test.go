@@ -199,14 +199,7 @@ func TestMonitorSameSecondSettledByTraffic(t *testing.T) {
 	// containerd pings the mirror: no proof; then pulls a manifest through it (its user agent,
 	// from this node's loopback).
 	for _, p := range []string{"/v2/", "/v2/team/app/manifests/v1?ns=registry.test"} {
-		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, msrv.URL+p, nil)
-		req.Header.Set("User-Agent", "containerd/v2.3.1")
-		req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json,application/vnd.docker.distribution.manifest.v2+json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
+		clientRequest(t, http.MethodGet, msrv.URL+p, "containerd/v2.3.1")
 		if p == "/v2/" {
 			time.Sleep(300 * time.Millisecond) // three intervals
 			if rep := m.Last(); rep == nil || rep.State != NotActive {

@@ -164,15 +164,22 @@ func (n *testNode) containerdProc(pid int, sec int64, socket string, args ...str
 	n.Proc.listen(pid, socket, uint64(7000+pid))
 }
 
+// newContainerdNode is a node whose containerd f (pid 1000, on sock) started at unix second
+// started, with config.toml cfg written at cfgWritten; the hosts files are the test's to write.
+func newContainerdNode(t *testing.T, f *fakeContainerd, started int64, cfg string, cfgWritten int64) *testNode {
+	t.Helper()
+	n := newTestNode(t)
+	n.serveContainerd(sock, f)
+	n.containerdProc(1000, started, sock)
+	n.file(cfgFile, cfg, cfgWritten)
+	return n
+}
+
 // newContainerd24Node is a node whose containerd 2.4.2 (pid 1000, started at t0, on sock)
 // exports config_path certsDir, which its config.toml set before the start.
 func newContainerd24Node(t *testing.T) *testNode {
 	t.Helper()
-	n := newTestNode(t)
-	n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}})
-	n.containerdProc(1000, t0, sock)
-	n.file(cfgFile, v3Config(certsDir, ""), t0-10)
-	return n
+	return newContainerdNode(t, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}}, t0, v3Config(certsDir, ""), t0-10)
 }
 
 // newContainerd23Node is a node whose containerd 2.3 (which exports nothing of its registry
@@ -180,10 +187,7 @@ func newContainerd24Node(t *testing.T) *testNode {
 // written at written (Unix seconds).
 func newContainerd23Node(t *testing.T, started, written int64) *testNode {
 	t.Helper()
-	n := newTestNode(t)
-	n.serveContainerd(sock, &fakeContainerd{version: "v2.3.1"})
-	n.containerdProc(1000, started, sock)
-	n.file(cfgFile, v3Config(certsDir, ""), written)
+	n := newContainerdNode(t, &fakeContainerd{version: "v2.3.1"}, started, v3Config(certsDir, ""), written)
 	n.withHosts(certsDir, written)
 	return n
 }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // The rule's edges: ambiguous only when start − 10 ms < mtime < start + 10 ms.
@@ -101,10 +101,7 @@ func TestContainerdRestart(t *testing.T) {
 // follow the link on this machine's own /).
 func TestHostViewAbsoluteLink(t *testing.T) {
 	t.Parallel()
-	n := newTestNode(t)
-	n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}})
-	n.containerdProc(1000, time.Now().Unix()-5, sock)
-	n.file(cfgFile, v3Config(certsDir, ""), time.Now().Unix()-60)
+	n := newContainerdNode(t, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}}, time.Now().Unix()-5, v3Config(certsDir, ""), time.Now().Unix()-60)
 	target := "/srv/node-certs-" + filepath.Base(n.Root) // absent on this machine's own /
 	if err := os.MkdirAll(filepath.Join(n.Root, target), 0o755); err != nil {
 		t.Fatal(err)
@@ -113,10 +110,7 @@ func TestHostViewAbsoluteLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := n.Proc.Host(n.Root)
-	m, err := name.ParseMirror(mirrorURL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bootstraptest.Mirror(t, mirrorURL)
 	plan, err := bcontainerd.Plan(h.FS(), bcontainerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: bcontainerd.Release{Major: 2, Minor: 4, Patch: 2}})
 	if err != nil {
 		t.Fatal(err)

@@ -5,9 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // A site's own docker.io hosts.toml: containerd pulls from Docker Hub directly.
@@ -17,20 +16,14 @@ const siteDockerHosts = "# our site file\nserver = \"https://registry-1.docker.i
 // mirror added as its first host between gen's marker lines) and applies it.
 func (n *testNode) genAdopt(upstreams ...string) {
 	n.t.Helper()
-	m, err := name.ParseMirror(mirrorURL)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	rep, err := bcontainerd.Plan(os.DirFS(n.Root), bcontainerd.Options{Mirror: m, Upstreams: upstreams, Daemon: bcontainerd.Release{Major: 2, Minor: 4}})
+	rep, err := bcontainerd.Plan(os.DirFS(n.Root), bcontainerd.Options{Mirror: bootstraptest.Mirror(n.t, mirrorURL), Upstreams: upstreams, Daemon: bcontainerd.Release{Major: 2, Minor: 4}})
 	if err != nil {
 		n.t.Fatalf("gen containerd plan: %v", err)
 	}
 	if len(rep.Adopted) == 0 {
 		n.t.Fatalf("gen adopted nothing: %+v", rep.Changes)
 	}
-	if err := (bootstrap.Applier{Root: n.Root}).Apply(n.t.Context(), rep.Changes); err != nil {
-		n.t.Fatal(err)
-	}
+	bootstraptest.Apply(n.t, n.Root, rep.Changes)
 }
 
 // status judges every registry whose hosts.toml names the mirror as containerd's parser reads
@@ -40,16 +33,7 @@ func (n *testNode) genAdopt(upstreams ...string) {
 func TestContainerdSiteHosts(t *testing.T) {
 	t.Parallel()
 	const dockerFile = certsDir + "/docker.io/hosts.toml"
-	tests := []struct {
-		name      string
-		setup     func(n *testNode)
-		mirror    string
-		upstreams []string
-		state     State
-		has       string // in the verdict's reason
-		row       string // a check row named "hosts <registry>" with this text, when set
-		rowName   string
-	}{
+	runHostsCases(t, []hostsCase{
 		{name: "adopted by gen, --mirror", setup: func(n *testNode) {
 			n.file(dockerFile, siteDockerHosts, t0)
 			n.genAdopt("docker.io")
@@ -98,7 +82,24 @@ func TestContainerdSiteHosts(t *testing.T) {
 		{name: "hand-written file naming the mirror that does not parse", setup: func(n *testNode) {
 			n.file(dockerFile, "server = \"https://registry-1.docker.io\"\n[host.\"http://127.0.0.1:5000\"\n", t0)
 		}, mirror: mirrorURL, state: NotActive, has: dockerFile + " does not parse (toml: expected ']' to close table name): containerd ignores it and tries https://registry-1.docker.io/v2 first, not the mirror " + mirrorURL},
-	}
+	})
+}
+
+// hostsCase is a containerd 2.4 node (newContainerd24Node) given setup's hosts files and judged
+// for upstreams and, when set, mirror.
+type hostsCase struct {
+	name      string
+	setup     func(n *testNode)
+	mirror    string
+	upstreams []string
+	state     State
+	has       string // in the verdict's reason
+	row       string // when set, the text of the check row named rowName ("hosts <registry>")
+	rowName   string
+}
+
+func runHostsCases(t *testing.T, tests []hostsCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

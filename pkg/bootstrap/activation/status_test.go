@@ -18,10 +18,10 @@ import (
 
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 const (
@@ -210,10 +210,7 @@ func TestContainerdIntrospection(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			n := newTestNode(t)
-			n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: tt.loaded, "DiscardUnpackedLayers": "false"}})
-			n.containerdProc(1000, t0, sock)
-			n.file(cfgFile, v3Config(tt.onDisk, ""), tt.cfgSec)
+			n := newContainerdNode(t, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: tt.loaded, "DiscardUnpackedLayers": "false"}}, t0, v3Config(tt.onDisk, ""), tt.cfgSec)
 			n.withHosts(certsDir, t0+500) // hosts.toml changes need no restart
 			r := n.evaluate(n.opts())
 			want(t, r, tt.state, tt.state.ExitCode(), tt.reasonHas)
@@ -244,11 +241,9 @@ func TestContainerdIntrospection(t *testing.T) {
 // read in order, so the node is ACTIVE; the config row names every file in load order.
 func TestContainerdImportsMergeKeyByKey(t *testing.T) {
 	t.Parallel()
-	n := newTestNode(t)
 	list := certsDir + ":/etc/docker/certs.d"
-	n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: list}})
-	n.containerdProc(1000, t0, sock)
-	n.file(cfgFile, "version = 3\nimports = [\"conf.d/*.toml\"]\n[plugins.\"io.containerd.cri.v1.images\"]\n  max_concurrent_downloads = 5\n", t0-50)
+	n := newContainerdNode(t, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: list}}, t0,
+		"version = 3\nimports = [\"conf.d/*.toml\"]\n[plugins.\"io.containerd.cri.v1.images\"]\n  max_concurrent_downloads = 5\n", t0-50)
 	n.file("/etc/containerd/conf.d/20-b.toml", fmt.Sprintf("version = 3\n[plugins.\"io.containerd.cri.v1.images\".registry]\n  config_path = %q\n", list), t0-60)
 	n.file("/etc/containerd/conf.d/10-a.toml", "version = 3\n", t0-70)
 	n.withHosts(certsDir, t0-50)
@@ -266,11 +261,9 @@ func TestContainerdImportsMergeKeyByKey(t *testing.T) {
 // containerd ≥ 2.1 with local pull forced reads a ":" list in order (the EKS shape).
 func TestContainerdListWithLocalPull(t *testing.T) {
 	t.Parallel()
-	n := newTestNode(t)
 	list := certsDir + ":/etc/docker/certs.d"
-	n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: list}})
-	n.containerdProc(1000, t0, sock)
-	n.file(cfgFile, v3Config(list, "[plugins.\"io.containerd.cri.v1.images\"]\n  discard_unpacked_layers = true\n"), t0-50)
+	n := newContainerdNode(t, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: list}}, t0,
+		v3Config(list, "[plugins.\"io.containerd.cri.v1.images\"]\n  discard_unpacked_layers = true\n"), t0-50)
 	n.withHosts(certsDir, t0-50)
 	r := n.evaluate(n.opts())
 	want(t, r, Active, 0, "")
@@ -296,10 +289,7 @@ func TestContainerdCRIStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			n := newTestNode(t)
-			n.serveContainerd(sock, &fakeContainerd{version: "1.7.35", criConfig: criStatusConfig(tt.loaded)})
-			n.containerdProc(1000, t0, sock)
-			n.file(cfgFile, v2Config(certsDir), tt.cfgSec)
+			n := newContainerdNode(t, &fakeContainerd{version: "1.7.35", criConfig: criStatusConfig(tt.loaded)}, t0, v2Config(certsDir), tt.cfgSec)
 			n.withHosts(certsDir, t0)
 			r := n.evaluate(n.opts())
 			want(t, r, tt.state, tt.state.ExitCode(), "")
@@ -386,10 +376,7 @@ func TestContainerdUnreadableEvidence(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			n := newTestNode(t)
-			n.serveContainerd(sock, &fakeContainerd{version: "v2.3.0"})
-			n.containerdProc(1000, t0, sock)
-			n.file(cfgFile, v3Config(certsDir, ""), t0-10)
+			n := newContainerdNode(t, &fakeContainerd{version: "v2.3.0"}, t0, v3Config(certsDir, ""), t0-10)
 			n.withHosts(certsDir, t0-10)
 			tt.break_(n)
 			r := n.evaluate(n.opts())
@@ -451,10 +438,7 @@ func TestTalosRequestedButAbsent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			n := newTestNode(t)
-			n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}})
-			n.containerdProc(1000, t0, sock)
-			n.file(cfgFile, v3Config(certsDir, ""), t0-10)
+			n := newContainerd24Node(t)
 			tc.setup(n)
 			o := n.opts()
 			o.Runtime = RuntimeTalos
@@ -515,10 +499,7 @@ func TestContainerdCRIPluginFailed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			n := newTestNode(t)
-			n.serveContainerd(sock, &fakeContainerd{version: tc.version, criInitErr: tc.initErr, criConfig: criStatusConfig(certsDir)})
-			n.containerdProc(1000, t0, sock)
-			n.file(cfgFile, tc.cfg, t0-10)
+			n := newContainerdNode(t, &fakeContainerd{version: tc.version, criInitErr: tc.initErr, criConfig: criStatusConfig(certsDir)}, t0, tc.cfg, t0-10)
 			n.withHosts(certsDir, t0-10)
 			r := n.evaluate(n.opts())
 			want(t, r, NotActive, 1, tc.has)
@@ -531,14 +512,7 @@ func TestContainerdCRIPluginFailed(t *testing.T) {
 
 func TestContainerdHosts(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name      string
-		setup     func(n *testNode)
-		upstreams []string
-		mirror    string
-		state     State
-		has       string
-	}{
+	runHostsCases(t, []hostsCase{
 		{name: "all managed hosts point at the mirror", setup: func(n *testNode) { n.withHosts(certsDir, t0) }, state: Active},
 		{name: "mirror matches --mirror", setup: func(n *testNode) { n.withHosts(certsDir, t0) }, mirror: mirrorURL, state: Active},
 		{name: "another mirror", setup: func(n *testNode) { n.withHosts(certsDir, t0) }, mirror: "http://127.0.0.1:5001", state: NotActive, has: "(docker.io, ghcr.io)"},
@@ -554,16 +528,7 @@ func TestContainerdHosts(t *testing.T) {
 		{name: "host:port directory (containerd reads it too)", setup: func(n *testNode) {
 			n.file(certsDir+"/registry.local:5000/hosts.toml", fmt.Sprintf(hostsTOMLFmt, "https://registry.local:5000", mirrorURL), t0)
 		}, upstreams: []string{"registry.local:5000"}, state: Active},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			n := newContainerd24Node(t)
-			tt.setup(n)
-			o := n.hostsOpts(t, tt.upstreams, tt.mirror)
-			want(t, n.evaluate(o), tt.state, tt.state.ExitCode(), tt.has)
-		})
-	}
+	})
 }
 
 // answer is a transport for tests whose mirror answers but has seen no client.
@@ -707,10 +672,7 @@ func TestCRIO(t *testing.T) {
 func TestBothRuntimes(t *testing.T) {
 	t.Parallel()
 	setup := func(t *testing.T, containerdStart int64) *testNode {
-		n := newTestNode(t)
-		n.serveContainerd(sock, &fakeContainerd{version: "v2.3.0"})
-		n.containerdProc(1000, containerdStart, sock)
-		n.file(cfgFile, v3Config(certsDir, ""), t0+100)
+		n := newContainerdNode(t, &fakeContainerd{version: "v2.3.0"}, containerdStart, v3Config(certsDir, ""), t0+100)
 		n.withHosts(certsDir, t0+100)
 		n.crio(300, t0+200)
 		n.file(DefaultRegistriesDir+"/90-nodecache.conf", crioDropIn, t0+100)
@@ -738,18 +700,32 @@ func startAppMirror(t *testing.T) *nodecachetest.Nodecache {
 	return nodecachetest.Start(t, nodecachetest.Options{Upstream: up, Alias: "registry.test", Root: t.TempDir()})
 }
 
+// clientRequest sends method url to the mirror as a runtime would (user agent ua, asking for a
+// manifest), so that the mirror's client evidence counts it.
+func clientRequest(t *testing.T, method, url, ua string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("User-Agent", ua)
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json,application/vnd.docker.distribution.manifest.v2+json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+}
+
 // The mirror's client evidence proves what the start-time rule cannot: a 2.3 containerd whose
 // config was touched after start, but which pulled through the mirror since.
 func TestTrafficEvidence(t *testing.T) {
 	t.Parallel()
 	srv := startAppMirror(t)
 
-	n := newTestNode(t)
-	n.serveContainerd(sock, &fakeContainerd{version: "v2.3.0"})
 	// Started (in real time) a minute ago; config touched after.
 	now := time.Now().Unix()
-	n.containerdProc(1000, now-60, sock)
-	n.file(cfgFile, v3Config(certsDir, ""), now-30)
+	n := newContainerdNode(t, &fakeContainerd{version: "v2.3.0"}, now-60, v3Config(certsDir, ""), now-30)
 	n.withHosts(certsDir, now-30)
 	o := n.opts()
 	o.Mirror = parseMirror(t, srv.URL)
@@ -760,17 +736,7 @@ func TestTrafficEvidence(t *testing.T) {
 	if c, _ := check(r, RuntimeContainerd, "traffic"); c.Result != Info || !strings.Contains(c.Reason, "read from the mirror replica at 127.0.0.1:") {
 		t.Fatalf("traffic row %+v", c)
 	}
-	get := func(method, path, ua string) {
-		t.Helper()
-		req, _ := http.NewRequestWithContext(t.Context(), method, srv.URL+path, nil)
-		req.Header.Set("User-Agent", ua)
-		req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json,application/vnd.docker.distribution.manifest.v2+json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
-	}
+	get := func(method, path, ua string) { t.Helper(); clientRequest(t, method, srv.URL+path, ua) }
 	// Pings, errors and refused methods from the runtime's user agent prove nothing.
 	get(http.MethodGet, "/v2/", "containerd/v2.3.0")
 	get(http.MethodGet, "/v2/team/app/manifests/nope?ns=registry.test", "containerd/v2.3.0")
@@ -796,10 +762,7 @@ func TestTrafficEvidence(t *testing.T) {
 // parseMirror parses a --mirror value the way every command does (name.ParseMirror).
 func parseMirror(t *testing.T, s string) *url.URL {
 	t.Helper()
-	m, err := name.ParseMirror(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bootstraptest.Mirror(t, s)
 	return m.URL
 }
 
@@ -860,10 +823,7 @@ func TestTrafficClockOffset(t *testing.T) {
 // checked.
 func TestMirrorUnreachable(t *testing.T) {
 	t.Parallel()
-	n := newTestNode(t)
-	n.serveContainerd(sock, &fakeContainerd{version: "v2.4.2", exports: map[string]string{exportConfigPath: certsDir}})
-	n.containerdProc(1000, t0, sock)
-	n.file(cfgFile, v3Config(certsDir, ""), t0-10)
+	n := newContainerd24Node(t)
 	n.withHosts(certsDir, t0-10)
 	o := n.opts()
 	o.Runtime = RuntimeContainerd
@@ -903,10 +863,7 @@ func TestCRIOSocketSilent(t *testing.T) {
 // stat, never read — containerd's parser would block on it — and the row names it: UNKNOWN.
 func TestContainerdHostsFIFO(t *testing.T) {
 	t.Parallel()
-	n := newTestNode(t)
-	n.serveContainerd(sock, &fakeContainerd{version: "v2.3.0"})
-	n.containerdProc(1000, t0, sock)
-	n.file(cfgFile, v3Config(certsDir, ""), t0-10)
+	n := newContainerdNode(t, &fakeContainerd{version: "v2.3.0"}, t0, v3Config(certsDir, ""), t0-10)
 	n.withHosts(certsDir, t0-10)
 	p := filepath.Join(n.Root, certsDir, "docker.io", "hosts.toml")
 	if err := os.Remove(p); err != nil {
@@ -915,14 +872,7 @@ func TestContainerdHostsFIFO(t *testing.T) {
 	if err := syscall.Mkfifo(p, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan *Report, 1)
-	go func() { done <- n.evaluate(n.opts()) }()
-	var r *Report
-	select {
-	case r = <-done:
-	case <-time.After(60 * time.Second):
-		t.Fatal("status still running after 60 s: blocked on the FIFO?")
-	}
+	r := nodecachetest.Within(t, 60*time.Second, "status (blocked on the FIFO?)", func() *Report { return n.evaluate(n.opts()) })
 	want(t, r, Unknown, 3, "")
 	found := false
 	for _, c := range r.Checks {

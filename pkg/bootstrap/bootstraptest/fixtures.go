@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // Fixtures returns the real runtime config files folder: $NODECACHE_FIXTURES, else
@@ -65,6 +68,25 @@ func ReadHostFile(t testing.TB, root, p string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// Apply makes changes (a writer's plan) under host root root, as gen does, failing t on an error.
+func Apply(t testing.TB, root string, changes []bootstrap.Change) {
+	t.Helper()
+	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), changes); err != nil {
+		t.Fatalf("apply under %s: %v", root, err)
+	}
+}
+
+// Mirror parses a --mirror value as every command does (name.ParseMirror), failing t on an
+// error.
+func Mirror(t testing.TB, s string) name.Mirror {
+	t.Helper()
+	m, err := name.ParseMirror(s)
+	if err != nil {
+		t.Fatalf("mirror %q: %v", s, err)
+	}
+	return m
 }
 
 // HostRoot returns a new host root (a directory the test removes) holding files, each at its

@@ -82,15 +82,14 @@ func TestMergeMatchesContainerd2(t *testing.T) {
 // TestImportRules: which file wins and which one gen edits, under 1.x and 2.x rules.
 func TestImportRules(t *testing.T) {
 	t.Parallel()
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 
 	t.Run("1.x replaces the whole plugin table: the import is edited", func(t *testing.T) {
 		t.Parallel()
-		root := t.TempDir()
-		main := "version = 2\nimports = ['/etc/containerd/conf.d/*.toml']\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\nconfig_path = '/etc/containerd/certs.d'\n"
-		imp := "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nsnapshotter = 'native'\n"
-		bootstraptest.WriteHostFile(t, root, "/etc/containerd/config.toml", []byte(main))
-		bootstraptest.WriteHostFile(t, root, "/etc/containerd/conf.d/10-snap.toml", []byte(imp))
+		root := bootstraptest.HostRoot(t, map[string]string{
+			"/etc/containerd/config.toml":         "version = 2\nimports = ['/etc/containerd/conf.d/*.toml']\n[plugins.\"io.containerd.grpc.v1.cri\".registry]\nconfig_path = '/etc/containerd/certs.d'\n",
+			"/etc/containerd/conf.d/10-snap.toml": "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\nsnapshotter = 'native'\n",
+		})
 		eff, err := containerd.LoadEffective(root, containerd.DefaultConfig, containerd.LoadOptions{Daemon: v17})
 		if err != nil {
 			t.Fatal(err)
@@ -106,7 +105,7 @@ func TestImportRules(t *testing.T) {
 		if eff2.Registry.ConfigPath != "/etc/containerd/certs.d" || eff2.ConfigPathFrom != "/etc/containerd/config.toml" {
 			t.Fatalf("2.x: %q from %q", eff2.Registry.ConfigPath, eff2.ConfigPathFrom)
 		}
-		rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v17})
+		rep, err := planDockerIO(root, m, v17)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,12 +121,11 @@ func TestImportRules(t *testing.T) {
 
 	t.Run("2.x import sets a list: the import is edited, main untouched", func(t *testing.T) {
 		t.Parallel()
-		root := t.TempDir()
-		main := "version = 3\nimports = ['/etc/containerd/conf.d/*.toml']\n[plugins.'io.containerd.cri.v1.images'.registry]\nconfig_path = '/etc/containerd/certs.d'\n"
-		imp := "version = 3\n[plugins.'io.containerd.cri.v1.images'.registry]\nconfig_path = '/etc/containerd/certs.d:/etc/docker/certs.d'\n"
-		bootstraptest.WriteHostFile(t, root, "/etc/containerd/config.toml", []byte(main))
-		bootstraptest.WriteHostFile(t, root, "/etc/containerd/conf.d/99-eks.toml", []byte(imp))
-		rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v24})
+		root := bootstraptest.HostRoot(t, map[string]string{
+			"/etc/containerd/config.toml":        "version = 3\nimports = ['/etc/containerd/conf.d/*.toml']\n[plugins.'io.containerd.cri.v1.images'.registry]\nconfig_path = '/etc/containerd/certs.d'\n",
+			"/etc/containerd/conf.d/99-eks.toml": "version = 3\n[plugins.'io.containerd.cri.v1.images'.registry]\nconfig_path = '/etc/containerd/certs.d:/etc/docker/certs.d'\n",
+		})
+		rep, err := planDockerIO(root, m, v24)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,7 +156,7 @@ func TestImportRules(t *testing.T) {
 		t.Parallel()
 		root := t.TempDir()
 		bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte("version = \"2\"\n"))
-		_, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v24})
+		_, err := planDockerIO(root, m, v24)
 		if want := containerd.DefaultConfig + ": `version` must be a whole number such as 2, got the text \"2\" (quoted): containerd would not start"; err == nil || err.Error() != want || !errors.Is(err, bootstrap.ErrRefused) {
 			t.Fatalf("err %v\nwant refused: %s", err, want)
 		}
@@ -175,7 +173,7 @@ func TestImportRules(t *testing.T) {
 			{v17, "containerd v1.7.35 reads it as the deprecated version 1: add `version = 2` as its first line", "config migrate"},
 			{v24, "containerd v2.4.2 reads it as version 1 and migrates it at every start: convert it with `containerd config migrate > /etc/containerd/config.toml.new`", "cannot load"},
 		} {
-			_, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: tc.v})
+			_, err := planDockerIO(root, m, tc.v)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), tc.wantNot) || !errors.Is(err, bootstrap.ErrRefused) {
 				t.Errorf("%v: err %v\nwant refused, saying %q, not %q", tc.v, err, tc.want, tc.wantNot)
 			}
@@ -184,23 +182,25 @@ func TestImportRules(t *testing.T) {
 
 	t.Run("k3s and Talos refused", func(t *testing.T) {
 		t.Parallel()
-		root := t.TempDir()
-		bootstraptest.WriteHostFile(t, root, "/var/lib/rancher/k3s/agent/etc/containerd/config.toml", []byte("version = 2\n"))
-		if _, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v24}); err == nil {
-			t.Fatal("k3s node accepted")
-		}
-		root2 := t.TempDir()
-		bootstraptest.WriteHostFile(t, root2, "/etc/containerd/config.toml", []byte("version = 2\n"))
-		bootstraptest.WriteHostFile(t, root2, "/etc/containerd/config.toml.tmpl", []byte("{{ template \"base\" . }}\n"))
-		if _, err := containerd.Plan(os.DirFS(root2), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v24}); err == nil {
-			t.Fatal("config.toml.tmpl accepted")
-		}
-		root3 := t.TempDir()
-		bootstraptest.WriteHostFile(t, root3, "/etc/os-release", []byte("NAME=Talos\nID=talos\n"))
-		if _, err := containerd.Plan(os.DirFS(root3), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v24}); err == nil {
-			t.Fatal("Talos accepted")
+		for _, host := range []struct {
+			what  string
+			files map[string]string
+		}{
+			{"k3s node", map[string]string{"/var/lib/rancher/k3s/agent/etc/containerd/config.toml": "version = 2\n"}},
+			{"config.toml.tmpl", map[string]string{"/etc/containerd/config.toml": "version = 2\n", "/etc/containerd/config.toml.tmpl": "{{ template \"base\" . }}\n"}},
+			{"Talos", map[string]string{"/etc/os-release": "NAME=Talos\nID=talos\n"}},
+		} {
+			if _, err := planDockerIO(bootstraptest.HostRoot(t, host.files), m, v24); err == nil {
+				t.Fatalf("%s accepted", host.what)
+			}
 		}
 	})
+}
+
+// planDockerIO plans gen containerd for mirror m and upstream docker.io, on containerd v, over
+// the host root root.
+func planDockerIO(root string, m name.Mirror, v containerd.Release) (*containerd.Report, error) {
+	return containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v})
 }
 
 // testConfigForVersion plans gen over a host whose config.toml holds existing (nil: none) for
@@ -216,7 +216,7 @@ func testConfigForVersion(t *testing.T, m name.Mirror, existing []byte) {
 		v      containerd.Release
 		schema int
 	}{{v17, 2}, {containerd.Release{Major: 2, Minor: 2}, 3}, {containerd.Release{Major: 2, Minor: 3, Patch: 7}, 4}, {v24, srvversion.ConfigVersion}} {
-		rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: tc.v})
+		rep, err := planDockerIO(root, m, tc.v)
 		if err != nil {
 			t.Fatalf("%v: %v", tc.v, err)
 		}

@@ -152,10 +152,7 @@ func runPlanCases(t *testing.T, cases []planCase) {
 	t.Helper()
 	reg := mirrortest.NewRegistry(t)
 	reg.PushImage(t, "library/alpine", "latest", mirrortest.Image(t, 512, 1, "linux/amd64"))
-	m, err := name.ParseMirror(reg.URL.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := bootstraptest.Mirror(t, reg.URL.String())
 	upstreams := []string{"docker.io", "ghcr.io", "registry.k8s.io", "localhost:5001"}
 
 	for _, tc := range cases {
@@ -187,9 +184,7 @@ func runPlanCases(t *testing.T, cases []planCase) {
 			if !slices.Equal(rep.Migrated, tc.want.migrated) {
 				t.Fatalf("migrated %v, want %v", rep.Migrated, tc.want.migrated)
 			}
-			if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-				t.Fatalf("Apply: %v", err)
-			}
+			bootstraptest.Apply(t, root, rep.Changes)
 			edited := rep.EditedFile
 			if tc.want.edited {
 				if edited == "" {
@@ -253,9 +248,7 @@ func runPlanCases(t *testing.T, cases []planCase) {
 			if rm.RestartRequired != tc.want.edited {
 				t.Fatalf("remove restart_required = %v, want %v (%v)", rm.RestartRequired, tc.want.edited, rm.Warnings)
 			}
-			if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rm.Changes); err != nil {
-				t.Fatalf("Apply remove: %v", err)
-			}
+			bootstraptest.Apply(t, root, rm.Changes)
 			for p, b := range files {
 				if got := bootstraptest.ReadHostFile(t, root, p); !bytes.Equal(got, b) {
 					t.Fatalf("%s not restored", p)

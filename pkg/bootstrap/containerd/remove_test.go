@@ -23,7 +23,7 @@ import (
 // changed since gen is left with a warning, whichever release is given.
 func TestRemoveRestoresEmptyConfigAnyVersion(t *testing.T) {
 	t.Parallel()
-	m := mustParseMirror(t, "http://127.0.0.1:5000")
+	m := bootstraptest.Mirror(t, "http://127.0.0.1:5000")
 	releases := []containerd.Release{
 		{Major: 1, Minor: 7, Patch: 35}, {Major: 2, Minor: 0, Patch: 5}, {Major: 2, Minor: 2, Patch: 1}, {Major: 2, Minor: 4, Patch: 2},
 	}
@@ -85,7 +85,7 @@ func hasWarning(rep *containerd.Report, part string) bool {
 // site's own config_path naming its own directory, and a config.toml gen created, get no warning.
 func TestRemoveAfterPatchWarnsAboutConfigPath(t *testing.T) {
 	t.Parallel()
-	m := mustParseMirror(t, "http://127.0.0.1:5000")
+	m := bootstraptest.Mirror(t, "http://127.0.0.1:5000")
 	opts := containerd.Options{Mirror: m, Daemon: containerd.Release{Major: 2, Minor: 0, Patch: 5}, Upstreams: []string{"docker.io"}}
 	for _, tc := range []struct {
 		name     string
@@ -185,7 +185,7 @@ func snapshot(t *testing.T, root string) map[string]string {
 // of a config.toml whose backup is yet to be written; nothing on the host changes.
 func TestLinkedBackupRefused(t *testing.T) {
 	t.Parallel()
-	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	const important = "/srv/data/important.toml"
 	original := []byte("version = 3\n\n[plugins.'io.containerd.cri.v1.images']\n  snapshotter = 'overlayfs'\n")
 	siteFile := siteCerts + "/registry.local:5000/hosts.toml"

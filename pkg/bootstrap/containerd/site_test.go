@@ -17,7 +17,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 const (
@@ -28,6 +27,12 @@ const (
 	// documentation shows it, with a comment and a second endpoint of its own.
 	siteHostsTOML = "# our lab registry: plain http\nserver = \"http://registry.local:5000\"\n\n# the DR copy\n[host.\"http://registry-dr.local:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
 )
+
+// siteRoot returns a new host root whose config.toml is siteConfig.
+func siteRoot(t *testing.T) string {
+	t.Helper()
+	return bootstraptest.HostRoot(t, map[string]string{containerd.DefaultConfig: siteConfig})
+}
 
 // hostsFor asks containerd's ConfigureHosts which endpoints a pull of host tries, in order,
 // as scheme://host.
@@ -57,9 +62,7 @@ func planApply(t *testing.T, root string, opts containerd.Options, remove bool) 
 	if err != nil {
 		t.Fatalf("plan (remove=%v): %v", remove, err)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	return rep
 }
 
@@ -83,7 +86,7 @@ func dirNames(t *testing.T, root string) []string {
 // gen created that holds a file of the site's; a second --remove finds nothing to do.
 func TestCreatedCertsDirRemoved(t *testing.T) {
 	t.Parallel()
-	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	opts := containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"docker.io"}}
 	certs := containerd.DefaultCertsDir
 	for _, tc := range []struct {
@@ -127,12 +130,11 @@ func TestCreatedCertsDirRemoved(t *testing.T) {
 // (issue 11).
 func TestSiteHostsDirectoryAdopted(t *testing.T) {
 	t.Parallel()
-	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	for _, dir := range []string{"registry.local:5000", "registry.local_5000_"} {
 		t.Run(dir, func(t *testing.T) {
 			t.Parallel()
-			root := t.TempDir()
-			bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+			root := siteRoot(t)
 			file := siteCerts + "/" + dir + "/hosts.toml"
 			bootstraptest.WriteHostFile(t, root, file, []byte(siteHostsTOML))
 			before := hostsFor(t, root, "registry.local:5000")
@@ -193,11 +195,10 @@ func TestSiteHostsDirectoryAdopted(t *testing.T) {
 // goes.
 func TestSiteHostsAdoptedKeepsLaterEdits(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+	root := siteRoot(t)
 	file := siteCerts + "/registry.local:5000/hosts.toml"
 	bootstraptest.WriteHostFile(t, root, file, []byte(siteHostsTOML))
-	opts := containerd.Options{Mirror: mustParseMirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"registry.local:5000"}}
+	opts := containerd.Options{Mirror: bootstraptest.Mirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"registry.local:5000"}}
 	planApply(t, root, opts, false)
 	edited := append(bootstraptest.ReadHostFile(t, root, file), "\n[host.\"http://registry-3.local:5000\"]\n  capabilities = [\"pull\"]\n"...)
 	bootstraptest.WriteHostFile(t, root, file, edited)
@@ -218,11 +219,10 @@ func TestSiteHostsRefusedWhenContainerdCannotParse(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			root := t.TempDir()
-			bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+			root := siteRoot(t)
 			file := siteCerts + "/registry.local:5000/hosts.toml"
 			bootstraptest.WriteHostFile(t, root, file, []byte(body))
-			_, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: mustParseMirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"registry.local:5000"}})
+			_, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: bootstraptest.Mirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"registry.local:5000"}})
 			if !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), file) {
 				t.Fatalf("err %v: want a refusal naming %s", err, file)
 			}
@@ -234,11 +234,10 @@ func TestSiteHostsRefusedWhenContainerdCannotParse(t *testing.T) {
 // writes there carries it (containerd ignores certificate files once hosts.toml exists).
 func TestSiteCertsDirectoryKept(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+	root := siteRoot(t)
 	ca := siteCerts + "/registry.local:5000/ca.crt"
 	bootstraptest.WriteHostFile(t, root, ca, bootstraptest.CA(t))
-	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	rep := planApply(t, root, containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"registry.local:5000"}}, false)
 	if got := dirNames(t, root); !slices.Equal(got, []string{"registry.local:5000"}) {
 		t.Fatalf("directories %v: want only the site's", got)
@@ -267,10 +266,9 @@ func TestSiteCertsDirectoryKept(t *testing.T) {
 // writes a directory for: reported.
 func TestSiteDefaultShadowedReported(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+	root := siteRoot(t)
 	bootstraptest.WriteHostFile(t, root, siteCerts+"/_default/hosts.toml", []byte("[host.\"https://corp-proxy.example\"]\n  capabilities = [\"pull\", \"resolve\"]\n"))
-	rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: mustParseMirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"docker.io", "ghcr.io"}})
+	rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: bootstraptest.Mirror(t, "http://10.0.0.5:5000"), Daemon: v24, Upstreams: []string{"docker.io", "ghcr.io"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,9 +283,8 @@ func TestSiteDefaultShadowedReported(t *testing.T) {
 // colon-form directory is removed, and the user's adopted.
 func TestOldShadowingDirectoryGivesWay(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
-	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	root := siteRoot(t)
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	opts := containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"registry.local:5000"}}
 	planApply(t, root, opts, false) // no site directory yet: ours, host_port_
 	bootstraptest.WriteHostFile(t, root, siteCerts+"/registry.local:5000/hosts.toml", []byte(siteHostsTOML))
@@ -307,13 +304,12 @@ func TestOldShadowingDirectoryGivesWay(t *testing.T) {
 // registry's own http endpoint as the fallback (issue 11).
 func TestUpstreamHTTPFallback(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, []byte(siteConfig))
+	root := siteRoot(t)
 	fb, err := bootstrap.Fallbacks([]string{"registry.lan:5000=http://registry.lan:5000", "docker.io"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := mustParseMirror(t, "http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	planApply(t, root, containerd.Options{Mirror: m, Daemon: v24, Upstreams: []string{"registry.lan:5000", "docker.io"}, Fallbacks: fb}, false)
 	if got := hostsFor(t, root, "registry.lan:5000"); !slices.Equal(got, []string{m.String(), "http://registry.lan:5000"}) {
 		t.Fatalf("registry.lan:5000: %v", got)
@@ -325,13 +321,4 @@ func TestUpstreamHTTPFallback(t *testing.T) {
 	if !bytes.Contains(data, []byte(`server = 'http://registry.lan:5000'`)) && !bytes.Contains(data, []byte(`server = "http://registry.lan:5000"`)) {
 		t.Fatalf("hosts.toml:\n%s", data)
 	}
-}
-
-func mustParseMirror(t *testing.T, s string) name.Mirror {
-	t.Helper()
-	m, err := name.ParseMirror(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // TestStaleHostsRemoved: a run with fewer upstreams removes the hosts.toml files an earlier run
@@ -25,17 +24,15 @@ func TestStaleHostsRemoved(t *testing.T) {
 	certs := "/etc/containerd/certs.d"
 	userHosts := []byte("server = 'https://myreg.example'\n")
 	bootstraptest.WriteHostFile(t, root, certs+"/myreg.example/hosts.toml", userHosts)
-	first, _ := name.ParseMirror("http://10.0.0.5:5000")
-	second, _ := name.ParseMirror("http://10.0.0.9:5000")
+	first := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
+	second := bootstraptest.Mirror(t, "http://10.0.0.9:5000")
 
 	rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: first, Daemon: v17,
 		Upstreams: []string{"docker.io", "ghcr.io", "registry.k8s.io", "quay.io", "gcr.io", "localhost:5001"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	// A user's certificate in one of our directories keeps that directory.
 	bootstraptest.WriteHostFile(t, root, certs+"/quay.io/NOTES", []byte("user's"))
 
@@ -60,9 +57,7 @@ func TestStaleHostsRemoved(t *testing.T) {
 	if rep.RestartRequired {
 		t.Fatal("removing hosts.toml files needs no restart")
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	for _, d := range []string{"gcr.io", "ghcr.io", "localhost_5001_", "registry.k8s.io"} {
 		if _, err := os.Stat(filepath.Join(root, certs, d)); !os.IsNotExist(err) {
 			t.Errorf("%s: directory left: %v", d, err)
@@ -90,14 +85,12 @@ func TestMigratedHostsAreNotStale(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	bootstraptest.WriteHostFile(t, root, containerd.DefaultConfig, bootstraptest.CorpusFile(t, "containerd/legacy-mirrors", containerd.DefaultConfig))
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Daemon: v17, Upstreams: []string{"docker.io"}, Migrate: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	migrated := "/etc/containerd/certs.d/registry.local_5000_/hosts.toml"
 	before := bootstraptest.ReadHostFile(t, root, migrated)
 	if before == nil {

@@ -13,7 +13,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 func symlink(t *testing.T, root, link, target string) {
@@ -40,7 +39,7 @@ func assertLink(t *testing.T, root, link, target string) {
 // stay, the backup lies beside the target, and --remove restores the target byte for byte.
 func TestPlanFollowsSymlinks(t *testing.T) {
 	t.Parallel()
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	original := bootstraptest.CorpusFile(t, "containerd/schema2-no-registry", containerd.DefaultConfig)
 	for _, tc := range []struct {
 		name, target string // the link's text
@@ -70,9 +69,7 @@ func TestPlanFollowsSymlinks(t *testing.T) {
 			if edit.Path != "/opt/cfg/real.toml" || edit.Action != bootstrap.ActionUpdate || edit.Backup != "/opt/cfg/real.toml"+bootstrap.BackupSuffix {
 				t.Fatalf("config change %+v", rep.Changes)
 			}
-			if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-				t.Fatal(err)
-			}
+			bootstraptest.Apply(t, root, rep.Changes)
 			assertLink(t, root, containerd.DefaultConfig, tc.target)
 			if bak := bootstraptest.ReadHostFile(t, root, "/opt/cfg/real.toml"+bootstrap.BackupSuffix); !bytes.Equal(bak, original) {
 				t.Fatal("backup beside the target does not hold the original")
@@ -95,9 +92,7 @@ func TestPlanFollowsSymlinks(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rm.Changes); err != nil {
-				t.Fatal(err)
-			}
+			bootstraptest.Apply(t, root, rm.Changes)
 			assertLink(t, root, containerd.DefaultConfig, tc.target)
 			if got := bootstraptest.ReadHostFile(t, root, "/opt/cfg/real.toml"); !bytes.Equal(got, original) {
 				t.Fatalf("target not restored: %s", got)
@@ -117,16 +112,14 @@ func TestPlanFollowsSymlinks(t *testing.T) {
 			t.Fatal(err)
 		}
 		symlink(t, root, "/etc/containerd/certs.d", "/data/certs")
-		rep, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v24})
+		rep, err := planDockerIO(root, m, v24)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if rep.EditedFile != "/etc/containerd/conf.d/99-site.toml" {
 			t.Fatalf("edited %q", rep.EditedFile)
 		}
-		if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-			t.Fatal(err)
-		}
+		bootstraptest.Apply(t, root, rep.Changes)
 		assertLink(t, root, "/etc/containerd/conf.d/99-site.toml", "/srv/site/registry.toml")
 		assertLink(t, root, "/etc/containerd/certs.d", "/data/certs")
 		if got := string(bootstraptest.ReadHostFile(t, root, "/srv/site/registry.toml")); !strings.Contains(got, "config_path = '/etc/containerd/certs.d'\n") {
@@ -139,9 +132,7 @@ func TestPlanFollowsSymlinks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rm.Changes); err != nil {
-			t.Fatal(err)
-		}
+		bootstraptest.Apply(t, root, rm.Changes)
 		if got := bootstraptest.ReadHostFile(t, root, "/srv/site/registry.toml"); string(got) != imp {
 			t.Fatalf("import target not restored: %s", got)
 		}
@@ -166,7 +157,7 @@ func TestPlanFollowsSymlinks(t *testing.T) {
 			for l, target := range tc.links {
 				symlink(t, root, l, target)
 			}
-			_, err := containerd.Plan(os.DirFS(root), containerd.Options{Mirror: m, Upstreams: []string{"docker.io"}, Daemon: v17})
+			_, err := planDockerIO(root, m, v17)
 			if !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("%s: %v, want a refusal containing %q", tc.name, err, tc.want)
 			}

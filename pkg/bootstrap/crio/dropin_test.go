@@ -162,10 +162,7 @@ func runDropInShapes(t *testing.T, shapes []dropInShape) {
 				for p, b := range sh.files {
 					bootstraptest.WriteHostFile(t, root, p, b)
 				}
-				m, err := name.ParseMirror(mirrorURL)
-				if err != nil {
-					t.Fatal(err)
-				}
+				m := bootstraptest.Mirror(t, mirrorURL)
 				opts := crio.Options{Mirror: m, Upstreams: upstreams, Version: crio.Release{Major: 1, Minor: 31, Patch: 2}}
 				rep, err := crio.Plan(os.DirFS(root), opts)
 				if err != nil {
@@ -186,9 +183,7 @@ func runDropInShapes(t *testing.T, shapes []dropInShape) {
 				if !slices.Equal(rep.Upstreams, upstreams) || len(rep.Warnings) != wantWarnings {
 					t.Fatalf("every upstream, the one with a port included, must be mirrored without other warnings: %v %v", rep.Upstreams, rep.Warnings)
 				}
-				if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-					t.Fatal(err)
-				}
+				bootstraptest.Apply(t, root, rep.Changes)
 				sys := &types.SystemContext{
 					SystemRegistriesConfPath:    filepath.Join(root, crio.MainRegistriesConf),
 					SystemRegistriesConfDirPath: filepath.Join(root, crio.DefaultRegistriesDir),
@@ -236,9 +231,7 @@ func runDropInShapes(t *testing.T, shapes []dropInShape) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rm.Changes); err != nil {
-					t.Fatal(err)
-				}
+				bootstraptest.Apply(t, root, rm.Changes)
 				for _, p := range []string{filepath.Join(crio.DefaultRegistriesDir, crio.DropInName), filepath.Join(crio.DefaultCrioDir, crio.DropInName)} {
 					if bootstraptest.ReadHostFile(t, root, p) != nil {
 						t.Fatalf("%s left after remove", p)
@@ -259,7 +252,7 @@ func TestLaterDropInOverrideIsReported(t *testing.T) {
 	root := t.TempDir()
 	bootstraptest.CorpusHost(t, root, "crio/registries-v2-mirrors")
 	bootstraptest.WriteHostFile(t, root, crio.DefaultRegistriesDir+"/99-site.conf", []byte("[[registry]]\nprefix = \"ghcr.io\"\nlocation = \"ghcr.io\"\n"))
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: upstreams})
 	if err != nil {
 		t.Fatal(err)
@@ -268,9 +261,7 @@ func TestLaterDropInOverrideIsReported(t *testing.T) {
 	if !slices.Equal(rep.Overrides, want) {
 		t.Fatalf("overrides %+v, want %+v", rep.Overrides, want)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	// containers/image agrees: ghcr.io has no mirror, docker.io does.
 	if srcs := pullSources(t, root, crio.MainRegistriesConf, crio.DefaultRegistriesDir, "ghcr.io/a/b:1"); len(srcs) != 1 {
 		t.Fatalf("ghcr.io still mirrored: %+v", srcs)
@@ -285,7 +276,7 @@ func TestLaterDropInOverrideIsReported(t *testing.T) {
 
 func TestVersionsAndSpecialFiles(t *testing.T) {
 	t.Parallel()
-	m, _ := name.ParseMirror("https://cache.example:5443")
+	m := bootstraptest.Mirror(t, "https://cache.example:5443")
 	cases := []struct {
 		name       string
 		files      map[string]string
@@ -341,7 +332,7 @@ func TestVersionsAndSpecialFiles(t *testing.T) {
 // finds it there.
 func TestLinkedDropInDirectory(t *testing.T) {
 	t.Parallel()
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	for _, target := range []string{"/srv/containers/registries.d", "../../srv/containers/registries.d"} {
 		root := t.TempDir()
 		if err := os.MkdirAll(filepath.Join(root, "srv/containers/registries.d"), 0o755); err != nil {
@@ -360,9 +351,7 @@ func TestLinkedDropInDirectory(t *testing.T) {
 		if len(rep.Changes) != 1 || rep.Changes[0].Path != "/srv/containers/registries.d/90-nodecache.conf" || rep.Changes[0].Via != "/etc/containers/registries.conf.d/90-nodecache.conf" {
 			t.Fatalf("%s: changes %+v", target, rep.Changes)
 		}
-		if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-			t.Fatal(err)
-		}
+		bootstraptest.Apply(t, root, rep.Changes)
 		if got, err := os.Readlink(filepath.Join(root, "etc/containers/registries.conf.d")); err != nil || got != target {
 			t.Fatalf("link changed: %q %v", got, err)
 		}
@@ -383,7 +372,7 @@ func TestLinkedDropInDirectory(t *testing.T) {
 // refuses, stops gen (nothing written) and is reported by --remove.
 func TestSiteFilesCheckedTogether(t *testing.T) {
 	t.Parallel()
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	opts := crio.Options{Mirror: m, Upstreams: []string{"docker.io", "quay.io", "ghcr.io"}, Version: crio.Release{Major: 1, Minor: 29}}
 	dir := crio.DefaultRegistriesDir
 
@@ -404,9 +393,7 @@ func TestSiteFilesCheckedTogether(t *testing.T) {
 			t.Fatalf("overrides %+v", rep.Overrides)
 		}
 		// containers/image agrees: docker.io tries the mirror, then the corporate mirror.
-		if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-			t.Fatal(err)
-		}
+		bootstraptest.Apply(t, root, rep.Changes)
 		srcs := pullSources(t, root, crio.MainRegistriesConf, dir, "docker.io/library/alpine:3")
 		if len(srcs) != 3 || srcs[0].Endpoint.Location != "10.0.0.5:5000/docker.io" || srcs[1].Endpoint.Location != "mirror.corp.example/dockerhub" {
 			t.Fatalf("pull sources %+v", srcs)

@@ -18,7 +18,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // findRegistry is containers/image's merged entry for ref with the host files under root.
@@ -80,7 +79,7 @@ insecure = true
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: []string{"docker.io", "quay.io", "registry.lan"}, Fallbacks: fb})
 	if err != nil {
 		t.Fatal(err)
@@ -88,9 +87,7 @@ insecure = true
 	if want := []crio.Override{{Prefix: "docker.io", File: crio.MainRegistriesConf}, {Prefix: "quay.io", File: dir + "/10-site.conf"}}; !slices.Equal(rep.Merged, want) {
 		t.Fatalf("merged %+v, want %+v", rep.Merged, want)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 
 	docker := findRegistry(t, root, "docker.io/library/alpine")
 	if !docker.Insecure || docker.Blocked {
@@ -111,15 +108,23 @@ insecure = true
 	}
 }
 
+// planOverSiteFile plans gen crio (mirror http://10.0.0.5:5000; docker.io and ghcr.io) on a new
+// host root that holds only the site's file, with content.
+func planOverSiteFile(t *testing.T, file, content string) (string, *crio.Report, error) {
+	t.Helper()
+	root := t.TempDir()
+	bootstraptest.WriteHostFile(t, root, file, []byte(content))
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
+	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: []string{"docker.io", "ghcr.io"}})
+	return root, rep, err
+}
+
 // TestSiteEntryOtherLocationRefused: a site table for our prefix whose location is another
 // registry is refused, naming the file; nothing is written.
 func TestSiteEntryOtherLocationRefused(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
 	file := crio.DefaultRegistriesDir + "/20-redirect.conf"
-	bootstraptest.WriteHostFile(t, root, file, []byte("[[registry]]\nprefix = \"ghcr.io\"\nlocation = \"ghcr-copy.corp.example\"\n"))
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
-	_, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: []string{"docker.io", "ghcr.io"}})
+	root, _, err := planOverSiteFile(t, file, "[[registry]]\nprefix = \"ghcr.io\"\nlocation = \"ghcr-copy.corp.example\"\n")
 	if !errors.Is(err, bootstrap.ErrRefused) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "ghcr-copy.corp.example") {
 		t.Fatalf("err %v: want a refusal naming %s", err, file)
 	}
@@ -132,11 +137,8 @@ func TestSiteEntryOtherLocationRefused(t *testing.T) {
 // whatever the file order: gen reports it, and containers/image shows why.
 func TestSiteLongerPrefixReported(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
 	file := crio.DefaultRegistriesDir + "/99-library.conf"
-	bootstraptest.WriteHostFile(t, root, file, []byte("[[registry]]\nprefix = \"docker.io/library\"\nlocation = \"docker.io/library\"\n[[registry.mirror]]\nlocation = \"mirror.corp.example/library\"\n"))
-	m, _ := name.ParseMirror("http://10.0.0.5:5000")
-	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: m, Upstreams: []string{"docker.io", "ghcr.io"}})
+	root, rep, err := planOverSiteFile(t, file, "[[registry]]\nprefix = \"docker.io/library\"\nlocation = \"docker.io/library\"\n[[registry.mirror]]\nlocation = \"mirror.corp.example/library\"\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,9 +150,7 @@ func TestSiteLongerPrefixReported(t *testing.T) {
 	}) {
 		t.Fatalf("warnings %q", rep.Warnings)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	if reg := findRegistry(t, root, "docker.io/library/alpine"); reg.Prefix != "docker.io/library" || reg.Mirrors[0].Location == "10.0.0.5:5000/docker.io" {
 		t.Fatalf("containers/image uses %+v for docker.io/library/alpine", reg)
 	}
@@ -169,10 +169,7 @@ func TestSkopeoMergedSiteEntry(t *testing.T) {
 	siteMirror.PushImage(t, "sitecache/library/alpine", "3", img)
 
 	nc := nodecachetest.Start(t, nodecachetest.Options{Upstream: upstream, Alias: "upstream.test"})
-	mm, err := name.ParseMirror(nc.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mm := bootstraptest.Mirror(t, nc.URL)
 
 	root := t.TempDir()
 	bootstraptest.WriteHostFile(t, root, crio.MainRegistriesConf, []byte(`[[registry]]
@@ -192,9 +189,7 @@ location = "blocked.test"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	dropIn := filepath.Join(root, crio.DefaultRegistriesDir, crio.DropInName)
 	cp := func(ref string) ([]byte, error) {
 		cmd := exec.CommandContext(t.Context(), skopeo, "--insecure-policy", "--registries-conf", dropIn,

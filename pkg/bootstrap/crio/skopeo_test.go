@@ -1,21 +1,15 @@
 package crio_test
 
 import (
-	"bufio"
-	"encoding/json"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/rs/zerolog"
-
-	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/internal/nodecachetest"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
-	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -69,27 +63,11 @@ func TestSkopeoPullsThroughNodecache(t *testing.T) {
 		ups = append(ups, up)
 		names = append(names, src.name)
 	}
-	log := &mirrortest.LogBuffer{}
-	m, err := mirror.New(t.Context(), mirror.Options{Upstreams: ups, Logger: zerolog.New(log)})
-	if err != nil {
-		t.Fatalf("mirror.New: %v", err)
-	}
-	srv := httptest.NewServer(m)
-	t.Cleanup(func() {
-		srv.Close()
-		_ = m.Close()
-		if t.Failed() {
-			t.Logf("nodecache log:\n%s", log.String())
-		}
-	})
-	mirrorURL, _ := url.Parse(srv.URL)
+	nc := nodecachetest.Start(t, nodecachetest.Options{Upstreams: ups})
 
 	// gen crio over an empty host root.
 	root := t.TempDir()
-	mm, err := name.ParseMirror(mirrorURL.String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	mm := bootstraptest.Mirror(t, nc.URL)
 	rep, err := crio.Plan(os.DirFS(root), crio.Options{Mirror: mm, Upstreams: names})
 	if err != nil {
 		t.Fatal(err)
@@ -97,9 +75,7 @@ func TestSkopeoPullsThroughNodecache(t *testing.T) {
 	if len(rep.Upstreams) != len(names) {
 		t.Fatalf("gen crio mirrored %v (warnings %v); want every upstream", rep.Upstreams, rep.Warnings)
 	}
-	if err := (bootstrap.Applier{Root: root}).Apply(t.Context(), rep.Changes); err != nil {
-		t.Fatal(err)
-	}
+	bootstraptest.Apply(t, root, rep.Changes)
 	dropIn := filepath.Join(root, crio.DefaultRegistriesDir, crio.DropInName)
 
 	for _, src := range sources {
@@ -117,17 +93,8 @@ func TestSkopeoPullsThroughNodecache(t *testing.T) {
 	}
 
 	manifests, blobs := map[string]int{}, map[string]int{}
-	sc := bufio.NewScanner(strings.NewReader(log.String()))
-	for sc.Scan() {
-		var l struct {
-			Message   string `json:"message"`
-			Method    string `json:"method"`
-			Path      string `json:"path"`
-			Query     string `json:"query"`
-			Status    int    `json:"status"`
-			UserAgent string `json:"user_agent"`
-		}
-		if json.Unmarshal(sc.Bytes(), &l) != nil || l.Message != "request" || l.Status != 200 {
+	for _, l := range nc.Requests(t) {
+		if l.Status != 200 {
 			continue
 		}
 		if !strings.Contains(strings.ToLower(l.UserAgent), "skopeo") || strings.Contains(l.Query, "ns=") {

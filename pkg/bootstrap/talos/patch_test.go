@@ -18,7 +18,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/talos"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // metal is the runtime mode of an installed bare-metal node (Talos' internal runtime.ModeMetal).
@@ -81,15 +80,6 @@ func applyLikeANode(t *testing.T, base []byte, patches ...string) talosconfig.Pr
 	return cfg
 }
 
-func mustMirror(t *testing.T, s string) name.Mirror {
-	t.Helper()
-	m, err := name.ParseMirror(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 func TestPatchValidatesLikeANode(t *testing.T) {
 	t.Parallel()
 	ca := bootstraptest.CA(t)
@@ -116,7 +106,7 @@ func TestPatchValidatesLikeANode(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			m := mustMirror(t, tc.mirror)
+			m := bootstraptest.Mirror(t, tc.mirror)
 			opts := talos.Options{Mirror: m, Upstreams: upstreams, TalosVersion: tc.version, PathPrefix: tc.pathPrefix,
 				SkipFallback: tc.skipFallback, MirrorCA: tc.ca, MirrorCAName: "test-ca.pem"}
 			res, err := talos.Generate(opts)
@@ -197,14 +187,14 @@ func TestRefusals(t *testing.T) {
 		opts talos.Options
 		want string
 	}{
-		{"skip-fallback-below-1.9", talos.Options{Mirror: mustMirror(t, "http://10.0.0.5:5000"), Upstreams: up, TalosVersion: "v1.8.3", SkipFallback: true}, "Talos >= v1.9"},
-		{"skip-fallback-loopback", talos.Options{Mirror: mustMirror(t, "http://127.0.0.1:5000"), Upstreams: up, TalosVersion: "v1.12.0", SkipFallback: true}, "loopback"},
-		{"skip-fallback-localhost", talos.Options{Mirror: mustMirror(t, "http://localhost:5000"), Upstreams: up, SkipFallback: true}, "loopback"},
-		{"path-prefix-below-1.3", talos.Options{Mirror: mustMirror(t, "http://10.0.0.5:5000"), Upstreams: up, TalosVersion: "v1.2.0", PathPrefix: true}, "Talos >= v1.3"},
-		{"ca-on-http", talos.Options{Mirror: mustMirror(t, "http://10.0.0.5:5000"), Upstreams: up, MirrorCA: bootstraptest.CA(t)}, "https mirror"},
-		{"ca-not-pem", talos.Options{Mirror: mustMirror(t, "https://10.0.0.5:5000"), Upstreams: up, MirrorCA: []byte("nope"), MirrorCAName: "x.pem"}, "no PEM certificate"},
-		{"bad-version", talos.Options{Mirror: mustMirror(t, "http://10.0.0.5:5000"), Upstreams: up, TalosVersion: "latest"}, "--talos-version"},
-		{"bad-upstream", talos.Options{Mirror: mustMirror(t, "http://10.0.0.5:5000"), Upstreams: []string{"not a host"}}, "upstream"},
+		{"skip-fallback-below-1.9", talos.Options{Mirror: bootstraptest.Mirror(t, "http://10.0.0.5:5000"), Upstreams: up, TalosVersion: "v1.8.3", SkipFallback: true}, "Talos >= v1.9"},
+		{"skip-fallback-loopback", talos.Options{Mirror: bootstraptest.Mirror(t, "http://127.0.0.1:5000"), Upstreams: up, TalosVersion: "v1.12.0", SkipFallback: true}, "loopback"},
+		{"skip-fallback-localhost", talos.Options{Mirror: bootstraptest.Mirror(t, "http://localhost:5000"), Upstreams: up, SkipFallback: true}, "loopback"},
+		{"path-prefix-below-1.3", talos.Options{Mirror: bootstraptest.Mirror(t, "http://10.0.0.5:5000"), Upstreams: up, TalosVersion: "v1.2.0", PathPrefix: true}, "Talos >= v1.3"},
+		{"ca-on-http", talos.Options{Mirror: bootstraptest.Mirror(t, "http://10.0.0.5:5000"), Upstreams: up, MirrorCA: bootstraptest.CA(t)}, "https mirror"},
+		{"ca-not-pem", talos.Options{Mirror: bootstraptest.Mirror(t, "https://10.0.0.5:5000"), Upstreams: up, MirrorCA: []byte("nope"), MirrorCAName: "x.pem"}, "no PEM certificate"},
+		{"bad-version", talos.Options{Mirror: bootstraptest.Mirror(t, "http://10.0.0.5:5000"), Upstreams: up, TalosVersion: "latest"}, "--talos-version"},
+		{"bad-upstream", talos.Options{Mirror: bootstraptest.Mirror(t, "http://10.0.0.5:5000"), Upstreams: []string{"not a host"}}, "upstream"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/siderolabs/talos/pkg/machinery/config/encoder"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/talos"
 )
 
@@ -50,7 +51,7 @@ func asResource(cfg []byte) []byte {
 // (issue 11). The add patch's http fallback for an http-only registry is checked on the way.
 func TestRemovalFromMachineConfig(t *testing.T) {
 	t.Parallel()
-	m := mustMirror(t, "http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	fb, err := bootstrap.Fallbacks([]string{"registry.lan:5000=http://registry.lan:5000"})
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +115,7 @@ func TestRemovalFromMachineConfig(t *testing.T) {
 // item 6, as gen containerd --remove on a clean host).
 func TestRemovalFromMachineConfigRefusals(t *testing.T) {
 	t.Parallel()
-	m := mustMirror(t, "http://10.0.0.5:5000")
+	m := bootstraptest.Mirror(t, "http://10.0.0.5:5000")
 	base := workerConfig(t, "v1.13.0")
 	twoNodes := append(append(asResource(base), "---\n"...), strings.Replace(string(asResource(base)), "10.5.0.3", "10.5.0.4", 1)...)
 	for name, tc := range map[string]struct {
