@@ -134,8 +134,7 @@ func TestBearerTokenAndRedirects(t *testing.T) {
 	// HEAD on a cold blob follows the relative redirect.
 	im, _ := idx.IndexManifest()
 	img, _ := idx.Image(im.Manifests[1].Digest)
-	ls, _ := img.Layers()
-	d, _ := ls[0].Digest()
+	d := mirrortest.LayerDigests(t, img)[0]
 	resp, _ := get(t, http.MethodHead, fmtURL(h, "/v2/library/alpine/blobs/"+d.String()+"?ns=docker.io"), nil)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("HEAD through a relative redirect: %d", resp.StatusCode)

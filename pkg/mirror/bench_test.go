@@ -74,8 +74,7 @@ func benchBlob(b *testing.B, impl string, size int64) (*mirrortest.Registry, str
 	up := mirrortest.NewRegistry(b)
 	img := mirrortest.Image(b, size, 1, "linux/amd64")
 	up.PushImage(b, "team/app", "v1", img)
-	ls, _ := img.Layers()
-	d, _ := ls[0].Digest()
+	d := mirrortest.LayerDigests(b, img)[0]
 	addr := ""
 	if impl == "stock" {
 		addr = stockProxy(b, up)

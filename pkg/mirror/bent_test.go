@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -70,10 +69,8 @@ func TestBlobHeadIsAHint(t *testing.T) {
 			up := mirrortest.NewRegistry(t)
 			img := mirrortest.Image(t, 8192, 1, "linux/amd64")
 			up.PushImage(t, "team/app", "v1", img)
-			layers, _ := img.Layers()
-			rc, _ := layers[0].Compressed()
-			data, _ := io.ReadAll(rc)
-			dgst := digestOf(t, layers[0])
+			d, data := mirrortest.LayerBlob(t, img, 0)
+			dgst := d.String()
 			if tc.bend != nil {
 				up.Wrap(bendWith(tc.bend(len(data), dgst)))
 			}
@@ -154,10 +151,8 @@ func TestBlobWithoutLength(t *testing.T) {
 	up := mirrortest.NewRegistry(t)
 	img := mirrortest.Image(t, 3*mirrortest.MiB, 1, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", img)
-	layers, _ := img.Layers()
-	rc, _ := layers[0].Compressed()
-	data, _ := io.ReadAll(rc)
-	dgst := digestOf(t, layers[0])
+	d, data := mirrortest.LayerBlob(t, img, 0)
+	dgst := d.String()
 	up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
 		if !strings.Contains(r.URL.Path, "/blobs/") {
 			return false

@@ -72,30 +72,14 @@ func pullImageErr(ctx context.Context, s string) error {
 	return nil
 }
 
-// imageBlobs returns the digests of img's config and layers.
+// imageBlobs returns the digests of the config and layers of repo:tag on up.
 func imageBlobs(t *testing.T, up *mirrortest.Registry, repo, tag string) []string {
 	t.Helper()
 	img, err := remote.Image(up.Ref(t, repo, tag), remote.WithContext(t.Context()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := img.ConfigName()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := []string{cfg.String()}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range layers {
-		d, err := l.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, d.String())
-	}
-	return out
+	return mirrortest.BlobDigests(t, img)
 }
 
 // TestChain: 10 node caches chained (--chain) to one shared nodecache in front of a real

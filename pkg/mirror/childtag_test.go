@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
 	invclient "github.com/nodecache/nodecache/pkg/inventory"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
@@ -129,26 +127,9 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 	if got.Images[0].Digest != digestOf(t, idx) {
 		t.Errorf("kept %s@%s, want the index library/alpine@%s (pulled last, through amd64)", got.Images[0].Repository, got.Images[0].Digest, digestOf(t, idx))
 	}
-	for _, l := range mustLayers(t, child) {
+	for _, l := range mirrortest.LayerDigests(t, child) {
 		if _, err := os.Stat(blobDataPath(root, l)); err != nil {
 			t.Errorf("layer %s of the amd64 child is gone: %v", l, err)
 		}
 	}
-}
-
-func mustLayers(t *testing.T, img v1.Image) []v1.Hash {
-	t.Helper()
-	ls, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []v1.Hash
-	for _, l := range ls {
-		d, err := l.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, d)
-	}
-	return out
 }

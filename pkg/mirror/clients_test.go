@@ -21,14 +21,7 @@ func TestClientEvidenceContent(t *testing.T) {
 	img := mirrortest.Image(t, 1024, 1, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", img)
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []regname.Upstream{upstreamFor(t, "up.test", up)}})
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	blob, err := layers[0].Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	blob := mirrortest.LayerDigests(t, img)[0]
 	base := "http://" + h.host
 	do := func(method, path, ua string, hdr ...string) int {
 		t.Helper()

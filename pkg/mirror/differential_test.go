@@ -129,8 +129,7 @@ func TestDifferential(t *testing.T) {
 	up.PushIndex(t, "team/app", "multi", idx)
 	manDigest := digestOf(t, img)
 	idxDigest := digestOf(t, idx)
-	layers, _ := img.Layers()
-	blob := digestOf(t, layers[0])
+	blob := mirrortest.LayerDigests(t, img)[0].String()
 	cfg, _ := img.ConfigName()
 	missing := "sha256:" + strings.Repeat("0f", 32)
 

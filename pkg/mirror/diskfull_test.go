@@ -35,9 +35,7 @@ func tmpfsRoot(t *testing.T, size string) string {
 // come back as a miss (on a full disk, from memory).
 func getBigBlob(t *testing.T, h *harness, repo string, img v1.Image) v1.Hash {
 	t.Helper()
-	layers, _ := img.Layers()
-	ld, _ := layers[0].Digest()
-	_, data := layerBytesOf(t, layers[0])
+	ld, data := mirrortest.LayerBlob(t, img, 0)
 	if code, _ := manifestStatus(t, fmt.Sprintf("http://%s/v2/upstream.test/%s/manifests/v1", h.host, repo)); code != 200 {
 		t.Fatalf("manifest of %s: %d", repo, code)
 	}

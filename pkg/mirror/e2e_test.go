@@ -263,8 +263,7 @@ func TestSameRepositoryTwoUpstreams(t *testing.T) {
 		}
 	}
 	// A blob of a's image is not served for b's repository, even though it is cached.
-	la, _ := ia.Layers()
-	d, _ := la[0].Digest()
+	d := mirrortest.LayerDigests(t, ia)[0]
 	if resp, _ := get(t, http.MethodGet, fmtURL(h, "/v2/a.test/team/app/blobs/"+d.String()), nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("blob from a: %d", resp.StatusCode)
 	}

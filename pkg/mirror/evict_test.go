@@ -271,8 +271,7 @@ func TestEvictionSparesBlobBeingServed(t *testing.T) {
 	if err := h.m.WaitIdle(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	layers, _ := img.Layers()
-	ld, _ := layers[0].Digest()
+	ld := mirrortest.LayerDigests(t, img)[0]
 	resp, err := http.Get(fmt.Sprintf("http://%s/v2/upstream.test/team/big/blobs/%s", h.host, ld))
 	if err != nil {
 		t.Fatal(err)

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
@@ -34,32 +32,10 @@ func newBlobFixture(t *testing.T, layerBytes int64, opts mirror.Options) *blobFi
 	up := mirrortest.NewRegistry(t)
 	img := mirrortest.Image(t, layerBytes, 1, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", img)
-	ls, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, data := layerBytesOf(t, ls[0])
+	d, data := mirrortest.LayerBlob(t, img, 0)
 	opts.Upstreams = []name.Upstream{upstreamFor(t, "upstream.test", up)}
 	up.ResetRequests()
-	return &blobFixture{up: up, h: newHarness(t, opts), digest: d, data: data}
-}
-
-func layerBytesOf(t *testing.T, l v1.Layer) (string, []byte) {
-	t.Helper()
-	d, err := l.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := l.Compressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d.String(), b
+	return &blobFixture{up: up, h: newHarness(t, opts), digest: d.String(), data: data}
 }
 
 func (f *blobFixture) url() string { return fmtURL(f.h, "/v2/upstream.test/team/app/blobs/"+f.digest) }
@@ -373,8 +349,7 @@ func TestServeAbandonsOrphanFillsOnShutdown(t *testing.T) {
 	up := mirrortest.NewRegistry(t)
 	img := mirrortest.Image(t, 2*mirrortest.MiB, 1, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", img)
-	ls, _ := img.Layers()
-	d, _ := ls[0].Digest()
+	d := mirrortest.LayerDigests(t, img)[0]
 	onBlobGET(up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
 		next.ServeHTTP(slowWriter{w, 50 * time.Millisecond}, r) // ~3 s for the blob
 	})

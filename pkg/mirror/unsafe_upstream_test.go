@@ -87,7 +87,7 @@ func redirectingUpstream(t *testing.T, target func(kind string) string) (*mirror
 	reg := mirrortest.NewRegistry(t)
 	img := mirrortest.Image(t, 4096, 1, "linux/amd64")
 	reg.PushImage(t, "library/app", "latest", img)
-	layer := digest.Digest(mustLayers(t, img)[0].String())
+	layer := digest.Digest(mirrortest.LayerDigests(t, img)[0].String())
 	reg.Wrap(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			kind := ""
