@@ -104,27 +104,31 @@ func TestBlobHeadIsAHint(t *testing.T) {
 	}
 }
 
-func refuseHead(status int) func(int, string) bend {
-	return func(int, string) bend {
-		return func(w http.ResponseWriter, r *http.Request) bool {
-			if r.Method != http.MethodHead || !strings.Contains(r.URL.Path, "/blobs/") {
-				return false
-			}
-			w.WriteHeader(status)
-			return true
+// answerHead answers the upstream HEADs of paths containing part itself: answer sets the
+// headers and returns the status.
+func answerHead(part string, answer func(http.Header) int) bend {
+	return func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Method != http.MethodHead || !strings.Contains(r.URL.Path, part) {
+			return false
 		}
+		w.WriteHeader(answer(w.Header()))
+		return true
 	}
 }
 
-func headWith(set func(http.Header)) bend {
-	return func(w http.ResponseWriter, r *http.Request) bool {
-		if r.Method != http.MethodHead || !strings.Contains(r.URL.Path, "/blobs/") {
-			return false
-		}
-		set(w.Header())
-		w.WriteHeader(http.StatusOK)
-		return true
+// refuseHead answers blob HEADs with status.
+func refuseHead(status int) func(int, string) bend {
+	return func(int, string) bend {
+		return answerHead("/blobs/", func(http.Header) int { return status })
 	}
+}
+
+// headWith answers blob HEADs 200 with the headers set sets.
+func headWith(set func(http.Header)) bend {
+	return answerHead("/blobs/", func(h http.Header) int {
+		set(h)
+		return http.StatusOK
+	})
 }
 
 // TestBlobUnknownIsTheGETsWord: a blob the upstream does not have is a 404 BLOB_UNKNOWN for HEAD
@@ -148,12 +152,9 @@ func TestBlobUnknownIsTheGETsWord(t *testing.T) {
 // length (chunked): the blob still streams to the client, is verified, and only then stored.
 func TestBlobWithoutLength(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 3*mirrortest.MiB, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
-	d, data := mirrortest.LayerBlob(t, img, 0)
-	dgst := d.String()
-	up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
+	f := newBlobFixture(t, 3*mirrortest.MiB, mirror.Options{})
+	data, dgst := f.data, f.digest
+	f.up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
 		if !strings.Contains(r.URL.Path, "/blobs/") {
 			return false
 		}
@@ -169,15 +170,12 @@ func TestBlobWithoutLength(t *testing.T) {
 		}
 		return true
 	}))
-	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
-	url := fmtURL(h, "/v2/upstream.test/team/app/blobs/"+dgst)
+	url := f.url()
 	resp, body := get(t, http.MethodGet, url, nil)
 	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, data) || resp.Header.Get("Docker-Content-Digest") != dgst {
 		t.Fatalf("cold GET without upstream length: %d, %d bytes (want %d)", resp.StatusCode, len(body), len(data))
 	}
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	f.waitIdle(t)
 	resp, body = get(t, http.MethodGet, url, nil)
 	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, data) || resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheHit ||
 		resp.Header.Get("Content-Length") != strconv.Itoa(len(data)) {
@@ -185,10 +183,10 @@ func TestBlobWithoutLength(t *testing.T) {
 	}
 }
 
-// schema1Upstream serves one Docker schema 1 manifest as team/app:v1 with Content-Type ct.
-func schema1Upstream(t *testing.T, ct string) (*mirrortest.Registry, string) {
+// manifestUpstream answers every manifest request (team/app:v1, or any other reference) with body
+// as Content-Type ct (none when ""); it returns the upstream and the digest of body.
+func manifestUpstream(t *testing.T, ct string, body []byte) (*mirrortest.Registry, string) {
 	t.Helper()
-	body := []byte(`{"schemaVersion":1,"name":"team/app","tag":"v1","architecture":"amd64","fsLayers":[],"history":[]}`)
 	sum := sha256.Sum256(body)
 	dgst := "sha256:" + hex.EncodeToString(sum[:])
 	up := mirrortest.NewRegistry(t)
@@ -209,6 +207,9 @@ func schema1Upstream(t *testing.T, ct string) (*mirrortest.Registry, string) {
 	return up, dgst
 }
 
+// schema1Manifest is a Docker schema 1 manifest of team/app:v1.
+var schema1Manifest = []byte(`{"schemaVersion":1,"name":"team/app","tag":"v1","architecture":"amd64","fsLayers":[],"history":[]}`)
+
 // TestSchema1IsPermanent: a schema 1 manifest, announced as such or only recognisable by its
 // bytes, is a 400 MANIFEST_INVALID saying "schema 1 manifests are not supported", every time,
 // by tag and by digest, never a 503.
@@ -223,7 +224,7 @@ func TestSchema1IsPermanent(t *testing.T) {
 	} {
 		t.Run("Content-Type "+ct, func(t *testing.T) {
 			t.Parallel()
-			up, dgst := schema1Upstream(t, ct)
+			up, dgst := manifestUpstream(t, ct, schema1Manifest)
 			h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
 			for i, ref := range []string{"v1", dgst, "v1"} {
 				resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/"+ref), manifestAccept)
@@ -269,23 +270,7 @@ func TestManifestTypedByBytes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			sum := sha256.Sum256(tc.body)
-			dgst := "sha256:" + hex.EncodeToString(sum[:])
-			up := mirrortest.NewRegistry(t)
-			up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
-				if !strings.Contains(r.URL.Path, "/manifests/") {
-					return false
-				}
-				if tc.ct != "" {
-					w.Header().Set("Content-Type", tc.ct)
-				}
-				w.Header().Set("Docker-Content-Digest", dgst)
-				w.Header().Set("Content-Length", strconv.Itoa(len(tc.body)))
-				if r.Method == http.MethodGet {
-					_, _ = w.Write(tc.body)
-				}
-				return true
-			}))
+			up, dgst := manifestUpstream(t, tc.ct, tc.body)
 			h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
 			for _, ref := range []string{"v1", dgst} {
 				resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/"+ref), manifestAccept)
@@ -319,13 +304,7 @@ func TestTagHeadRefused(t *testing.T) {
 			up := mirrortest.NewRegistry(t)
 			img := mirrortest.Image(t, 512, 1, "linux/amd64")
 			up.PushImage(t, "team/app", "v1", img)
-			up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
-				if r.Method != http.MethodHead || !strings.Contains(r.URL.Path, "/manifests/") {
-					return false
-				}
-				w.WriteHeader(status)
-				return true
-			}))
+			up.Wrap(bendWith(answerHead("/manifests/", func(http.Header) int { return status })))
 			h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
 			up.ResetRequests()
 			resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
