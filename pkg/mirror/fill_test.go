@@ -62,17 +62,6 @@ func onBlobGET(r *mirrortest.Registry, fn func(next http.Handler, w http.Respons
 	})
 }
 
-// slowWriter delays every write, so a blob takes a while to stream.
-type slowWriter struct {
-	http.ResponseWriter
-	delay time.Duration
-}
-
-func (s slowWriter) Write(p []byte) (int, error) {
-	time.Sleep(s.delay)
-	return s.ResponseWriter.Write(p)
-}
-
 func TestCacheHeaderMissThenHit(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 256<<10, mirror.Options{})
@@ -129,9 +118,7 @@ func TestRangeOnColdBlob(t *testing.T) {
 func TestCoalescing(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 2*mirrortest.MiB, mirror.Options{})
-	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(slowWriter{w, 3 * time.Millisecond}, r)
-	})
+	f.up.SlowBlobs(3 * time.Millisecond)
 	const clients = 8
 	var (
 		wg     sync.WaitGroup
@@ -269,9 +256,7 @@ func TestUpstreamSeriesAtStart(t *testing.T) {
 func TestLeaderDisconnect(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 2*mirrortest.MiB, mirror.Options{})
-	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(slowWriter{w, 2 * time.Millisecond}, r)
-	})
+	f.up.SlowBlobs(2 * time.Millisecond)
 	ctx, cancel := context.WithCancel(t.Context())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.url(), nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -350,9 +335,7 @@ func TestServeAbandonsOrphanFillsOnShutdown(t *testing.T) {
 	img := mirrortest.Image(t, 2*mirrortest.MiB, 1, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", img)
 	d := mirrortest.LayerDigests(t, img)[0]
-	onBlobGET(up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(slowWriter{w, 50 * time.Millisecond}, r) // ~3 s for the blob
-	})
+	up.SlowBlobs(50 * time.Millisecond) // ~3 s for the blob
 	m, err := mirror.New(t.Context(), mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	if err != nil {
 		t.Fatal(err)
