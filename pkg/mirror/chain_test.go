@@ -248,15 +248,11 @@ func TestChainBreaker(t *testing.T) {
 	up := mirrortest.NewRegistry(t)
 	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
 	shared := newSharedTier(t, up)
-	var (
-		mu  sync.Mutex
-		now = time.Now()
-	)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	clock := mirrortest.NewClock(time.Now())
 	node := newHarness(t, mirror.Options{
 		Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)},
 		Chain:     mustURL(t, shared.front.URL),
-		Clock:     clock,
+		Clock:     clock.Now,
 		TagTTL:    0,
 	})
 	shared.status.Store(http.StatusBadGateway)
@@ -279,9 +275,7 @@ func TestChainBreaker(t *testing.T) {
 	if n := shared.seen.Load(); n != 3 {
 		t.Fatalf("breaker open: shared tier saw %d requests, want still 3", n)
 	}
-	mu.Lock()
-	now = now.Add(31 * time.Second)
-	mu.Unlock()
+	clock.Advance(31 * time.Second)
 	ask() // the probe: fails, opens the breaker for another 30 s
 	for range 3 {
 		ask()
@@ -289,9 +283,7 @@ func TestChainBreaker(t *testing.T) {
 	if n := shared.seen.Load(); n != 4 {
 		t.Fatalf("after 30 s with the shared tier still failing: it saw %d requests, want 4 (one probe)", n)
 	}
-	mu.Lock()
-	now = now.Add(31 * time.Second)
-	mu.Unlock()
+	clock.Advance(31 * time.Second)
 	shared.status.Store(0)
 	ask() // the probe: succeeds, closes the breaker
 	if n := shared.seen.Load(); n != 5 {

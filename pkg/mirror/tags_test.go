@@ -77,12 +77,11 @@ func TestTagTTL(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
 	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
-	var now atomic.Int64 // Unix nanoseconds of the mirror's clock
-	now.Store(time.Now().UnixNano())
+	clock := mirrortest.NewClock(time.Now())
 	h := newHarness(t, mirror.Options{
 		Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)},
 		TagTTL:    time.Hour,
-		Clock:     func() time.Time { return time.Unix(0, now.Load()) },
+		Clock:     clock.Now,
 	})
 	var heads atomic.Int32
 	up.Wrap(func(next http.Handler) http.Handler {
@@ -104,7 +103,7 @@ func TestTagTTL(t *testing.T) {
 		t.Fatalf("--tag-ttl 1h: %d upstream HEADs for three requests, want 1", n)
 	}
 	// An hour later the tag is no longer fresh: revalidated upstream, then fresh again.
-	now.Add(int64(time.Hour))
+	clock.Advance(time.Hour)
 	for i, want := range []string{mirrorapi.CacheRevalidated, mirrorapi.CacheHit} {
 		resp, _ := get(t, http.MethodGet, url, manifestAccept)
 		if c := resp.Header.Get(mirrorapi.HeaderCache); c != want {

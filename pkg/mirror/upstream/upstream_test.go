@@ -22,28 +22,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
+
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// fakeClock is a settable clock for Options.Clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
 }
 
 // testFetcher builds a Fetcher for one upstream "upstream.test" at srv (nil: an unused URL),
@@ -85,7 +69,7 @@ func TestTagFreshness(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clock := &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+			clock := mirrortest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 			f := testFetcher(t, nil, Options{TagTTL: tc.ttl, Clock: clock.Now})
 			if f.TagFresh("upstream.test", "team/app", "v1") {
 				t.Fatal("a tag never confirmed is fresh")
@@ -142,7 +126,7 @@ func pingCounter(t *testing.T) (*httptest.Server, *atomic.Int64) {
 func TestTransportsAreLeastRecentlyUsed(t *testing.T) {
 	t.Parallel()
 	srv, pings := pingCounter(t)
-	clock := &fakeClock{now: time.Now()}
+	clock := mirrortest.NewClock(time.Now())
 	f := testFetcher(t, srv, Options{Clock: clock.Now})
 	c := f.Remote("upstream.test").client
 	get := func(repo string) {
