@@ -263,35 +263,29 @@ func TestChainBreaker(t *testing.T) {
 			t.Fatalf("status %d (%s), want 200 from the upstream directly", resp.StatusCode, body)
 		}
 	}
-	for range 3 {
-		ask()
-	}
-	if n := shared.seen.Load(); n != 3 {
-		t.Fatalf("shared tier saw %d requests for 3 manifest GETs, want 3", n)
-	}
-	for range 5 {
-		ask()
-	}
-	if n := shared.seen.Load(); n != 3 {
-		t.Fatalf("breaker open: shared tier saw %d requests, want still 3", n)
-	}
-	clock.Advance(31 * time.Second)
-	ask() // the probe: fails, opens the breaker for another 30 s
-	for range 3 {
-		ask()
-	}
-	if n := shared.seen.Load(); n != 4 {
-		t.Fatalf("after 30 s with the shared tier still failing: it saw %d requests, want 4 (one probe)", n)
-	}
-	clock.Advance(31 * time.Second)
-	shared.status.Store(0)
-	ask() // the probe: succeeds, closes the breaker
-	if n := shared.seen.Load(); n != 5 {
-		t.Fatalf("after another 30 s: shared tier saw %d requests, want 5 (one probe)", n)
-	}
-	ask()
-	if n := shared.seen.Load(); n != 6 {
-		t.Fatalf("breaker closed again: shared tier saw %d requests, want 6", n)
+	for _, step := range []struct {
+		advance time.Duration // the clock moves on first
+		healed  bool          // the shared tier answers again from this step on
+		asks    int
+		seen    int64 // requests the shared tier saw in all after the step
+		what    string
+	}{
+		{0, false, 3, 3, "3 manifest GETs"},
+		{0, false, 5, 3, "breaker open: 5 more"},
+		{31 * time.Second, false, 4, 4, "after 30 s with the shared tier still failing: one probe, which opens it again"},
+		{31 * time.Second, true, 1, 5, "after another 30 s: one probe, which closes it"},
+		{0, false, 1, 6, "breaker closed again"},
+	} {
+		clock.Advance(step.advance)
+		if step.healed {
+			shared.status.Store(0)
+		}
+		for range step.asks {
+			ask()
+		}
+		if n := shared.seen.Load(); n != step.seen {
+			t.Fatalf("%s: shared tier saw %d requests, want %d", step.what, n, step.seen)
+		}
 	}
 }
 

@@ -93,25 +93,26 @@ func TestTagTTL(t *testing.T) {
 		})
 	})
 	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/v1")
-	for i, want := range []string{mirrorapi.CacheMiss, mirrorapi.CacheHit, mirrorapi.CacheHit} {
-		resp, _ := get(t, http.MethodGet, url, manifestAccept)
-		if c := resp.Header.Get(mirrorapi.HeaderCache); c != want {
-			t.Fatalf("request %d: %s=%q, want %q", i, mirrorapi.HeaderCache, c, want)
+	for _, step := range []struct {
+		advance time.Duration // the clock moves on first
+		answers []string      // X-Cache of each request
+		heads   int32         // upstream HEADs in all after the step
+		what    string
+	}{
+		{0, []string{mirrorapi.CacheMiss, mirrorapi.CacheHit, mirrorapi.CacheHit}, 1, "--tag-ttl 1h"},
+		// An hour later the tag is no longer fresh: revalidated upstream, then fresh again.
+		{time.Hour, []string{mirrorapi.CacheRevalidated, mirrorapi.CacheHit}, 2, "after the TTL"},
+	} {
+		clock.Advance(step.advance)
+		for i, want := range step.answers {
+			resp, _ := get(t, http.MethodGet, url, manifestAccept)
+			if c := resp.Header.Get(mirrorapi.HeaderCache); c != want {
+				t.Fatalf("%s, request %d: %s=%q, want %q", step.what, i, mirrorapi.HeaderCache, c, want)
+			}
 		}
-	}
-	if n := heads.Load(); n != 1 {
-		t.Fatalf("--tag-ttl 1h: %d upstream HEADs for three requests, want 1", n)
-	}
-	// An hour later the tag is no longer fresh: revalidated upstream, then fresh again.
-	clock.Advance(time.Hour)
-	for i, want := range []string{mirrorapi.CacheRevalidated, mirrorapi.CacheHit} {
-		resp, _ := get(t, http.MethodGet, url, manifestAccept)
-		if c := resp.Header.Get(mirrorapi.HeaderCache); c != want {
-			t.Fatalf("after the TTL, request %d: %s=%q, want %q", i, mirrorapi.HeaderCache, c, want)
+		if n := heads.Load(); n != step.heads {
+			t.Fatalf("%s: %d upstream HEADs in all, want %d", step.what, n, step.heads)
 		}
-	}
-	if n := heads.Load(); n != 2 {
-		t.Fatalf("after the TTL: %d upstream HEADs in all, want 2", n)
 	}
 }
 
