@@ -25,20 +25,13 @@ func TestClientEvidenceContent(t *testing.T) {
 	base := "http://" + h.host
 	do := func(method, path, ua string, hdr ...string) int {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, base+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("User-Agent", ua)
-		req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json,application/vnd.docker.distribution.manifest.v2+json")
+		h := http.Header{}
+		h.Set("User-Agent", ua)
+		h.Set("Accept", "application/vnd.oci.image.manifest.v1+json,application/vnd.docker.distribution.manifest.v2+json")
 		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
+			h.Set(hdr[i], hdr[i+1])
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
+		resp, _ := get(t, method, base+path, h)
 		return resp.StatusCode
 	}
 	const cd = "containerd/v2.4.2"
@@ -85,13 +78,9 @@ func TestClientEvidenceContent(t *testing.T) {
 
 func evidence(t *testing.T, base string) mirrorapi.ClientEvidence {
 	t.Helper()
-	resp, err := http.Get(base + mirrorapi.ClientsPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	_, body := get(t, http.MethodGet, base+mirrorapi.ClientsPath, nil)
 	var doc mirrorapi.ClientEvidence
-	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+	if err := json.Unmarshal(body, &doc); err != nil {
 		t.Fatal(err)
 	}
 	return doc

@@ -86,17 +86,12 @@ func uniqueBytes(t *testing.T, img v1.Image) int64 {
 
 func inventory(t *testing.T, host string) mirrorapi.CacheInventory {
 	t.Helper()
-	resp, err := http.Get("http://" + host + mirrorapi.CachePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp, body := get(t, http.MethodGet, "http://"+host+mirrorapi.CachePath, nil)
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %s: %s", mirrorapi.CachePath, resp.Status, b)
+		t.Fatalf("GET %s: %s: %s", mirrorapi.CachePath, resp.Status, body)
 	}
 	var inv mirrorapi.CacheInventory
-	if err := json.NewDecoder(resp.Body).Decode(&inv); err != nil {
+	if err := json.Unmarshal(body, &inv); err != nil {
 		t.Fatal(err)
 	}
 	return inv
@@ -130,16 +125,10 @@ func pullImage(t *testing.T, s string) {
 	}
 }
 
+// manifestStatus GETs an OCI image manifest: the status and the cache header of the answer.
 func manifestStatus(t *testing.T, url string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
-	req.Header.Set("Accept", string(types.OCIManifestSchema1))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	resp, _ := get(t, http.MethodGet, url, http.Header{"Accept": {string(types.OCIManifestSchema1)}})
 	return resp.StatusCode, resp.Header.Get(mirrorapi.HeaderCache)
 }
 
@@ -242,15 +231,10 @@ func TestSizeCapEvictsLeastRecentlyPulled(t *testing.T) {
 	pullImage(t, h.host+"/upstream.test/team/app0:v1")
 }
 
+// deleteImage DELETEs spec (repository@digest) from the cache API: the answer's status.
 func deleteImage(t *testing.T, host, spec string) int {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, "http://"+host+mirrorapi.CachePath+"/"+spec, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	resp, _ := get(t, http.MethodDelete, "http://"+host+mirrorapi.CachePath+"/"+spec, nil)
 	return resp.StatusCode
 }
 

@@ -268,7 +268,14 @@ func fetchTree(t *testing.T, ctx context.Context, f remotes.Fetcher, d ocispec.D
 	}
 }
 
+// get sends a method request for url with the headers hdr and reads the whole answer.
 func get(t *testing.T, method, url string, hdr http.Header) (*http.Response, []byte) {
+	t.Helper()
+	return send(t, http.DefaultClient, newRequest(t, method, url, hdr))
+}
+
+// newRequest is a method request for url, with the headers hdr, that ends with the test.
+func newRequest(t *testing.T, method, url string, hdr http.Header) *http.Request {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
 	if err != nil {
@@ -277,14 +284,20 @@ func get(t *testing.T, method, url string, hdr http.Header) (*http.Response, []b
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
-	resp, err := http.DefaultClient.Do(req)
+	return req
+}
+
+// send sends req with client and reads the whole answer.
+func send(t *testing.T, client *http.Client, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, url, err)
+		t.Fatalf("%s %s: read body: %v", req.Method, req.URL, err)
 	}
 	return resp, body
 }

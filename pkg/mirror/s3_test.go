@@ -49,16 +49,7 @@ var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Reques
 // it returns the cache header.
 func getBlob(t *testing.T, h *harness, d string) string {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/blobs/"+d), nil)
-	resp, err := noRedirects.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, body := send(t, noRedirects, newRequest(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/blobs/"+d), nil))
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("blob %s: status %d (Location %q): %s", d, resp.StatusCode, resp.Header.Get("Location"), body)
 	}

@@ -168,25 +168,10 @@ func TestWarmBlobReachesSendfile(t *testing.T) {
 		if method == "" {
 			method = http.MethodGet
 		}
-		req, err := http.NewRequestWithContext(t.Context(), method, base+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range hdr {
-			req.Header[k] = v
-		}
+		req := newRequest(t, method, base+path, hdr)
 		// A fresh connection per request, closed after it, so the listener's counts are complete.
 		req.Close = true
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		got, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp, got
+		return send(t, http.DefaultClient, req)
 	}
 	var hits []int64
 	for _, tt := range tests {
