@@ -175,7 +175,7 @@ func TestBlobWithoutLength(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, data) || resp.Header.Get("Docker-Content-Digest") != dgst {
 		t.Fatalf("cold GET without upstream length: %d, %d bytes (want %d)", resp.StatusCode, len(body), len(data))
 	}
-	f.waitIdle(t)
+	f.h.waitIdle(t)
 	resp, body = get(t, http.MethodGet, url, nil)
 	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, data) || resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheHit ||
 		resp.Header.Get("Content-Length") != strconv.Itoa(len(data)) {

@@ -48,9 +48,7 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 		t.Fatalf("before the child-tag pull, %s is the most recent image; want library/other", before.Images[0].Repository)
 	}
 	pullImage(t, h.host+"/upstream.test/library/alpine:amd64")
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	h.waitIdle(t)
 	inv := inventory(t, h.host)
 	check := func(when string, inv mirrorapi.CacheInventory) {
 		t.Helper()

@@ -44,9 +44,7 @@ func getBigBlob(t *testing.T, h *harness, repo string, img v1.Image) v1.Hash {
 		t.Fatalf("blob of %s: %d, %s=%q, %d of %d bytes (equal: %v); want the whole blob as a miss",
 			repo, resp.StatusCode, mirrorapi.HeaderCache, resp.Header.Get(mirrorapi.HeaderCache), len(body), len(data), bytes.Equal(body, data))
 	}
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	h.waitIdle(t)
 	return ld
 }
 
@@ -69,9 +67,7 @@ func TestDiskFullKeepsServing(t *testing.T) {
 	runMirror(t, h.m)
 	for _, repo := range small {
 		pullImage(t, h.host+"/upstream.test/"+repo+":v1")
-		if err := h.m.WaitIdle(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		h.waitIdle(t)
 	}
 	waitInventory(t, h.host, "two cached images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
 
@@ -86,9 +82,7 @@ func TestDiskFullKeepsServing(t *testing.T) {
 		t.Errorf("the enospc eviction took more than the room the blob lacked: %v", inv.Images)
 	}
 	pullImage(t, h.host+"/upstream.test/team/big:v1") // now there is room: stored
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	h.waitIdle(t)
 	if _, err := os.Stat(blobDataPath(root, ld)); err != nil {
 		t.Errorf("the blob was not stored once eviction made room: %v", err)
 	}
@@ -123,9 +117,7 @@ func TestDiskFullBlobSizes(t *testing.T) {
 			h := newHarness(t, mirror.Options{Root: root, Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 			runMirror(t, h.m)
 			pullImage(t, h.host+"/upstream.test/team/small:v1")
-			if err := h.m.WaitIdle(t.Context()); err != nil {
-				t.Fatal(err)
-			}
+			h.waitIdle(t)
 			waitInventory(t, h.host, "the small image", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 1 })
 
 			attempts := 1

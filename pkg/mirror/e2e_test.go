@@ -1,7 +1,6 @@
 package mirror_test
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -60,11 +59,7 @@ func TestPullThrough(t *testing.T) {
 	})
 
 	t.Run("b: containerd resolver with ?ns=", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		if err := h.m.WaitIdle(ctx); err != nil {
-			t.Fatalf("fills did not finish: %v", err)
-		}
+		h.waitIdle(t)
 		blobGETs := up.Count(http.MethodGet, "/blobs/")
 		dir := hostsDir(t, "testdata/hosts", h.host)
 		desc := pullContainerd(t, dir, "upstream.test/team/app:v1")
@@ -87,11 +82,7 @@ func TestPullThrough(t *testing.T) {
 	})
 
 	t.Run("c: served with the upstream stopped", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		if err := h.m.WaitIdle(ctx); err != nil {
-			t.Fatalf("fills did not finish: %v", err)
-		}
+		h.waitIdle(t)
 		up.Stop()
 		up.ResetRequests()
 		got := pullIndexGGCR(t, ref(t, h.host+"/upstream.test/team/app:v1"))

@@ -162,9 +162,7 @@ func TestSizeCapEvictsLeastRecentlyPulled(t *testing.T) {
 	runMirror(t, h.m)
 	for i := range imgs {
 		pullImage(t, fmt.Sprintf("%s/upstream.test/team/app%d:v1", h.host, i))
-		if err := h.m.WaitIdle(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		h.waitIdle(t)
 	}
 	// Eviction is over when the cache is at 90 % of the cap, the second image is counted and its
 	// blobs are gone: an image is counted before its blobs are deleted, so the blob gauge and the
@@ -252,9 +250,7 @@ func TestEvictionSparesBlobBeingServed(t *testing.T) {
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	runMirror(t, h.m)
 	pullImage(t, h.host+"/upstream.test/team/big:v1")
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	h.waitIdle(t)
 	ld := mirrortest.LayerDigests(t, img)[0]
 	resp, err := http.Get(fmt.Sprintf("http://%s/v2/upstream.test/team/big/blobs/%s", h.host, ld))
 	if err != nil {
@@ -302,9 +298,7 @@ func TestEvictionRacingFillLosesNothing(t *testing.T) {
 		up.PushImage(t, a, "v1", img)
 		up.PushImage(t, b, "v1", img)
 		pullImage(t, h.host+"/upstream.test/"+a+":v1")
-		if err := h.m.WaitIdle(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		h.waitIdle(t)
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
@@ -316,9 +310,7 @@ func TestEvictionRacingFillLosesNothing(t *testing.T) {
 		}()
 		pullImage(t, h.host+"/upstream.test/"+b+":v1")
 		wg.Wait()
-		if err := h.m.WaitIdle(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		h.waitIdle(t)
 	}
 	up.Stop()
 	for i := range rounds {
@@ -351,9 +343,7 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 	pullImage(t, h.host+"/upstream.test/team/one:v1")
 	pullIndexGGCR(t, ref(t, h.host+"/upstream.test/team/multi:v2"))
 	pullImage(t, h.host+"/upstream.test/team/multi:amd64")
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	h.waitIdle(t)
 	want := waitInventory(t, h.host, "two images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
 	if want.Images[0].ChildTags["amd64"] != im.Manifests[0].Digest.String() {
 		t.Fatalf("child tag amd64 not on the index's row: %+v", want.Images)
@@ -439,9 +429,7 @@ func TestServesBeforeIndexReady(t *testing.T) {
 	stop := runMirror(t, h.m)
 	pullImage(t, h.host+"/upstream.test/team/one:v1")
 	pullImage(t, h.host+"/upstream.test/team/two:v1")
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	h.waitIdle(t)
 	full := waitInventory(t, h.host, "two images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
 	stop()
 	h.srv.Close()

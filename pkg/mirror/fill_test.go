@@ -40,15 +40,6 @@ func newBlobFixture(t *testing.T, layerBytes int64, opts mirror.Options) *blobFi
 
 func (f *blobFixture) url() string { return fmtURL(f.h, "/v2/upstream.test/team/app/blobs/"+f.digest) }
 
-func (f *blobFixture) waitIdle(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := f.h.m.WaitIdle(ctx); err != nil {
-		t.Fatalf("fills did not finish: %v", err)
-	}
-}
-
 // onBlobGET wraps the upstream so that blob GETs go through fn (other requests pass).
 func onBlobGET(r *mirrortest.Registry, fn func(next http.Handler, w http.ResponseWriter, req *http.Request)) {
 	r.Wrap(func(next http.Handler) http.Handler {
@@ -72,7 +63,7 @@ func TestCacheHeaderMissThenHit(t *testing.T) {
 	if c := resp.Header.Get(mirrorapi.HeaderCache); c != mirrorapi.CacheMiss {
 		t.Fatalf("cold GET: %s=%q, want miss", mirrorapi.HeaderCache, c)
 	}
-	f.waitIdle(t)
+	f.h.waitIdle(t)
 	resp, body = get(t, http.MethodGet, f.url(), nil)
 	if c := resp.Header.Get(mirrorapi.HeaderCache); c != mirrorapi.CacheHit || !bytes.Equal(body, f.data) {
 		t.Fatalf("warm GET: %s=%q, %d bytes", mirrorapi.HeaderCache, c, len(body))
@@ -189,7 +180,7 @@ func TestResume(t *testing.T) {
 	if got := metricValue(t, f.h, `nodecache_upstream_resumes_total{upstream="upstream.test"}`); got != float64(ranged) {
 		t.Errorf("nodecache_upstream_resumes_total = %v, want %d (one per Range request)", got, ranged)
 	}
-	f.waitIdle(t)
+	f.h.waitIdle(t)
 	f.up.Stop()
 	if resp, body := get(t, http.MethodGet, f.url(), nil); resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheHit || !bytes.Equal(body, f.data) {
 		t.Fatal("resumed blob was not stored")
@@ -217,7 +208,7 @@ func TestDigestMismatch(t *testing.T) {
 	if rerr == nil && len(body) == len(f.data) {
 		t.Fatalf("client received a complete %d-byte body for a blob that fails its digest", len(body))
 	}
-	f.waitIdle(t)
+	f.h.waitIdle(t)
 	if got := metricValue(t, f.h, `nodecache_digest_mismatches_total{kind="blob",upstream="upstream.test"}`); got != 1 {
 		t.Errorf("nodecache_digest_mismatches_total = %v, want 1", got)
 	}
@@ -266,7 +257,7 @@ func TestLeaderDisconnect(t *testing.T) {
 	_, _ = io.ReadFull(resp.Body, make([]byte, 4096))
 	cancel()
 	resp.Body.Close()
-	f.waitIdle(t)
+	f.h.waitIdle(t)
 	f.up.Stop()
 	resp, body := get(t, http.MethodGet, f.url(), nil)
 	if resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheHit || !bytes.Equal(body, f.data) {

@@ -131,6 +131,16 @@ func newHarness(t *testing.T, opts mirror.Options) *harness {
 	return h
 }
 
+// waitIdle waits (a minute at most) until h's fills are over.
+func (h *harness) waitIdle(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := h.m.WaitIdle(ctx); err != nil {
+		t.Fatalf("fills did not finish: %v", err)
+	}
+}
+
 func (h *harness) registryRequests() int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()

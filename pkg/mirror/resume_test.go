@@ -114,9 +114,7 @@ func TestFillThatProgressesKeepsGoing(t *testing.T) {
 	if g := gets.Load(); g < size/(8*mirrortest.MiB) {
 		t.Errorf("only %d upstream GETs: the upstream did not reset as the test means it to", g)
 	}
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	h.waitIdle(t)
 	resp, err = http.Head(url)
 	if err == nil {
 		_ = resp.Body.Close()

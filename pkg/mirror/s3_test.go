@@ -1,7 +1,6 @@
 package mirror_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"os"
@@ -33,11 +32,7 @@ func s3Replica(t *testing.T, s3 *mirrortest.S3, up *mirrortest.Registry) *harnes
 
 func (h *harness) stop(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := h.m.WaitIdle(ctx); err != nil {
-		t.Fatalf("fills did not finish: %v", err)
-	}
+	h.waitIdle(t)
 	h.srv.Close()
 	_ = h.m.Close()
 }
@@ -122,11 +117,7 @@ func TestS3SharedBucket(t *testing.T) {
 		if n := up.Count(http.MethodGet, "/blobs/"+d); n != 1 {
 			t.Fatalf("upstream GETs of the vanished blob: %d, want 1", n)
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		if err := c.m.WaitIdle(ctx); err != nil {
-			t.Fatal(err)
-		}
+		c.waitIdle(t)
 		if _, err := os.Stat(s3.ObjectPath(key)); err != nil {
 			t.Fatalf("the refetched blob is not in the bucket again: %v", err)
 		}

@@ -120,7 +120,7 @@ func TestWarmBlobReachesSendfile(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, f.data) {
 		t.Fatalf("cold GET: %d, %d bytes", resp.StatusCode, len(body))
 	}
-	f.waitIdle(t)
+	f.h.waitIdle(t)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -138,9 +138,7 @@ func TestWarmBlobReachesSendfile(t *testing.T) {
 	if resp, _ := get(t, http.MethodGet, fmtURL(ref, "/v2/upstream.test/team/app/blobs/"+f.digest), nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("cold GET through the in-memory nodecache: %d", resp.StatusCode)
 	}
-	if err := ref.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	ref.waitIdle(t)
 
 	n := int64(len(f.data))
 	blob := "/v2/upstream.test/team/app/blobs/" + f.digest
