@@ -132,8 +132,7 @@ func TestBearerTokenAndRedirects(t *testing.T) {
 		t.Fatal("wrong index through the token-protected upstream")
 	}
 	// HEAD on a cold blob follows the relative redirect.
-	im, _ := idx.IndexManifest()
-	img, _ := idx.Image(im.Manifests[1].Digest)
+	_, img := mirrortest.IndexChild(t, idx, 1)
 	d := mirrortest.LayerDigests(t, img)[0]
 	resp, _ := get(t, http.MethodHead, fmtURL(h, "/v2/library/alpine/blobs/"+d.String()+"?ns=docker.io"), nil)
 	if resp.StatusCode != http.StatusOK {

@@ -24,15 +24,7 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 	up := mirrortest.NewRegistry(t)
 	idx := mirrortest.MultiPlatformIndex(t, 128<<10, 1)
 	up.PushIndex(t, "library/alpine", "3.20", idx)
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	amd64 := im.Manifests[0].Digest // MultiPlatformIndex puts linux/amd64 first
-	child, err := idx.Image(amd64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	amd64, child := mirrortest.IndexChild(t, idx, 0) // MultiPlatformIndex puts linux/amd64 first
 	up.PushImage(t, "library/alpine", "amd64", child)
 	other := mirrortest.Image(t, mirrortest.MiB, 1, "linux/amd64")
 	up.PushImage(t, "library/other", "v1", other)

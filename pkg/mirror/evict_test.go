@@ -327,14 +327,7 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 	up.PushImage(t, "team/one", "v1", mirrortest.Image(t, 64<<10, 2, "linux/amd64"))
 	multi := mirrortest.MultiPlatformIndex(t, 64<<10, 1)
 	up.PushIndex(t, "team/multi", "v2", multi)
-	im, err := multi.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	child, err := multi.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	amd64, child := mirrortest.IndexChild(t, multi, 0)
 	up.PushImage(t, "team/multi", "amd64", child) // a tag of the index's child: kept as a child tag
 	root := t.TempDir()
 	ups := []name.Upstream{upstreamFor(t, "upstream.test", up)}
@@ -345,7 +338,7 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 	pullImage(t, h.host+"/upstream.test/team/multi:amd64")
 	h.waitIdle(t)
 	want := waitInventory(t, h.host, "two images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
-	if want.Images[0].ChildTags["amd64"] != im.Manifests[0].Digest.String() {
+	if want.Images[0].ChildTags["amd64"] != amd64.String() {
 		t.Fatalf("child tag amd64 not on the index's row: %+v", want.Images)
 	}
 	stop()

@@ -173,3 +173,19 @@ func LayerBlob(t testing.TB, img v1.Image, i int) (v1.Hash, []byte) {
 	}
 	return d, b
 }
+
+// IndexChild returns the digest and the image of idx's manifest i (in a MultiPlatformIndex, 0 is
+// linux/amd64 and 1 linux/arm64).
+func IndexChild(t testing.TB, idx v1.ImageIndex, i int) (v1.Hash, v1.Image) {
+	t.Helper()
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatalf("index manifest: %v", err)
+	}
+	d := im.Manifests[i].Digest
+	img, err := idx.Image(d)
+	if err != nil {
+		t.Fatalf("index child %s: %v", d, err)
+	}
+	return d, img
+}
