@@ -13,7 +13,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
-	regname "github.com/nodecache/nodecache/pkg/name"
 )
 
 // bend answers some upstream requests itself (true) instead of the registry.
@@ -75,7 +74,7 @@ func TestBlobHeadIsAHint(t *testing.T) {
 				up.Wrap(bendWith(tc.bend(len(data), dgst)))
 			}
 			for _, method := range []string{http.MethodHead, http.MethodGet} {
-				h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+				h := newHarnessFor(t, up)
 				up.ResetRequests()
 				resp, body := get(t, method, fmtURL(h, "/v2/upstream.test/team/app/blobs/"+dgst), nil)
 				wantCL := strconv.Itoa(len(data))
@@ -138,7 +137,7 @@ func TestBlobUnknownIsTheGETsWord(t *testing.T) {
 	up := mirrortest.NewRegistry(t)
 	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 512, 1, "linux/amd64"))
 	up.Wrap(bendWith(refuseHead(http.StatusForbidden)(0, "")))
-	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 	missing := "sha256:" + strings.Repeat("ab", 32)
 	for _, method := range []string{http.MethodHead, http.MethodGet} {
 		resp, body := get(t, method, fmtURL(h, "/v2/upstream.test/team/app/blobs/"+missing), nil)
@@ -225,7 +224,7 @@ func TestSchema1IsPermanent(t *testing.T) {
 		t.Run("Content-Type "+ct, func(t *testing.T) {
 			t.Parallel()
 			up, dgst := manifestUpstream(t, ct, schema1Manifest)
-			h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+			h := newHarnessFor(t, up)
 			for i, ref := range []string{"v1", dgst, "v1"} {
 				resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/"+ref), manifestAccept)
 				if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"code":"MANIFEST_INVALID"`) ||
@@ -271,7 +270,7 @@ func TestManifestTypedByBytes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			up, dgst := manifestUpstream(t, tc.ct, tc.body)
-			h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+			h := newHarnessFor(t, up)
 			for _, ref := range []string{"v1", dgst} {
 				resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/"+ref), manifestAccept)
 				if resp.StatusCode != tc.status {
@@ -305,7 +304,7 @@ func TestTagHeadRefused(t *testing.T) {
 			img := mirrortest.Image(t, 512, 1, "linux/amd64")
 			up.PushImage(t, "team/app", "v1", img)
 			up.Wrap(bendWith(answerHead("/manifests/", func(http.Header) int { return status })))
-			h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+			h := newHarnessFor(t, up)
 			up.ResetRequests()
 			resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
 			if resp.StatusCode != http.StatusOK || resp.Header.Get("Docker-Content-Digest") != digestOf(t, img) {

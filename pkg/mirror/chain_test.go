@@ -37,7 +37,7 @@ type sharedTier struct {
 
 func newSharedTier(t *testing.T, up *mirrortest.Registry) *sharedTier {
 	t.Helper()
-	s := &sharedTier{h: newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})}
+	s := &sharedTier{h: newHarnessFor(t, up)}
 	s.front = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.seen.Add(1)
 		if r.Header.Get("Authorization") != "" {

@@ -29,7 +29,7 @@ func TestPullThrough(t *testing.T) {
 	up.PushIndex(t, "team/app", "v1", idx)
 	wantDigest := digestOf(t, idx)
 
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 	up.ResetRequests()
 
 	t.Run("a: go-containerregistry through the path prefix", func(t *testing.T) {
@@ -128,7 +128,7 @@ func assertNSRequests(t *testing.T, h *harness, pathPrefix string) {
 func TestRefusals(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 
 	err := remote.Write(ref(t, h.host+"/upstream.test/pushed:v1"), mirrortest.Image(t, 1024, 1, "linux/amd64"), remote.WithContext(t.Context()))
 	var te *transport.Error
@@ -164,7 +164,7 @@ func TestRefusals(t *testing.T) {
 func TestUpstreamDownAtStart(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewStoppedRegistry(t, "")
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 
 	resp, _ := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
 	if resp.StatusCode != http.StatusServiceUnavailable {

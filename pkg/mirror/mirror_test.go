@@ -141,6 +141,13 @@ func (h *harness) waitIdle(t *testing.T) {
 	}
 }
 
+// newHarnessFor is the harness of most tests: nodecache with default options in front of up,
+// named upstream.test.
+func newHarnessFor(t *testing.T, up *mirrortest.Registry) *harness {
+	t.Helper()
+	return newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+}
+
 func (h *harness) registryRequests() int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()

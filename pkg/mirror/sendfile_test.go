@@ -14,7 +14,6 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // fileCountingListener hands out connections that record how the HTTP server writes to them:
@@ -134,7 +133,7 @@ func TestWarmBlobReachesSendfile(t *testing.T) {
 
 	// The same upstream through a nodecache on in-memory storage: its hits are served by
 	// distribution's own blob server, the answer to match header for header.
-	ref := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", f.up)}})
+	ref := newHarnessFor(t, f.up)
 	if resp, _ := get(t, http.MethodGet, fmtURL(ref, "/v2/upstream.test/team/app/blobs/"+f.digest), nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("cold GET through the in-memory nodecache: %d", resp.StatusCode)
 	}

@@ -30,7 +30,7 @@ func TestTagSemantics(t *testing.T) {
 	up := mirrortest.NewRegistry(t)
 	img := mirrortest.Image(t, 1024, 1, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", img)
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/v1")
 
 	expect := func(step string, status int, cache string) *http.Response {
@@ -133,7 +133,7 @@ func TestTagHeadWithoutDigest(t *testing.T) {
 			next.ServeHTTP(w, r)
 		})
 	})
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 	resp, _ := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Docker-Content-Digest") != digestOf(t, img) || resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheMiss {
 		t.Fatalf("HEAD without digest: %d %s %s=%q", resp.StatusCode, resp.Header.Get("Docker-Content-Digest"), mirrorapi.HeaderCache, resp.Header.Get(mirrorapi.HeaderCache))
@@ -157,7 +157,7 @@ func TestManifestCoalesced(t *testing.T) {
 			next.ServeHTTP(w, r)
 		})
 	})
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/"+digestOf(t, img))
 	caches := make(chan string, 6)
 	for i := 0; i < cap(caches); i++ {
@@ -193,7 +193,7 @@ func TestRetryAfterFromPing(t *testing.T) {
 			http.Error(w, "slow down", http.StatusTooManyRequests)
 		})
 	})
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "17" {
 		t.Fatalf("429 at ping: %d Retry-After=%q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)

@@ -248,7 +248,7 @@ func TestTagsListTooManyPages(t *testing.T) {
 func TestTagsListClients(t *testing.T) {
 	t.Parallel()
 	up, tags, _ := pagedUpstream(t, 251)
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 	repo := h.host + "/upstream.test/team/app"
 
 	got, err := crane.ListTags(repo, crane.Insecure, crane.WithContext(t.Context()))

@@ -193,7 +193,7 @@ func TestTagsListShared(t *testing.T) {
 			paged.ServeHTTP(w, r)
 		})
 	})
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 	const clients = 8
 	before := h.registryRequests()
 	answers := make(chan listAnswer, clients)
