@@ -63,8 +63,7 @@ func TestPullAllow(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
 			t.Parallel()
-			upstream := mirrortest.NewRegistry(t)
-			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
+			upstream, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 4096)
 			upstream.ResetRequests()
 			h := newHarness(t, mirror.Options{
 				Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", upstream)},

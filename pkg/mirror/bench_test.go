@@ -71,9 +71,7 @@ func fetchAll(b *testing.B, url string) int64 {
 // the layer blob.
 func benchBlob(b *testing.B, impl string, size int64) (*mirrortest.Registry, string) {
 	b.Helper()
-	up := mirrortest.NewRegistry(b)
-	img := mirrortest.Image(b, size, 1, "linux/amd64")
-	up.PushImage(b, "team/app", "v1", img)
+	up, img := mirrortest.NewRegistryWithImage(b, "team/app", "v1", size)
 	d := mirrortest.LayerDigests(b, img)[0]
 	addr := ""
 	if impl == "stock" {

@@ -65,9 +65,7 @@ func TestBlobHeadIsAHint(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			up := mirrortest.NewRegistry(t)
-			img := mirrortest.Image(t, 8192, 1, "linux/amd64")
-			up.PushImage(t, "team/app", "v1", img)
+			up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 8192)
 			d, data := mirrortest.LayerBlob(t, img, 0)
 			dgst := d.String()
 			if tc.bend != nil {
@@ -134,8 +132,7 @@ func headWith(set func(http.Header)) bend {
 // and GET, decided by the GET when the HEAD is refused.
 func TestBlobUnknownIsTheGETsWord(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 512, 1, "linux/amd64"))
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 512)
 	up.Wrap(bendWith(refuseHead(http.StatusForbidden)(0, "")))
 	h := newHarnessFor(t, up)
 	missing := "sha256:" + strings.Repeat("ab", 32)
@@ -300,9 +297,7 @@ func TestTagHeadRefused(t *testing.T) {
 	for _, status := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			t.Parallel()
-			up := mirrortest.NewRegistry(t)
-			img := mirrortest.Image(t, 512, 1, "linux/amd64")
-			up.PushImage(t, "team/app", "v1", img)
+			up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 512)
 			up.Wrap(bendWith(answerHead("/manifests/", func(http.Header) int { return status })))
 			h := newHarnessFor(t, up)
 			up.ResetRequests()

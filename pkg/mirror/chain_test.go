@@ -172,8 +172,7 @@ func TestChain(t *testing.T) {
 func TestChainWaitsForSharedTier(t *testing.T) {
 	t.Parallel()
 	const timeout = 2 * time.Second // the margin SharedTierTimeout leaves is half of it: 1 s, for loaded CI machines
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	ups := []regname.Upstream{upstreamFor(t, "upstream.test", up)}
 	shared := newHarness(t, mirror.Options{Upstreams: ups, UpstreamTimeout: timeout})
 	pullImage(t, shared.host+"/upstream.test/team/app:v1")
@@ -204,8 +203,7 @@ func TestChainWaitsForSharedTier(t *testing.T) {
 //nolint:paralleltest // the subtests share the shared tier's injected status
 func TestChainPassesAnswersOn(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	shared := newSharedTier(t, up)
 	for _, tc := range []struct {
 		name       string
@@ -245,8 +243,7 @@ func TestChainPassesAnswersOn(t *testing.T) {
 // opens it for another 30 s, a successful one closes it.
 func TestChainBreaker(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	shared := newSharedTier(t, up)
 	clock := mirrortest.NewClock(time.Now())
 	node := newHarness(t, mirror.Options{
@@ -293,8 +290,7 @@ func TestChainBreaker(t *testing.T) {
 // a request with more than 4 nodecache hops is refused the same way.
 func TestChainLoop(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -346,8 +342,7 @@ func TestChainLoop(t *testing.T) {
 // /v2/) is sent ?ns= without --chain.
 func TestUpstreamAnnouncesNodecache(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	shared := newSharedTier(t, up)
 	u, err := regname.ParseUpstream("upstream.test=" + shared.front.URL)
 	if err != nil {

@@ -17,9 +17,7 @@ import (
 // are seen but are no proof that a runtime pulls through the mirror.
 func TestClientEvidenceContent(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 1024, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
+	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []regname.Upstream{upstreamFor(t, "up.test", up)}})
 	blob := mirrortest.LayerDigests(t, img)[0]
 	base := "http://" + h.host

@@ -110,8 +110,7 @@ func TestDiskFullBlobSizes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			root := tmpfsRoot(t, "2560k")
-			up := mirrortest.NewRegistry(t)
-			up.PushImage(t, "team/small", "v1", mirrortest.Image(t, 256<<10, 1, "linux/amd64"))
+			up, _ := mirrortest.NewRegistryWithImage(t, "team/small", "v1", 256<<10)
 			big := mirrortest.Image(t, tc.layerBytes, 1, "linux/amd64")
 			up.PushImage(t, "team/big", "v1", big)
 			h := newHarness(t, mirror.Options{Root: root, Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})

@@ -188,8 +188,7 @@ func TestUpstreamDownAtStart(t *testing.T) {
 // the upstream timeout; an uncached one fails within it.
 func TestBlackholedUpstream(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	const timeout = 2 * time.Second
 	h := newHarness(t, mirror.Options{
 		Upstreams:       []name.Upstream{upstreamFor(t, "upstream.test", up)},

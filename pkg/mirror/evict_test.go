@@ -244,9 +244,7 @@ func blobDataPath(root string, d v1.Hash) string {
 // its image (its links go, its data stays while it is served), and the client gets all of it.
 func TestEvictionSparesBlobBeingServed(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 32*mirrortest.MiB, 1, "linux/amd64")
-	up.PushImage(t, "team/big", "v1", img)
+	up, img := mirrortest.NewRegistryWithImage(t, "team/big", "v1", 32*mirrortest.MiB)
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	runMirror(t, h.m)
 	pullImage(t, h.host+"/upstream.test/team/big:v1")

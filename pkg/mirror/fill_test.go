@@ -29,9 +29,7 @@ type blobFixture struct {
 
 func newBlobFixture(t *testing.T, layerBytes int64, opts mirror.Options) *blobFixture {
 	t.Helper()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, layerBytes, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
+	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", layerBytes)
 	d, data := mirrortest.LayerBlob(t, img, 0)
 	opts.Upstreams = []name.Upstream{upstreamFor(t, "upstream.test", up)}
 	up.ResetRequests()
@@ -322,9 +320,7 @@ func TestUpstreamBlobErrorBecomesStatus(t *testing.T) {
 // shutdown beyond the fill grace, and nothing partial is stored.
 func TestServeAbandonsOrphanFillsOnShutdown(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 2*mirrortest.MiB, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
+	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 2*mirrortest.MiB)
 	d := mirrortest.LayerDigests(t, img)[0]
 	up.SlowBlobs(50 * time.Millisecond) // ~3 s for the blob
 	m, err := mirror.New(t.Context(), mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})

@@ -27,9 +27,7 @@ func tooMany(next http.Handler) http.Handler {
 
 func TestTagSemantics(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 1024, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	h := newHarnessFor(t, up)
 	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/v1")
 
@@ -75,8 +73,7 @@ func TestTagSemantics(t *testing.T) {
 
 func TestTagTTL(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	clock := mirrortest.NewClock(time.Now())
 	h := newHarness(t, mirror.Options{
 		Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)},
@@ -120,9 +117,7 @@ func TestTagTTL(t *testing.T) {
 // fetched to learn it, and the answer says so (miss).
 func TestTagHeadWithoutDigest(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 1024, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
+	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	up.Wrap(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodHead && strings.Contains(r.URL.Path, "/manifests/") {
@@ -144,9 +139,7 @@ func TestTagHeadWithoutDigest(t *testing.T) {
 // requests that joined it say so.
 func TestManifestCoalesced(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 1024, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
+	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	var gets atomic.Int32
 	up.Wrap(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -27,9 +27,7 @@ import (
 // tags/list requests it answered.
 func pagedUpstream(t *testing.T, n int) (*mirrortest.Registry, []string, *atomic.Int64) {
 	t.Helper()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 256, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "seed", img)
+	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "seed", 256)
 	tags := []string{"seed"}
 	for i := range n - 1 {
 		tag := fmt.Sprintf("v%d.%d", i/10, i%10)

@@ -84,9 +84,7 @@ func (s *internalService) url(path string) string { return s.srv.URL + path }
 // digest of the image's layer.
 func redirectingUpstream(t *testing.T, target func(kind string) string) (*mirrortest.Registry, digest.Digest) {
 	t.Helper()
-	reg := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 4096, 1, "linux/amd64")
-	reg.PushImage(t, "library/app", "latest", img)
+	reg, img := mirrortest.NewRegistryWithImage(t, "library/app", "latest", 4096)
 	layer := digest.Digest(mirrortest.LayerDigests(t, img)[0].String())
 	reg.Wrap(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

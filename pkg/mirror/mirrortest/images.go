@@ -79,6 +79,16 @@ func MultiPlatformIndex(t testing.TB, layerBytes int64, layers int) v1.ImageInde
 	return mutate.AppendManifests(idx, adds...)
 }
 
+// NewRegistryWithImage starts a registry like NewRegistry that holds a random linux/amd64 image of
+// one layer of layerBytes bytes as repo:tag; it returns the registry and the image.
+func NewRegistryWithImage(t testing.TB, repo, tag string, layerBytes int64) (*Registry, v1.Image) {
+	t.Helper()
+	r := NewRegistry(t)
+	img := Image(t, layerBytes, 1, "linux/amd64")
+	r.PushImage(t, repo, tag, img)
+	return r, img
+}
+
 // Ref returns a reference to repo:tag (or repo@digest when tag starts with "sha256:") on r.
 func (r *Registry) Ref(t testing.TB, repo, tag string) name.Reference {
 	t.Helper()
