@@ -68,10 +68,7 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 	}
 
 	stop()
-	h.srv.Close()
-	if err := h.m.Close(); err != nil {
-		t.Fatal(err)
-	}
+	h.close(t)
 	up.Stop()
 	indexFile := filepath.Join(root, "nodecache", "index.json")
 	clean, err := os.ReadFile(indexFile)
@@ -97,10 +94,7 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 			check("reloaded from the index file", got)
 		}
 		stop2()
-		h2.srv.Close()
-		if err := h2.m.Close(); err != nil {
-			t.Fatal(err)
-		}
+		h2.close(t)
 	}
 
 	// The first run's file back, then a start over a cap that one eviction meets: the least

@@ -340,10 +340,7 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 		t.Fatalf("child tag amd64 not on the index's row: %+v", want.Images)
 	}
 	stop()
-	h.srv.Close()
-	if err := h.m.Close(); err != nil {
-		t.Fatal(err)
-	}
+	h.close(t)
 	indexFile := filepath.Join(root, "nodecache", "index.json")
 	clean, err := os.ReadFile(indexFile)
 	if err != nil {
@@ -387,10 +384,7 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 		}
 		pullImage(t, h2.host+"/upstream.test/team/one:v1") // served from what the index describes
 		stop2()
-		h2.srv.Close()
-		if err := h2.m.Close(); err != nil {
-			t.Fatal(err)
-		}
+		h2.close(t)
 	}
 
 	// Started over its cap, nodecache evicts at once: the least recently pulled image goes.
@@ -423,10 +417,7 @@ func TestServesBeforeIndexReady(t *testing.T) {
 	h.waitIdle(t)
 	full := waitInventory(t, h.host, "two images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
 	stop()
-	h.srv.Close()
-	if err := h.m.Close(); err != nil {
-		t.Fatal(err)
-	}
+	h.close(t)
 	if err := os.Remove(filepath.Join(root, "nodecache", "index.json")); err != nil {
 		t.Fatal(err) // no index file: the next start must rebuild from storage
 	}

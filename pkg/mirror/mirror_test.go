@@ -148,6 +148,15 @@ func newHarnessFor(t *testing.T, up *mirrortest.Registry) *harness {
 	return newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
 }
 
+// close stops serving and closes the mirror (a clean shutdown, which writes the cache index).
+func (h *harness) close(t *testing.T) {
+	t.Helper()
+	h.srv.Close()
+	if err := h.m.Close(); err != nil {
+		t.Fatalf("close the mirror: %v", err)
+	}
+}
+
 func (h *harness) registryRequests() int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()

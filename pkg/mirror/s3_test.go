@@ -33,8 +33,7 @@ func s3Replica(t *testing.T, s3 *mirrortest.S3, up *mirrortest.Registry) *harnes
 func (h *harness) stop(t *testing.T) {
 	t.Helper()
 	h.waitIdle(t)
-	h.srv.Close()
-	_ = h.m.Close()
+	h.close(t)
 }
 
 // noRedirects is a client that shows a 3xx instead of following it.
