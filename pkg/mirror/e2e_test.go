@@ -58,27 +58,28 @@ func TestPullThrough(t *testing.T) {
 		}
 	})
 
-	t.Run("b: containerd resolver with ?ns=", func(t *testing.T) {
-		h.waitIdle(t)
-		blobGETs := up.Count(http.MethodGet, "/blobs/")
-		dir := hostsDir(t, "testdata/hosts", h.host)
-		desc := pullContainerd(t, dir, "upstream.test/team/app:v1")
+	// pullWithHosts pulls the image with containerd configured by the hosts.toml tree src, which
+	// must send its requests with ?ns= to paths under pathPrefix.
+	pullWithHosts := func(t *testing.T, src, pathPrefix string) {
+		t.Helper()
+		desc := pullContainerd(t, hostsDir(t, src, h.host), "upstream.test/team/app:v1")
 		if desc.Digest.String() != wantDigest {
 			t.Fatalf("resolved %s, want %s", desc.Digest, wantDigest)
 		}
-		assertNSRequests(t, h, "/v2/team/app/")
+		assertNSRequests(t, h, pathPrefix)
+	}
+
+	t.Run("b: containerd resolver with ?ns=", func(t *testing.T) {
+		h.waitIdle(t)
+		blobGETs := up.Count(http.MethodGet, "/blobs/")
+		pullWithHosts(t, "testdata/hosts", "/v2/team/app/")
 		if n := up.Count(http.MethodGet, "/blobs/"); n != blobGETs {
 			t.Fatalf("second pull fetched %d blobs from the upstream again", n-blobGETs)
 		}
 	})
 
 	t.Run("b: containerd resolver with override_path (prefix and ?ns=)", func(t *testing.T) {
-		dir := hostsDir(t, "testdata/hosts-override", h.host)
-		desc := pullContainerd(t, dir, "upstream.test/team/app:v1")
-		if desc.Digest.String() != wantDigest {
-			t.Fatalf("resolved %s, want %s", desc.Digest, wantDigest)
-		}
-		assertNSRequests(t, h, "/v2/upstream.test/team/app/")
+		pullWithHosts(t, "testdata/hosts-override", "/v2/upstream.test/team/app/")
 	})
 
 	t.Run("c: served with the upstream stopped", func(t *testing.T) {
