@@ -40,10 +40,7 @@ func stockProxy(b *testing.B, up *mirrortest.Registry) string {
 
 func nodecacheProxy(b *testing.B, up *mirrortest.Registry) (string, *mirror.Mirror) {
 	b.Helper()
-	u, err := name.ParseUpstream("upstream.test=" + up.URL.String())
-	if err != nil {
-		b.Fatal(err)
-	}
+	u := upstreamFor(b, "upstream.test", up)
 	m, err := mirror.New(b.Context(), mirror.Options{Root: b.TempDir(), Upstreams: []name.Upstream{u}, DefaultUpstream: "upstream.test"})
 	if err != nil {
 		b.Fatal(err)

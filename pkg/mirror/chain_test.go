@@ -344,10 +344,7 @@ func TestUpstreamAnnouncesNodecache(t *testing.T) {
 	t.Parallel()
 	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	shared := newSharedTier(t, up)
-	u, err := regname.ParseUpstream("upstream.test=" + shared.front.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := parseUpstream(t, "upstream.test="+shared.front.URL)
 	node := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{u}, DefaultUpstream: "upstream.test"})
 	if err := pullImageErr(t.Context(), node.host+"/upstream.test/team/app:v1"); err != nil {
 		t.Fatal(err)

@@ -163,11 +163,17 @@ func (h *harness) registryRequests() int64 {
 	return *h.served
 }
 
-func upstreamFor(t *testing.T, upstreamName string, r *mirrortest.Registry) regname.Upstream {
+func upstreamFor(t testing.TB, upstreamName string, r *mirrortest.Registry) regname.Upstream {
 	t.Helper()
-	u, err := regname.ParseUpstream(upstreamName + "=" + r.URL.String())
+	return parseUpstream(t, upstreamName+"="+r.URL.String())
+}
+
+// parseUpstream parses an upstream as --upstream takes it ("name=URL").
+func parseUpstream(t testing.TB, spec string) regname.Upstream {
+	t.Helper()
+	u, err := regname.ParseUpstream(spec)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("upstream %q: %v", spec, err)
 	}
 	return u
 }

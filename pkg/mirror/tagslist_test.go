@@ -223,10 +223,7 @@ func TestTagsListTooManyPages(t *testing.T) {
 		fmt.Fprintf(w, `{"name":"team/app","tags":["t%05d"]}`, i)
 	}))
 	t.Cleanup(srv.Close)
-	u, err := name.ParseUpstream("upstream.test=" + srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := parseUpstream(t, "upstream.test="+srv.URL)
 	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{u}})
 	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/tags/list"), nil)
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), `"code":"UNKNOWN"`) || !strings.Contains(string(body), "more than 100 pages") {

@@ -98,10 +98,7 @@ func TestTagsListBounded(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, lists, served := hugeTagPages(t, 99, tc.tagLen)
-			u, err := name.ParseUpstream("upstream.test=" + srv.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
+			u := parseUpstream(t, "upstream.test="+srv.URL)
 			h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{u}})
 
 			runtime.GC()

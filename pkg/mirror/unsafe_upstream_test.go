@@ -283,10 +283,7 @@ func TestRedirectDowngradeRefused(t *testing.T) {
 	srv.TLS = ca.TLSConfig(t, "127.0.0.1")
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	up, err := regname.ParseUpstream("docker.io=" + srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	up := parseUpstream(t, "docker.io="+srv.URL)
 	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{up},
 		UpstreamRootCAs: map[string]*x509.CertPool{"docker.io": ca.Pool()}})
 	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/library/app/blobs/"+digest.FromString("x").String()+"?ns=docker.io"), nil)
@@ -335,7 +332,7 @@ func TestGzipBodyNotExpanded(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	up, _ := regname.ParseUpstream("docker.io=" + srv.URL)
+	up := parseUpstream(t, "docker.io="+srv.URL)
 	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{up}, Root: t.TempDir()})
 	blob := make([]byte, 4096)
 	_, _ = rand.Read(blob)
@@ -380,7 +377,7 @@ func TestUnknownSizeBounded(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	up, _ := regname.ParseUpstream("docker.io=" + srv.URL)
+	up := parseUpstream(t, "docker.io="+srv.URL)
 	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{up}, Root: t.TempDir(), MaxUnknownBlobSize: bound})
 	resp, body := getLenient(t, fmtURL(h, "/v2/library/app/blobs/"+digest.FromString("never").String()+"?ns=docker.io"))
 	if len(body) > bound {
