@@ -3,7 +3,6 @@ package mirror_test
 import (
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,20 +79,12 @@ func TestTagTTL(t *testing.T) {
 		TagTTL:    time.Hour,
 		Clock:     clock.Now,
 	})
-	var heads atomic.Int32
-	up.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodHead && strings.Contains(r.URL.Path, "/manifests/v1") {
-				heads.Add(1)
-			}
-			next.ServeHTTP(w, r)
-		})
-	})
+	up.ResetRequests()
 	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/v1")
 	for _, step := range []struct {
 		advance time.Duration // the clock moves on first
 		answers []string      // X-Cache of each request
-		heads   int32         // upstream HEADs in all after the step
+		heads   int           // upstream HEADs in all after the step
 		what    string
 	}{
 		{0, []string{mirrorapi.CacheMiss, mirrorapi.CacheHit, mirrorapi.CacheHit}, 1, "--tag-ttl 1h"},
@@ -107,7 +98,7 @@ func TestTagTTL(t *testing.T) {
 				t.Fatalf("%s, request %d: %s=%q, want %q", step.what, i, mirrorapi.HeaderCache, c, want)
 			}
 		}
-		if n := heads.Load(); n != step.heads {
+		if n := up.Count(http.MethodHead, "/manifests/v1"); n != step.heads {
 			t.Fatalf("%s: %d upstream HEADs in all, want %d", step.what, n, step.heads)
 		}
 	}
@@ -140,17 +131,16 @@ func TestTagHeadWithoutDigest(t *testing.T) {
 func TestManifestCoalesced(t *testing.T) {
 	t.Parallel()
 	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
-	var gets atomic.Int32
 	up.Wrap(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/manifests/sha256:") {
-				gets.Add(1)
 				time.Sleep(300 * time.Millisecond)
 			}
 			next.ServeHTTP(w, r)
 		})
 	})
 	h := newHarnessFor(t, up)
+	up.ResetRequests()
 	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/"+digestOf(t, img))
 	caches := make(chan string, 6)
 	for i := 0; i < cap(caches); i++ {
@@ -170,8 +160,9 @@ func TestManifestCoalesced(t *testing.T) {
 	for i := 0; i < cap(caches); i++ {
 		count[<-caches]++
 	}
-	if gets.Load() != 1 || count[mirrorapi.CacheMiss] != 1 || count[mirrorapi.CacheCoalesced] != cap(caches)-1 {
-		t.Fatalf("%d upstream GETs, answers %v; want 1 GET, one miss, the rest coalesced", gets.Load(), count)
+	gets := up.Count(http.MethodGet, "/manifests/sha256:")
+	if gets != 1 || count[mirrorapi.CacheMiss] != 1 || count[mirrorapi.CacheCoalesced] != cap(caches)-1 {
+		t.Fatalf("%d upstream GETs, answers %v; want 1 GET, one miss, the rest coalesced", gets, count)
 	}
 }
 
