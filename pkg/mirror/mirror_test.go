@@ -1,7 +1,6 @@
 package mirror_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -36,21 +35,14 @@ import (
 	regname "github.com/nodecache/nodecache/pkg/name"
 )
 
-// requests returns the access-log lines ("message":"request").
 // syncBuffer is the mirror's JSON log.
 type syncBuffer struct{ mirrortest.LogBuffer }
 
+// requests returns the access-log lines ("message":"request").
 func (s *syncBuffer) requests(t *testing.T) []map[string]any {
 	t.Helper()
-	data := s.Bytes()
 	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", sc.Text())
-		}
+	for _, m := range s.JSONLines(t) {
 		if m["message"] == "request" {
 			out = append(out, m)
 		}
