@@ -346,9 +346,7 @@ func TestUpstreamAnnouncesNodecache(t *testing.T) {
 	shared := newSharedTier(t, up)
 	u := parseUpstream(t, "upstream.test="+shared.front.URL)
 	node := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{u}, DefaultUpstream: "upstream.test"})
-	if err := pullImageErr(t.Context(), node.host+"/upstream.test/team/app:v1"); err != nil {
-		t.Fatal(err)
-	}
+	pullImage(t, node.host+"/upstream.test/team/app:v1")
 	for _, l := range shared.h.logs.requests(t) {
 		if l["kind"] != "base" && !strings.Contains(fmt.Sprint(l["query"]), "ns=upstream.test") {
 			t.Fatalf("the shared cache got a request without ?ns=: %v", l)

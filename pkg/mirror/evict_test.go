@@ -20,9 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
@@ -114,14 +112,12 @@ func waitInventory(t *testing.T, host string, what string, ok func(mirrorapi.Cac
 	}
 }
 
+// pullImage pulls the image s with go-containerregistry and validates it (every blob fetched and
+// its digest checked).
 func pullImage(t *testing.T, s string) {
 	t.Helper()
-	img, err := remote.Image(ref(t, s), remote.WithContext(t.Context()))
-	if err != nil {
-		t.Fatalf("pull %s: %v", s, err)
-	}
-	if err := validate.Image(img); err != nil {
-		t.Fatalf("validate %s: %v", s, err)
+	if err := pullImageErr(t.Context(), s); err != nil {
+		t.Fatal(err)
 	}
 }
 
