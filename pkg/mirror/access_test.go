@@ -3,7 +3,6 @@ package mirror_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -70,15 +69,8 @@ func TestPullAllow(t *testing.T) {
 				PullAllow: tc.allow,
 			})
 			for _, p := range tc.probes {
-				req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, fmtURL(h, p.path), nil)
-				req.Header = manifestAccept.Clone()
 				before := len(upstream.Requests())
-				resp, err := clientFrom(p.from).Do(req)
-				if err != nil {
-					t.Fatalf("GET %s from %s: %v", p.path, p.from, err)
-				}
-				body, _ := io.ReadAll(resp.Body)
-				_ = resp.Body.Close()
+				resp, body := send(t, clientFrom(p.from), newRequest(t, http.MethodGet, fmtURL(h, p.path), manifestAccept))
 				if resp.StatusCode != p.want {
 					t.Errorf("GET %s from %s: %d, want %d: %s", p.path, p.from, resp.StatusCode, p.want, body)
 					continue
