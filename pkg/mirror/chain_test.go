@@ -176,9 +176,8 @@ func TestChainWaitsForSharedTier(t *testing.T) {
 	ups := []regname.Upstream{upstreamFor(t, "upstream.test", up)}
 	shared := newHarness(t, mirror.Options{Upstreams: ups, UpstreamTimeout: timeout})
 	pullImage(t, shared.host+"/upstream.test/team/app:v1")
-	up.Wrap(func(http.Handler) http.Handler { // black hole: no answer until the client leaves
-		return http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	})
+	// Black hole: no answer until the client leaves.
+	up.Intercept("", "", func(_ http.Handler, _ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	node := newHarness(t, mirror.Options{Upstreams: ups, UpstreamTimeout: timeout, Chain: mustURL(t, "http://"+shared.host)})
 	for i := range 3 {
 		start := time.Now()

@@ -200,9 +200,7 @@ func TestBlackholedUpstream(t *testing.T) {
 		t.Fatalf("warm-up: %d", resp.StatusCode)
 	}
 	// From now on the upstream accepts requests and never answers them.
-	up.Wrap(func(http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	})
+	up.Intercept("", "", func(_ http.Handler, _ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	start := time.Now()
 	resp, _ := get(t, http.MethodGet, url, manifestAccept)
 	took := time.Since(start)

@@ -38,19 +38,6 @@ func newBlobFixture(t *testing.T, layerBytes int64, opts mirror.Options) *blobFi
 
 func (f *blobFixture) url() string { return fmtURL(f.h, "/v2/upstream.test/team/app/blobs/"+f.digest) }
 
-// onBlobGET wraps the upstream so that blob GETs go through fn (other requests pass).
-func onBlobGET(r *mirrortest.Registry, fn func(next http.Handler, w http.ResponseWriter, req *http.Request)) {
-	r.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/sha256:") {
-				fn(next, w, req)
-				return
-			}
-			next.ServeHTTP(w, req)
-		})
-	})
-}
-
 func TestCacheHeaderMissThenHit(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 256<<10, mirror.Options{})
@@ -150,7 +137,7 @@ func TestResume(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 3*mirrortest.MiB, mirror.Options{})
 	var breaks atomic.Int32
-	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	f.up.Intercept(http.MethodGet, "/blobs/sha256:", func(next http.Handler, w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Range") != "" || breaks.Add(1) > 2 {
 			next.ServeHTTP(w, r)
 			return
@@ -190,7 +177,7 @@ func TestResume(t *testing.T) {
 func TestDigestMismatch(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 256<<10, mirror.Options{})
-	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	f.up.Intercept(http.MethodGet, "/blobs/sha256:", func(next http.Handler, w http.ResponseWriter, r *http.Request) {
 		bad := append([]byte(nil), f.data...)
 		bad[len(bad)/2] ^= 0xff
 		w.Header().Set("Content-Length", itoa(len(bad)))
@@ -271,7 +258,7 @@ func TestColdBlobHeadersAtOnce(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 64<<10, mirror.Options{})
 	const delay = 2 * time.Second
-	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	f.up.Intercept(http.MethodGet, "/blobs/sha256:", func(next http.Handler, w http.ResponseWriter, r *http.Request) {
 		// Headers at once, the first body byte only after delay.
 		w.Header().Set("Content-Length", strconv.Itoa(len(f.data)))
 		w.WriteHeader(http.StatusOK)
@@ -300,7 +287,7 @@ func TestColdBlobHeadersAtOnce(t *testing.T) {
 func TestUpstreamBlobErrorBecomesStatus(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 64<<10, mirror.Options{})
-	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	f.up.Intercept(http.MethodGet, "/blobs/sha256:", func(next http.Handler, w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad gateway", http.StatusBadGateway)
 	})
 	start := time.Now()

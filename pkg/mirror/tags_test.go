@@ -57,8 +57,8 @@ func TestTagSemantics(t *testing.T) {
 	}
 
 	// 5xx: stale.
-	up.Wrap(func(http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", http.StatusBadGateway) })
+	up.Intercept("", "", func(_ http.Handler, w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "down", http.StatusBadGateway)
 	})
 	expect("502 cached", http.StatusOK, mirrorapi.CacheStale)
 
@@ -109,15 +109,9 @@ func TestTagTTL(t *testing.T) {
 func TestTagHeadWithoutDigest(t *testing.T) {
 	t.Parallel()
 	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
-	up.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodHead && strings.Contains(r.URL.Path, "/manifests/") {
-				w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
-				w.WriteHeader(http.StatusOK)
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
+	up.Intercept(http.MethodHead, "/manifests/", func(_ http.Handler, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+		w.WriteHeader(http.StatusOK)
 	})
 	h := newHarnessFor(t, up)
 	resp, _ := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
@@ -131,13 +125,9 @@ func TestTagHeadWithoutDigest(t *testing.T) {
 func TestManifestCoalesced(t *testing.T) {
 	t.Parallel()
 	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
-	up.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/manifests/sha256:") {
-				time.Sleep(300 * time.Millisecond)
-			}
-			next.ServeHTTP(w, r)
-		})
+	up.Intercept(http.MethodGet, "/manifests/sha256:", func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond)
+		next.ServeHTTP(w, r)
 	})
 	h := newHarnessFor(t, up)
 	up.ResetRequests()
@@ -171,11 +161,9 @@ func TestManifestCoalesced(t *testing.T) {
 func TestRetryAfterFromPing(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
-	up.Wrap(func(http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Retry-After", "17")
-			http.Error(w, "slow down", http.StatusTooManyRequests)
-		})
+	up.Intercept("", "", func(_ http.Handler, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "17")
+		http.Error(w, "slow down", http.StatusTooManyRequests)
 	})
 	h := newHarnessFor(t, up)
 	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
