@@ -15,16 +15,29 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
-// bend answers some upstream requests itself (true) instead of the registry.
-type bend func(w http.ResponseWriter, r *http.Request) bool
+// headAnswer sets the headers of the answer to an upstream HEAD and returns its status.
+type headAnswer func(http.Header) int
 
-func bendWith(b bend) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !b(w, r) {
-				next.ServeHTTP(w, r)
-			}
-		})
+// answerHeads makes up answer its HEADs of paths containing part with a instead of the registry.
+func answerHeads(up *mirrortest.Registry, part string, a headAnswer) {
+	up.Intercept(http.MethodHead, part, func(_ http.Handler, w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(a(w.Header()))
+	})
+}
+
+// headStatus is a HEAD answer of status, without headers.
+func headStatus(status int) headAnswer { return func(http.Header) int { return status } }
+
+// refuseHead answers every blob's HEAD with status (for TestBlobHeadIsAHint's table).
+func refuseHead(status int) func(int, string) headAnswer {
+	return func(int, string) headAnswer { return headStatus(status) }
+}
+
+// headWith is a HEAD answer 200 with the headers set sets.
+func headWith(set func(http.Header)) headAnswer {
+	return func(h http.Header) int {
+		set(h)
+		return http.StatusOK
 	}
 }
 
@@ -41,7 +54,8 @@ func TestBlobHeadIsAHint(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		bend func(size int, dgst string) bend
+		// head, when set, is the upstream's answer to a blob HEAD, given the blob's size and digest
+		head func(size int, dgst string) headAnswer
 		// what one client HEAD and one client GET cost upstream: HEADs and GETs each
 		headCost, getCost [2]int
 	}{
@@ -50,13 +64,13 @@ func TestBlobHeadIsAHint(t *testing.T) {
 		{"HEAD 403", refuseHead(http.StatusForbidden), [2]int{1, 1}, [2]int{1, 1}},
 		{"HEAD 404", refuseHead(http.StatusNotFound), [2]int{1, 1}, [2]int{1, 1}},
 		{"HEAD 405", refuseHead(http.StatusMethodNotAllowed), [2]int{1, 1}, [2]int{1, 1}},
-		{"HEAD without Content-Length", func(_ int, dgst string) bend {
+		{"HEAD without Content-Length", func(_ int, dgst string) headAnswer {
 			return headWith(func(h http.Header) { h.Set("Docker-Content-Digest", dgst) })
 		}, [2]int{1, 1}, [2]int{1, 1}},
-		{"HEAD without Docker-Content-Digest", func(size int, _ string) bend {
+		{"HEAD without Docker-Content-Digest", func(size int, _ string) headAnswer {
 			return headWith(func(h http.Header) { h.Set("Content-Length", strconv.Itoa(size)) })
 		}, [2]int{1, 1}, [2]int{1, 1}},
-		{"HEAD with the wrong size, GET wins", func(size int, dgst string) bend {
+		{"HEAD with the wrong size, GET wins", func(size int, dgst string) headAnswer {
 			return headWith(func(h http.Header) {
 				h.Set("Content-Length", strconv.Itoa(size+100))
 				h.Set("Docker-Content-Digest", dgst)
@@ -68,8 +82,8 @@ func TestBlobHeadIsAHint(t *testing.T) {
 			up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 8192)
 			d, data := mirrortest.LayerBlob(t, img, 0)
 			dgst := d.String()
-			if tc.bend != nil {
-				up.Wrap(bendWith(tc.bend(len(data), dgst)))
+			if tc.head != nil {
+				answerHeads(up, "/blobs/", tc.head(len(data), dgst))
 			}
 			for _, method := range []string{http.MethodHead, http.MethodGet} {
 				h := newHarnessFor(t, up)
@@ -101,39 +115,12 @@ func TestBlobHeadIsAHint(t *testing.T) {
 	}
 }
 
-// answerHead answers the upstream HEADs of paths containing part itself: answer sets the
-// headers and returns the status.
-func answerHead(part string, answer func(http.Header) int) bend {
-	return func(w http.ResponseWriter, r *http.Request) bool {
-		if r.Method != http.MethodHead || !strings.Contains(r.URL.Path, part) {
-			return false
-		}
-		w.WriteHeader(answer(w.Header()))
-		return true
-	}
-}
-
-// refuseHead answers blob HEADs with status.
-func refuseHead(status int) func(int, string) bend {
-	return func(int, string) bend {
-		return answerHead("/blobs/", func(http.Header) int { return status })
-	}
-}
-
-// headWith answers blob HEADs 200 with the headers set sets.
-func headWith(set func(http.Header)) bend {
-	return answerHead("/blobs/", func(h http.Header) int {
-		set(h)
-		return http.StatusOK
-	})
-}
-
 // TestBlobUnknownIsTheGETsWord: a blob the upstream does not have is a 404 BLOB_UNKNOWN for HEAD
 // and GET, decided by the GET when the HEAD is refused.
 func TestBlobUnknownIsTheGETsWord(t *testing.T) {
 	t.Parallel()
 	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 512)
-	up.Wrap(bendWith(refuseHead(http.StatusForbidden)(0, "")))
+	answerHeads(up, "/blobs/", headStatus(http.StatusForbidden))
 	h := newHarnessFor(t, up)
 	missing := "sha256:" + strings.Repeat("ab", 32)
 	for _, method := range []string{http.MethodHead, http.MethodGet} {
@@ -150,13 +137,10 @@ func TestBlobWithoutLength(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 3*mirrortest.MiB, mirror.Options{})
 	data, dgst := f.data, f.digest
-	f.up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
-		if !strings.Contains(r.URL.Path, "/blobs/") {
-			return false
-		}
+	f.up.Intercept("", "/blobs/", func(_ http.Handler, w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodHead {
 			w.WriteHeader(http.StatusMethodNotAllowed)
-			return true
+			return
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.WriteHeader(http.StatusOK)
@@ -164,8 +148,7 @@ func TestBlobWithoutLength(t *testing.T) {
 			_, _ = w.Write(b[:min(len(b), 64<<10)])
 			w.(http.Flusher).Flush()
 		}
-		return true
-	}))
+	})
 	url := f.url()
 	resp, body := get(t, http.MethodGet, url, nil)
 	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, data) || resp.Header.Get("Docker-Content-Digest") != dgst {
@@ -186,10 +169,7 @@ func manifestUpstream(t *testing.T, ct string, body []byte) (*mirrortest.Registr
 	sum := sha256.Sum256(body)
 	dgst := "sha256:" + hex.EncodeToString(sum[:])
 	up := mirrortest.NewRegistry(t)
-	up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
-		if !strings.Contains(r.URL.Path, "/manifests/") {
-			return false
-		}
+	up.Intercept("", "/manifests/", func(_ http.Handler, w http.ResponseWriter, r *http.Request) {
 		if ct != "" {
 			w.Header().Set("Content-Type", ct)
 		}
@@ -198,8 +178,7 @@ func manifestUpstream(t *testing.T, ct string, body []byte) (*mirrortest.Registr
 		if r.Method == http.MethodGet {
 			_, _ = w.Write(body)
 		}
-		return true
-	}))
+	})
 	return up, dgst
 }
 
@@ -298,7 +277,7 @@ func TestTagHeadRefused(t *testing.T) {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			t.Parallel()
 			up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 512)
-			up.Wrap(bendWith(answerHead("/manifests/", func(http.Header) int { return status })))
+			answerHeads(up, "/manifests/", headStatus(status))
 			h := newHarnessFor(t, up)
 			up.ResetRequests()
 			resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
