@@ -32,7 +32,7 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 	root := t.TempDir()
 	ups := []name.Upstream{upstreamFor(t, "upstream.test", up)}
 	h := newHarness(t, mirror.Options{Root: root, Upstreams: ups})
-	stop := runMirror(t, h.m)
+	h.run(t)
 	pullIndexGGCR(t, ref(t, h.host+"/upstream.test/library/alpine:3.20"))
 	pullImage(t, h.host+"/upstream.test/library/other:v1")
 	before := waitInventory(t, h.host, "two images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
@@ -67,7 +67,6 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 		t.Errorf("cache ls does not show amd64 as a child tag on the index's line:\n%s", text.String())
 	}
 
-	stop()
 	h.close(t)
 	up.Stop()
 	indexFile := filepath.Join(root, "nodecache", "index.json")
@@ -83,7 +82,7 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 			}
 		}
 		h2 := newHarness(t, mirror.Options{Root: root, Upstreams: ups})
-		stop2 := runMirror(t, h2.m)
+		h2.run(t)
 		got := waitInventory(t, h2.host, "the index", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
 		if rebuild {
 			// Rebuilt without the file, last-pulled times are those of the revision links.
@@ -93,7 +92,6 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 		} else {
 			check("reloaded from the index file", got)
 		}
-		stop2()
 		h2.close(t)
 	}
 
@@ -104,7 +102,7 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 	}
 	capBytes := inv.SizeBytes - 1
 	h4 := newHarness(t, mirror.Options{Root: root, Upstreams: ups, MaxSize: capBytes})
-	runMirror(t, h4.m)
+	h4.run(t)
 	got := waitInventory(t, h4.host, "eviction at start", func(inv mirrorapi.CacheInventory) bool {
 		return inv.Ready && len(inv.Images) == 1 && inv.SizeBytes <= capBytes*9/10
 	})

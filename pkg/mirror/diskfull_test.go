@@ -64,7 +64,7 @@ func TestDiskFullKeepsServing(t *testing.T) {
 	big := mirrortest.Image(t, 5632<<10, 1, "linux/amd64")
 	up.PushImage(t, "team/big", "v1", big)
 	h := newHarness(t, mirror.Options{Root: root, Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	runMirror(t, h.m)
+	h.run(t)
 	for _, repo := range small {
 		pullImage(t, h.host+"/upstream.test/"+repo+":v1")
 		h.waitIdle(t)
@@ -114,7 +114,7 @@ func TestDiskFullBlobSizes(t *testing.T) {
 			big := mirrortest.Image(t, tc.layerBytes, 1, "linux/amd64")
 			up.PushImage(t, "team/big", "v1", big)
 			h := newHarness(t, mirror.Options{Root: root, Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-			runMirror(t, h.m)
+			h.run(t)
 			pullImage(t, h.host+"/upstream.test/team/small:v1")
 			h.waitIdle(t)
 			waitInventory(t, h.host, "the small image", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 1 })

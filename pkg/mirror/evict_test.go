@@ -28,20 +28,19 @@ import (
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
-// runMirror runs m's background work (index, eviction) until stop or the end of the test,
-// before m closes.
-func runMirror(t *testing.T, m *mirror.Mirror) (stop func()) {
+// run runs the mirror's background work (index, eviction) until close or the end of the test,
+// before the mirror closes.
+func (h *harness) run(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = m.Run(ctx)
+		_ = h.m.Run(ctx)
 	}()
 	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return stop
+	h.stopRun = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(h.stopRun)
 }
 
 // imageOnBase builds an OCI image whose first layer is base and second a random layer of
@@ -155,7 +154,7 @@ func TestSizeCapEvictsLeastRecentlyPulled(t *testing.T) {
 	capBytes := baseSize + 3*unique + unique/2
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), MaxSize: capBytes,
 		Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	runMirror(t, h.m)
+	h.run(t)
 	for i := range imgs {
 		pullImage(t, fmt.Sprintf("%s/upstream.test/team/app%d:v1", h.host, i))
 		h.waitIdle(t)
@@ -242,7 +241,7 @@ func TestEvictionSparesBlobBeingServed(t *testing.T) {
 	t.Parallel()
 	up, img := mirrortest.NewRegistryWithImage(t, "team/big", "v1", 32*mirrortest.MiB)
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	runMirror(t, h.m)
+	h.run(t)
 	pullImage(t, h.host+"/upstream.test/team/big:v1")
 	h.waitIdle(t)
 	ld := mirrortest.LayerDigests(t, img)[0]
@@ -283,7 +282,7 @@ func TestEvictionRacingFillLosesNothing(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	runMirror(t, h.m)
+	h.run(t)
 	waitInventory(t, h.host, "the index", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
 	const rounds = 6
 	for i := range rounds {
@@ -326,7 +325,7 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 	root := t.TempDir()
 	ups := []name.Upstream{upstreamFor(t, "upstream.test", up)}
 	h := newHarness(t, mirror.Options{Root: root, Upstreams: ups})
-	stop := runMirror(t, h.m)
+	h.run(t)
 	pullImage(t, h.host+"/upstream.test/team/one:v1")
 	pullIndexGGCR(t, ref(t, h.host+"/upstream.test/team/multi:v2"))
 	pullImage(t, h.host+"/upstream.test/team/multi:amd64")
@@ -335,7 +334,6 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 	if want.Images[0].ChildTags["amd64"] != amd64.String() {
 		t.Fatalf("child tag amd64 not on the index's row: %+v", want.Images)
 	}
-	stop()
 	h.close(t)
 	indexFile := filepath.Join(root, "nodecache", "index.json")
 	clean, err := os.ReadFile(indexFile)
@@ -366,7 +364,7 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 			t.Fatal(err)
 		}
 		h2 := newHarness(t, mirror.Options{Root: root, Upstreams: ups})
-		stop2 := runMirror(t, h2.m)
+		h2.run(t)
 		got := waitInventory(t, h2.host, tc.name+": the index", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
 		if got.SizeBytes != want.SizeBytes || got.Blobs != want.Blobs || len(got.Images) != len(want.Images) {
 			t.Errorf("%s: size %d, blobs %d, images %d; want %d, %d, %d", tc.name, got.SizeBytes, got.Blobs, len(got.Images), want.SizeBytes, want.Blobs, len(want.Images))
@@ -379,13 +377,12 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 			}
 		}
 		pullImage(t, h2.host+"/upstream.test/team/one:v1") // served from what the index describes
-		stop2()
 		h2.close(t)
 	}
 
 	// Started over its cap, nodecache evicts at once: the least recently pulled image goes.
 	h3 := newHarness(t, mirror.Options{Root: root, Upstreams: ups, MaxSize: want.SizeBytes - 1})
-	runMirror(t, h3.m)
+	h3.run(t)
 	got := waitInventory(t, h3.host, "eviction at start", func(inv mirrorapi.CacheInventory) bool {
 		return inv.Ready && len(inv.Images) == 1 && inv.SizeBytes <= (want.SizeBytes-1)*9/10
 	})
@@ -407,12 +404,11 @@ func TestServesBeforeIndexReady(t *testing.T) {
 	root := t.TempDir()
 	ups := []name.Upstream{upstreamFor(t, "upstream.test", up)}
 	h := newHarness(t, mirror.Options{Root: root, Upstreams: ups})
-	stop := runMirror(t, h.m)
+	h.run(t)
 	pullImage(t, h.host+"/upstream.test/team/one:v1")
 	pullImage(t, h.host+"/upstream.test/team/two:v1")
 	h.waitIdle(t)
 	full := waitInventory(t, h.host, "two images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
-	stop()
 	h.close(t)
 	if err := os.Remove(filepath.Join(root, "nodecache", "index.json")); err != nil {
 		t.Fatal(err) // no index file: the next start must rebuild from storage
@@ -439,7 +435,7 @@ func TestServesBeforeIndexReady(t *testing.T) {
 	if blobs != full.Blobs {
 		t.Fatalf("%d blobs on disk while the index was not ready, want all %d (nothing evicted before the index is known)", blobs, full.Blobs)
 	}
-	runMirror(t, h2.m)
+	h2.run(t)
 	waitInventory(t, h2.host, "the rebuilt index, then eviction to the cap", func(inv mirrorapi.CacheInventory) bool {
 		return inv.Ready && len(inv.Images) == 1 && inv.SizeBytes < full.SizeBytes
 	})

@@ -58,6 +58,8 @@ type harness struct {
 	logs   *syncBuffer
 	served *int64 // requests that reached the mirror's handler
 	mu     sync.Mutex
+	// stopRun stops what run started (nil: not running).
+	stopRun func()
 }
 
 // testDialer resolves every *.test name to 127.0.0.1, so nothing leaves the machine.
@@ -140,9 +142,13 @@ func newHarnessFor(t *testing.T, up *mirrortest.Registry) *harness {
 	return newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
 }
 
-// close stops serving and closes the mirror (a clean shutdown, which writes the cache index).
+// close stops the mirror's background work and serving, and closes the mirror (a clean
+// shutdown, which writes the cache index).
 func (h *harness) close(t *testing.T) {
 	t.Helper()
+	if h.stopRun != nil {
+		h.stopRun()
+	}
 	h.srv.Close()
 	if err := h.m.Close(); err != nil {
 		t.Fatalf("close the mirror: %v", err)
