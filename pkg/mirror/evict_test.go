@@ -1,7 +1,6 @@
 package mirror_test
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -27,21 +26,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
-
-// run runs the mirror's background work (index, eviction) until close or the end of the test,
-// before the mirror closes.
-func (h *harness) run(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = h.m.Run(ctx)
-	}()
-	var once sync.Once
-	h.stopRun = func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(h.stopRun)
-}
 
 // imageOnBase builds an OCI image whose first layer is base and second a random layer of
 // ownBytes bytes.

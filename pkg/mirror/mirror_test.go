@@ -142,6 +142,21 @@ func newHarnessFor(t *testing.T, up *mirrortest.Registry) *harness {
 	return newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
 }
 
+// run runs the mirror's background work (index, eviction) until close or the end of the test,
+// before the mirror closes.
+func (h *harness) run(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.m.Run(ctx)
+	}()
+	var once sync.Once
+	h.stopRun = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(h.stopRun)
+}
+
 // close stops the mirror's background work and serving, and closes the mirror (a clean
 // shutdown, which writes the cache index).
 func (h *harness) close(t *testing.T) {
