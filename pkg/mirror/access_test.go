@@ -89,10 +89,8 @@ func TestPullAllow(t *testing.T) {
 					}
 				}
 			}
-			_, metrics := get(t, http.MethodGet, fmtURL(h, "/metrics"), nil)
-			want := `nodecache_refused_total{reason="pull_allow"} ` + itoa(tc.refused)
-			if !strings.Contains(string(metrics), want+"\n") {
-				t.Errorf("metrics lack %q:\n%s", want, grepLines(string(metrics), "nodecache_refused_total"))
+			if got := metricValue(t, h, `nodecache_refused_total{reason="pull_allow"}`); got != float64(tc.refused) {
+				t.Errorf(`nodecache_refused_total{reason="pull_allow"} = %v, want %d (-1: not exposed)`, got, tc.refused)
 			}
 			for _, l := range h.logs.requests(t) {
 				if s, _ := l["status"].(float64); s == 403 && l["client"] == nil {

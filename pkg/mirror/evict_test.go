@@ -429,7 +429,13 @@ func TestServesBeforeIndexReady(t *testing.T) {
 // for none) on h's /metrics; -1 when it is not there.
 func metricValue(t *testing.T, h *harness, series string) float64 {
 	t.Helper()
-	_, body := get(t, http.MethodGet, fmtURL(h, "/metrics"), nil)
+	return metricAt(t, fmtURL(h, "/metrics"), series)
+}
+
+// metricAt is metricValue for the metrics served at url.
+func metricAt(t *testing.T, url, series string) float64 {
+	t.Helper()
+	_, body := get(t, http.MethodGet, url, nil)
 	for _, line := range strings.Split(string(body), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
