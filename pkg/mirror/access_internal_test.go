@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -107,18 +106,14 @@ func TestCertificateReload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var (
-		mu  sync.Mutex
-		now = time.Unix(1_700_000_000, 0)
-	)
+	clock := mirrortest.NewClock(time.Unix(1_700_000_000, 0))
 	var logs bytes.Buffer
 	c, err := LoadCertificate(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"), zerolog.New(&logs))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c.now = clock.Now
 	c.checked = c.now()
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	issuer := func() string {
 		t.Helper()
 		crt, err := c.GetCertificate(nil)
@@ -138,11 +133,11 @@ func TestCertificateReload(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
-	advance(CertificateRecheck - time.Second)
+	clock.Advance(CertificateRecheck - time.Second)
 	if issuer() != first {
 		t.Fatalf("certificate changed before %s", CertificateRecheck)
 	}
-	advance(time.Second)
+	clock.Advance(time.Second)
 	second := issuer()
 	if second == first {
 		t.Fatalf("certificate not reloaded after the swap and %s: %s", CertificateRecheck, logs.String())
@@ -151,7 +146,7 @@ func TestCertificateReload(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "v2", "tls.key"), []byte("garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	advance(CertificateRecheck)
+	clock.Advance(CertificateRecheck)
 	if issuer() != second {
 		t.Fatal("a broken pair replaced the certificate")
 	}

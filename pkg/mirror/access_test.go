@@ -3,7 +3,6 @@ package mirror_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -63,23 +62,15 @@ func TestPullAllow(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
 			t.Parallel()
-			upstream := mirrortest.NewRegistry(t)
-			upstream.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
+			upstream, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 4096)
 			upstream.ResetRequests()
 			h := newHarness(t, mirror.Options{
 				Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", upstream)},
 				PullAllow: tc.allow,
 			})
 			for _, p := range tc.probes {
-				req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, fmtURL(h, p.path), nil)
-				req.Header = manifestAccept.Clone()
 				before := len(upstream.Requests())
-				resp, err := clientFrom(p.from).Do(req)
-				if err != nil {
-					t.Fatalf("GET %s from %s: %v", p.path, p.from, err)
-				}
-				body, _ := io.ReadAll(resp.Body)
-				_ = resp.Body.Close()
+				resp, body := send(t, clientFrom(p.from), newRequest(t, http.MethodGet, fmtURL(h, p.path), manifestAccept))
 				if resp.StatusCode != p.want {
 					t.Errorf("GET %s from %s: %d, want %d: %s", p.path, p.from, resp.StatusCode, p.want, body)
 					continue
@@ -98,10 +89,8 @@ func TestPullAllow(t *testing.T) {
 					}
 				}
 			}
-			_, metrics := get(t, http.MethodGet, fmtURL(h, "/metrics"), nil)
-			want := `nodecache_refused_total{reason="pull_allow"} ` + itoa(tc.refused)
-			if !strings.Contains(string(metrics), want+"\n") {
-				t.Errorf("metrics lack %q:\n%s", want, grepLines(string(metrics), "nodecache_refused_total"))
+			if got := metricValue(t, h, `nodecache_refused_total{reason="pull_allow"}`); got != float64(tc.refused) {
+				t.Errorf(`nodecache_refused_total{reason="pull_allow"} = %v, want %d (-1: not exposed)`, got, tc.refused)
 			}
 			for _, l := range h.logs.requests(t) {
 				if s, _ := l["status"].(float64); s == 403 && l["client"] == nil {

@@ -105,6 +105,18 @@ func newHubLike(t *testing.T) *hubLike {
 	return hub
 }
 
+// pusher is a Registry whose pushers write to the hub's storage directly (no token, no
+// redirect).
+func (hub *hubLike) pusher() *mirrortest.Registry {
+	return &mirrortest.Registry{Addr: hub.push.Listener.Addr().String()}
+}
+
+// upstream is the hub as nodecache's docker.io upstream, by its name registry.hub.test.
+func (hub *hubLike) upstream(t *testing.T) name.Upstream {
+	t.Helper()
+	return parseUpstream(t, "docker.io=http://registry.hub.test:"+port(hub.registry))
+}
+
 func port(s *httptest.Server) string {
 	_, p, _ := net.SplitHostPort(s.Listener.Addr().String())
 	return p
@@ -116,14 +128,11 @@ func port(s *httptest.Server) string {
 func TestBearerTokenAndRedirects(t *testing.T) {
 	t.Parallel()
 	hub := newHubLike(t)
-	pushTo := &mirrortest.Registry{Addr: hub.push.Listener.Addr().String()}
+	pushTo := hub.pusher()
 	idx := mirrortest.MultiPlatformIndex(t, 1*mirrortest.MiB, 1)
 	pushTo.PushIndex(t, "library/alpine", "3.20", idx)
 
-	up, err := name.ParseUpstream("docker.io=http://registry.hub.test:" + port(hub.registry))
-	if err != nil {
-		t.Fatal(err)
-	}
+	up := hub.upstream(t)
 	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{up}})
 
 	// docker.io is the default upstream and single-component names get library/.
@@ -132,10 +141,8 @@ func TestBearerTokenAndRedirects(t *testing.T) {
 		t.Fatal("wrong index through the token-protected upstream")
 	}
 	// HEAD on a cold blob follows the relative redirect.
-	im, _ := idx.IndexManifest()
-	img, _ := idx.Image(im.Manifests[1].Digest)
-	ls, _ := img.Layers()
-	d, _ := ls[0].Digest()
+	_, img := mirrortest.IndexChild(t, idx, 1)
+	d := mirrortest.LayerDigests(t, img)[0]
 	resp, _ := get(t, http.MethodHead, fmtURL(h, "/v2/library/alpine/blobs/"+d.String()+"?ns=docker.io"), nil)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("HEAD through a relative redirect: %d", resp.StatusCode)

@@ -40,10 +40,7 @@ func stockProxy(b *testing.B, up *mirrortest.Registry) string {
 
 func nodecacheProxy(b *testing.B, up *mirrortest.Registry) (string, *mirror.Mirror) {
 	b.Helper()
-	u, err := name.ParseUpstream("upstream.test=" + up.URL.String())
-	if err != nil {
-		b.Fatal(err)
-	}
+	u := upstreamFor(b, "upstream.test", up)
 	m, err := mirror.New(b.Context(), mirror.Options{Root: b.TempDir(), Upstreams: []name.Upstream{u}, DefaultUpstream: "upstream.test"})
 	if err != nil {
 		b.Fatal(err)
@@ -71,11 +68,8 @@ func fetchAll(b *testing.B, url string) int64 {
 // the layer blob.
 func benchBlob(b *testing.B, impl string, size int64) (*mirrortest.Registry, string) {
 	b.Helper()
-	up := mirrortest.NewRegistry(b)
-	img := mirrortest.Image(b, size, 1, "linux/amd64")
-	up.PushImage(b, "team/app", "v1", img)
-	ls, _ := img.Layers()
-	d, _ := ls[0].Digest()
+	up, img := mirrortest.NewRegistryWithImage(b, "team/app", "v1", size)
+	d := mirrortest.LayerDigests(b, img)[0]
 	addr := ""
 	if impl == "stock" {
 		addr = stockProxy(b, up)

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,19 +13,31 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
-	regname "github.com/nodecache/nodecache/pkg/name"
 )
 
-// bend answers some upstream requests itself (true) instead of the registry.
-type bend func(w http.ResponseWriter, r *http.Request) bool
+// headAnswer sets the headers of the answer to an upstream HEAD and returns its status.
+type headAnswer func(http.Header) int
 
-func bendWith(b bend) func(http.Handler) http.Handler {
-	return func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !b(w, r) {
-				next.ServeHTTP(w, r)
-			}
-		})
+// answerHeads makes up answer its HEADs of paths containing part with a instead of the registry.
+func answerHeads(up *mirrortest.Registry, part string, a headAnswer) {
+	up.Intercept(http.MethodHead, part, func(_ http.Handler, w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(a(w.Header()))
+	})
+}
+
+// headStatus is a HEAD answer of status, without headers.
+func headStatus(status int) headAnswer { return func(http.Header) int { return status } }
+
+// refuseHead answers every blob's HEAD with status (for TestBlobHeadIsAHint's table).
+func refuseHead(status int) func(int, string) headAnswer {
+	return func(int, string) headAnswer { return headStatus(status) }
+}
+
+// headWith is a HEAD answer 200 with the headers set sets.
+func headWith(set func(http.Header)) headAnswer {
+	return func(h http.Header) int {
+		set(h)
+		return http.StatusOK
 	}
 }
 
@@ -43,7 +54,8 @@ func TestBlobHeadIsAHint(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		bend func(size int, dgst string) bend
+		// head, when set, is the upstream's answer to a blob HEAD, given the blob's size and digest
+		head func(size int, dgst string) headAnswer
 		// what one client HEAD and one client GET cost upstream: HEADs and GETs each
 		headCost, getCost [2]int
 	}{
@@ -52,13 +64,13 @@ func TestBlobHeadIsAHint(t *testing.T) {
 		{"HEAD 403", refuseHead(http.StatusForbidden), [2]int{1, 1}, [2]int{1, 1}},
 		{"HEAD 404", refuseHead(http.StatusNotFound), [2]int{1, 1}, [2]int{1, 1}},
 		{"HEAD 405", refuseHead(http.StatusMethodNotAllowed), [2]int{1, 1}, [2]int{1, 1}},
-		{"HEAD without Content-Length", func(_ int, dgst string) bend {
+		{"HEAD without Content-Length", func(_ int, dgst string) headAnswer {
 			return headWith(func(h http.Header) { h.Set("Docker-Content-Digest", dgst) })
 		}, [2]int{1, 1}, [2]int{1, 1}},
-		{"HEAD without Docker-Content-Digest", func(size int, _ string) bend {
+		{"HEAD without Docker-Content-Digest", func(size int, _ string) headAnswer {
 			return headWith(func(h http.Header) { h.Set("Content-Length", strconv.Itoa(size)) })
 		}, [2]int{1, 1}, [2]int{1, 1}},
-		{"HEAD with the wrong size, GET wins", func(size int, dgst string) bend {
+		{"HEAD with the wrong size, GET wins", func(size int, dgst string) headAnswer {
 			return headWith(func(h http.Header) {
 				h.Set("Content-Length", strconv.Itoa(size+100))
 				h.Set("Docker-Content-Digest", dgst)
@@ -67,18 +79,14 @@ func TestBlobHeadIsAHint(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			up := mirrortest.NewRegistry(t)
-			img := mirrortest.Image(t, 8192, 1, "linux/amd64")
-			up.PushImage(t, "team/app", "v1", img)
-			layers, _ := img.Layers()
-			rc, _ := layers[0].Compressed()
-			data, _ := io.ReadAll(rc)
-			dgst := digestOf(t, layers[0])
-			if tc.bend != nil {
-				up.Wrap(bendWith(tc.bend(len(data), dgst)))
+			up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 8192)
+			d, data := mirrortest.LayerBlob(t, img, 0)
+			dgst := d.String()
+			if tc.head != nil {
+				answerHeads(up, "/blobs/", tc.head(len(data), dgst))
 			}
 			for _, method := range []string{http.MethodHead, http.MethodGet} {
-				h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+				h := newHarnessFor(t, up)
 				up.ResetRequests()
 				resp, body := get(t, method, fmtURL(h, "/v2/upstream.test/team/app/blobs/"+dgst), nil)
 				wantCL := strconv.Itoa(len(data))
@@ -107,37 +115,13 @@ func TestBlobHeadIsAHint(t *testing.T) {
 	}
 }
 
-func refuseHead(status int) func(int, string) bend {
-	return func(int, string) bend {
-		return func(w http.ResponseWriter, r *http.Request) bool {
-			if r.Method != http.MethodHead || !strings.Contains(r.URL.Path, "/blobs/") {
-				return false
-			}
-			w.WriteHeader(status)
-			return true
-		}
-	}
-}
-
-func headWith(set func(http.Header)) bend {
-	return func(w http.ResponseWriter, r *http.Request) bool {
-		if r.Method != http.MethodHead || !strings.Contains(r.URL.Path, "/blobs/") {
-			return false
-		}
-		set(w.Header())
-		w.WriteHeader(http.StatusOK)
-		return true
-	}
-}
-
 // TestBlobUnknownIsTheGETsWord: a blob the upstream does not have is a 404 BLOB_UNKNOWN for HEAD
 // and GET, decided by the GET when the HEAD is refused.
 func TestBlobUnknownIsTheGETsWord(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 512, 1, "linux/amd64"))
-	up.Wrap(bendWith(refuseHead(http.StatusForbidden)(0, "")))
-	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 512)
+	answerHeads(up, "/blobs/", headStatus(http.StatusForbidden))
+	h := newHarnessFor(t, up)
 	missing := "sha256:" + strings.Repeat("ab", 32)
 	for _, method := range []string{http.MethodHead, http.MethodGet} {
 		resp, body := get(t, method, fmtURL(h, "/v2/upstream.test/team/app/blobs/"+missing), nil)
@@ -151,20 +135,12 @@ func TestBlobUnknownIsTheGETsWord(t *testing.T) {
 // length (chunked): the blob still streams to the client, is verified, and only then stored.
 func TestBlobWithoutLength(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 3*mirrortest.MiB, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
-	layers, _ := img.Layers()
-	rc, _ := layers[0].Compressed()
-	data, _ := io.ReadAll(rc)
-	dgst := digestOf(t, layers[0])
-	up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
-		if !strings.Contains(r.URL.Path, "/blobs/") {
-			return false
-		}
+	f := newBlobFixture(t, 3*mirrortest.MiB, mirror.Options{})
+	data, dgst := f.data, f.digest
+	f.up.Intercept("", "/blobs/", func(_ http.Handler, w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodHead {
 			w.WriteHeader(http.StatusMethodNotAllowed)
-			return true
+			return
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.WriteHeader(http.StatusOK)
@@ -172,17 +148,13 @@ func TestBlobWithoutLength(t *testing.T) {
 			_, _ = w.Write(b[:min(len(b), 64<<10)])
 			w.(http.Flusher).Flush()
 		}
-		return true
-	}))
-	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
-	url := fmtURL(h, "/v2/upstream.test/team/app/blobs/"+dgst)
+	})
+	url := f.url()
 	resp, body := get(t, http.MethodGet, url, nil)
 	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, data) || resp.Header.Get("Docker-Content-Digest") != dgst {
 		t.Fatalf("cold GET without upstream length: %d, %d bytes (want %d)", resp.StatusCode, len(body), len(data))
 	}
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	f.h.waitIdle(t)
 	resp, body = get(t, http.MethodGet, url, nil)
 	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, data) || resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheHit ||
 		resp.Header.Get("Content-Length") != strconv.Itoa(len(data)) {
@@ -190,17 +162,14 @@ func TestBlobWithoutLength(t *testing.T) {
 	}
 }
 
-// schema1Upstream serves one Docker schema 1 manifest as team/app:v1 with Content-Type ct.
-func schema1Upstream(t *testing.T, ct string) (*mirrortest.Registry, string) {
+// manifestUpstream answers every manifest request (team/app:v1, or any other reference) with body
+// as Content-Type ct (none when ""); it returns the upstream and the digest of body.
+func manifestUpstream(t *testing.T, ct string, body []byte) (*mirrortest.Registry, string) {
 	t.Helper()
-	body := []byte(`{"schemaVersion":1,"name":"team/app","tag":"v1","architecture":"amd64","fsLayers":[],"history":[]}`)
 	sum := sha256.Sum256(body)
 	dgst := "sha256:" + hex.EncodeToString(sum[:])
 	up := mirrortest.NewRegistry(t)
-	up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
-		if !strings.Contains(r.URL.Path, "/manifests/") {
-			return false
-		}
+	up.Intercept("", "/manifests/", func(_ http.Handler, w http.ResponseWriter, r *http.Request) {
 		if ct != "" {
 			w.Header().Set("Content-Type", ct)
 		}
@@ -209,10 +178,12 @@ func schema1Upstream(t *testing.T, ct string) (*mirrortest.Registry, string) {
 		if r.Method == http.MethodGet {
 			_, _ = w.Write(body)
 		}
-		return true
-	}))
+	})
 	return up, dgst
 }
+
+// schema1Manifest is a Docker schema 1 manifest of team/app:v1.
+var schema1Manifest = []byte(`{"schemaVersion":1,"name":"team/app","tag":"v1","architecture":"amd64","fsLayers":[],"history":[]}`)
 
 // TestSchema1IsPermanent: a schema 1 manifest, announced as such or only recognisable by its
 // bytes, is a 400 MANIFEST_INVALID saying "schema 1 manifests are not supported", every time,
@@ -228,8 +199,8 @@ func TestSchema1IsPermanent(t *testing.T) {
 	} {
 		t.Run("Content-Type "+ct, func(t *testing.T) {
 			t.Parallel()
-			up, dgst := schema1Upstream(t, ct)
-			h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+			up, dgst := manifestUpstream(t, ct, schema1Manifest)
+			h := newHarnessFor(t, up)
 			for i, ref := range []string{"v1", dgst, "v1"} {
 				resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/"+ref), manifestAccept)
 				if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"code":"MANIFEST_INVALID"`) ||
@@ -274,24 +245,8 @@ func TestManifestTypedByBytes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			sum := sha256.Sum256(tc.body)
-			dgst := "sha256:" + hex.EncodeToString(sum[:])
-			up := mirrortest.NewRegistry(t)
-			up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
-				if !strings.Contains(r.URL.Path, "/manifests/") {
-					return false
-				}
-				if tc.ct != "" {
-					w.Header().Set("Content-Type", tc.ct)
-				}
-				w.Header().Set("Docker-Content-Digest", dgst)
-				w.Header().Set("Content-Length", strconv.Itoa(len(tc.body)))
-				if r.Method == http.MethodGet {
-					_, _ = w.Write(tc.body)
-				}
-				return true
-			}))
-			h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+			up, dgst := manifestUpstream(t, tc.ct, tc.body)
+			h := newHarnessFor(t, up)
 			for _, ref := range []string{"v1", dgst} {
 				resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/"+ref), manifestAccept)
 				if resp.StatusCode != tc.status {
@@ -321,17 +276,9 @@ func TestTagHeadRefused(t *testing.T) {
 	for _, status := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound, http.StatusMethodNotAllowed} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			t.Parallel()
-			up := mirrortest.NewRegistry(t)
-			img := mirrortest.Image(t, 512, 1, "linux/amd64")
-			up.PushImage(t, "team/app", "v1", img)
-			up.Wrap(bendWith(func(w http.ResponseWriter, r *http.Request) bool {
-				if r.Method != http.MethodHead || !strings.Contains(r.URL.Path, "/manifests/") {
-					return false
-				}
-				w.WriteHeader(status)
-				return true
-			}))
-			h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+			up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 512)
+			answerHeads(up, "/manifests/", headStatus(status))
+			h := newHarnessFor(t, up)
 			up.ResetRequests()
 			resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
 			if resp.StatusCode != http.StatusOK || resp.Header.Get("Docker-Content-Digest") != digestOf(t, img) {

@@ -8,10 +8,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 
-	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // TestCanary: the reserved canary repository is answered by the mirror itself, for any tag and
@@ -19,7 +17,7 @@ import (
 func TestCanary(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 	for _, platform := range []string{"linux/amd64", "linux/arm64", "linux/arm/v7"} {
 		r := ref(t, h.host+"/upstream.test/"+mirrorapi.CanaryRepository+":run-"+strings.ReplaceAll(platform[6:], "/", "-"))
 		img, err := remote.Image(r, remote.WithContext(t.Context()), remote.WithPlatform(mustPlatform(t, platform)))

@@ -37,7 +37,7 @@ type sharedTier struct {
 
 func newSharedTier(t *testing.T, up *mirrortest.Registry) *sharedTier {
 	t.Helper()
-	s := &sharedTier{h: newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})}
+	s := &sharedTier{h: newHarnessFor(t, up)}
 	s.front = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.seen.Add(1)
 		if r.Header.Get("Authorization") != "" {
@@ -72,30 +72,14 @@ func pullImageErr(ctx context.Context, s string) error {
 	return nil
 }
 
-// imageBlobs returns the digests of img's config and layers.
+// imageBlobs returns the digests of the config and layers of repo:tag on up.
 func imageBlobs(t *testing.T, up *mirrortest.Registry, repo, tag string) []string {
 	t.Helper()
 	img, err := remote.Image(up.Ref(t, repo, tag), remote.WithContext(t.Context()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := img.ConfigName()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := []string{cfg.String()}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range layers {
-		d, err := l.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, d.String())
-	}
-	return out
+	return mirrortest.BlobDigests(t, img)
 }
 
 // TestChain: 10 node caches chained (--chain) to one shared nodecache in front of a real
@@ -153,9 +137,8 @@ func TestChain(t *testing.T) {
 			}
 		}
 	}
-	_, metrics := get(t, http.MethodGet, fmtURL(nodes[0], "/metrics"), nil)
-	if want := `nodecache_upstream_fetched_bytes_total{tier="shared",upstream="upstream.test"}`; !strings.Contains(string(metrics), want) {
-		t.Fatalf("node metrics lack %s", want)
+	if series := `nodecache_upstream_fetched_bytes_total{tier="shared",upstream="upstream.test"}`; metricValue(t, nodes[0], series) < 0 {
+		t.Fatalf("node metrics lack %s", series)
 	}
 
 	t.Run("shared tier stopped: nodes pull directly", func(t *testing.T) {
@@ -188,14 +171,12 @@ func TestChain(t *testing.T) {
 func TestChainWaitsForSharedTier(t *testing.T) {
 	t.Parallel()
 	const timeout = 4 * time.Second // the margin SharedTierTimeout leaves is half of it: 2 s, for loaded CI machines (1 s was missed once at load 13)
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	ups := []regname.Upstream{upstreamFor(t, "upstream.test", up)}
 	shared := newHarness(t, mirror.Options{Upstreams: ups, UpstreamTimeout: timeout})
 	pullImage(t, shared.host+"/upstream.test/team/app:v1")
-	up.Wrap(func(http.Handler) http.Handler { // black hole: no answer until the client leaves
-		return http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	})
+	// Black hole: no answer until the client leaves.
+	up.Intercept("", "", func(_ http.Handler, _ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	node := newHarness(t, mirror.Options{Upstreams: ups, UpstreamTimeout: timeout, Chain: mustURL(t, "http://"+shared.host)})
 	for i := range 3 {
 		start := time.Now()
@@ -220,8 +201,7 @@ func TestChainWaitsForSharedTier(t *testing.T) {
 //nolint:paralleltest // the subtests share the shared tier's injected status
 func TestChainPassesAnswersOn(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	shared := newSharedTier(t, up)
 	for _, tc := range []struct {
 		name       string
@@ -261,18 +241,13 @@ func TestChainPassesAnswersOn(t *testing.T) {
 // opens it for another 30 s, a successful one closes it.
 func TestChainBreaker(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	shared := newSharedTier(t, up)
-	var (
-		mu  sync.Mutex
-		now = time.Now()
-	)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	clock := mirrortest.NewClock(time.Now())
 	node := newHarness(t, mirror.Options{
 		Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)},
 		Chain:     mustURL(t, shared.front.URL),
-		Clock:     clock,
+		Clock:     clock.Now,
 		TagTTL:    0,
 	})
 	shared.status.Store(http.StatusBadGateway)
@@ -283,39 +258,29 @@ func TestChainBreaker(t *testing.T) {
 			t.Fatalf("status %d (%s), want 200 from the upstream directly", resp.StatusCode, body)
 		}
 	}
-	for range 3 {
-		ask()
-	}
-	if n := shared.seen.Load(); n != 3 {
-		t.Fatalf("shared tier saw %d requests for 3 manifest GETs, want 3", n)
-	}
-	for range 5 {
-		ask()
-	}
-	if n := shared.seen.Load(); n != 3 {
-		t.Fatalf("breaker open: shared tier saw %d requests, want still 3", n)
-	}
-	mu.Lock()
-	now = now.Add(31 * time.Second)
-	mu.Unlock()
-	ask() // the probe: fails, opens the breaker for another 30 s
-	for range 3 {
-		ask()
-	}
-	if n := shared.seen.Load(); n != 4 {
-		t.Fatalf("after 30 s with the shared tier still failing: it saw %d requests, want 4 (one probe)", n)
-	}
-	mu.Lock()
-	now = now.Add(31 * time.Second)
-	mu.Unlock()
-	shared.status.Store(0)
-	ask() // the probe: succeeds, closes the breaker
-	if n := shared.seen.Load(); n != 5 {
-		t.Fatalf("after another 30 s: shared tier saw %d requests, want 5 (one probe)", n)
-	}
-	ask()
-	if n := shared.seen.Load(); n != 6 {
-		t.Fatalf("breaker closed again: shared tier saw %d requests, want 6", n)
+	for _, step := range []struct {
+		advance time.Duration // the clock moves on first
+		healed  bool          // the shared tier answers again from this step on
+		asks    int
+		seen    int64 // requests the shared tier saw in all after the step
+		what    string
+	}{
+		{0, false, 3, 3, "3 manifest GETs"},
+		{0, false, 5, 3, "breaker open: 5 more"},
+		{31 * time.Second, false, 4, 4, "after 30 s with the shared tier still failing: one probe, which opens it again"},
+		{31 * time.Second, true, 1, 5, "after another 30 s: one probe, which closes it"},
+		{0, false, 1, 6, "breaker closed again"},
+	} {
+		clock.Advance(step.advance)
+		if step.healed {
+			shared.status.Store(0)
+		}
+		for range step.asks {
+			ask()
+		}
+		if n := shared.seen.Load(); n != step.seen {
+			t.Fatalf("%s: shared tier saw %d requests, want %d", step.what, n, step.seen)
+		}
 	}
 }
 
@@ -323,8 +288,7 @@ func TestChainBreaker(t *testing.T) {
 // a request with more than 4 nodecache hops is refused the same way.
 func TestChainLoop(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -366,9 +330,8 @@ func TestChainLoop(t *testing.T) {
 	if resp.StatusCode != http.StatusLoopDetected || !strings.Contains(string(body), "5 nodecache hops") {
 		t.Fatalf("5 hops: %d %s, want 508 naming the hops", resp.StatusCode, body)
 	}
-	_, metrics := get(t, http.MethodGet, base+"/metrics", nil)
-	if !strings.Contains(string(metrics), `nodecache_refused_total{reason="loop"} 2`) {
-		t.Fatalf("metrics lack the two refused loops:\n%s", grepLines(string(metrics), "refused"))
+	if n := metricAt(t, base+"/metrics", `nodecache_refused_total{reason="loop"}`); n != 2 {
+		t.Fatalf(`nodecache_refused_total{reason="loop"} = %v, want the two refused loops`, n)
 	}
 }
 
@@ -376,17 +339,11 @@ func TestChainLoop(t *testing.T) {
 // /v2/) is sent ?ns= without --chain.
 func TestUpstreamAnnouncesNodecache(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	shared := newSharedTier(t, up)
-	u, err := regname.ParseUpstream("upstream.test=" + shared.front.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := parseUpstream(t, "upstream.test="+shared.front.URL)
 	node := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{u}, DefaultUpstream: "upstream.test"})
-	if err := pullImageErr(t.Context(), node.host+"/upstream.test/team/app:v1"); err != nil {
-		t.Fatal(err)
-	}
+	pullImage(t, node.host+"/upstream.test/team/app:v1")
 	for _, l := range shared.h.logs.requests(t) {
 		if l["kind"] != "base" && !strings.Contains(fmt.Sprint(l["query"]), "ns=upstream.test") {
 			t.Fatalf("the shared cache got a request without ?ns=: %v", l)

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
 	invclient "github.com/nodecache/nodecache/pkg/inventory"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
@@ -26,15 +24,7 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 	up := mirrortest.NewRegistry(t)
 	idx := mirrortest.MultiPlatformIndex(t, 128<<10, 1)
 	up.PushIndex(t, "library/alpine", "3.20", idx)
-	im, err := idx.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	amd64 := im.Manifests[0].Digest // MultiPlatformIndex puts linux/amd64 first
-	child, err := idx.Image(amd64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	amd64, child := mirrortest.IndexChild(t, idx, 0) // MultiPlatformIndex puts linux/amd64 first
 	up.PushImage(t, "library/alpine", "amd64", child)
 	other := mirrortest.Image(t, mirrortest.MiB, 1, "linux/amd64")
 	up.PushImage(t, "library/other", "v1", other)
@@ -42,7 +32,7 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 	root := t.TempDir()
 	ups := []name.Upstream{upstreamFor(t, "upstream.test", up)}
 	h := newHarness(t, mirror.Options{Root: root, Upstreams: ups})
-	stop := runMirror(t, h.m)
+	h.run(t)
 	pullIndexGGCR(t, ref(t, h.host+"/upstream.test/library/alpine:3.20"))
 	pullImage(t, h.host+"/upstream.test/library/other:v1")
 	before := waitInventory(t, h.host, "two images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
@@ -50,9 +40,7 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 		t.Fatalf("before the child-tag pull, %s is the most recent image; want library/other", before.Images[0].Repository)
 	}
 	pullImage(t, h.host+"/upstream.test/library/alpine:amd64")
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	h.waitIdle(t)
 	inv := inventory(t, h.host)
 	check := func(when string, inv mirrorapi.CacheInventory) {
 		t.Helper()
@@ -79,11 +67,7 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 		t.Errorf("cache ls does not show amd64 as a child tag on the index's line:\n%s", text.String())
 	}
 
-	stop()
-	h.srv.Close()
-	if err := h.m.Close(); err != nil {
-		t.Fatal(err)
-	}
+	h.close(t)
 	up.Stop()
 	indexFile := filepath.Join(root, "nodecache", "index.json")
 	clean, err := os.ReadFile(indexFile)
@@ -98,7 +82,7 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 			}
 		}
 		h2 := newHarness(t, mirror.Options{Root: root, Upstreams: ups})
-		stop2 := runMirror(t, h2.m)
+		h2.run(t)
 		got := waitInventory(t, h2.host, "the index", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
 		if rebuild {
 			// Rebuilt without the file, last-pulled times are those of the revision links.
@@ -108,11 +92,7 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 		} else {
 			check("reloaded from the index file", got)
 		}
-		stop2()
-		h2.srv.Close()
-		if err := h2.m.Close(); err != nil {
-			t.Fatal(err)
-		}
+		h2.close(t)
 	}
 
 	// The first run's file back, then a start over a cap that one eviction meets: the least
@@ -122,33 +102,16 @@ func TestChildTagPullKeepsIndex(t *testing.T) {
 	}
 	capBytes := inv.SizeBytes - 1
 	h4 := newHarness(t, mirror.Options{Root: root, Upstreams: ups, MaxSize: capBytes})
-	runMirror(t, h4.m)
+	h4.run(t)
 	got := waitInventory(t, h4.host, "eviction at start", func(inv mirrorapi.CacheInventory) bool {
 		return inv.Ready && len(inv.Images) == 1 && inv.SizeBytes <= capBytes*9/10
 	})
 	if got.Images[0].Digest != digestOf(t, idx) {
 		t.Errorf("kept %s@%s, want the index library/alpine@%s (pulled last, through amd64)", got.Images[0].Repository, got.Images[0].Digest, digestOf(t, idx))
 	}
-	for _, l := range mustLayers(t, child) {
+	for _, l := range mirrortest.LayerDigests(t, child) {
 		if _, err := os.Stat(blobDataPath(root, l)); err != nil {
 			t.Errorf("layer %s of the amd64 child is gone: %v", l, err)
 		}
 	}
-}
-
-func mustLayers(t *testing.T, img v1.Image) []v1.Hash {
-	t.Helper()
-	ls, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []v1.Hash
-	for _, l := range ls {
-		d, err := l.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, d)
-	}
-	return out
 }

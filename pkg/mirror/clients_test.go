@@ -17,35 +17,19 @@ import (
 // are seen but are no proof that a runtime pulls through the mirror.
 func TestClientEvidenceContent(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 1024, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
+	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []regname.Upstream{upstreamFor(t, "up.test", up)}})
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	blob, err := layers[0].Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	blob := mirrortest.LayerDigests(t, img)[0]
 	base := "http://" + h.host
 	do := func(method, path, ua string, hdr ...string) int {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), method, base+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("User-Agent", ua)
-		req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json,application/vnd.docker.distribution.manifest.v2+json")
+		h := http.Header{}
+		h.Set("User-Agent", ua)
+		h.Set("Accept", "application/vnd.oci.image.manifest.v1+json,application/vnd.docker.distribution.manifest.v2+json")
 		for i := 0; i+1 < len(hdr); i += 2 {
-			req.Header.Set(hdr[i], hdr[i+1])
+			h.Set(hdr[i], hdr[i+1])
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = resp.Body.Close()
+		resp, _ := get(t, method, base+path, h)
 		return resp.StatusCode
 	}
 	const cd = "containerd/v2.4.2"
@@ -92,13 +76,9 @@ func TestClientEvidenceContent(t *testing.T) {
 
 func evidence(t *testing.T, base string) mirrorapi.ClientEvidence {
 	t.Helper()
-	resp, err := http.Get(base + mirrorapi.ClientsPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	_, body := get(t, http.MethodGet, base+mirrorapi.ClientsPath, nil)
 	var doc mirrorapi.ClientEvidence
-	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+	if err := json.Unmarshal(body, &doc); err != nil {
 		t.Fatal(err)
 	}
 	return doc

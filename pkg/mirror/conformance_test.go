@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
@@ -81,19 +79,11 @@ func TestOCIConformance(t *testing.T) {
 	idx := mirrortest.MultiPlatformIndex(t, 1024, 1)
 	up.PushIndex(t, repo, "multi", idx)
 	manifests := []string{digestOf(t, img), digestOf(t, idx)}
-	var blobs []string
 	im, _ := idx.IndexManifest()
 	for _, d := range im.Manifests {
 		manifests = append(manifests, d.Digest.String())
 	}
-	for _, i := range []v1.Image{img} {
-		cfg, _ := i.ConfigName()
-		blobs = append(blobs, cfg.String())
-		ls, _ := i.Layers()
-		for _, l := range ls {
-			blobs = append(blobs, digestOf(t, l))
-		}
-	}
+	blobs := mirrortest.BlobDigests(t, img)
 
 	h := newHarness(t, mirror.Options{
 		Upstreams:       []regname.Upstream{upstreamFor(t, "upstream.test", up)},

@@ -116,10 +116,7 @@ func TestUpstreamAuthHtpasswd(t *testing.T) {
 			// NAME (what image references and config.json keys say) is private.test; its API is
 			// reached at upstream.test:<port>.
 			upName := "private.test"
-			up, err := regname.ParseUpstream(upName + "=http://upstream.test:" + strings.Split(private.Addr, ":")[1])
-			if err != nil {
-				t.Fatal(err)
-			}
+			up := parseUpstream(t, upName+"=http://upstream.test:"+strings.Split(private.Addr, ":")[1])
 			opts := mirror.Options{Upstreams: []regname.Upstream{up}}
 			if tc.auths != nil {
 				file := filepath.Join(t.TempDir(), "config.json")
@@ -186,16 +183,13 @@ func TestUpstreamAuthDockerHubKey(t *testing.T) {
 		t.Run(map[bool]string{true: "credentials", false: "anonymous_denied"}[withCreds], func(t *testing.T) {
 			t.Parallel()
 			hub := newHubLike(t)
-			pushTo := &mirrortest.Registry{Addr: hub.push.Listener.Addr().String()}
+			pushTo := hub.pusher()
 			pushTo.PushIndex(t, "team/private", "v1", mirrortest.MultiPlatformIndex(t, 4096, 1))
 			hub.mu.Lock()
 			hub.user, hub.password = testUser, testPassword
 			hub.mu.Unlock()
 
-			up, err := regname.ParseUpstream("docker.io=http://registry.hub.test:" + port(hub.registry))
-			if err != nil {
-				t.Fatal(err)
-			}
+			up := hub.upstream(t)
 			opts := mirror.Options{Upstreams: []regname.Upstream{up}}
 			if withCreds {
 				file := filepath.Join(t.TempDir(), "config.json")
@@ -236,15 +230,12 @@ func TestUpstreamAuthDockerHubKey(t *testing.T) {
 func TestUpstreamAuthRealmOnAnotherDomain(t *testing.T) {
 	t.Parallel()
 	hub := newHubLike(t)
-	pushTo := &mirrortest.Registry{Addr: hub.push.Listener.Addr().String()}
+	pushTo := hub.pusher()
 	pushTo.PushImage(t, "team/private", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
 	hub.mu.Lock()
 	hub.user, hub.password, hub.realmHost = testUser, testPassword, "auth.elsewhere.test"
 	hub.mu.Unlock()
-	up, err := regname.ParseUpstream("docker.io=http://registry.hub.test:" + port(hub.registry))
-	if err != nil {
-		t.Fatal(err)
-	}
+	up := hub.upstream(t)
 	file := filepath.Join(t.TempDir(), "config.json")
 	writeDockerConfig(t, file, map[string]map[string]string{
 		"https://index.docker.io/v1/": {"username": testUser, "password": testPassword},
@@ -277,10 +268,7 @@ func TestUpstreamAuthSymlinkSwap(t *testing.T) {
 	private := mirrortest.NewPrivateRegistry(t, testUser, testPassword)
 	private.PushImage(t, "team/private", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
 	upName := "upstream.test:" + strings.Split(private.Addr, ":")[1]
-	up, err := regname.ParseUpstream(upName + "=http://" + upName)
-	if err != nil {
-		t.Fatal(err)
-	}
+	up := parseUpstream(t, upName+"=http://"+upName)
 	vol := t.TempDir()
 	writeVersion := func(dir, password string) {
 		writeDockerConfig(t, filepath.Join(vol, dir, "config.json"),

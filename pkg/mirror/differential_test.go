@@ -15,9 +15,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
-	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
-	regname "github.com/nodecache/nodecache/pkg/name"
 )
 
 // diffRequest is one read request of the differential harness: path below /v2/team/app/ (or
@@ -129,8 +127,7 @@ func TestDifferential(t *testing.T) {
 	up.PushIndex(t, "team/app", "multi", idx)
 	manDigest := digestOf(t, img)
 	idxDigest := digestOf(t, idx)
-	layers, _ := img.Layers()
-	blob := digestOf(t, layers[0])
+	blob := mirrortest.LayerDigests(t, img)[0].String()
 	cfg, _ := img.ConfigName()
 	missing := "sha256:" + strings.Repeat("0f", 32)
 
@@ -188,7 +185,7 @@ func TestDifferential(t *testing.T) {
 		diffRequest{"tags of an uppercase repository", http.MethodGet, "/v2/team/APP/tags/list", nil})
 
 	newCache := func() *harness {
-		return newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+		return newHarnessFor(t, up)
 	}
 	direct := "http://" + up.Addr
 	var problems []string

@@ -35,9 +35,7 @@ func tmpfsRoot(t *testing.T, size string) string {
 // come back as a miss (on a full disk, from memory).
 func getBigBlob(t *testing.T, h *harness, repo string, img v1.Image) v1.Hash {
 	t.Helper()
-	layers, _ := img.Layers()
-	ld, _ := layers[0].Digest()
-	_, data := layerBytesOf(t, layers[0])
+	ld, data := mirrortest.LayerBlob(t, img, 0)
 	if code, _ := manifestStatus(t, fmt.Sprintf("http://%s/v2/upstream.test/%s/manifests/v1", h.host, repo)); code != 200 {
 		t.Fatalf("manifest of %s: %d", repo, code)
 	}
@@ -46,9 +44,7 @@ func getBigBlob(t *testing.T, h *harness, repo string, img v1.Image) v1.Hash {
 		t.Fatalf("blob of %s: %d, %s=%q, %d of %d bytes (equal: %v); want the whole blob as a miss",
 			repo, resp.StatusCode, mirrorapi.HeaderCache, resp.Header.Get(mirrorapi.HeaderCache), len(body), len(data), bytes.Equal(body, data))
 	}
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	h.waitIdle(t)
 	return ld
 }
 
@@ -68,12 +64,10 @@ func TestDiskFullKeepsServing(t *testing.T) {
 	big := mirrortest.Image(t, 5632<<10, 1, "linux/amd64")
 	up.PushImage(t, "team/big", "v1", big)
 	h := newHarness(t, mirror.Options{Root: root, Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	runMirror(t, h.m)
+	h.run(t)
 	for _, repo := range small {
 		pullImage(t, h.host+"/upstream.test/"+repo+":v1")
-		if err := h.m.WaitIdle(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		h.waitIdle(t)
 	}
 	waitInventory(t, h.host, "two cached images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
 
@@ -88,9 +82,7 @@ func TestDiskFullKeepsServing(t *testing.T) {
 		t.Errorf("the enospc eviction took more than the room the blob lacked: %v", inv.Images)
 	}
 	pullImage(t, h.host+"/upstream.test/team/big:v1") // now there is room: stored
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	h.waitIdle(t)
 	if _, err := os.Stat(blobDataPath(root, ld)); err != nil {
 		t.Errorf("the blob was not stored once eviction made room: %v", err)
 	}
@@ -118,16 +110,13 @@ func TestDiskFullBlobSizes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			root := tmpfsRoot(t, "2560k")
-			up := mirrortest.NewRegistry(t)
-			up.PushImage(t, "team/small", "v1", mirrortest.Image(t, 256<<10, 1, "linux/amd64"))
+			up, _ := mirrortest.NewRegistryWithImage(t, "team/small", "v1", 256<<10)
 			big := mirrortest.Image(t, tc.layerBytes, 1, "linux/amd64")
 			up.PushImage(t, "team/big", "v1", big)
 			h := newHarness(t, mirror.Options{Root: root, Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-			runMirror(t, h.m)
+			h.run(t)
 			pullImage(t, h.host+"/upstream.test/team/small:v1")
-			if err := h.m.WaitIdle(t.Context()); err != nil {
-				t.Fatal(err)
-			}
+			h.waitIdle(t)
 			waitInventory(t, h.host, "the small image", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 1 })
 
 			attempts := 1

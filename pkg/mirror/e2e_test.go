@@ -1,7 +1,6 @@
 package mirror_test
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -30,7 +29,7 @@ func TestPullThrough(t *testing.T) {
 	up.PushIndex(t, "team/app", "v1", idx)
 	wantDigest := digestOf(t, idx)
 
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 	up.ResetRequests()
 
 	t.Run("a: go-containerregistry through the path prefix", func(t *testing.T) {
@@ -59,39 +58,32 @@ func TestPullThrough(t *testing.T) {
 		}
 	})
 
-	t.Run("b: containerd resolver with ?ns=", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		if err := h.m.WaitIdle(ctx); err != nil {
-			t.Fatalf("fills did not finish: %v", err)
-		}
-		blobGETs := up.Count(http.MethodGet, "/blobs/")
-		dir := hostsDir(t, "testdata/hosts", h.host)
-		desc := pullContainerd(t, dir, "upstream.test/team/app:v1")
+	// pullWithHosts pulls the image with containerd configured by the hosts.toml tree src, which
+	// must send its requests with ?ns= to paths under pathPrefix.
+	pullWithHosts := func(t *testing.T, src, pathPrefix string) {
+		t.Helper()
+		desc := pullContainerd(t, hostsDir(t, src, h.host), "upstream.test/team/app:v1")
 		if desc.Digest.String() != wantDigest {
 			t.Fatalf("resolved %s, want %s", desc.Digest, wantDigest)
 		}
-		assertNSRequests(t, h, "/v2/team/app/")
+		assertNSRequests(t, h, pathPrefix)
+	}
+
+	t.Run("b: containerd resolver with ?ns=", func(t *testing.T) {
+		h.waitIdle(t)
+		blobGETs := up.Count(http.MethodGet, "/blobs/")
+		pullWithHosts(t, "testdata/hosts", "/v2/team/app/")
 		if n := up.Count(http.MethodGet, "/blobs/"); n != blobGETs {
 			t.Fatalf("second pull fetched %d blobs from the upstream again", n-blobGETs)
 		}
 	})
 
 	t.Run("b: containerd resolver with override_path (prefix and ?ns=)", func(t *testing.T) {
-		dir := hostsDir(t, "testdata/hosts-override", h.host)
-		desc := pullContainerd(t, dir, "upstream.test/team/app:v1")
-		if desc.Digest.String() != wantDigest {
-			t.Fatalf("resolved %s, want %s", desc.Digest, wantDigest)
-		}
-		assertNSRequests(t, h, "/v2/upstream.test/team/app/")
+		pullWithHosts(t, "testdata/hosts-override", "/v2/upstream.test/team/app/")
 	})
 
 	t.Run("c: served with the upstream stopped", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		if err := h.m.WaitIdle(ctx); err != nil {
-			t.Fatalf("fills did not finish: %v", err)
-		}
+		h.waitIdle(t)
 		up.Stop()
 		up.ResetRequests()
 		got := pullIndexGGCR(t, ref(t, h.host+"/upstream.test/team/app:v1"))
@@ -137,7 +129,7 @@ func assertNSRequests(t *testing.T, h *harness, pathPrefix string) {
 func TestRefusals(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 
 	err := remote.Write(ref(t, h.host+"/upstream.test/pushed:v1"), mirrortest.Image(t, 1024, 1, "linux/amd64"), remote.WithContext(t.Context()))
 	var te *transport.Error
@@ -173,7 +165,7 @@ func TestRefusals(t *testing.T) {
 func TestUpstreamDownAtStart(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewStoppedRegistry(t, "")
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 
 	resp, _ := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
 	if resp.StatusCode != http.StatusServiceUnavailable {
@@ -197,8 +189,7 @@ func TestUpstreamDownAtStart(t *testing.T) {
 // the upstream timeout; an uncached one fails within it.
 func TestBlackholedUpstream(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
 	const timeout = 2 * time.Second
 	h := newHarness(t, mirror.Options{
 		Upstreams:       []name.Upstream{upstreamFor(t, "upstream.test", up)},
@@ -209,9 +200,7 @@ func TestBlackholedUpstream(t *testing.T) {
 		t.Fatalf("warm-up: %d", resp.StatusCode)
 	}
 	// From now on the upstream accepts requests and never answers them.
-	up.Wrap(func(http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
-	})
+	up.Intercept("", "", func(_ http.Handler, _ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	start := time.Now()
 	resp, _ := get(t, http.MethodGet, url, manifestAccept)
 	took := time.Since(start)
@@ -263,8 +252,7 @@ func TestSameRepositoryTwoUpstreams(t *testing.T) {
 		}
 	}
 	// A blob of a's image is not served for b's repository, even though it is cached.
-	la, _ := ia.Layers()
-	d, _ := la[0].Digest()
+	d := mirrortest.LayerDigests(t, ia)[0]
 	if resp, _ := get(t, http.MethodGet, fmtURL(h, "/v2/a.test/team/app/blobs/"+d.String()), nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("blob from a: %d", resp.StatusCode)
 	}

@@ -1,7 +1,6 @@
 package mirror_test
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -20,31 +19,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
-
-// runMirror runs m's background work (index, eviction) until stop or the end of the test,
-// before m closes.
-func runMirror(t *testing.T, m *mirror.Mirror) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = m.Run(ctx)
-	}()
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); <-done }) }
-	t.Cleanup(stop)
-	return stop
-}
 
 // imageOnBase builds an OCI image whose first layer is base and second a random layer of
 // ownBytes bytes.
@@ -86,17 +67,12 @@ func uniqueBytes(t *testing.T, img v1.Image) int64 {
 
 func inventory(t *testing.T, host string) mirrorapi.CacheInventory {
 	t.Helper()
-	resp, err := http.Get("http://" + host + mirrorapi.CachePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	resp, body := get(t, http.MethodGet, "http://"+host+mirrorapi.CachePath, nil)
 	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %s: %s", mirrorapi.CachePath, resp.Status, b)
+		t.Fatalf("GET %s: %s: %s", mirrorapi.CachePath, resp.Status, body)
 	}
 	var inv mirrorapi.CacheInventory
-	if err := json.NewDecoder(resp.Body).Decode(&inv); err != nil {
+	if err := json.Unmarshal(body, &inv); err != nil {
 		t.Fatal(err)
 	}
 	return inv
@@ -119,27 +95,19 @@ func waitInventory(t *testing.T, host string, what string, ok func(mirrorapi.Cac
 	}
 }
 
+// pullImage pulls the image s with go-containerregistry and validates it (every blob fetched and
+// its digest checked).
 func pullImage(t *testing.T, s string) {
 	t.Helper()
-	img, err := remote.Image(ref(t, s), remote.WithContext(t.Context()))
-	if err != nil {
-		t.Fatalf("pull %s: %v", s, err)
-	}
-	if err := validate.Image(img); err != nil {
-		t.Fatalf("validate %s: %v", s, err)
+	if err := pullImageErr(t.Context(), s); err != nil {
+		t.Fatal(err)
 	}
 }
 
+// manifestStatus GETs an OCI image manifest: the status and the cache header of the answer.
 func manifestStatus(t *testing.T, url string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
-	req.Header.Set("Accept", string(types.OCIManifestSchema1))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	resp, _ := get(t, http.MethodGet, url, http.Header{"Accept": {string(types.OCIManifestSchema1)}})
 	return resp.StatusCode, resp.Header.Get(mirrorapi.HeaderCache)
 }
 
@@ -170,12 +138,10 @@ func TestSizeCapEvictsLeastRecentlyPulled(t *testing.T) {
 	capBytes := baseSize + 3*unique + unique/2
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), MaxSize: capBytes,
 		Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	runMirror(t, h.m)
+	h.run(t)
 	for i := range imgs {
 		pullImage(t, fmt.Sprintf("%s/upstream.test/team/app%d:v1", h.host, i))
-		if err := h.m.WaitIdle(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		h.waitIdle(t)
 	}
 	// Eviction is over when the cache is at 90 % of the cap, the second image is counted and its
 	// blobs are gone: an image is counted before its blobs are deleted, so the blob gauge and the
@@ -242,15 +208,10 @@ func TestSizeCapEvictsLeastRecentlyPulled(t *testing.T) {
 	pullImage(t, h.host+"/upstream.test/team/app0:v1")
 }
 
+// deleteImage DELETEs spec (repository@digest) from the cache API: the answer's status.
 func deleteImage(t *testing.T, host, spec string) int {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodDelete, "http://"+host+mirrorapi.CachePath+"/"+spec, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	resp, _ := get(t, http.MethodDelete, "http://"+host+mirrorapi.CachePath+"/"+spec, nil)
 	return resp.StatusCode
 }
 
@@ -262,17 +223,12 @@ func blobDataPath(root string, d v1.Hash) string {
 // its image (its links go, its data stays while it is served), and the client gets all of it.
 func TestEvictionSparesBlobBeingServed(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 32*mirrortest.MiB, 1, "linux/amd64")
-	up.PushImage(t, "team/big", "v1", img)
+	up, img := mirrortest.NewRegistryWithImage(t, "team/big", "v1", 32*mirrortest.MiB)
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	runMirror(t, h.m)
+	h.run(t)
 	pullImage(t, h.host+"/upstream.test/team/big:v1")
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	layers, _ := img.Layers()
-	ld, _ := layers[0].Digest()
+	h.waitIdle(t)
+	ld := mirrortest.LayerDigests(t, img)[0]
 	resp, err := http.Get(fmt.Sprintf("http://%s/v2/upstream.test/team/big/blobs/%s", h.host, ld))
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +266,7 @@ func TestEvictionRacingFillLosesNothing(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	runMirror(t, h.m)
+	h.run(t)
 	waitInventory(t, h.host, "the index", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
 	const rounds = 6
 	for i := range rounds {
@@ -319,9 +275,7 @@ func TestEvictionRacingFillLosesNothing(t *testing.T) {
 		up.PushImage(t, a, "v1", img)
 		up.PushImage(t, b, "v1", img)
 		pullImage(t, h.host+"/upstream.test/"+a+":v1")
-		if err := h.m.WaitIdle(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		h.waitIdle(t)
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() {
@@ -333,9 +287,7 @@ func TestEvictionRacingFillLosesNothing(t *testing.T) {
 		}()
 		pullImage(t, h.host+"/upstream.test/"+b+":v1")
 		wg.Wait()
-		if err := h.m.WaitIdle(t.Context()); err != nil {
-			t.Fatal(err)
-		}
+		h.waitIdle(t)
 	}
 	up.Stop()
 	for i := range rounds {
@@ -352,34 +304,21 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 	up.PushImage(t, "team/one", "v1", mirrortest.Image(t, 64<<10, 2, "linux/amd64"))
 	multi := mirrortest.MultiPlatformIndex(t, 64<<10, 1)
 	up.PushIndex(t, "team/multi", "v2", multi)
-	im, err := multi.IndexManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	child, err := multi.Image(im.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	amd64, child := mirrortest.IndexChild(t, multi, 0)
 	up.PushImage(t, "team/multi", "amd64", child) // a tag of the index's child: kept as a child tag
 	root := t.TempDir()
 	ups := []name.Upstream{upstreamFor(t, "upstream.test", up)}
 	h := newHarness(t, mirror.Options{Root: root, Upstreams: ups})
-	stop := runMirror(t, h.m)
+	h.run(t)
 	pullImage(t, h.host+"/upstream.test/team/one:v1")
 	pullIndexGGCR(t, ref(t, h.host+"/upstream.test/team/multi:v2"))
 	pullImage(t, h.host+"/upstream.test/team/multi:amd64")
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	h.waitIdle(t)
 	want := waitInventory(t, h.host, "two images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
-	if want.Images[0].ChildTags["amd64"] != im.Manifests[0].Digest.String() {
+	if want.Images[0].ChildTags["amd64"] != amd64.String() {
 		t.Fatalf("child tag amd64 not on the index's row: %+v", want.Images)
 	}
-	stop()
-	h.srv.Close()
-	if err := h.m.Close(); err != nil {
-		t.Fatal(err)
-	}
+	h.close(t)
 	indexFile := filepath.Join(root, "nodecache", "index.json")
 	clean, err := os.ReadFile(indexFile)
 	if err != nil {
@@ -409,7 +348,7 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 			t.Fatal(err)
 		}
 		h2 := newHarness(t, mirror.Options{Root: root, Upstreams: ups})
-		stop2 := runMirror(t, h2.m)
+		h2.run(t)
 		got := waitInventory(t, h2.host, tc.name+": the index", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
 		if got.SizeBytes != want.SizeBytes || got.Blobs != want.Blobs || len(got.Images) != len(want.Images) {
 			t.Errorf("%s: size %d, blobs %d, images %d; want %d, %d, %d", tc.name, got.SizeBytes, got.Blobs, len(got.Images), want.SizeBytes, want.Blobs, len(want.Images))
@@ -422,16 +361,12 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 			}
 		}
 		pullImage(t, h2.host+"/upstream.test/team/one:v1") // served from what the index describes
-		stop2()
-		h2.srv.Close()
-		if err := h2.m.Close(); err != nil {
-			t.Fatal(err)
-		}
+		h2.close(t)
 	}
 
 	// Started over its cap, nodecache evicts at once: the least recently pulled image goes.
 	h3 := newHarness(t, mirror.Options{Root: root, Upstreams: ups, MaxSize: want.SizeBytes - 1})
-	runMirror(t, h3.m)
+	h3.run(t)
 	got := waitInventory(t, h3.host, "eviction at start", func(inv mirrorapi.CacheInventory) bool {
 		return inv.Ready && len(inv.Images) == 1 && inv.SizeBytes <= (want.SizeBytes-1)*9/10
 	})
@@ -453,18 +388,12 @@ func TestServesBeforeIndexReady(t *testing.T) {
 	root := t.TempDir()
 	ups := []name.Upstream{upstreamFor(t, "upstream.test", up)}
 	h := newHarness(t, mirror.Options{Root: root, Upstreams: ups})
-	stop := runMirror(t, h.m)
+	h.run(t)
 	pullImage(t, h.host+"/upstream.test/team/one:v1")
 	pullImage(t, h.host+"/upstream.test/team/two:v1")
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	h.waitIdle(t)
 	full := waitInventory(t, h.host, "two images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
-	stop()
-	h.srv.Close()
-	if err := h.m.Close(); err != nil {
-		t.Fatal(err)
-	}
+	h.close(t)
 	if err := os.Remove(filepath.Join(root, "nodecache", "index.json")); err != nil {
 		t.Fatal(err) // no index file: the next start must rebuild from storage
 	}
@@ -490,7 +419,7 @@ func TestServesBeforeIndexReady(t *testing.T) {
 	if blobs != full.Blobs {
 		t.Fatalf("%d blobs on disk while the index was not ready, want all %d (nothing evicted before the index is known)", blobs, full.Blobs)
 	}
-	runMirror(t, h2.m)
+	h2.run(t)
 	waitInventory(t, h2.host, "the rebuilt index, then eviction to the cap", func(inv mirrorapi.CacheInventory) bool {
 		return inv.Ready && len(inv.Images) == 1 && inv.SizeBytes < full.SizeBytes
 	})
@@ -500,7 +429,13 @@ func TestServesBeforeIndexReady(t *testing.T) {
 // for none) on h's /metrics; -1 when it is not there.
 func metricValue(t *testing.T, h *harness, series string) float64 {
 	t.Helper()
-	_, body := get(t, http.MethodGet, fmtURL(h, "/metrics"), nil)
+	return metricAt(t, fmtURL(h, "/metrics"), series)
+}
+
+// metricAt is metricValue for the metrics served at url.
+func metricAt(t *testing.T, url, series string) float64 {
+	t.Helper()
+	_, body := get(t, http.MethodGet, url, nil)
 	for _, line := range strings.Split(string(body), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)

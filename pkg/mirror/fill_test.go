@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
@@ -31,71 +29,14 @@ type blobFixture struct {
 
 func newBlobFixture(t *testing.T, layerBytes int64, opts mirror.Options) *blobFixture {
 	t.Helper()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, layerBytes, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
-	ls, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, data := layerBytesOf(t, ls[0])
+	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", layerBytes)
+	d, data := mirrortest.LayerBlob(t, img, 0)
 	opts.Upstreams = []name.Upstream{upstreamFor(t, "upstream.test", up)}
 	up.ResetRequests()
-	return &blobFixture{up: up, h: newHarness(t, opts), digest: d, data: data}
-}
-
-func layerBytesOf(t *testing.T, l v1.Layer) (string, []byte) {
-	t.Helper()
-	d, err := l.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := l.Compressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d.String(), b
+	return &blobFixture{up: up, h: newHarness(t, opts), digest: d.String(), data: data}
 }
 
 func (f *blobFixture) url() string { return fmtURL(f.h, "/v2/upstream.test/team/app/blobs/"+f.digest) }
-
-func (f *blobFixture) waitIdle(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := f.h.m.WaitIdle(ctx); err != nil {
-		t.Fatalf("fills did not finish: %v", err)
-	}
-}
-
-// onBlobGET wraps the upstream so that blob GETs go through fn (other requests pass).
-func onBlobGET(r *mirrortest.Registry, fn func(next http.Handler, w http.ResponseWriter, req *http.Request)) {
-	r.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-			if req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/blobs/sha256:") {
-				fn(next, w, req)
-				return
-			}
-			next.ServeHTTP(w, req)
-		})
-	})
-}
-
-// slowWriter delays every write, so a blob takes a while to stream.
-type slowWriter struct {
-	http.ResponseWriter
-	delay time.Duration
-}
-
-func (s slowWriter) Write(p []byte) (int, error) {
-	time.Sleep(s.delay)
-	return s.ResponseWriter.Write(p)
-}
 
 func TestCacheHeaderMissThenHit(t *testing.T) {
 	t.Parallel()
@@ -107,7 +48,7 @@ func TestCacheHeaderMissThenHit(t *testing.T) {
 	if c := resp.Header.Get(mirrorapi.HeaderCache); c != mirrorapi.CacheMiss {
 		t.Fatalf("cold GET: %s=%q, want miss", mirrorapi.HeaderCache, c)
 	}
-	f.waitIdle(t)
+	f.h.waitIdle(t)
 	resp, body = get(t, http.MethodGet, f.url(), nil)
 	if c := resp.Header.Get(mirrorapi.HeaderCache); c != mirrorapi.CacheHit || !bytes.Equal(body, f.data) {
 		t.Fatalf("warm GET: %s=%q, %d bytes", mirrorapi.HeaderCache, c, len(body))
@@ -153,9 +94,7 @@ func TestRangeOnColdBlob(t *testing.T) {
 func TestCoalescing(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 2*mirrortest.MiB, mirror.Options{})
-	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(slowWriter{w, 3 * time.Millisecond}, r)
-	})
+	f.up.SlowBlobs(3 * time.Millisecond)
 	const clients = 8
 	var (
 		wg     sync.WaitGroup
@@ -198,7 +137,7 @@ func TestResume(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 3*mirrortest.MiB, mirror.Options{})
 	var breaks atomic.Int32
-	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	f.up.Intercept(http.MethodGet, "/blobs/sha256:", func(next http.Handler, w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Range") != "" || breaks.Add(1) > 2 {
 			next.ServeHTTP(w, r)
 			return
@@ -226,7 +165,7 @@ func TestResume(t *testing.T) {
 	if got := metricValue(t, f.h, `nodecache_upstream_resumes_total{upstream="upstream.test"}`); got != float64(ranged) {
 		t.Errorf("nodecache_upstream_resumes_total = %v, want %d (one per Range request)", got, ranged)
 	}
-	f.waitIdle(t)
+	f.h.waitIdle(t)
 	f.up.Stop()
 	if resp, body := get(t, http.MethodGet, f.url(), nil); resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheHit || !bytes.Equal(body, f.data) {
 		t.Fatal("resumed blob was not stored")
@@ -238,7 +177,7 @@ func TestResume(t *testing.T) {
 func TestDigestMismatch(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 256<<10, mirror.Options{})
-	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	f.up.Intercept(http.MethodGet, "/blobs/sha256:", func(next http.Handler, w http.ResponseWriter, r *http.Request) {
 		bad := append([]byte(nil), f.data...)
 		bad[len(bad)/2] ^= 0xff
 		w.Header().Set("Content-Length", itoa(len(bad)))
@@ -254,7 +193,7 @@ func TestDigestMismatch(t *testing.T) {
 	if rerr == nil && len(body) == len(f.data) {
 		t.Fatalf("client received a complete %d-byte body for a blob that fails its digest", len(body))
 	}
-	f.waitIdle(t)
+	f.h.waitIdle(t)
 	if got := metricValue(t, f.h, `nodecache_digest_mismatches_total{kind="blob",upstream="upstream.test"}`); got != 1 {
 		t.Errorf("nodecache_digest_mismatches_total = %v, want 1", got)
 	}
@@ -293,9 +232,7 @@ func TestUpstreamSeriesAtStart(t *testing.T) {
 func TestLeaderDisconnect(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 2*mirrortest.MiB, mirror.Options{})
-	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(slowWriter{w, 2 * time.Millisecond}, r)
-	})
+	f.up.SlowBlobs(2 * time.Millisecond)
 	ctx, cancel := context.WithCancel(t.Context())
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, f.url(), nil)
 	resp, err := http.DefaultClient.Do(req)
@@ -305,7 +242,7 @@ func TestLeaderDisconnect(t *testing.T) {
 	_, _ = io.ReadFull(resp.Body, make([]byte, 4096))
 	cancel()
 	resp.Body.Close()
-	f.waitIdle(t)
+	f.h.waitIdle(t)
 	f.up.Stop()
 	resp, body := get(t, http.MethodGet, f.url(), nil)
 	if resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheHit || !bytes.Equal(body, f.data) {
@@ -321,7 +258,7 @@ func TestColdBlobHeadersAtOnce(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 64<<10, mirror.Options{})
 	const delay = 2 * time.Second
-	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	f.up.Intercept(http.MethodGet, "/blobs/sha256:", func(next http.Handler, w http.ResponseWriter, r *http.Request) {
 		// Headers at once, the first body byte only after delay.
 		w.Header().Set("Content-Length", strconv.Itoa(len(f.data)))
 		w.WriteHeader(http.StatusOK)
@@ -350,7 +287,7 @@ func TestColdBlobHeadersAtOnce(t *testing.T) {
 func TestUpstreamBlobErrorBecomesStatus(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 64<<10, mirror.Options{})
-	onBlobGET(f.up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+	f.up.Intercept(http.MethodGet, "/blobs/sha256:", func(next http.Handler, w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad gateway", http.StatusBadGateway)
 	})
 	start := time.Now()
@@ -370,14 +307,9 @@ func TestUpstreamBlobErrorBecomesStatus(t *testing.T) {
 // shutdown beyond the fill grace, and nothing partial is stored.
 func TestServeAbandonsOrphanFillsOnShutdown(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 2*mirrortest.MiB, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
-	ls, _ := img.Layers()
-	d, _ := ls[0].Digest()
-	onBlobGET(up, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
-		next.ServeHTTP(slowWriter{w, 50 * time.Millisecond}, r) // ~3 s for the blob
-	})
+	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 2*mirrortest.MiB)
+	d := mirrortest.LayerDigests(t, img)[0]
+	up.SlowBlobs(50 * time.Millisecond) // ~3 s for the blob
 	m, err := mirror.New(t.Context(), mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	if err != nil {
 		t.Fatal(err)

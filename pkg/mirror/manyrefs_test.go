@@ -104,7 +104,7 @@ func TestManyRefManifestsDoNotStallPulls(t *testing.T) {
 
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), UpstreamTimeout: 30 * time.Second,
 		Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	runMirror(t, h.m)
+	h.run(t)
 	waitInventory(t, h.host, "the index ready", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
 
 	// What a cold 3-layer pull takes on this machine now, with nothing else going on: the

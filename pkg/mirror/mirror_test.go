@@ -1,7 +1,6 @@
 package mirror_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -36,21 +35,14 @@ import (
 	regname "github.com/nodecache/nodecache/pkg/name"
 )
 
-// requests returns the access-log lines ("message":"request").
 // syncBuffer is the mirror's JSON log.
 type syncBuffer struct{ mirrortest.LogBuffer }
 
+// requests returns the access-log lines ("message":"request").
 func (s *syncBuffer) requests(t *testing.T) []map[string]any {
 	t.Helper()
-	data := s.Bytes()
 	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Fatalf("log line is not JSON: %q", sc.Text())
-		}
+	for _, m := range s.JSONLines(t) {
 		if m["message"] == "request" {
 			out = append(out, m)
 		}
@@ -66,6 +58,8 @@ type harness struct {
 	logs   *syncBuffer
 	served *int64 // requests that reached the mirror's handler
 	mu     sync.Mutex
+	// stopRun stops what run started (nil: not running).
+	stopRun func()
 }
 
 // testDialer resolves every *.test name to 127.0.0.1, so nothing leaves the machine.
@@ -131,17 +125,68 @@ func newHarness(t *testing.T, opts mirror.Options) *harness {
 	return h
 }
 
+// waitIdle waits (a minute at most) until h's fills are over.
+func (h *harness) waitIdle(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := h.m.WaitIdle(ctx); err != nil {
+		t.Fatalf("fills did not finish: %v", err)
+	}
+}
+
+// newHarnessFor is the harness of most tests: nodecache with default options in front of up,
+// named upstream.test.
+func newHarnessFor(t *testing.T, up *mirrortest.Registry) *harness {
+	t.Helper()
+	return newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "upstream.test", up)}})
+}
+
+// run runs the mirror's background work (index, eviction) until close or the end of the test,
+// before the mirror closes.
+func (h *harness) run(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.m.Run(ctx)
+	}()
+	var once sync.Once
+	h.stopRun = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(h.stopRun)
+}
+
+// close stops the mirror's background work and serving, and closes the mirror (a clean
+// shutdown, which writes the cache index).
+func (h *harness) close(t *testing.T) {
+	t.Helper()
+	if h.stopRun != nil {
+		h.stopRun()
+	}
+	h.srv.Close()
+	if err := h.m.Close(); err != nil {
+		t.Fatalf("close the mirror: %v", err)
+	}
+}
+
 func (h *harness) registryRequests() int64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return *h.served
 }
 
-func upstreamFor(t *testing.T, upstreamName string, r *mirrortest.Registry) regname.Upstream {
+func upstreamFor(t testing.TB, upstreamName string, r *mirrortest.Registry) regname.Upstream {
 	t.Helper()
-	u, err := regname.ParseUpstream(upstreamName + "=" + r.URL.String())
+	return parseUpstream(t, upstreamName+"="+r.URL.String())
+}
+
+// parseUpstream parses an upstream as --upstream takes it ("name=URL").
+func parseUpstream(t testing.TB, spec string) regname.Upstream {
+	t.Helper()
+	u, err := regname.ParseUpstream(spec)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("upstream %q: %v", spec, err)
 	}
 	return u
 }
@@ -268,7 +313,14 @@ func fetchTree(t *testing.T, ctx context.Context, f remotes.Fetcher, d ocispec.D
 	}
 }
 
+// get sends a method request for url with the headers hdr and reads the whole answer.
 func get(t *testing.T, method, url string, hdr http.Header) (*http.Response, []byte) {
+	t.Helper()
+	return send(t, http.DefaultClient, newRequest(t, method, url, hdr))
+}
+
+// newRequest is a method request for url, with the headers hdr, that ends with the test.
+func newRequest(t *testing.T, method, url string, hdr http.Header) *http.Request {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, url, nil)
 	if err != nil {
@@ -277,14 +329,20 @@ func get(t *testing.T, method, url string, hdr http.Header) (*http.Response, []b
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
-	resp, err := http.DefaultClient.Do(req)
+	return req
+}
+
+// send sends req with client and reads the whole answer.
+func send(t *testing.T, client *http.Client, req *http.Request) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatalf("%s %s: read body: %v", method, url, err)
+		t.Fatalf("%s %s: read body: %v", req.Method, req.URL, err)
 	}
 	return resp, body
 }

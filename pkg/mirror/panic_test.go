@@ -1,10 +1,7 @@
 package mirror
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -20,25 +17,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
-
-// lockedBuffer is the mirror's JSON log.
-type lockedBuffer struct{ mirrortest.LogBuffer }
-
-func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	sc := bufio.NewScanner(bytes.NewReader(l.Bytes()))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			t.Errorf("log line is not JSON: %q", sc.Text())
-			continue
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // TestPanicIsAnOCIError: a handler that panics before answering gives the client a 500 with an
 // OCI error body, the log one JSON line with the stack as a field, and the access log and
@@ -61,7 +39,7 @@ func TestPanicIsAnOCIError(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			logs := &lockedBuffer{}
+			logs := &mirrortest.LogBuffer{}
 			u, _ := url.Parse("http://127.0.0.1:1")
 			m, err := New(t.Context(), Options{Upstreams: []name.Upstream{{Name: "upstream.test", URL: u}}, Logger: zerolog.New(logs)})
 			if err != nil {
@@ -94,7 +72,7 @@ func TestPanicIsAnOCIError(t *testing.T) {
 				}
 			}
 			var panics, access []map[string]any
-			for _, l := range logs.lines(t) {
+			for _, l := range logs.JSONLines(t) {
 				switch l["message"] {
 				case "handler panicked":
 					panics = append(panics, l)

@@ -94,10 +94,7 @@ func TestFillThatProgressesKeepsGoing(t *testing.T) {
 		http.ServeContent(&resetWriter{w: w, limit: 8 * mirrortest.MiB}, r, "", time.Time{}, io.NewSectionReader(blob, 0, size))
 	}))
 	t.Cleanup(upSrv.Close)
-	up, err := regname.ParseUpstream("upstream.test=" + upSrv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	up := parseUpstream(t, "upstream.test="+upSrv.URL)
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []regname.Upstream{up}})
 
 	url := fmtURL(h, "/v2/upstream.test/team/big/blobs/"+dgst)
@@ -114,9 +111,7 @@ func TestFillThatProgressesKeepsGoing(t *testing.T) {
 	if g := gets.Load(); g < size/(8*mirrortest.MiB) {
 		t.Errorf("only %d upstream GETs: the upstream did not reset as the test means it to", g)
 	}
-	if err := h.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	h.waitIdle(t)
 	resp, err = http.Head(url)
 	if err == nil {
 		_ = resp.Body.Close()

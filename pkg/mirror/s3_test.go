@@ -1,7 +1,6 @@
 package mirror_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"os"
@@ -33,13 +32,8 @@ func s3Replica(t *testing.T, s3 *mirrortest.S3, up *mirrortest.Registry) *harnes
 
 func (h *harness) stop(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	if err := h.m.WaitIdle(ctx); err != nil {
-		t.Fatalf("fills did not finish: %v", err)
-	}
-	h.srv.Close()
-	_ = h.m.Close()
+	h.waitIdle(t)
+	h.close(t)
 }
 
 // noRedirects is a client that shows a 3xx instead of following it.
@@ -49,16 +43,7 @@ var noRedirects = &http.Client{CheckRedirect: func(*http.Request, []*http.Reques
 // it returns the cache header.
 func getBlob(t *testing.T, h *harness, d string) string {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/blobs/"+d), nil)
-	resp, err := noRedirects.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp, body := send(t, noRedirects, newRequest(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/blobs/"+d), nil))
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("blob %s: status %d (Location %q): %s", d, resp.StatusCode, resp.Header.Get("Location"), body)
 	}
@@ -131,11 +116,7 @@ func TestS3SharedBucket(t *testing.T) {
 		if n := up.Count(http.MethodGet, "/blobs/"+d); n != 1 {
 			t.Fatalf("upstream GETs of the vanished blob: %d, want 1", n)
 		}
-		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-		defer cancel()
-		if err := c.m.WaitIdle(ctx); err != nil {
-			t.Fatal(err)
-		}
+		c.waitIdle(t)
 		if _, err := os.Stat(s3.ObjectPath(key)); err != nil {
 			t.Fatalf("the refetched blob is not in the bucket again: %v", err)
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
-	"github.com/nodecache/nodecache/pkg/name"
 )
 
 // fileCountingListener hands out connections that record how the HTTP server writes to them:
@@ -120,7 +119,7 @@ func TestWarmBlobReachesSendfile(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, f.data) {
 		t.Fatalf("cold GET: %d, %d bytes", resp.StatusCode, len(body))
 	}
-	f.waitIdle(t)
+	f.h.waitIdle(t)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -134,13 +133,11 @@ func TestWarmBlobReachesSendfile(t *testing.T) {
 
 	// The same upstream through a nodecache on in-memory storage: its hits are served by
 	// distribution's own blob server, the answer to match header for header.
-	ref := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", f.up)}})
+	ref := newHarnessFor(t, f.up)
 	if resp, _ := get(t, http.MethodGet, fmtURL(ref, "/v2/upstream.test/team/app/blobs/"+f.digest), nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("cold GET through the in-memory nodecache: %d", resp.StatusCode)
 	}
-	if err := ref.m.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	ref.waitIdle(t)
 
 	n := int64(len(f.data))
 	blob := "/v2/upstream.test/team/app/blobs/" + f.digest
@@ -168,25 +165,10 @@ func TestWarmBlobReachesSendfile(t *testing.T) {
 		if method == "" {
 			method = http.MethodGet
 		}
-		req, err := http.NewRequestWithContext(t.Context(), method, base+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range hdr {
-			req.Header[k] = v
-		}
+		req := newRequest(t, method, base+path, hdr)
 		// A fresh connection per request, closed after it, so the listener's counts are complete.
 		req.Close = true
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		got, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp, got
+		return send(t, http.DefaultClient, req)
 	}
 	var hits []int64
 	for _, tt := range tests {

@@ -3,7 +3,6 @@ package mirror_test
 import (
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,10 +26,8 @@ func tooMany(next http.Handler) http.Handler {
 
 func TestTagSemantics(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 1024, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
+	h := newHarnessFor(t, up)
 	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/v1")
 
 	expect := func(step string, status int, cache string) *http.Response {
@@ -60,8 +57,8 @@ func TestTagSemantics(t *testing.T) {
 	}
 
 	// 5xx: stale.
-	up.Wrap(func(http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "down", http.StatusBadGateway) })
+	up.Intercept("", "", func(_ http.Handler, w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "down", http.StatusBadGateway)
 	})
 	expect("502 cached", http.StatusOK, mirrorapi.CacheStale)
 
@@ -75,44 +72,35 @@ func TestTagSemantics(t *testing.T) {
 
 func TestTagTTL(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
-	var now atomic.Int64 // Unix nanoseconds of the mirror's clock
-	now.Store(time.Now().UnixNano())
+	up, _ := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
+	clock := mirrortest.NewClock(time.Now())
 	h := newHarness(t, mirror.Options{
 		Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)},
 		TagTTL:    time.Hour,
-		Clock:     func() time.Time { return time.Unix(0, now.Load()) },
+		Clock:     clock.Now,
 	})
-	var heads atomic.Int32
-	up.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodHead && strings.Contains(r.URL.Path, "/manifests/v1") {
-				heads.Add(1)
-			}
-			next.ServeHTTP(w, r)
-		})
-	})
+	up.ResetRequests()
 	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/v1")
-	for i, want := range []string{mirrorapi.CacheMiss, mirrorapi.CacheHit, mirrorapi.CacheHit} {
-		resp, _ := get(t, http.MethodGet, url, manifestAccept)
-		if c := resp.Header.Get(mirrorapi.HeaderCache); c != want {
-			t.Fatalf("request %d: %s=%q, want %q", i, mirrorapi.HeaderCache, c, want)
+	for _, step := range []struct {
+		advance time.Duration // the clock moves on first
+		answers []string      // X-Cache of each request
+		heads   int           // upstream HEADs in all after the step
+		what    string
+	}{
+		{0, []string{mirrorapi.CacheMiss, mirrorapi.CacheHit, mirrorapi.CacheHit}, 1, "--tag-ttl 1h"},
+		// An hour later the tag is no longer fresh: revalidated upstream, then fresh again.
+		{time.Hour, []string{mirrorapi.CacheRevalidated, mirrorapi.CacheHit}, 2, "after the TTL"},
+	} {
+		clock.Advance(step.advance)
+		for i, want := range step.answers {
+			resp, _ := get(t, http.MethodGet, url, manifestAccept)
+			if c := resp.Header.Get(mirrorapi.HeaderCache); c != want {
+				t.Fatalf("%s, request %d: %s=%q, want %q", step.what, i, mirrorapi.HeaderCache, c, want)
+			}
 		}
-	}
-	if n := heads.Load(); n != 1 {
-		t.Fatalf("--tag-ttl 1h: %d upstream HEADs for three requests, want 1", n)
-	}
-	// An hour later the tag is no longer fresh: revalidated upstream, then fresh again.
-	now.Add(int64(time.Hour))
-	for i, want := range []string{mirrorapi.CacheRevalidated, mirrorapi.CacheHit} {
-		resp, _ := get(t, http.MethodGet, url, manifestAccept)
-		if c := resp.Header.Get(mirrorapi.HeaderCache); c != want {
-			t.Fatalf("after the TTL, request %d: %s=%q, want %q", i, mirrorapi.HeaderCache, c, want)
+		if n := up.Count(http.MethodHead, "/manifests/v1"); n != step.heads {
+			t.Fatalf("%s: %d upstream HEADs in all, want %d", step.what, n, step.heads)
 		}
-	}
-	if n := heads.Load(); n != 2 {
-		t.Fatalf("after the TTL: %d upstream HEADs in all, want 2", n)
 	}
 }
 
@@ -120,20 +108,12 @@ func TestTagTTL(t *testing.T) {
 // fetched to learn it, and the answer says so (miss).
 func TestTagHeadWithoutDigest(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 1024, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
-	up.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodHead && strings.Contains(r.URL.Path, "/manifests/") {
-				w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
-				w.WriteHeader(http.StatusOK)
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
+	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
+	up.Intercept(http.MethodHead, "/manifests/", func(_ http.Handler, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+		w.WriteHeader(http.StatusOK)
 	})
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 	resp, _ := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Docker-Content-Digest") != digestOf(t, img) || resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheMiss {
 		t.Fatalf("HEAD without digest: %d %s %s=%q", resp.StatusCode, resp.Header.Get("Docker-Content-Digest"), mirrorapi.HeaderCache, resp.Header.Get(mirrorapi.HeaderCache))
@@ -144,20 +124,13 @@ func TestTagHeadWithoutDigest(t *testing.T) {
 // requests that joined it say so.
 func TestManifestCoalesced(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 1024, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
-	var gets atomic.Int32
-	up.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/manifests/sha256:") {
-				gets.Add(1)
-				time.Sleep(300 * time.Millisecond)
-			}
-			next.ServeHTTP(w, r)
-		})
+	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 1024)
+	up.Intercept(http.MethodGet, "/manifests/sha256:", func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond)
+		next.ServeHTTP(w, r)
 	})
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
+	up.ResetRequests()
 	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/"+digestOf(t, img))
 	caches := make(chan string, 6)
 	for i := 0; i < cap(caches); i++ {
@@ -177,8 +150,9 @@ func TestManifestCoalesced(t *testing.T) {
 	for i := 0; i < cap(caches); i++ {
 		count[<-caches]++
 	}
-	if gets.Load() != 1 || count[mirrorapi.CacheMiss] != 1 || count[mirrorapi.CacheCoalesced] != cap(caches)-1 {
-		t.Fatalf("%d upstream GETs, answers %v; want 1 GET, one miss, the rest coalesced", gets.Load(), count)
+	gets := up.Count(http.MethodGet, "/manifests/sha256:")
+	if gets != 1 || count[mirrorapi.CacheMiss] != 1 || count[mirrorapi.CacheCoalesced] != cap(caches)-1 {
+		t.Fatalf("%d upstream GETs, answers %v; want 1 GET, one miss, the rest coalesced", gets, count)
 	}
 }
 
@@ -187,13 +161,11 @@ func TestManifestCoalesced(t *testing.T) {
 func TestRetryAfterFromPing(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
-	up.Wrap(func(http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Retry-After", "17")
-			http.Error(w, "slow down", http.StatusTooManyRequests)
-		})
+	up.Intercept("", "", func(_ http.Handler, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "17")
+		http.Error(w, "slow down", http.StatusTooManyRequests)
 	})
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/manifests/v1"), manifestAccept)
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "17" {
 		t.Fatalf("429 at ping: %d Retry-After=%q %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)

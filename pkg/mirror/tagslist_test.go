@@ -27,9 +27,7 @@ import (
 // tags/list requests it answered.
 func pagedUpstream(t *testing.T, n int) (*mirrortest.Registry, []string, *atomic.Int64) {
 	t.Helper()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 256, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "seed", img)
+	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "seed", 256)
 	tags := []string{"seed"}
 	for i := range n - 1 {
 		tag := fmt.Sprintf("v%d.%d", i/10, i%10)
@@ -225,10 +223,7 @@ func TestTagsListTooManyPages(t *testing.T) {
 		fmt.Fprintf(w, `{"name":"team/app","tags":["t%05d"]}`, i)
 	}))
 	t.Cleanup(srv.Close)
-	u, err := name.ParseUpstream("upstream.test=" + srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	u := parseUpstream(t, "upstream.test="+srv.URL)
 	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{u}})
 	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/app/tags/list"), nil)
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), `"code":"UNKNOWN"`) || !strings.Contains(string(body), "more than 100 pages") {
@@ -248,7 +243,7 @@ func TestTagsListTooManyPages(t *testing.T) {
 func TestTagsListClients(t *testing.T) {
 	t.Parallel()
 	up, tags, _ := pagedUpstream(t, 251)
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 	repo := h.host + "/upstream.test/team/app"
 
 	got, err := crane.ListTags(repo, crane.Insecure, crane.WithContext(t.Context()))

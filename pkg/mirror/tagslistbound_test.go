@@ -98,10 +98,7 @@ func TestTagsListBounded(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv, lists, served := hugeTagPages(t, 99, tc.tagLen)
-			u, err := name.ParseUpstream("upstream.test=" + srv.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
+			u := parseUpstream(t, "upstream.test="+srv.URL)
 			h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{u}})
 
 			runtime.GC()
@@ -193,7 +190,7 @@ func TestTagsListShared(t *testing.T) {
 			paged.ServeHTTP(w, r)
 		})
 	})
-	h := newHarness(t, mirror.Options{Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h := newHarnessFor(t, up)
 	const clients = 8
 	before := h.registryRequests()
 	answers := make(chan listAnswer, clients)

@@ -84,10 +84,8 @@ func (s *internalService) url(path string) string { return s.srv.URL + path }
 // digest of the image's layer.
 func redirectingUpstream(t *testing.T, target func(kind string) string) (*mirrortest.Registry, digest.Digest) {
 	t.Helper()
-	reg := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 4096, 1, "linux/amd64")
-	reg.PushImage(t, "library/app", "latest", img)
-	layer := digest.Digest(mustLayers(t, img)[0].String())
+	reg, img := mirrortest.NewRegistryWithImage(t, "library/app", "latest", 4096)
+	layer := digest.Digest(mirrortest.LayerDigests(t, img)[0].String())
 	reg.Wrap(func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			kind := ""
@@ -107,6 +105,29 @@ func redirectingUpstream(t *testing.T, target func(kind string) string) (*mirror
 	return reg, layer
 }
 
+// redirects are the targets of a redirectingUpstream, by kind ("blob", "manifest"), settable while
+// it serves: its target func is redirects.to.
+type redirects struct {
+	mu      sync.Mutex
+	targets map[string]string
+}
+
+// set makes requests of kind redirect to target ("": no more redirects).
+func (r *redirects) set(kind, target string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.targets == nil {
+		r.targets = map[string]string{}
+	}
+	r.targets[kind] = target
+}
+
+func (r *redirects) to(kind string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.targets[kind]
+}
+
 // TestRedirectInsideRefused: an upstream that redirects a blob (GET, Range, HEAD) or a manifest
 // to a loopback address other than its own makes nodecache answer 502 naming the target, with no
 // request reaching the internal service, no internal byte reaching the client and nothing
@@ -114,15 +135,10 @@ func redirectingUpstream(t *testing.T, target func(kind string) string) (*mirror
 func TestRedirectInsideRefused(t *testing.T) {
 	t.Parallel()
 	internal := newInternalService(t, "127.0.0.5:0")
-	var (
-		mu       sync.Mutex
-		redirect = map[string]string{"blob": internal.url("/big"), "manifest": internal.url("/manifest.json")}
-	)
-	reg, layer := redirectingUpstream(t, func(kind string) string {
-		mu.Lock()
-		defer mu.Unlock()
-		return redirect[kind]
-	})
+	var redirect redirects
+	redirect.set("blob", internal.url("/big"))
+	redirect.set("manifest", internal.url("/manifest.json"))
+	reg, layer := redirectingUpstream(t, redirect.to)
 	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "docker.io", reg)}})
 
 	blobURL := fmtURL(h, "/v2/library/app/blobs/"+layer.String()+"?ns=docker.io")
@@ -162,9 +178,8 @@ func TestRedirectInsideRefused(t *testing.T) {
 
 	// The upstream mends its ways: the same requests are answered from it, so nothing the
 	// refused redirects pointed at was stored in their place.
-	mu.Lock()
-	redirect = map[string]string{}
-	mu.Unlock()
+	redirect.set("blob", "")
+	redirect.set("manifest", "")
 	resp, body := get(t, http.MethodGet, blobURL, nil)
 	if resp.StatusCode != http.StatusOK || digest.FromBytes(body) != layer {
 		t.Fatalf("after the upstream stopped redirecting: status %d, digest %s, want 200 %s", resp.StatusCode, digest.FromBytes(body), layer)
@@ -182,18 +197,8 @@ func TestRedirectAllowPrivate(t *testing.T) {
 	listed := newInternalService(t, "127.0.0.5:0")
 	unlisted := newInternalService(t, "127.0.0.2:0")
 	own := newInternalService(t, "127.0.0.1:0")
-	var (
-		mu sync.Mutex
-		to string
-	)
-	reg, layer := redirectingUpstream(t, func(kind string) string {
-		mu.Lock()
-		defer mu.Unlock()
-		if kind != "blob" {
-			return ""
-		}
-		return to
-	})
+	var redirect redirects
+	reg, layer := redirectingUpstream(t, redirect.to)
 	h := newHarness(t, mirror.Options{
 		Upstreams:            []regname.Upstream{upstreamFor(t, "docker.io", reg)},
 		UpstreamAllowPrivate: []netip.Prefix{netip.MustParsePrefix("127.0.0.5/32")},
@@ -207,9 +212,7 @@ func TestRedirectAllowPrivate(t *testing.T) {
 		{"unlisted 127.0.0.2", unlisted, false},
 		{"own address 127.0.0.1", own, true},
 	} {
-		mu.Lock()
-		to = c.svc.url("/big")
-		mu.Unlock()
+		redirect.set("blob", c.svc.url("/big"))
 		resp, body := getLenient(t, fmtURL(h, "/v2/library/app/blobs/"+layer.String()+"?ns=docker.io"))
 		// The target's bytes are never the layer: a reached target ends in a digest mismatch
 		// (the body cut short, its last byte held back), a refused one in a 502.
@@ -280,10 +283,7 @@ func TestRedirectDowngradeRefused(t *testing.T) {
 	srv.TLS = ca.TLSConfig(t, "127.0.0.1")
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	up, err := regname.ParseUpstream("docker.io=" + srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
+	up := parseUpstream(t, "docker.io="+srv.URL)
 	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{up},
 		UpstreamRootCAs: map[string]*x509.CertPool{"docker.io": ca.Pool()}})
 	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/library/app/blobs/"+digest.FromString("x").String()+"?ns=docker.io"), nil)
@@ -332,7 +332,7 @@ func TestGzipBodyNotExpanded(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	up, _ := regname.ParseUpstream("docker.io=" + srv.URL)
+	up := parseUpstream(t, "docker.io="+srv.URL)
 	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{up}, Root: t.TempDir()})
 	blob := make([]byte, 4096)
 	_, _ = rand.Read(blob)
@@ -377,7 +377,7 @@ func TestUnknownSizeBounded(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	up, _ := regname.ParseUpstream("docker.io=" + srv.URL)
+	up := parseUpstream(t, "docker.io="+srv.URL)
 	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{up}, Root: t.TempDir(), MaxUnknownBlobSize: bound})
 	resp, body := getLenient(t, fmtURL(h, "/v2/library/app/blobs/"+digest.FromString("never").String()+"?ns=docker.io"))
 	if len(body) > bound {
@@ -428,18 +428,8 @@ func TestRedirectToAnotherUpstreamRefused(t *testing.T) {
 	internal := mirrortest.NewRegistryAt(t, "127.0.0.5:0")
 	internal.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
 	other := newInternalService(t, "127.0.0.5:0")
-	var (
-		mu sync.Mutex
-		to string
-	)
-	pub, layer := redirectingUpstream(t, func(kind string) string {
-		mu.Lock()
-		defer mu.Unlock()
-		if kind != "blob" {
-			return ""
-		}
-		return to
-	})
+	var redirect redirects
+	pub, layer := redirectingUpstream(t, redirect.to)
 	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{
 		upstreamFor(t, "docker.io", pub), upstreamFor(t, "internal.lan", internal),
 	}})
@@ -449,9 +439,7 @@ func TestRedirectToAnotherUpstreamRefused(t *testing.T) {
 	}
 	internal.ResetRequests()
 	for _, target := range []string{"http://" + internal.Addr + "/v2/team/app/manifests/v1", other.url("/big")} {
-		mu.Lock()
-		to = target
-		mu.Unlock()
+		redirect.set("blob", target)
 		resp, body := getLenient(t, fmtURL(h, "/v2/library/app/blobs/"+layer.String()+"?ns=docker.io"))
 		if resp == nil || resp.StatusCode != http.StatusBadGateway {
 			t.Errorf("docker.io redirected to %s: answer %v %q, want 502", target, resp, clip(body))

@@ -2,6 +2,7 @@ package mirrortest
 
 import (
 	"fmt"
+	"io"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -78,6 +79,16 @@ func MultiPlatformIndex(t testing.TB, layerBytes int64, layers int) v1.ImageInde
 	return mutate.AppendManifests(idx, adds...)
 }
 
+// NewRegistryWithImage starts a registry like NewRegistry that holds a random linux/amd64 image of
+// one layer of layerBytes bytes as repo:tag; it returns the registry and the image.
+func NewRegistryWithImage(t testing.TB, repo, tag string, layerBytes int64) (*Registry, v1.Image) {
+	t.Helper()
+	r := NewRegistry(t)
+	img := Image(t, layerBytes, 1, "linux/amd64")
+	r.PushImage(t, repo, tag, img)
+	return r, img
+}
+
 // Ref returns a reference to repo:tag (or repo@digest when tag starts with "sha256:") on r.
 func (r *Registry) Ref(t testing.TB, repo, tag string) name.Reference {
 	t.Helper()
@@ -114,4 +125,77 @@ func (r *Registry) pushOptions(t testing.TB) []remote.Option {
 		opts = append(opts, remote.WithAuth(r.auth))
 	}
 	return opts
+}
+
+// LayerDigests returns the digests of img's layers, in order.
+func LayerDigests(t testing.TB, img v1.Image) []v1.Hash {
+	t.Helper()
+	ls, err := img.Layers()
+	if err != nil {
+		t.Fatalf("layers: %v", err)
+	}
+	out := make([]v1.Hash, 0, len(ls))
+	for _, l := range ls {
+		d, err := l.Digest()
+		if err != nil {
+			t.Fatalf("layer digest: %v", err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// BlobDigests returns the digests of img's config and layers (in that order): every blob a pull
+// of img fetches.
+func BlobDigests(t testing.TB, img v1.Image) []string {
+	t.Helper()
+	cfg, err := img.ConfigName()
+	if err != nil {
+		t.Fatalf("config digest: %v", err)
+	}
+	out := []string{cfg.String()}
+	for _, d := range LayerDigests(t, img) {
+		out = append(out, d.String())
+	}
+	return out
+}
+
+// LayerBlob returns the digest of img's layer i and its bytes as a registry serves them
+// (compressed).
+func LayerBlob(t testing.TB, img v1.Image, i int) (v1.Hash, []byte) {
+	t.Helper()
+	ls, err := img.Layers()
+	if err != nil {
+		t.Fatalf("layers: %v", err)
+	}
+	d, err := ls[i].Digest()
+	if err != nil {
+		t.Fatalf("layer digest: %v", err)
+	}
+	rc, err := ls[i].Compressed()
+	if err != nil {
+		t.Fatalf("layer %s: %v", d, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("read layer %s: %v", d, err)
+	}
+	return d, b
+}
+
+// IndexChild returns the digest and the image of idx's manifest i (in a MultiPlatformIndex, 0 is
+// linux/amd64 and 1 linux/arm64).
+func IndexChild(t testing.TB, idx v1.ImageIndex, i int) (v1.Hash, v1.Image) {
+	t.Helper()
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatalf("index manifest: %v", err)
+	}
+	d := im.Manifests[i].Digest
+	img, err := idx.Image(d)
+	if err != nil {
+		t.Fatalf("index child %s: %v", d, err)
+	}
+	return d, img
 }

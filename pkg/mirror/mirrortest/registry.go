@@ -3,9 +3,6 @@
 package mirrortest
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -16,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/distribution/distribution/v3/configuration"
-	"github.com/distribution/distribution/v3/registry/handlers"
 	_ "github.com/distribution/distribution/v3/registry/storage/driver/inmemory" // storage driver
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/sirupsen/logrus"
@@ -90,20 +85,7 @@ func NewStoppedRegistry(t testing.TB, addr string) *Registry {
 // NewHandler returns distribution's registry API handler over fresh in-memory storage.
 func NewHandler(t testing.TB) http.Handler {
 	t.Helper()
-	QuietLogrus()
-	cfg := &configuration.Configuration{}
-	cfg.Storage = configuration.Storage{"inmemory": configuration.Parameters{}}
-	cfg.Storage["delete"] = configuration.Parameters{"enabled": true}
-	// The upload purger is a goroutine that never stops: off, so goleak can check the tests.
-	cfg.Storage["maintenance"] = configuration.Parameters{"uploadpurging": map[any]any{"enabled": false}}
-	cfg.Log.Level = "error"
-	secret := make([]byte, 16)
-	_, _ = rand.Read(secret)
-	cfg.HTTP.Secret = hex.EncodeToString(secret)
-	cfg.HTTP.RelativeURLs = true
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	return handlers.NewApp(ctx, cfg)
+	return NewHandlerWithConfig(t, nil)
 }
 
 var quietOnce sync.Once

@@ -7,11 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
+
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
 
 const secret = "s3cret-never-shown"
@@ -92,13 +93,8 @@ func TestCredentialsRecheck(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "config.json")
 	writeFile(t, file, `{"auths":{"ghcr.io":{"auth":"`+b64("a:one")+`"}}}`)
-	var (
-		mu  sync.Mutex
-		now = time.Unix(1_700_000_000, 0)
-	)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	c, err := LoadCredentials(file, "ghcr.io", CredentialsOptions{Clock: clock})
+	clock := mirrortest.NewClock(time.Unix(1_700_000_000, 0))
+	c, err := LoadCredentials(file, "ghcr.io", CredentialsOptions{Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,11 +105,11 @@ func TestCredentialsRecheck(t *testing.T) {
 	if err := os.Rename(tmp, file); err != nil {
 		t.Fatal(err)
 	}
-	advance(CredentialsRecheck - time.Second)
+	clock.Advance(CredentialsRecheck - time.Second)
 	if g := c.Generation(); g != g0 {
 		t.Fatalf("generation changed before %s: %d -> %d", CredentialsRecheck, g0, g)
 	}
-	advance(time.Second)
+	clock.Advance(time.Second)
 	if g := c.Generation(); g == g0 {
 		t.Fatalf("generation unchanged after %s", CredentialsRecheck)
 	}

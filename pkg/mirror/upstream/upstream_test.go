@@ -22,28 +22,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
+
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// fakeClock is a settable clock for Options.Clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
 }
 
 // testFetcher builds a Fetcher for one upstream "upstream.test" at srv (nil: an unused URL),
@@ -85,7 +69,7 @@ func TestTagFreshness(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clock := &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+			clock := mirrortest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 			f := testFetcher(t, nil, Options{TagTTL: tc.ttl, Clock: clock.Now})
 			if f.TagFresh("upstream.test", "team/app", "v1") {
 				t.Fatal("a tag never confirmed is fresh")
@@ -124,25 +108,30 @@ func TestFreshTagsBounded(t *testing.T) {
 	}
 }
 
-// pingCounter is an upstream that answers /v2/ and counts the pings (one per new transport).
-func pingCounter(t *testing.T) (*httptest.Server, *atomic.Int64) {
+// pingCounter is an upstream that answers /v2/ and counts the pings (one per new transport),
+// listening on what listen makes of its listener (nil: the listener itself).
+func pingCounter(t *testing.T, listen func(net.Listener) net.Listener) (*httptest.Server, *atomic.Int64) {
 	t.Helper()
 	var pings atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v2/" {
 			pings.Add(1)
 			return
 		}
 		http.NotFound(w, r)
 	}))
+	if listen != nil {
+		srv.Listener = listen(srv.Listener)
+	}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv, &pings
 }
 
 func TestTransportsAreLeastRecentlyUsed(t *testing.T) {
 	t.Parallel()
-	srv, pings := pingCounter(t)
-	clock := &fakeClock{now: time.Now()}
+	srv, pings := pingCounter(t, nil)
+	clock := mirrortest.NewClock(time.Now())
 	f := testFetcher(t, srv, Options{Clock: clock.Now})
 	c := f.Remote("upstream.test").client
 	get := func(repo string) {
@@ -218,17 +207,8 @@ func (c *firstByteConn) Read(p []byte) (int, error) {
 // registries, and no TLS handshake may reach the upstream.
 func TestHTTPUpstreamNeverHTTPS(t *testing.T) {
 	t.Parallel()
-	var hellos, pings atomic.Int64
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v2/" {
-			pings.Add(1)
-			return
-		}
-		http.NotFound(w, r)
-	}))
-	srv.Listener = tlsCountingListener{Listener: srv.Listener, hellos: &hellos}
-	srv.Start()
-	t.Cleanup(srv.Close)
+	var hellos atomic.Int64
+	srv, pings := pingCounter(t, func(l net.Listener) net.Listener { return tlsCountingListener{Listener: l, hellos: &hellos} })
 	c := testFetcher(t, srv, Options{}).Remote("upstream.test").client
 	for _, repo := range []string{"team/one", "team/two"} {
 		if _, err := c.transport(t.Context(), repo); err != nil {
@@ -264,11 +244,16 @@ func blobServer(t *testing.T, dgst digest.Digest, body []byte) (*httptest.Server
 	return srv, &gets
 }
 
+// randomBlob is size random bytes and their digest.
+func randomBlob(size int) ([]byte, digest.Digest) {
+	b := make([]byte, size)
+	_, _ = rand.Read(b)
+	return b, digest.FromBytes(b)
+}
+
 func TestFill(t *testing.T) {
 	t.Parallel()
-	blob := make([]byte, 3<<20)
-	_, _ = rand.Read(blob)
-	good := digest.FromBytes(blob)
+	blob, good := randomBlob(3 << 20)
 	for _, tc := range []struct {
 		name       string
 		serve      []byte
@@ -370,9 +355,7 @@ func TestNextQuery(t *testing.T) {
 // at the same place each time makes no progress after its first request either.
 func TestFillGivesUpWithoutProgress(t *testing.T) {
 	t.Parallel()
-	blob := make([]byte, 1<<20)
-	_, _ = rand.Read(blob)
-	dgst := digest.FromBytes(blob)
+	blob, dgst := randomBlob(1 << 20)
 	for _, tc := range []struct {
 		name     string
 		cut      int // bytes each response carries before the connection breaks
