@@ -1,0 +1,265 @@
+package integration
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+)
+
+// peerNode is one `nodecache serve --peers` process on its own loopback address.
+type peerNode struct {
+	host, listen, peerListen, root, logPath string
+}
+
+// freePort returns a port free on host now.
+func freePort(t *testing.T, host string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatalf("listen on %s: %v", host, err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
+}
+
+// startPeerNodes starts n serve processes on 127.0.0.2 … 127.0.0.(n+1), each in front of up with
+// the members file as --peers, and waits until every one is ready and sees the n-1 others live.
+func startPeerNodes(t *testing.T, up *mirrortest.Registry, n int) []peerNode {
+	t.Helper()
+	bin := nodecacheBinary(t)
+	dir := t.TempDir()
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	keyFile := filepath.Join(dir, "peer.key")
+	writeFile(t, keyFile, []byte(hex.EncodeToString(key)+"\n"))
+	nodes := make([]peerNode, n)
+	var members strings.Builder
+	for i := range nodes {
+		host := fmt.Sprintf("127.0.0.%d", i+2)
+		nodes[i] = peerNode{host: host, listen: net.JoinHostPort(host, freePort(t, host)),
+			peerListen: net.JoinHostPort(host, freePort(t, host)), root: filepath.Join(dir, host),
+			logPath: filepath.Join(dir, host+".log")}
+		fmt.Fprintln(&members, nodes[i].peerListen)
+	}
+	membersFile := filepath.Join(dir, "members")
+	writeFile(t, membersFile, []byte(members.String()))
+	for _, nd := range nodes {
+		logFile, err := os.Create(nd.logPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "serve", "--listen", nd.listen, "--root", nd.root,
+			"--upstream", up.Addr+"="+up.URL.String(), "--default-upstream", up.Addr,
+			"--peers", "file:"+membersFile, "--peer-listen", nd.peerListen, "--peer-key-file", keyFile,
+			"--peers-refresh", "1s", "--upstream-timeout", "30s")
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Signal(os.Interrupt)
+			_ = cmd.Wait()
+			_ = logFile.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(nd.logPath)
+				t.Logf("log of %s:\n%s", nd.host, tail(b, 60))
+			}
+		})
+	}
+	for _, nd := range nodes {
+		waitForMetric(t, "http://"+nd.listen+"/metrics", fmt.Sprintf(`nodecache_peers{state="live"} %d`, n-1), 90*time.Second)
+	}
+	return nodes
+}
+
+// waitForMetric polls url until its body has the line want.
+func waitForMetric(t *testing.T, url, want string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	last := ""
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			for _, l := range strings.Split(string(b), "\n") {
+				if l == want {
+					return
+				}
+				if strings.HasPrefix(l, strings.SplitN(want, " ", 2)[0]) {
+					last = l
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s: no line %q within %s (last: %q)", url, want, within, last)
+}
+
+func tail(b []byte, lines int) string {
+	ls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(ls) > lines {
+		ls = ls[len(ls)-lines:]
+	}
+	return strings.Join(ls, "\n")
+}
+
+// pullAll pulls ref and reads every layer and the config to the end (go-containerregistry checks
+// each digest as it reads).
+func pullAll(ref string) error {
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		return err
+	}
+	img, err := remote.Image(r)
+	if err != nil {
+		return fmt.Errorf("%s: %w", ref, err)
+	}
+	if _, err := img.RawConfigFile(); err != nil {
+		return fmt.Errorf("%s config: %w", ref, err)
+	}
+	layers, err := img.Layers()
+	if err != nil {
+		return err
+	}
+	for _, l := range layers {
+		rc, err := l.Compressed()
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, rc)
+		_ = rc.Close()
+		if err != nil {
+			return fmt.Errorf("%s layer: %w", ref, err)
+		}
+	}
+	return nil
+}
+
+// pullEverywhere pulls ref (a repository and tag) from every node at the same moment.
+func pullEverywhere(t *testing.T, nodes []peerNode, ref string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(nodes))
+	start := make(chan struct{})
+	for i, nd := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = pullAll(nd.listen + "/" + ref)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("node %s: %v", nodes[i].host, err)
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// imageDigests are the digests of img's manifest, config and layers.
+func imageDigests(t *testing.T, img v1.Image) (manifest v1.Hash, blobs []v1.Hash) {
+	t.Helper()
+	manifest, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs = append(blobs, cfg)
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		blobs = append(blobs, d)
+	}
+	return manifest, blobs
+}
+
+// checkStored checks that blob d's data file under root holds bytes of digest d.
+func checkStored(t *testing.T, root string, d v1.Hash) {
+	t.Helper()
+	path := filepath.Join(root, "docker/registry/v2/blobs/sha256", d.Hex[:2], d.Hex, "data")
+	f, err := os.Open(path)
+	if err != nil {
+		t.Errorf("%s: blob %s not stored: %v", root, d, err)
+		return
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, bufio.NewReader(f)); err != nil {
+		t.Fatal(err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != d.Hex {
+		t.Errorf("%s: blob %s stored with sha256 %s", root, d, got)
+	}
+}
+
+// TestPeersOneUpstreamFetch (issue 22): ten serve processes, each on its own loopback address
+// with a file: member list, in front of one upstream registry; one client per node pulls the
+// same 5-layer image at the same moment. The upstream sees exactly one GET per blob and one
+// GET of the manifest by digest (each node still resolves the tag itself), every node stores
+// every blob (checked on disk), and a second pull on every node takes nothing from the upstream.
+func TestPeersOneUpstreamFetch(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 1<<20, 5, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	manifest, blobs := imageDigests(t, img)
+	nodes := startPeerNodes(t, up, 10)
+	up.ResetRequests()
+
+	pullEverywhere(t, nodes, "team/app:v1")
+	for _, d := range blobs {
+		if n := up.Count(http.MethodGet, "/blobs/"+d.String()); n != 1 {
+			t.Errorf("the upstream saw %d GETs of blob %s, want 1 for the whole cluster", n, d)
+		}
+	}
+	if n := up.Count(http.MethodGet, "/manifests/"+manifest.String()); n != 1 {
+		t.Errorf("the upstream saw %d GETs of manifest %s, want 1 for the whole cluster", n, manifest)
+	}
+	for _, nd := range nodes {
+		for _, d := range blobs {
+			checkStored(t, nd.root, d)
+		}
+	}
+
+	up.ResetRequests()
+	pullEverywhere(t, nodes, "team/app:v1")
+	for _, q := range up.Requests() {
+		if q.Method == http.MethodGet && (strings.Contains(q.Path, "/blobs/") || strings.Contains(q.Path, "/manifests/sha256:")) {
+			t.Errorf("second pull: the upstream saw %s %s; want every node to serve it from its own cache", q.Method, q.Path)
+		}
+	}
+}
