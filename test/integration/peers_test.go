@@ -41,36 +41,61 @@ func freePort(t *testing.T, host string) string {
 	return port
 }
 
+// peerCluster is the serve processes of startPeerNodes with their member list and key.
+type peerCluster struct {
+	nodes                []peerNode
+	membersFile, keyFile string
+}
+
+// peerClusterOptions say what is special about a test's cluster.
+type peerClusterOptions struct {
+	// listed is how many of the nodes the member file lists at first (0: all).
+	listed int
+	// extra are more member addresses the file lists (members that are not serve processes).
+	extra []string
+	// upstreamTimeout is --upstream-timeout (default 30s: a loaded 2-core CI machine).
+	upstreamTimeout string
+}
+
 // startPeerNodes starts n serve processes on 127.0.0.2 … 127.0.0.(n+1), each in front of up with
-// the members file as --peers, and waits until every one is ready and sees the n-1 others live.
+// the members file as --peers, and waits until every listed one is ready and sees the other
+// listed ones live.
 func startPeerNodes(t *testing.T, up *mirrortest.Registry, n int) []peerNode {
 	t.Helper()
+	return startPeerCluster(t, up, n, peerClusterOptions{}).nodes
+}
+
+func startPeerCluster(t *testing.T, up *mirrortest.Registry, n int, o peerClusterOptions) peerCluster {
+	t.Helper()
+	if o.listed == 0 {
+		o.listed = n
+	}
+	if o.upstreamTimeout == "" {
+		o.upstreamTimeout = "30s"
+	}
 	bin := nodecacheBinary(t)
 	dir := t.TempDir()
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
-	keyFile := filepath.Join(dir, "peer.key")
-	writeFile(t, keyFile, []byte(hex.EncodeToString(key)+"\n"))
-	nodes := make([]peerNode, n)
-	var members strings.Builder
-	for i := range nodes {
+	c := peerCluster{membersFile: filepath.Join(dir, "members"), keyFile: filepath.Join(dir, "peer.key")}
+	writeFile(t, c.keyFile, []byte(hex.EncodeToString(key)+"\n"))
+	c.nodes = make([]peerNode, n)
+	for i := range c.nodes {
 		host := fmt.Sprintf("127.0.0.%d", i+2)
-		nodes[i] = peerNode{host: host, listen: net.JoinHostPort(host, freePort(t, host)),
+		c.nodes[i] = peerNode{host: host, listen: net.JoinHostPort(host, freePort(t, host)),
 			peerListen: net.JoinHostPort(host, freePort(t, host)), root: filepath.Join(dir, host),
 			logPath: filepath.Join(dir, host+".log")}
-		fmt.Fprintln(&members, nodes[i].peerListen)
 	}
-	membersFile := filepath.Join(dir, "members")
-	writeFile(t, membersFile, []byte(members.String()))
-	for _, nd := range nodes {
+	c.list(t, o.listed, o.extra...)
+	for _, nd := range c.nodes {
 		logFile, err := os.Create(nd.logPath)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(bin, "serve", "--listen", nd.listen, "--root", nd.root,
 			"--upstream", up.Addr+"="+up.URL.String(), "--default-upstream", up.Addr,
-			"--peers", "file:"+membersFile, "--peer-listen", nd.peerListen, "--peer-key-file", keyFile,
-			"--peers-refresh", "1s", "--upstream-timeout", "30s")
+			"--peers", "file:"+c.membersFile, "--peer-listen", nd.peerListen, "--peer-key-file", c.keyFile,
+			"--peers-refresh", "1s", "--upstream-timeout", o.upstreamTimeout)
 		cmd.Stdout, cmd.Stderr = logFile, logFile
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -85,10 +110,29 @@ func startPeerNodes(t *testing.T, up *mirrortest.Registry, n int) []peerNode {
 			}
 		})
 	}
-	for _, nd := range nodes {
-		waitForMetric(t, "http://"+nd.listen+"/metrics", fmt.Sprintf(`nodecache_peers{state="live"} %d`, n-1), 90*time.Second)
+	c.waitLive(t, o.listed, o.listed-1)
+	return c
+}
+
+// list writes the member file: the peer ports of the first n nodes, then extra.
+func (c peerCluster) list(t *testing.T, n int, extra ...string) {
+	t.Helper()
+	var members strings.Builder
+	for _, nd := range c.nodes[:n] {
+		fmt.Fprintln(&members, nd.peerListen)
 	}
-	return nodes
+	for _, a := range extra {
+		fmt.Fprintln(&members, a)
+	}
+	writeFile(t, c.membersFile, []byte(members.String()))
+}
+
+// waitLive waits until each of the first n nodes sees live members live.
+func (c peerCluster) waitLive(t *testing.T, n, live int) {
+	t.Helper()
+	for _, nd := range c.nodes[:n] {
+		waitForMetric(t, "http://"+nd.listen+"/metrics", fmt.Sprintf(`nodecache_peers{state="live"} %d`, live), 90*time.Second)
+	}
 }
 
 // waitForMetric polls url until its body has the line want.
