@@ -24,16 +24,18 @@ type Member struct {
 // Rank orders members for the blob or manifest digest d by rendezvous (highest random weight)
 // hashing (Thaler and Ravishankar, "Using name-based mappings to increase hit rates", 1998): a
 // member's score is the xxhash64 of its ID + "\x00" + d; highest first, ties broken by ID
-// (lowest first). A member joining or leaving moves only the digests it wins or loses, and every
-// node with the same members ranks alike. members is not changed; the result is a new slice.
+// (lowest first, then Addr). A member joining or leaving moves only the digests it wins or
+// loses, and every node with the same members ranks alike. members is not changed; the result is
+// a new slice.
 func Rank(members []Member, d digest.Digest) []Member {
 	type scored struct {
 		m     Member
 		score uint64
 	}
 	s := make([]scored, len(members))
+	h := xxhash.New()
 	for i, m := range members {
-		h := xxhash.New()
+		h.Reset()
 		_, _ = h.WriteString(m.ID)
 		_, _ = h.WriteString("\x00")
 		_, _ = h.WriteString(string(d))
@@ -43,7 +45,10 @@ func Rank(members []Member, d digest.Digest) []Member {
 		if c := cmp.Compare(b.score, a.score); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.m.ID, b.m.ID)
+		if c := cmp.Compare(a.m.ID, b.m.ID); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.m.Addr, b.m.Addr) // the same ID twice: still one order
 	})
 	out := make([]Member, len(s))
 	for i := range s {

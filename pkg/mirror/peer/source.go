@@ -82,12 +82,18 @@ func ParseSourceOptions(s string, opts SourceOptions) (Source, error) {
 		}
 		return &fileSource{path: rest, log: opts.Logger}, nil
 	case hasScheme && isScheme(scheme) && !strings.Contains(s, ",") &&
-		(strings.HasPrefix(rest, "//") || strings.Contains(rest, ":")):
+		(strings.HasPrefix(rest, "//") || strings.Contains(rest, ":")) && !unbracketedIPv6(s):
 		// "https://a:1" or "srv:name:1": a scheme this does not know. "peer-0:5001" and
-		// "peer-0:http" are HOST:PORT (the second with a bad port).
+		// "peer-0:http" are HOST:PORT (the second with a bad port), "fd00::1:5001" an IPv6
+		// address without its brackets.
 		return nil, fmt.Errorf("--peers %q: unknown scheme %q; %s", s, scheme, sourceAccepted)
 	}
 	return parseStatic(s)
+}
+
+// unbracketedIPv6 reports whether s is an IPv6 address, or one followed by ":PORT".
+func unbracketedIPv6(s string) bool {
+	return net.ParseIP(s) != nil || net.ParseIP(s[:strings.LastIndex(s, ":")]) != nil
 }
 
 // isScheme reports whether s looks like a URI scheme (RFC 3986 section 3.1: a letter, then
