@@ -175,8 +175,8 @@ func winningID(t *testing.T, ids []string, ds []digest.Digest) string {
 // TestPeersHangingMember (issue 22): a live member that owns every digest of an image and then
 // never answers does not fail a pull: each request to it ends at the peer header budget
 // (upstream.PeerHeaderTimeout, 9 s with a 2 s upstream timeout and the 1 s dial timeout), its
-// breaker opens after three, and the pull completes from the next member or the upstream well
-// within a minute.
+// breaker opens after three, and the pull completes from the next member or the upstream within
+// three such budgets and the fallback (bound 75 s; 36 s measured on a 2-core machine).
 func TestPeersHangingMember(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
@@ -199,7 +199,9 @@ func TestPeersHangingMember(t *testing.T) {
 	if err := pullAll(c.nodes[0].listen + "/team/app:v1"); err != nil {
 		t.Fatalf("pull with a hanging owner: %v", err)
 	}
-	if took := time.Since(start); took > time.Minute {
-		t.Errorf("pull with a hanging owner took %s, want well within a minute", took.Round(time.Second))
+	took := time.Since(start)
+	t.Logf("pull with a hanging owner took %s", took.Round(time.Millisecond))
+	if took > 75*time.Second {
+		t.Errorf("pull with a hanging owner took %s, want at most 3 peer header budgets and the fallback (75 s)", took.Round(time.Second))
 	}
 }
