@@ -258,6 +258,9 @@ func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.log.Debug().Str("path", r.URL.Path).Str("client", r.RemoteAddr).Msg("probe")
 		m.MetricsHandler().ServeHTTP(w, r)
 		return
+	case mirrorapi.PeersPath:
+		m.servePeers(w, r)
+		return
 	case mirrorapi.ClientsPath:
 		if !m.clients.allowed(r.RemoteAddr) {
 			m.metrics.refused.WithLabelValues(RefusedAllow).Inc()

@@ -2,13 +2,19 @@ package mirror
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"time"
+
+	"github.com/opencontainers/go-digest"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodecache/nodecache/pkg/mirror/peer"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // PeerOptions make the node caches of a cluster one shared tier (--peers, docs/peers.md): each
@@ -57,7 +63,7 @@ func newPeering(opts *PeerOptions, self string, o Options) (*peering, *upstream.
 		Source: p.opts.Source, Self: self, Keys: p.opts.Keys, Refresh: p.opts.Refresh,
 		DialTimeout: p.opts.DialTimeout, Logger: o.Logger, Clock: o.Clock,
 	})
-	return p, &upstream.Peers{Members: p.membership.Members, Keys: p.opts.Keys, Health: p.health, DialTimeout: p.opts.DialTimeout}
+	return p, &upstream.Peers{Members: p.membership.Members, Keys: p.opts.Keys, Health: p.health, DialTimeout: p.opts.DialTimeout, Logger: o.Logger}
 }
 
 // register adds nodecache_peers{state="live|failed"} to reg.
@@ -124,6 +130,50 @@ func (m *Mirror) PeerHandler() http.Handler {
 		cacheOnly := r.Header.Get(upstream.HeaderPeerMode) == upstream.PeerModeCacheOnly
 		m.serveRegistry(w, r.WithContext(upstream.WithPeerRequest(r.Context(), sender, cacheOnly)))
 	})
+}
+
+// servePeers answers mirrorapi.PeersPath (GET; loopback and --allow networks): the members as
+// this node sees them, and with ?digest= the owner of that digest.
+func (m *Mirror) servePeers(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	switch {
+	case !m.clients.allowed(r.RemoteAddr):
+		m.metrics.refused.WithLabelValues(RefusedAllow).Inc()
+		writeJSONError(w, http.StatusForbidden, "the peer list is served to loopback and --allow networks only")
+		return
+	case r.Method != http.MethodGet:
+		w.Header().Set("Allow", http.MethodGet)
+		writeJSONError(w, http.StatusMethodNotAllowed, "only GET is served here")
+		return
+	case m.peering == nil:
+		writeJSONError(w, http.StatusNotFound, "this node has no peers (--peers is not set)")
+		return
+	}
+	ms := m.peering.membership
+	doc := mirrorapi.Peers{Self: m.fetch.InstanceID(), SelfListed: ms.Self(), Source: m.peering.opts.Source.String(), Members: []mirrorapi.PeerMember{}}
+	live := ms.Members()
+	for _, p := range live {
+		doc.Members = append(doc.Members, mirrorapi.PeerMember{ID: p.ID, Addr: p.Addr, State: mirrorapi.PeerLive})
+	}
+	failures := ms.Failures()
+	addrs := make([]string, 0, len(failures))
+	for a := range failures {
+		addrs = append(addrs, a)
+	}
+	slices.Sort(addrs)
+	for _, a := range addrs {
+		doc.Members = append(doc.Members, mirrorapi.PeerMember{Addr: a, State: mirrorapi.PeerFailed, Error: failures[a].Error()})
+	}
+	if q := r.URL.Query().Get("digest"); q != "" {
+		d, err := digest.Parse(q)
+		if err != nil {
+			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("digest %q: %v (want algorithm:hex, e.g. sha256:…)", q, err))
+			return
+		}
+		owner := peer.Rank(append(live, peer.Member{ID: doc.Self}), d)[0]
+		doc.Digest, doc.Owner, doc.OwnerAddr = d.String(), owner.ID, owner.Addr
+	}
+	_ = json.NewEncoder(w).Encode(doc)
 }
 
 // cacheOnly reports whether ctx serves a member's cache-only probe: answered from the cache only.

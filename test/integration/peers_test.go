@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -22,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // peerNode is one `nodecache serve --peers` process on its own loopback address.
@@ -270,6 +272,38 @@ func checkStored(t *testing.T, root string, d v1.Hash) {
 	}
 }
 
+// checkOwnersAgree reads /nodecache/v1/peers?digest=d of every node: each lists the nine
+// others live and itself listed, and all name the same owner for d.
+func checkOwnersAgree(t *testing.T, nodes []peerNode, d string) {
+	t.Helper()
+	owners := map[string]int{}
+	for _, nd := range nodes {
+		resp, err := http.Get("http://" + nd.listen + mirrorapi.PeersPath + "?digest=" + d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc mirrorapi.Peers
+		err = json.NewDecoder(resp.Body).Decode(&doc)
+		_ = resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s%s: %d %v", nd.listen, mirrorapi.PeersPath, resp.StatusCode, err)
+		}
+		live := 0
+		for _, m := range doc.Members {
+			if m.State == mirrorapi.PeerLive {
+				live++
+			}
+		}
+		if live != len(nodes)-1 || !doc.SelfListed || doc.Self == "" || doc.Owner == "" {
+			t.Errorf("%s: %+v; want %d live members, itself listed, an owner of %s", nd.host, doc, len(nodes)-1, d)
+		}
+		owners[doc.Owner]++
+	}
+	if len(owners) != 1 {
+		t.Errorf("the nodes name different owners of %s: %v", d, owners)
+	}
+}
+
 // TestPeersOneUpstreamFetch (issue 22): ten serve processes, each on its own loopback address
 // with a file: member list, in front of one upstream registry; one client per node pulls the
 // same 5-layer image at the same moment. The upstream sees exactly one GET per blob and one
@@ -282,6 +316,7 @@ func TestPeersOneUpstreamFetch(t *testing.T) {
 	up.PushImage(t, "team/app", "v1", img)
 	manifest, blobs := imageDigests(t, img)
 	nodes := startPeerNodes(t, up, 10)
+	checkOwnersAgree(t, nodes, manifest.String())
 	up.ResetRequests()
 
 	pullEverywhere(t, nodes, "team/app:v1")

@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/pkg/mirror/peer"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // TierPeer is another node cache of the cluster (--peers): where a blob or a manifest by digest
@@ -33,6 +35,8 @@ type Peers struct {
 	Health *peer.Health
 	// DialTimeout bounds a connection to a member (--peer-dial-timeout). Default 1 s.
 	DialTimeout time.Duration
+	// Logger receives members' failures (each falls back to the next member or the upstream).
+	Logger zerolog.Logger
 }
 
 // DefaultPeerDialTimeout is Peers.DialTimeout's default.
@@ -248,6 +252,7 @@ func (c *client) sendPeer(ctx context.Context, op, method, repo, kind string, d 
 	if err != nil {
 		if ctx.Err() == nil || probe {
 			c.peers.Health.Done(m.ID, true) // no answer, or none within the probe's bound
+			c.peers.Logger.Warn().Str("peer", m.ID).Str("addr", m.Addr).Str("op", op).Err(err).Msg("peer did not answer; asking the next member or the upstream")
 		}
 		return nil, nil, false
 	}
@@ -260,10 +265,13 @@ func (c *client) sendPeer(ctx context.Context, op, method, repo, kind string, d 
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	_ = resp.Body.Close()
-	code := errorCode(body)
+	code := resp.Header.Get(mirrorapi.HeaderErrorCode) // a HEAD answer has no body
+	if code == "" {
+		code = errorCode(body)
+	}
 	switch {
-	case probe && resp.StatusCode == http.StatusNotFound && (code == "BLOB_UNKNOWN" || code == "MANIFEST_UNKNOWN"):
-		c.peers.Health.Done(m.ID, false) // not there: an answer
+	case probe && resp.StatusCode == http.StatusNotFound:
+		c.peers.Health.Done(m.ID, false) // not in its cache: an answer, not a failure
 		return nil, nil, false
 	case resp.StatusCode == http.StatusNotFound && (code == "BLOB_UNKNOWN" || code == "MANIFEST_UNKNOWN"),
 		resp.StatusCode == http.StatusForbidden, resp.StatusCode == http.StatusTooManyRequests:
@@ -273,6 +281,8 @@ func (c *client) sendPeer(ctx context.Context, op, method, repo, kind string, d 
 		return nil, &Error{Upstream: c.up.Name, Op: op, Status: resp.StatusCode, RetryAfter: resp.Header.Get("Retry-After")}, true
 	}
 	c.peers.Health.Done(m.ID, true)
+	c.peers.Logger.Warn().Str("peer", m.ID).Str("addr", m.Addr).Str("op", op).Int("status", resp.StatusCode).Str("code", code).
+		Msg("peer failed; asking the next member or the upstream")
 	return nil, nil, false
 }
 
