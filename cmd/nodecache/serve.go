@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
@@ -33,6 +35,11 @@ func mirrorFlags(c *mirror.Config, lc *logConfig, listenDefault string) []cli.Fl
 		stringSliceFlag(&c.UpstreamCA, "upstream-ca", nil, "`NAME=FILE`: also trust the PEM CA certificates in FILE for upstream NAME (its token realm and redirects included), repeatable"),
 		stringSliceFlag(&c.UpstreamAllowPrivate, "upstream-allow-private", nil, "`CIDR` an upstream's redirect or token realm may lead to although it is loopback, private, link-local, cloud metadata, CGNAT or otherwise not globally reachable, repeatable. Without it such an address is reached on an upstream's word only when it is a loopback or private address that upstream itself was reached at; configured upstreams, --chain and proxies are always reached. Refusals are 502s, counted in nodecache_upstream_refused_targets_total"),
 		stringFlag(&c.MaxUnknownBlobSize, "max-unknown-blob-size", "16GiB", "bound `SIZE` (binary units) of a blob whose size the upstream stated in neither its HEAD nor its GET answer; past it the fill fails and nothing is stored"),
+		stringFlag(&c.Peers, "peers", "", "share blobs and manifests by digest with the other node caches listed by `SOURCE`: dns:NAME:PORT (a headless Service's records), file:PATH (HOST:PORT a line, re-read when it changes) or HOST:PORT,HOST:PORT. Each digest's owner (rendezvous hashing) fetches it from the upstream once for the cluster; a node whose peers fail pulls from the upstream as without peers. Needs --peer-key-file"),
+		stringFlag(&c.PeerListen, "peer-listen", "", "`ADDR` where this node answers its peers (plain HTTP, every request signed with the cluster key); empty: this node only asks. Needs --peers and --peer-key-file"),
+		stringFlag(&c.PeerKeyFile, "peer-key-file", "", "`FILE` holding the cluster key that signs and checks peer requests (HMAC-SHA256): one key of at least 32 bytes, or two lines during a rotation (requests are signed with the first, either is accepted); re-read when it changes"),
+		durationFlag(&c.PeersRefresh, "peers-refresh", 10*time.Second, "how often the --peers source is read again and members that failed are asked again (`DURATION`)"),
+		durationFlag(&c.PeerDialTimeout, "peer-dial-timeout", time.Second, "`DURATION` bound on a connection to a member; then the next member, and at last the upstream, is asked"),
 	}, logFlags(lc, false)...)
 }
 
@@ -101,7 +108,7 @@ Examples:
 				return err // refused input: exit 2 (exitCode)
 			}
 			log.Info().Str("version", buildinfo.Version()).Msg("nodecache serve")
-			err = mirror.Serve(c.Context, m, mirror.ServeOptions{Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, Logger: log, TLS: cert})
+			err = mirror.Serve(c.Context, m, mirror.ServeOptions{Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, PeerListen: cfg.PeerListen, Logger: log, TLS: cert})
 			if cerr := m.Close(); err == nil {
 				err = cerr
 			}

@@ -82,6 +82,10 @@ var (
 	Index = Kind{Name: "the cache index file", Limit: 1 * GiB}
 	// Lock is the lock file under --root holding its owner's process id.
 	Lock = Kind{Name: "a lock file", Limit: 4 * KiB}
+	// PeerList is --peers file:PATH: one HOST:PORT a line.
+	PeerList = Kind{Name: "a peer list (one HOST:PORT a line)", Limit: 1 * MiB}
+	// PeerKeys is --peer-key-file: one or two HMAC keys, one a line.
+	PeerKeys = Kind{Name: "a peer key file (one or two keys, one a line)", Limit: 4 * KiB}
 )
 
 // notAccepted is the cause (refusal.Error.Err) of this package's refusals: the kind the file

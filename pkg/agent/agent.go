@@ -191,7 +191,7 @@ func Run(ctx context.Context, c Config) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return mirror.Serve(ctx, m, mirror.ServeOptions{
-			Listen: c.Registry.Listen, MetricsListen: c.Registry.MetricsListen, Logger: log,
+			Listen: c.Registry.Listen, MetricsListen: c.Registry.MetricsListen, PeerListen: c.Registry.PeerListen, Logger: log,
 			Handler:   mon.Handler(m),
 			Readiness: mon.Readiness,
 			OnListen:  func(net.Addr) { close(listening) },

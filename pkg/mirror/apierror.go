@@ -3,6 +3,8 @@ package mirror
 import (
 	"encoding/json"
 	"net/http"
+
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // apiError is an error answer in the OCI distribution-spec error format
@@ -35,6 +37,7 @@ func (e *apiError) write(w http.ResponseWriter) {
 	body, _ := json.Marshal(map[string]any{"errors": []map[string]string{{"code": e.Code, "message": e.Message}}})
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.Header().Set("Docker-Distribution-API-Version", "registry/2.0")
+	w.Header().Set(mirrorapi.HeaderErrorCode, e.Code)
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(append(body, '\n'))
 }

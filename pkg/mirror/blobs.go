@@ -46,6 +46,9 @@ func (r *repository) serveBlob(ctx context.Context, w http.ResponseWriter, req *
 	} else if !errors.Is(err, distribution.ErrBlobUnknown) {
 		return outcome{}, asReadError(err)
 	}
+	if cacheOnly(ctx) {
+		return outcome{}, codeError(errcode.ErrorCodeBlobUnknown, dgst)
+	}
 	desc, tier, err := r.remoteBlob(ctx, dgst, req.Method == http.MethodHead)
 	if err != nil {
 		return outcome{tier: tier}, err

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/internal/inputfile"
+	"github.com/nodecache/nodecache/pkg/mirror/peer"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -67,6 +68,12 @@ type Config struct {
 	// MaxUnknownBlobSize is --max-unknown-blob-size in binary units (16GiB); empty: the
 	// default, upstream.DefaultMaxUnknownBlobSize.
 	MaxUnknownBlobSize string
+	// Peers is --peers (dns:NAME:PORT, file:PATH or HOST:PORT,...; empty: no peers),
+	// PeerListen --peer-listen (HOST:PORT where this node answers its peers; empty: it only
+	// asks), PeerKeyFile --peer-key-file (the cluster key; required with either).
+	Peers, PeerListen, PeerKeyFile string
+	// PeersRefresh and PeerDialTimeout are --peers-refresh and --peer-dial-timeout (0: default).
+	PeersRefresh, PeerDialTimeout time.Duration
 }
 
 // Options checks c, loads the upstream credentials and CAs, and returns the registry's Options
@@ -126,7 +133,45 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	if err := o.checkTimes(); err != nil {
 		return o, err
 	}
+	if o.Peers, err = c.peerOptions(log); err != nil {
+		return o, err
+	}
 	return o, nil
+}
+
+// peerOptions checks the --peer* flags and loads the key: nil without --peers.
+func (c Config) peerOptions(log zerolog.Logger) (*PeerOptions, error) {
+	switch {
+	case c.Peers == "" && c.PeerListen == "":
+		return nil, nil
+	case c.Peers == "":
+		return nil, errors.New("--peer-listen needs --peers: the members this node shares blobs with (dns:NAME:PORT, file:PATH or HOST:PORT,HOST:PORT)")
+	case c.PeerKeyFile == "" && c.PeerListen != "":
+		return nil, errors.New("--peer-listen needs --peer-key-file: the peer port answers only requests signed with the cluster key (a file of one key of at least 32 bytes, or two lines during a rotation)")
+	case c.PeerKeyFile == "":
+		return nil, errors.New("--peers needs --peer-key-file: requests to members are signed with the cluster key (a file of one key of at least 32 bytes, or two lines during a rotation)")
+	case c.PeersRefresh < 0 || c.PeerDialTimeout < 0:
+		return nil, errors.New("--peers-refresh and --peer-dial-timeout: want positive durations such as 10s and 1s")
+	}
+	if c.PeerListen != "" {
+		if err := checkListen(c.PeerListen); err != nil {
+			return nil, fmt.Errorf("--peer-listen %q: %w", c.PeerListen, err)
+		}
+		for _, l := range []struct{ name, value string }{{"listen", c.Listen}, {"metrics-listen", c.MetricsListen}} {
+			if l.value != "" && sameListener(l.value, c.PeerListen) {
+				return nil, fmt.Errorf("--peer-listen %q and --%s %q would bind the same port: give the peer port its own (e.g. :5001)", c.PeerListen, l.name, l.value)
+			}
+		}
+	}
+	src, err := peer.ParseSource(c.Peers)
+	if err != nil {
+		return nil, fmt.Errorf("--peers: %w", err)
+	}
+	keys, err := peer.LoadKeys(c.PeerKeyFile, log)
+	if err != nil {
+		return nil, fmt.Errorf("--peer-key-file: %w", err)
+	}
+	return &PeerOptions{Source: src, Keys: keys, Refresh: c.PeersRefresh, DialTimeout: c.PeerDialTimeout}, nil
 }
 
 // upstreamFiles loads the credentials (--upstream-auth) and CAs (--upstream-ca) of the

@@ -230,6 +230,9 @@ func (r *repository) manifest(ctx context.Context, dgst digest.Digest, tag strin
 	if err == nil {
 		out.cache = mirrorapi.CacheHit
 	} else {
+		if cacheOnly(ctx) { // a member's probe: the cache only
+			return nil, out, distribution.ErrManifestUnknownRevision{Name: r.storageName(), Revision: dgst}
+		}
 		var unknown distribution.ErrManifestUnknownRevision
 		if !errors.As(err, &unknown) {
 			// Not a stored manifest (a blob of that digest, which fails to parse): what the

@@ -51,6 +51,7 @@ type Mirror struct {
 	pull            pullGate
 	canary          *canary
 	cache           *cache.Store // storage driver, index, eviction, root lock
+	peering         *peering     // nil without Options.Peers
 	// read answers a routed repository read: (*Mirror).read; a test replaces it to make the
 	// handler panic.
 	read func(ctx context.Context, w http.ResponseWriter, r *http.Request, rt route) (outcome, error)
@@ -76,6 +77,9 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 	if opts.UserAgent == "" {
 		opts.UserAgent = buildinfo.UserAgent("")
 	}
+	if opts.InstanceID == "" {
+		opts.InstanceID = upstream.NewInstanceID() // the membership knows this node by it too
+	}
 	gatherer := metricsGatherer(&opts)
 	m := &Mirror{
 		opts:      opts,
@@ -95,7 +99,13 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		_ = m.cache.Close() // a temporary staging directory goes
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	fetch, err := newFetcher(ctx, opts, m.cache)
+	var peers *upstream.Peers
+	m.peering, peers = newPeering(opts.Peers, opts.InstanceID, opts)
+	if err := m.peering.register(opts.Registerer); err != nil {
+		_ = m.cache.Close()
+		return nil, fmt.Errorf("register peer metrics: %w", err)
+	}
+	fetch, err := newFetcher(ctx, opts, m.cache, peers)
 	if err != nil {
 		_ = m.cache.Close()
 		return nil, err
@@ -164,8 +174,8 @@ func metricsGatherer(opts *Options) prometheus.Gatherer {
 }
 
 // newFetcher builds the upstream fetcher of opts' upstreams, staging fills under the storage
-// root, and reporting a full disk to st.
-func newFetcher(ctx context.Context, opts Options, st *cache.Store) (*upstream.Fetcher, error) {
+// root, reporting a full disk to st, asking peers first when set.
+func newFetcher(ctx context.Context, opts Options, st *cache.Store, peers *upstream.Peers) (*upstream.Fetcher, error) {
 	regs := make([]upstream.Registry, len(opts.Upstreams))
 	for i, u := range opts.Upstreams {
 		regs[i] = upstream.Registry{Name: u.Name, URL: u.URL,
@@ -188,6 +198,7 @@ func newFetcher(ctx context.Context, opts Options, st *cache.Store) (*upstream.F
 		AllowPrivate:       opts.UpstreamAllowPrivate,
 		Resolver:           opts.UpstreamResolver,
 		MaxUnknownBlobSize: opts.MaxUnknownBlobSize,
+		Peers:              peers,
 	})
 }
 
@@ -247,6 +258,9 @@ func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.log.Debug().Str("path", r.URL.Path).Str("client", r.RemoteAddr).Msg("probe")
 		m.MetricsHandler().ServeHTTP(w, r)
 		return
+	case mirrorapi.PeersPath:
+		m.servePeers(w, r)
+		return
 	case mirrorapi.ClientsPath:
 		if !m.clients.allowed(r.RemoteAddr) {
 			m.metrics.refused.WithLabelValues(RefusedAllow).Inc()
@@ -287,7 +301,9 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 	)
 	// Client evidence is recorded as the headers go out, before the client can see the answer.
 	rw.onHeader = func(code int) {
-		m.clients.record(r.RemoteAddr, r.UserAgent(), IsContent(r.Method, rt.kind, code), time.Now())
+		if !fromPeer(r) { // a member's request is not evidence of this node's runtime
+			m.clients.record(r.RemoteAddr, r.UserAgent(), IsContent(r.Method, rt.kind, code), time.Now())
+		}
 		if code < 400 && rt.up != nil && (rt.kind == kindManifest || rt.kind == kindBlob) {
 			m.metrics.firstByte.WithLabelValues(rt.up.Name, rt.kind, rw.Header().Get(mirrorapi.HeaderCache)).Observe(time.Since(start).Seconds())
 		}
@@ -370,7 +386,7 @@ func (m *Mirror) readRepository(ctx context.Context, w http.ResponseWriter, r *h
 // the client evidence recorded as the answer goes out). Otherwise it returns the request's Via
 // hops.
 func (m *Mirror) refuseRequest(w http.ResponseWriter, rw *responseWriter, r *http.Request, rt *route) (via []string, refused bool) {
-	if !m.pull.allowed(r.RemoteAddr) {
+	if !fromPeer(r) && !m.pull.allowed(r.RemoteAddr) {
 		_, rt.kind, rt.ref, _, _ = apiPath(r.URL.Path)
 		m.metrics.refused.WithLabelValues(RefusedPullAllow).Inc()
 		refusePull(rw, r.RemoteAddr)
@@ -489,8 +505,8 @@ func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, out ou
 	}
 	if fromUp > 0 {
 		source := upstream.TierUpstream
-		if out.tier == upstream.TierShared {
-			source = upstream.TierShared
+		if out.tier == upstream.TierShared || out.tier == upstream.TierPeer {
+			source = out.tier
 		}
 		m.metrics.servedBytes.WithLabelValues(upName, source).Add(float64(fromUp))
 	}
@@ -509,6 +525,7 @@ func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, out ou
 		Str("cache", cache).
 		Str("tier", out.tier).
 		Str("client", r.RemoteAddr).
+		Str("peer", peerSender(r)).
 		Str("user_agent", r.UserAgent()).
 		Str("path", r.URL.Path).
 		Str("query", r.URL.RawQuery).

@@ -107,6 +107,9 @@ type Options struct {
 	// MaxUnknownBlobSize bounds, in bytes, a blob whose size no upstream answer stated
 	// (--max-unknown-blob-size). Default upstream.DefaultMaxUnknownBlobSize.
 	MaxUnknownBlobSize int64
+	// Peers, when set, shares blobs and manifests by digest with the other node caches of the
+	// cluster (--peers). Nil: none.
+	Peers *PeerOptions
 }
 
 func (o *Options) setDefaults() error {

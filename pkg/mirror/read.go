@@ -82,6 +82,7 @@ func (e *readError) write(w http.ResponseWriter) {
 		w.Header().Set("Retry-After", e.retryAfter)
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(mirrorapi.HeaderErrorCode, e.err.Code.String())
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(errcode.Errors{e.err})
 }

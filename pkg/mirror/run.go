@@ -19,7 +19,8 @@ var ErrRootInUse = cache.ErrRootInUse
 // it from storage while serving goes on), keeps the cache under Options.MaxSize (eviction waits
 // for the index), writes the index at most every minute, and every hour removes uploads older
 // than Options.FillTimeout (a fill writes through an upload only while it commits, so an older
-// one was left by a fill that died). Every goroutine it starts has stopped when it returns; the
+// one was left by a fill that died). With peers it keeps the membership (PeerOptions.Refresh).
+// Every goroutine it starts has stopped when it returns; the
 // root lock is held until Close, which writes the index first.
 //
 // Errors: ErrRootInUse when another process holds the root (nothing was removed), an
@@ -35,6 +36,12 @@ func (m *Mirror) run(ctx context.Context, started chan<- struct{}) error {
 	if started != nil {
 		close(started)
 	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.peering.run(ctx)
+	}()
 	m.cache.Run(ctx)
+	<-done
 	return nil
 }

@@ -25,6 +25,9 @@ type ServeOptions struct {
 	TLS *Certificate
 	// MetricsListen, when set, serves /metrics (and the probes) on a separate address too.
 	MetricsListen string
+	// PeerListen, when set, is where this node answers its peers (--peer-listen: Mirror.PeerHandler,
+	// plain HTTP); the mirror must have peers.
+	PeerListen string
 	// ShutdownTimeout bounds how long in-flight responses may take to finish after ctx ends.
 	// Default 5 minutes: a large blob to a slow client.
 	ShutdownTimeout time.Duration
@@ -65,9 +68,9 @@ func serveHandlers(m *Mirror, o ServeOptions) (h, readyz http.Handler) {
 	return h, readyz
 }
 
-// listenServers binds the registry listener (o.Listen, serving h, with o.TLS) and, with
-// o.MetricsListen, the metrics listener (/metrics, /healthz, and readyz at /readyz), and returns
-// their servers and listeners in that order.
+// listenServers binds the registry listener (o.Listen, serving h, with o.TLS), with
+// o.MetricsListen the metrics listener (/metrics, /healthz, and readyz at /readyz), and with
+// o.PeerListen the peer port, and returns their servers and listeners in that order.
 func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz http.Handler) ([]*http.Server, []net.Listener, error) {
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", o.Listen)
@@ -92,7 +95,27 @@ func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz htt
 		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second})
 		listeners = append(listeners, ml)
 	}
+	if o.PeerListen != "" {
+		ph := m.PeerHandler()
+		if ph == nil {
+			closeAll(listeners)
+			return nil, nil, errors.New("--peer-listen needs --peers")
+		}
+		pl, err := lc.Listen(ctx, "tcp", o.PeerListen)
+		if err != nil {
+			closeAll(listeners)
+			return nil, nil, fmt.Errorf("listen %s (peers): %w", o.PeerListen, err)
+		}
+		servers = append(servers, &http.Server{Handler: ph, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute})
+		listeners = append(listeners, pl)
+	}
 	return servers, listeners, nil
+}
+
+func closeAll(ls []net.Listener) {
+	for _, l := range ls {
+		_ = l.Close()
+	}
 }
 
 // Serve serves m until ctx ends, then stops accepting, lets in-flight responses finish (bounded by

@@ -23,6 +23,12 @@ const HeaderVersion = "Nodecache-Version"
 // comes back to an instance already named in it is refused with 508 Loop Detected.
 const ViaProduct = "nodecache"
 
+// HeaderErrorCode is the response header that repeats the OCI error code of an error answer
+// (distribution spec, "Error Codes"): a HEAD answer has no body to read it from, and a member
+// of a cluster (--peers) tells an upstream's 404 passed through (BLOB_UNKNOWN, MANIFEST_UNKNOWN)
+// from its own refusal (NAME_UNKNOWN) by it.
+const HeaderErrorCode = "X-Nodecache-Error-Code"
+
 // Values of HeaderCache.
 const (
 	CacheHit         = "hit"         // served locally without contacting the upstream

@@ -68,6 +68,8 @@ type client struct {
 	creds     *Credentials                      // nil: anonymous
 	// chain, when set, is the shared tier tried before the upstream (--chain).
 	chain *chain
+	// peers, when set, are the members asked first for blobs and manifests by digest (--peers).
+	peers *peerTier
 	// instanceID names this nodecache in the Via entries it sends to shared nodecaches.
 	instanceID string
 	// nodecache is set once the upstream URL answered with mirrorapi.HeaderVersion.
@@ -243,6 +245,13 @@ func (c *client) do(ctx context.Context, method, repo, kind, ref string, hdr htt
 // exchange is do's request, to the shared tier or the upstream.
 func (c *client) exchange(ctx context.Context, method, repo, kind, ref string, hdr http.Header, want []int) (*http.Response, error) {
 	op := fmt.Sprintf("%s %s/%s/%s", method, repo, kind, ref)
+	if c.peers != nil {
+		if d, ok := peerDigest(kind, ref); ok {
+			if resp, err, done := c.doPeers(ctx, op, method, repo, kind, d, hdr, want); done {
+				return resp, err
+			}
+		}
+	}
 	if c.chain != nil {
 		if shared, probe := c.chain.breaker.allow(); shared {
 			resp, err := c.doShared(ctx, op, method, repo, kind, ref, hdr, want)

@@ -59,6 +59,9 @@ type Fill struct {
 	repo   string
 	commit CommitFunc
 	via    []string // Via ids of the request that started it (WithVia)
+	// peer is the request of a member that started it (WithPeerRequest), nil for a client's:
+	// a member's fill asks no other member but the one cache-only probe.
+	peer *peerRequest
 
 	mu      sync.Mutex
 	written int64
@@ -217,12 +220,17 @@ func (r *Remote) Filling(repo string, dgst digest.Digest) *Fill {
 // it: the GET does, or, when even the GET gives no length, the end of its stream), starting it when none is in flight; joined
 // reports that another request had started it. A started fill runs detached from the request
 // (a client that goes away does not abort it) until it is stored with commit, fails, reaches
-// the fill timeout, or the Fetcher abandons it; of ctx it keeps only the Via hops (WithVia).
+// the fill timeout, or the Fetcher abandons it; of ctx it keeps only the Via hops (WithVia) and
+// the member whose request it serves (WithPeerRequest).
 func (r *Remote) StartFill(ctx context.Context, repo string, desc v1.Descriptor, commit CommitFunc) (f *Fill, joined bool, err error) {
 	key := fillKey(r.Name, repo, desc.Digest)
 	via := viaFrom(ctx)
+	var pr *peerRequest
+	if sender, _, ok := PeerRequest(ctx); ok {
+		pr = &peerRequest{sender: sender}
+	}
 	return r.f.fills.start(key, func(path string) *Fill {
-		return &Fill{key: key, desc: desc, path: path, remote: r, repo: repo, commit: commit, via: via,
+		return &Fill{key: key, desc: desc, path: path, remote: r, repo: repo, commit: commit, via: via, peer: pr,
 			size: desc.Size, spillFrom: -1, progress: make(chan struct{}), done: make(chan struct{})}
 	}, (*Fill).run)
 }
@@ -277,7 +285,11 @@ func fillErrorLevel(err error) zerolog.Level {
 // stream breaks, verifies the digest, releases the last byte to readers, and commits it.
 func (f *Fill) run() {
 	r := f.remote
-	ctx, cancel := context.WithTimeout(withTier(WithVia(r.f.fillCtx, f.via), f.setTier), r.f.opts.FillTimeout)
+	base := withPeerMemory(withTier(WithVia(r.f.fillCtx, f.via), f.setTier))
+	if f.peer != nil {
+		base = WithPeerRequest(base, f.peer.sender, false)
+	}
+	ctx, cancel := context.WithTimeout(base, r.f.opts.FillTimeout)
 	defer cancel()
 	log := r.f.log.With().Str("upstream", r.Name).Str("repository", f.repo).Str("digest", f.desc.Digest.String()).Logger()
 	r.f.metrics.fillsInFlight.Inc()

@@ -113,6 +113,9 @@ type Options struct {
 	// MaxUnknownBlobSize bounds a blob whose size no upstream answer stated (HEAD refused, GET
 	// without Content-Length): past it the fill fails. Default DefaultMaxUnknownBlobSize.
 	MaxUnknownBlobSize int64
+	// Peers, when set, are the other node caches of the cluster: blobs and manifests by digest
+	// are asked of their owner first (see Peers). Nil: no peers.
+	Peers *Peers
 	// OnDiskFull, when set, is called (from the fill's goroutine) when a fill's staging file
 	// hits ENOSPC: the fill then goes on in memory, is served and verified, but not stored.
 	// lacked is how many more bytes (beyond what its staging file held, which is freed once the
@@ -131,6 +134,7 @@ type Fetcher struct {
 	metrics *metrics
 	fresh   *lru.Cache[string, time.Time] // nil when TagTTL is 0
 	chain   *chain                        // nil without Options.Chain
+	peers   *peerTier                     // nil without Options.Peers
 	owned   []*http.Transport             // the guarded transports New made, one per upstream
 
 	// tagLists keeps tag listings for TagTTL (taglist.go).
@@ -174,6 +178,7 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 		fills:   newFillSet(opts.StagingDir),
 		metrics: met,
 		chain:   ch,
+		peers:   newPeerTier(opts.Peers, opts.Timeout, opts.Clock),
 	}
 	if opts.TagTTL > 0 {
 		// A plain LRU bounds the memory and starts no goroutine (golang-lru's expirable LRU
@@ -257,6 +262,7 @@ func (f *Fetcher) addRemote(reg Registry, dialer *net.Dialer) error {
 		return err
 	}
 	c.onRefused = f.noteRefused
+	c.peers = f.peers
 	f.remotes[reg.Name] = &Remote{Registry: reg, f: f, client: c}
 	f.metrics.initUpstream(reg.Name)
 	return nil
@@ -366,6 +372,9 @@ func (f *Fetcher) Close() error {
 	if f.chain != nil && f.chain.own != nil {
 		f.chain.own.CloseIdleConnections()
 	}
+	if f.peers != nil {
+		f.peers.transport.CloseIdleConnections()
+	}
 	for _, t := range f.owned {
 		t.CloseIdleConnections()
 	}
@@ -382,12 +391,17 @@ func (f *Fetcher) Close() error {
 func SharedTierTimeout(timeout time.Duration) time.Duration { return timeout + timeout/2 }
 
 // exchangeTimeout bounds one upstream exchange (a tag, a blob HEAD, a tags/list page): the
-// upstream timeout, plus SharedTierTimeout for the shared tier's attempt when there is one.
+// upstream timeout, plus SharedTierTimeout for the shared tier's attempt when there is one, plus
+// a member's answer (PeerHeaderTimeout) and a probe with peers.
 func (f *Fetcher) exchangeTimeout() time.Duration {
-	if f.chain == nil {
-		return f.opts.Timeout
+	t := f.opts.Timeout
+	if f.chain != nil {
+		t += SharedTierTimeout(f.opts.Timeout)
 	}
-	return f.opts.Timeout + SharedTierTimeout(f.opts.Timeout)
+	if f.peers != nil {
+		t += PeerHeaderTimeout(f.opts.Timeout, f.peers.DialTimeout) + f.peers.probeTimeout
+	}
+	return t
 }
 
 // Remote is one configured upstream.

@@ -1,0 +1,207 @@
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirror/peer"
+)
+
+// peerGet sends GET path to a peer port with the proof of keys (none when keys is nil) and the
+// Via header via (none when empty).
+func peerGet(t *testing.T, addr, path string, keys *peer.Keys, via string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if via != "" {
+		req.Header.Set("Via", via)
+	}
+	if keys != nil {
+		keys.Sign(req, "integration-test", time.Now())
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, body
+}
+
+// loadKeys reads a key file as the nodes do.
+func loadKeys(t *testing.T, path string) *peer.Keys {
+	t.Helper()
+	k, err := peer.LoadKeys(path, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// nodeID asks a node's peer port for its instance id.
+func nodeID(t *testing.T, addr string, keys *peer.Keys) string {
+	t.Helper()
+	resp, body := peerGet(t, addr, peer.IDPath, keys, "")
+	var a struct {
+		ID string `json:"id"`
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &a) != nil || a.ID == "" {
+		t.Fatalf("%s%s: %d %s", addr, peer.IDPath, resp.StatusCode, body)
+	}
+	return a.ID
+}
+
+// TestPeersKeyIsTheGate (issue 22): the peer port answers a blob only to a request signed with the
+// cluster key: without a proof, or with another key, 401 and nothing is fetched from the upstream;
+// with the key, the blob (filled for the member). A request that already passed through the node
+// (its id in Via) gets 508.
+func TestPeersKeyIsTheGate(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 4096, 1, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	_, blobs := imageDigests(t, img)
+	c := startPeerCluster(t, up, 2, peerClusterOptions{})
+	node := c.nodes[0]
+	keys := loadKeys(t, c.keyFile)
+	otherFile := filepath.Join(t.TempDir(), "other.key")
+	writeFile(t, otherFile, []byte(strings.Repeat("k", 40)+"\n"))
+	path := "/v2/team/app/blobs/" + blobs[1].String() + "?ns=" + up.Addr
+	up.ResetRequests()
+
+	for _, tc := range []struct {
+		name string
+		keys *peer.Keys
+	}{{"no proof", nil}, {"another key", loadKeys(t, otherFile)}} {
+		resp, body := peerGet(t, node.peerListen, path, tc.keys, "")
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s: %d %s, want 401", tc.name, resp.StatusCode, body)
+		}
+	}
+	if n := len(up.Requests()); n != 0 {
+		t.Fatalf("refused peer requests reached the upstream: %v", up.Requests())
+	}
+	resp, body := peerGet(t, node.peerListen, path, keys, "")
+	if resp.StatusCode != http.StatusOK || digest.FromBytes(body).String() != blobs[1].String() {
+		t.Fatalf("signed request: %d, %d bytes of digest %s; want 200 with blob %s", resp.StatusCode, len(body), digest.FromBytes(body), blobs[1])
+	}
+	id := nodeID(t, node.peerListen, keys)
+	resp, body = peerGet(t, node.peerListen, path, keys, "1.1 nodecache/"+id)
+	if resp.StatusCode != http.StatusLoopDetected {
+		t.Errorf("a request that already passed the node: %d %s, want 508", resp.StatusCode, body)
+	}
+}
+
+// TestPeersMemberAdded (issue 22): two members pull an image; a third is added to the member
+// file; once every node sees it, it pulls the same image without the upstream sending a blob or
+// the manifest again: the digests it now owns come from the members that held them (its
+// cache-only probe), the others from their owners.
+func TestPeersMemberAdded(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 256<<10, 5, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	c := startPeerCluster(t, up, 3, peerClusterOptions{listed: 2})
+	pullEverywhere(t, c.nodes[:2], "team/app:v1")
+
+	c.list(t, 3)
+	c.waitLive(t, 3, 2)
+	up.ResetRequests()
+	pullEverywhere(t, c.nodes[2:], "team/app:v1")
+	for _, q := range up.Requests() {
+		if q.Method == http.MethodGet && (strings.Contains(q.Path, "/blobs/") || strings.Contains(q.Path, "/manifests/sha256:")) {
+			t.Errorf("the added member made the upstream send %s %s again; the cluster held it", q.Method, q.Path)
+		}
+	}
+}
+
+// blackholeMember listens on addr as a member that answers its id (idFor) to the cluster key and
+// then never answers anything else: the shape of a node that hangs.
+func blackholeMember(t *testing.T, addr, id string, keys *peer.Keys) {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := peer.IDHandler(id, keys, time.Now)
+	srv := &http.Server{ReadHeaderTimeout: time.Minute, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == peer.IDPath {
+			ids.ServeHTTP(w, r)
+			return
+		}
+		<-r.Context().Done()
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+}
+
+// winningID returns an id that outranks every one of ids for every digest of ds.
+func winningID(t *testing.T, ids []string, ds []digest.Digest) string {
+	t.Helper()
+	for i := range 1_000_000 {
+		cand := fmt.Sprintf("hang%06d", i)
+		wins := true
+		for _, d := range ds {
+			members := []peer.Member{{ID: cand}}
+			for _, id := range ids {
+				members = append(members, peer.Member{ID: id})
+			}
+			if peer.Rank(members, d)[0].ID != cand {
+				wins = false
+				break
+			}
+		}
+		if wins {
+			return cand
+		}
+	}
+	t.Fatal("no id outranks the nodes for every digest")
+	return ""
+}
+
+// TestPeersHangingMember (issue 22): a live member that owns every digest of an image and then
+// never answers does not fail a pull: each request to it ends at the peer header budget
+// (upstream.PeerHeaderTimeout, 9 s with a 2 s upstream timeout and the 1 s dial timeout), its
+// breaker opens after three, and the pull completes from the next member or the upstream within
+// three such budgets and the fallback (bound 75 s; 36 s measured on a 2-core machine).
+func TestPeersHangingMember(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 64<<10, 3, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	manifest, blobs := imageDigests(t, img)
+	c := startPeerCluster(t, up, 2, peerClusterOptions{upstreamTimeout: "2s"})
+	keys := loadKeys(t, c.keyFile)
+	ids := []string{nodeID(t, c.nodes[0].peerListen, keys), nodeID(t, c.nodes[1].peerListen, keys)}
+	ds := []digest.Digest{digest.Digest(manifest.String())}
+	for _, b := range blobs {
+		ds = append(ds, digest.Digest(b.String()))
+	}
+	hangAddr := net.JoinHostPort("127.0.0.20", freePort(t, "127.0.0.20"))
+	blackholeMember(t, hangAddr, winningID(t, ids, ds), keys)
+	c.list(t, 2, hangAddr)
+	c.waitLive(t, 2, 2)
+
+	start := time.Now()
+	if err := pullAll(c.nodes[0].listen + "/team/app:v1"); err != nil {
+		t.Fatalf("pull with a hanging owner: %v", err)
+	}
+	took := time.Since(start)
+	t.Logf("pull with a hanging owner took %s", took.Round(time.Millisecond))
+	if took > 75*time.Second {
+		t.Errorf("pull with a hanging owner took %s, want at most 3 peer header budgets and the fallback (75 s)", took.Round(time.Second))
+	}
+}
