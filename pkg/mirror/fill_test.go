@@ -194,7 +194,7 @@ func TestDigestMismatch(t *testing.T) {
 		t.Fatalf("client received a complete %d-byte body for a blob that fails its digest", len(body))
 	}
 	f.h.waitIdle(t)
-	if got := metricValue(t, f.h, `nodecache_digest_mismatches_total{kind="blob",upstream="upstream.test"}`); got != 1 {
+	if got := metricValue(t, f.h, `nodecache_digest_mismatches_total{kind="blob",tier="upstream",upstream="upstream.test"}`); got != 1 {
 		t.Errorf("nodecache_digest_mismatches_total = %v, want 1", got)
 	}
 	f.up.Wrap(nil)
@@ -218,8 +218,8 @@ func TestUpstreamSeriesAtStart(t *testing.T) {
 	for _, u := range ups {
 		for _, series := range []string{
 			`nodecache_upstream_resumes_total{upstream="` + u + `"}`,
-			`nodecache_digest_mismatches_total{kind="blob",upstream="` + u + `"}`,
-			`nodecache_digest_mismatches_total{kind="manifest",upstream="` + u + `"}`,
+			`nodecache_digest_mismatches_total{kind="blob",tier="upstream",upstream="` + u + `"}`,
+			`nodecache_digest_mismatches_total{kind="manifest",tier="upstream",upstream="` + u + `"}`,
 		} {
 			if got := metricValue(t, h, series); got != 0 {
 				t.Errorf("%s = %v at start, want 0 (-1: not exposed)", series, got)

@@ -6,8 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -204,4 +206,114 @@ func TestPeersHangingMember(t *testing.T) {
 	if took > 75*time.Second {
 		t.Errorf("pull with a hanging owner took %s, want at most 3 peer header budgets and the fallback (75 s)", took.Round(time.Second))
 	}
+}
+
+// lyingMember listens on addr as a member that answers its id (id) to the cluster key and serves
+// blobs and manifests from up, every blob GET with byte 10 flipped; it counts the blob GETs it
+// answered.
+func lyingMember(t *testing.T, addr, id string, keys *peer.Keys, up *mirrortest.Registry) *atomic.Int64 {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blobGets atomic.Int64
+	ids := peer.IDHandler(id, keys, time.Now)
+	srv := &http.Server{ReadHeaderTimeout: time.Minute, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == peer.IDPath {
+			ids.ServeHTTP(w, r)
+			return
+		}
+		req, _ := http.NewRequestWithContext(r.Context(), r.Method, up.URL.String()+r.URL.Path, nil)
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") && len(body) > 10 {
+			blobGets.Add(1)
+			body[10] ^= 0xff
+		}
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(body)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return &blobGets
+}
+
+// TestPeersWrongBytesMember (issue 22): a member that owns every blob of an image and serves
+// them with a flipped byte gets nothing stored: the client's pull fails as with a bad upstream
+// (a cut body), the mismatch is counted under tier="peer", and the next pull is right, from
+// the upstream, without asking that member again.
+func TestPeersWrongBytesMember(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 64<<10, 2, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	_, blobs := imageDigests(t, img)
+	c := startPeerCluster(t, up, 1, peerClusterOptions{})
+	keys := loadKeys(t, c.keyFile)
+	node := c.nodes[0]
+	var ds []digest.Digest
+	for _, b := range blobs {
+		ds = append(ds, digest.Digest(b.String()))
+	}
+	liarAddr := net.JoinHostPort("127.0.0.21", freePort(t, "127.0.0.21"))
+	lies := lyingMember(t, liarAddr, winningID(t, []string{nodeID(t, node.peerListen, keys)}, ds), keys, up)
+	c.list(t, 1, liarAddr)
+	c.waitLive(t, 1, 1)
+
+	if err := pullAll(node.listen + "/team/app:v1"); err == nil {
+		t.Fatal("a pull through a member that flips bytes succeeded; want the broken transfer a bad upstream gives")
+	}
+	if lies.Load() == 0 {
+		t.Fatal("the lying member served no blob: the test did not test it")
+	}
+	for _, b := range blobs {
+		path := filepath.Join(node.root, "docker/registry/v2/blobs/sha256", b.Hex[:2], b.Hex, "data")
+		if _, err := os.Stat(path); err == nil {
+			checkStored(t, node.root, b) // stored only if right
+		}
+	}
+	waitForMetricAtLeast(t, "http://"+node.listen+"/metrics", `nodecache_digest_mismatches_total{kind="blob",tier="peer",upstream="`+up.Addr+`"}`, 1)
+	served := lies.Load()
+	if err := pullAll(node.listen + "/team/app:v1"); err != nil {
+		t.Fatalf("the pull after a member served wrong bytes: %v", err)
+	}
+	if n := lies.Load(); n != served {
+		t.Errorf("the member that served wrong bytes was asked again (%d blob GETs, %d before)", n, served)
+	}
+	for _, b := range blobs {
+		checkStored(t, node.root, b)
+	}
+}
+
+// waitForMetricAtLeast polls url until series has a value of at least min.
+func waitForMetricAtLeast(t *testing.T, url, series string, min float64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			for _, l := range strings.Split(string(b), "\n") {
+				var v float64
+				if rest, ok := strings.CutPrefix(l, series+" "); ok {
+					if _, err := fmt.Sscan(rest, &v); err == nil && v >= min {
+						return
+					}
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s: %s never reached %v", url, series, min)
 }

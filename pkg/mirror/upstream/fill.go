@@ -369,7 +369,8 @@ func (f *Fill) download(ctx context.Context) error {
 		return fmt.Errorf("got %d of %d bytes: %w", f.written, f.size, lastErr)
 	}
 	if got := digest.NewDigest(f.desc.Digest.Algorithm(), h); got != f.desc.Digest {
-		r.f.metrics.mismatches.WithLabelValues(r.Name, KindBlob).Inc()
+		r.f.metrics.mismatches.WithLabelValues(r.Name, KindBlob, f.tierOr()).Inc()
+		r.f.distrustPeers(ctx)
 		return fmt.Errorf("upstream %s: blob %s: %w (got %s)", r.Name, f.desc.Digest, ErrDigestMismatch, got)
 	}
 	if err := file.Sync(); err != nil {

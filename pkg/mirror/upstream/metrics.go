@@ -18,7 +18,7 @@ type metrics struct {
 	upstreamSeconds *prometheus.HistogramVec // upstream, tier, kind, result
 	fillsInFlight   prometheus.Gauge
 	resumes         *prometheus.CounterVec // upstream
-	mismatches      *prometheus.CounterVec // upstream, kind
+	mismatches      *prometheus.CounterVec // upstream, kind, tier
 	refusedTargets  *prometheus.CounterVec // upstream, reason
 }
 
@@ -43,8 +43,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"upstream"}),
 		mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodecache_digest_mismatches_total",
-			Help: "Manifests and blobs from an upstream whose bytes did not match their digest (nothing of them was stored), by kind (manifest, blob).",
-		}, []string{"upstream", "kind"}),
+			Help: "Manifests and blobs from an upstream whose bytes did not match their digest (nothing of them was stored), by kind (manifest, blob) and tier (upstream, shared, peer: a member of --peers, then skipped for 10 minutes).",
+		}, []string{"upstream", "kind", "tier"}),
 		refusedTargets: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodecache_upstream_refused_targets_total",
 			Help: "Connections an upstream's answer asked for (a redirect, a token realm) that nodecache refused, by reason: loopback, private, link-local, shared-address-space, unspecified, multicast (the address it resolved to) or https-to-http (a downgrading redirect).",
@@ -63,7 +63,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 func (m *metrics) initUpstream(upstream string) {
 	m.resumes.WithLabelValues(upstream)
 	for _, kind := range []string{KindManifest, KindBlob} {
-		m.mismatches.WithLabelValues(upstream, kind)
+		m.mismatches.WithLabelValues(upstream, kind, TierUpstream)
 	}
 }
 

@@ -144,6 +144,33 @@ func (pm *peerMemory) served(id string) {
 	pm.used[id] = true
 }
 
+// members are the members that served this fill or fetch.
+func (pm *peerMemory) members() []string {
+	if pm == nil {
+		return nil
+	}
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	out := make([]string, 0, len(pm.used))
+	for id := range pm.used {
+		out = append(out, id)
+	}
+	return out
+}
+
+// distrustPeers skips, for peer.DistrustFor, every member that served part of the fill or fetch
+// of ctx: bytes that did not match their digest came from one of them (or from the upstream,
+// which is asked anyway). The fill fails and nothing is stored, as with a bad upstream.
+func (f *Fetcher) distrustPeers(ctx context.Context) {
+	if f.peers == nil {
+		return
+	}
+	for _, id := range peerMemoryFrom(ctx).members() {
+		f.peers.Health.Distrust(id)
+		f.peers.Logger.Warn().Str("peer", id).Str("for", peer.DistrustFor.String()).Msg("peer served bytes that do not match their digest; skipping it")
+	}
+}
+
 // peerDigest reports whether a request of kind for ref goes to the peers: blobs, and manifests
 // by digest (a tag is always resolved by this node from its upstream).
 func peerDigest(kind, ref string) (digest.Digest, bool) {

@@ -114,7 +114,7 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 		leader = true
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.exchangeTimeout()+30*time.Second)
 		defer cancel()
-		ctx, tier := trackTier(ctx)
+		ctx, tier := trackTier(withPeerMemory(ctx))
 		start := time.Now()
 		resp, err := r.client.do(ctx, http.MethodGet, repo, "manifests", ref,
 			http.Header{"Accept": {mirrorapi.ManifestAccept}}, http.StatusOK)
@@ -134,7 +134,8 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 		// The digest is that of the bytes received; a digest asked for must match it.
 		if want != "" {
 			if got := want.Algorithm().FromBytes(body); got != want {
-				r.f.metrics.mismatches.WithLabelValues(r.Name, KindManifest).Inc()
+				r.f.metrics.mismatches.WithLabelValues(r.Name, KindManifest, tier()).Inc()
+				r.f.distrustPeers(ctx)
 				return Manifest{}, fmt.Errorf("upstream %s: manifest %s: content digest %s does not match %s", r.Name, ref, got, want)
 			}
 		} else {
