@@ -270,6 +270,21 @@ shared:
     s3: {secretName: nodecache-s3, bucket: cache, endpoint: "https://minio.storage:9000", pathStyle: true, rootDirectory: nodecache}
 `},
 	{"agent chained", "nodecache", `chain: "http://nodecache-regional.nodecache.svc.cluster.local:5000"`},
+	{"agent peers", "nodecache", `peers: {enabled: true, keySecret: nodecache-peer-key}`},
+	{"agent peers custom", "edge", `
+peers: {enabled: true, keySecret: peer-key, port: 5101, refresh: 30s, dialTimeout: 500ms, clusterDomain: k8s.example}
+upstreamAuth: {secretName: hub-pull, upstreams: [docker.io]}
+metrics: {enabled: false}
+`},
+	{"shared s3 peers", "nodecache-regional", `
+mode: shared
+peers: {enabled: true, keySecret: nodecache-peer-key}
+metrics: {dashboard: {enabled: true}}
+shared:
+  replicas: 3
+  storage: {type: s3, s3: {secretName: nodecache-s3}}
+`},
+	{"cleanup after peers", "nodecache", `{mode: cleanup, peers: {enabled: true, keySecret: nodecache-peer-key}}`},
 	{"cleanup default", "nodecache", `mode: cleanup`},
 	{"cleanup after custom agent", "edge", `
 mode: cleanup
@@ -295,6 +310,7 @@ func wantKinds(v map[string]any, monitoring bool) []string {
 		dashboard = true
 	}
 	warm, _ := v["warm"].(map[string]any)
+	peers, _ := v["peers"].(map[string]any)
 	var kinds []string
 	switch mode {
 	case "cleanup":
@@ -311,6 +327,9 @@ func wantKinds(v map[string]any, monitoring bool) []string {
 		}
 	default:
 		kinds = []string{"DaemonSet"}
+	}
+	if peers["enabled"] == true {
+		kinds = append(kinds, "Service") // the headless Service listing the members
 	}
 	monitor := "PodMonitor"
 	if mode == "shared" {
@@ -675,6 +694,8 @@ func expandArgs(c corev1.Container) []string {
 		switch {
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.hostIP":
 			env[e.Name] = "10.1.2.3"
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP":
+			env[e.Name] = "fd00:10:244::7"
 		case e.ValueFrom != nil:
 			env[e.Name] = "sample"
 		default:

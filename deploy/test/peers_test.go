@@ -1,0 +1,141 @@
+package test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// TestChartPeers (issue 22): with peers.enabled the chart renders a headless Service over the
+// workload's pods (only Ready ones published) on the peer port, and the agent (node address,
+// [$(HOST_IP)] as --metrics-listen) or serve (pod address, $(POD_IP) from status.podIP) gets
+// --peers=dns:<that Service>:<port>, --peer-listen, and --peer-key-file in the key's Secret,
+// mounted read-only; the container declares the peer port. Without peers.keySecret rendering
+// fails saying how to create the Secret; with peers off nothing of it is rendered.
+func TestChartPeers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, release, values                 string
+		service, dns, listen, secret, envPath string
+		port                                  int32
+	}{
+		{"agent", "nodecache", `peers: {enabled: true, keySecret: nodecache-peer-key}`,
+			"nodecache-peers", "dns:nodecache-peers.nodecache.svc.cluster.local:5001", "[$(HOST_IP)]:5001", "nodecache-peer-key", "status.hostIP", 5001},
+		{"agent custom", "edge", `peers: {enabled: true, keySecret: k, port: 5101, refresh: 30s, dialTimeout: 500ms, clusterDomain: k8s.example}`,
+			"edge-nodecache-peers", "dns:edge-nodecache-peers.nodecache.svc.k8s.example:5101", "[$(HOST_IP)]:5101", "k", "status.hostIP", 5101},
+		{"shared", "nodecache-regional", `{mode: shared, peers: {enabled: true, keySecret: nodecache-peer-key}, shared: {replicas: 3, storage: {type: s3}}}`,
+			"nodecache-regional-peers", "dns:nodecache-regional-peers.nodecache.svc.cluster.local:5001", "[$(POD_IP)]:5001", "nodecache-peer-key", "status.podIP", 5001},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			objs := render(t, tc.release, vals(t, tc.values), true)
+			var svc *corev1.Service
+			for _, o := range objs {
+				if s, ok := o.Typed.(*corev1.Service); ok && s.Name == tc.service {
+					svc = s
+				}
+			}
+			if svc == nil {
+				t.Fatalf("no Service %s rendered", tc.service)
+			}
+			if svc.Spec.ClusterIP != corev1.ClusterIPNone || svc.Spec.PublishNotReadyAddresses {
+				t.Errorf("Service %s: clusterIP %q, publishNotReadyAddresses %v; want a headless Service of the Ready pods", svc.Name, svc.Spec.ClusterIP, svc.Spec.PublishNotReadyAddresses)
+			}
+			if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "peer" || svc.Spec.Ports[0].Port != tc.port || svc.Spec.Ports[0].TargetPort.String() != "peer" {
+				t.Errorf("Service %s ports %+v, want peer %d → peer", svc.Name, svc.Spec.Ports, tc.port)
+			}
+			if svc.Labels["app.kubernetes.io/component"] != "peers" {
+				t.Errorf("Service %s labels %v: want component peers (a ServiceMonitor of the shared mode must not select it)", svc.Name, svc.Labels)
+			}
+			tpls := podTemplates(objs)
+			if len(tpls) != 1 {
+				t.Fatalf("%d workloads, want 1", len(tpls))
+			}
+			for key, tpl := range tpls {
+				if !selects(svc.Spec.Selector, tpl.Labels) {
+					t.Errorf("Service %s selector %v does not select %s's pods %v", svc.Name, svc.Spec.Selector, key, tpl.Labels)
+				}
+				c := tpl.Spec.Containers[0]
+				for _, want := range []string{"--peers=" + tc.dns, "--peer-listen=" + tc.listen, "--peer-key-file=/etc/nodecache/peer/key"} {
+					if !slices.Contains(c.Args, want) {
+						t.Errorf("%s: args %q lack %q", key, c.Args, want)
+					}
+				}
+				variable := strings.TrimSuffix(strings.TrimPrefix(tc.listen, "[$("), fmt.Sprintf(")]:%d", tc.port))
+				if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+					return e.Name == variable && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == tc.envPath
+				}) {
+					t.Errorf("%s: no env %s from %s for --peer-listen", key, variable, tc.envPath)
+				}
+				if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "peer" && p.ContainerPort == tc.port }) {
+					t.Errorf("%s: ports %+v lack peer %d", key, c.Ports, tc.port)
+				}
+				var vol string
+				for _, v := range tpl.Spec.Volumes {
+					if v.Secret != nil && v.Secret.SecretName == tc.secret && slices.Equal(v.Secret.Items, []corev1.KeyToPath{{Key: "key", Path: "key"}}) {
+						vol = v.Name
+					}
+				}
+				if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+					return vol != "" && m.Name == vol && m.MountPath == "/etc/nodecache/peer" && m.ReadOnly && m.SubPath == ""
+				}) {
+					t.Errorf("%s: Secret %s (key `key`) not mounted read-only at /etc/nodecache/peer (without subPath, so that a rotation reaches the pod): volumes %+v, mounts %+v", key, tc.secret, tpl.Spec.Volumes, c.VolumeMounts)
+				}
+			}
+		})
+	}
+
+	c := loadChart(t)
+	for _, values := range []string{`peers: {enabled: true}`, `{mode: shared, peers: {enabled: true, keySecret: ""}}`} {
+		_, _, err := renderValues(c, "nodecache", "nodecache", vals(t, values), false)
+		if err == nil || !strings.Contains(err.Error(), "peers.enabled needs peers.keySecret") || !strings.Contains(err.Error(), "kubectl -n <namespace> create secret generic nodecache-peer-key --from-literal=key=$(openssl rand -hex 32)") {
+			t.Errorf("%s: %v; want a refusal naming peers.keySecret and how to create the Secret", values, err)
+		}
+	}
+	for _, values := range []string{``, `mode: shared`, `{mode: cleanup, peers: {enabled: true}}`} {
+		objs, _, err := renderValues(c, "nodecache", "nodecache", vals(t, values), false)
+		if err != nil {
+			t.Fatalf("%s: %v", values, err)
+		}
+		for key, tpl := range podTemplates(objs) {
+			for _, ct := range tpl.Spec.Containers {
+				if slices.ContainsFunc(ct.Args, func(a string) bool { return strings.HasPrefix(a, "--peer") }) || hasPort(tpl, "peer") {
+					t.Errorf("%s: %s has peer arguments or a peer port without peers: %q", values, key, ct.Args)
+				}
+			}
+		}
+		for _, o := range objs {
+			if s, ok := o.Typed.(*corev1.Service); ok && strings.HasSuffix(s.Name, "-peers") {
+				t.Errorf("%s: Service %s rendered without peers", values, s.Name)
+			}
+		}
+	}
+}
+
+// TestChartPeersListenLikeMetrics: the agent's --peer-listen names the node's address in the
+// same bracketed form as --metrics-listen, so an IPv6 node works for both.
+func TestChartPeersListenLikeMetrics(t *testing.T) {
+	t.Parallel()
+	for _, o := range render(t, "nodecache", vals(t, `peers: {enabled: true, keySecret: nodecache-peer-key}`), false) {
+		ds, ok := o.Typed.(*appsv1.DaemonSet)
+		if !ok {
+			continue
+		}
+		var metrics, peer string
+		for _, a := range ds.Spec.Template.Spec.Containers[0].Args {
+			if v, ok := strings.CutPrefix(a, "--metrics-listen="); ok {
+				metrics = v[:strings.LastIndex(v, ":")]
+			}
+			if v, ok := strings.CutPrefix(a, "--peer-listen="); ok {
+				peer = v[:strings.LastIndex(v, ":")]
+			}
+		}
+		if metrics == "" || metrics != peer {
+			t.Errorf("--peer-listen host %q, --metrics-listen host %q: want the same", peer, metrics)
+		}
+	}
+}
