@@ -189,10 +189,18 @@ func render(t *testing.T, release string, vals map[string]any, monitoring bool) 
 	return objs
 }
 
+// kustomizeBuild builds dir; "DIR+COMPONENT" builds DIR with its commented
+// `# components: [COMPONENT]` line uncommented (the step its comments tell the user to take), in
+// memory.
 func kustomizeBuild(t *testing.T, dir string) []object {
 	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	rm, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot, dir))
+	fs := filesys.MakeFsOnDisk()
+	root := filepath.Join(repoRoot, dir)
+	if base, component, ok := strings.Cut(dir, "+"); ok {
+		fs, root = withComponent(t, base, component), "/"+base
+	}
+	rm, err := k.Run(fs, root)
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
@@ -551,13 +559,15 @@ func stripHelmLabels(v any) {
 // TestChartEqualsKustomize: with default values, the chart's objects are the kustomize build's
 // (sigs.k8s.io/kustomize/api krusty, in-process), ignoring Helm's own labels and the Namespace
 // (`helm install --create-namespace` makes it): agent = examples/kubernetes, shared =
-// examples/kubernetes/shared, cleanup = examples/kubernetes/cleanup.
+// examples/kubernetes/shared, cleanup = examples/kubernetes/cleanup; with peers.enabled and peers.keySecret=nodecache-peer-key,
+// agent = examples/kubernetes with its component peers (issue 22).
 func TestChartEqualsKustomize(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ dir, release, values string }{
 		{"examples/kubernetes", "nodecache", ``},
 		{"examples/kubernetes/shared", "nodecache-shared", `mode: shared`},
 		{"examples/kubernetes/cleanup", "nodecache", `mode: cleanup`},
+		{"examples/kubernetes+peers", "nodecache", `peers: {enabled: true, keySecret: nodecache-peer-key}`},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			t.Parallel()
@@ -609,7 +619,7 @@ func allManifests(t *testing.T) map[string][]object {
 			out[fmt.Sprintf("chart %s monitoring=%v", vs.name, monitoring)] = render(t, vs.release, vals(t, vs.values), monitoring)
 		}
 	}
-	for _, dir := range []string{"examples/kubernetes", "examples/kubernetes/shared", "examples/kubernetes/cleanup", "examples/kubernetes/regional"} {
+	for _, dir := range []string{"examples/kubernetes", "examples/kubernetes/shared", "examples/kubernetes/cleanup", "examples/kubernetes/regional", "examples/kubernetes+peers"} {
 		out[dir] = kustomizeBuild(t, dir)
 	}
 	raw, err := os.ReadFile(filepath.Join(repoRoot, "examples", "kubernetes", "warm-job.yaml"))

@@ -2,12 +2,17 @@ package test
 
 import (
 	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
 // TestChartPeers (issue 22): with peers.enabled the chart renders a headless Service over the
@@ -138,4 +143,38 @@ func TestChartPeersListenLikeMetrics(t *testing.T) {
 			t.Errorf("--peer-listen host %q, --metrics-listen host %q: want the same", peer, metrics)
 		}
 	}
+}
+
+// withComponent copies the kustomize tree under base into memory with the kustomization's
+// commented `# components: [component]` line uncommented: the one edit the examples' comments
+// ask for to enable the component.
+func withComponent(t *testing.T, base, component string) filesys.FileSystem {
+	t.Helper()
+	mem := filesys.MakeFsInMemory()
+	src := filepath.Join(repoRoot, filepath.FromSlash(base))
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if rel == "kustomization.yaml" {
+			line := "# components: [" + component + "]\n"
+			if !strings.Contains(string(data), "\n"+line) {
+				t.Fatalf("%s/kustomization.yaml has no line %q to uncomment", base, strings.TrimSpace(line))
+			}
+			data = []byte(strings.Replace(string(data), "\n"+line, "\n"+line[2:], 1))
+		}
+		return mem.WriteFile(path.Join("/", base, filepath.ToSlash(rel)), data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mem
 }
