@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -177,4 +178,43 @@ func withComponent(t *testing.T, base, component string) filesys.FileSystem {
 		t.Fatal(err)
 	}
 	return mem
+}
+
+// TestPeersDocEqualsExample: the `helm install` of docs/deploy.md's peers section, as written,
+// renders the objects of examples/kubernetes with its component peers enabled (Helm's own labels
+// and the Namespace ignored, as in TestChartEqualsKustomize), and the Secret both name is the one
+// the page's `kubectl create secret` creates.
+func TestPeersDocEqualsExample(t *testing.T) {
+	t.Parallel()
+	const section = "## Kubernetes: peers between the agents"
+	installs := docHelmInstalls(t, "docs/deploy.md", section)
+	if len(installs) != 1 {
+		t.Fatalf("docs/deploy.md %q: %d `helm install` commands, want 1", section, len(installs))
+	}
+	objs, _, err := renderValues(loadChart(t), installs[0].release, installs[0].namespace, installs[0].values, false)
+	if err != nil {
+		t.Fatalf("%q: %v", installs[0].line, err)
+	}
+	got := map[string]map[string]any{}
+	for _, o := range objs {
+		stripHelmLabels(o.Map)
+		got[o.key()] = o.Map
+	}
+	want := map[string]map[string]any{}
+	for _, o := range kustomizeBuild(t, "examples/kubernetes+peers") {
+		if o.Kind != "Namespace" {
+			want[o.key()] = o.Map
+		}
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("chart for docs/deploy.md's peers install (+) differs from examples/kubernetes with peers (-):\n%s", d)
+	}
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "docs", "deploy.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, _ := installs[0].values["peers"].(map[string]any)["keySecret"].(string)
+	if secret == "" || !strings.Contains(string(raw), "create secret generic "+secret+" ") {
+		t.Errorf("docs/deploy.md: peers.keySecret %q is not the Secret its `kubectl create secret generic` makes", secret)
+	}
 }
