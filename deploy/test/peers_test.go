@@ -96,6 +96,10 @@ func TestChartPeers(t *testing.T) {
 	}
 
 	c := loadChart(t)
+	_, notes, err := renderValues(c, "nodecache", "nodecache", vals(t, `peers: {enabled: true, keySecret: nodecache-peer-key}`), false)
+	if err != nil || !strings.Contains(notes, "headless Service nodecache-peers") || !strings.Contains(notes, "Secret nodecache-peer-key") || !strings.Contains(notes, "firewall port 5001 to the node addresses") {
+		t.Errorf("NOTES with peers (%v) name neither the Service, the Secret nor the firewall advice:\n%s", err, notes)
+	}
 	for _, values := range []string{`peers: {enabled: true}`, `{mode: shared, peers: {enabled: true, keySecret: ""}}`} {
 		_, _, err := renderValues(c, "nodecache", "nodecache", vals(t, values), false)
 		if err == nil || !strings.Contains(err.Error(), "peers.enabled needs peers.keySecret") || !strings.Contains(err.Error(), "kubectl -n <namespace> create secret generic nodecache-peer-key --from-literal=key=$(openssl rand -hex 32)") {
