@@ -198,10 +198,18 @@ func render(t *testing.T, release string, vals map[string]any, monitoring bool) 
 	return objs
 }
 
+// kustomizeBuild builds dir; "DIR+COMPONENT" builds DIR with its commented
+// `# components: [COMPONENT]` line uncommented (the step its comments tell the user to take), in
+// memory.
 func kustomizeBuild(t *testing.T, dir string) []object {
 	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	rm, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(repoRoot, dir))
+	fs := filesys.MakeFsOnDisk()
+	root := filepath.Join(repoRoot, dir)
+	if base, component, ok := strings.Cut(dir, "+"); ok {
+		fs, root = withComponent(t, base, component), "/"+base
+	}
+	rm, err := k.Run(fs, root)
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
@@ -279,6 +287,21 @@ shared:
     s3: {secretName: nodecache-s3, bucket: cache, endpoint: "https://minio.storage:9000", pathStyle: true, rootDirectory: nodecache}
 `},
 	{"agent chained", "nodecache", `chain: "http://nodecache-regional.nodecache.svc.cluster.local:5000"`},
+	{"agent peers", "nodecache", `peers: {enabled: true, keySecret: nodecache-peer-key}`},
+	{"agent peers custom", "edge", `
+peers: {enabled: true, keySecret: peer-key, port: 5101, refresh: 30s, dialTimeout: 500ms, clusterDomain: k8s.example}
+upstreamAuth: {secretName: hub-pull, upstreams: [docker.io]}
+metrics: {enabled: false}
+`},
+	{"shared s3 peers", "nodecache-regional", `
+mode: shared
+peers: {enabled: true, keySecret: nodecache-peer-key}
+metrics: {dashboard: {enabled: true}}
+shared:
+  replicas: 3
+  storage: {type: s3, s3: {secretName: nodecache-s3}}
+`},
+	{"cleanup after peers", "nodecache", `{mode: cleanup, peers: {enabled: true, keySecret: nodecache-peer-key}}`},
 	{"cleanup default", "nodecache", `mode: cleanup`},
 	{"cleanup after custom agent", "edge", `
 mode: cleanup
@@ -304,6 +327,7 @@ func wantKinds(v map[string]any, monitoring bool) []string {
 		dashboard = true
 	}
 	warm, _ := v["warm"].(map[string]any)
+	peers, _ := v["peers"].(map[string]any)
 	var kinds []string
 	switch mode {
 	case "cleanup":
@@ -320,6 +344,9 @@ func wantKinds(v map[string]any, monitoring bool) []string {
 		}
 	default:
 		kinds = []string{"DaemonSet"}
+	}
+	if peers["enabled"] == true {
+		kinds = append(kinds, "Service") // the headless Service listing the members
 	}
 	monitor := "PodMonitor"
 	if mode == "shared" {
@@ -541,13 +568,15 @@ func stripHelmLabels(v any) {
 // TestChartEqualsKustomize: with default values, the chart's objects are the kustomize build's
 // (sigs.k8s.io/kustomize/api krusty, in-process), ignoring Helm's own labels and the Namespace
 // (`helm install --create-namespace` makes it): agent = examples/kubernetes, shared =
-// examples/kubernetes/shared, cleanup = examples/kubernetes/cleanup.
+// examples/kubernetes/shared, cleanup = examples/kubernetes/cleanup; with peers.enabled and peers.keySecret=nodecache-peer-key,
+// agent = examples/kubernetes with its component peers (issue 22).
 func TestChartEqualsKustomize(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ dir, release, values string }{
 		{"examples/kubernetes", "nodecache", ``},
 		{"examples/kubernetes/shared", "nodecache-shared", `mode: shared`},
 		{"examples/kubernetes/cleanup", "nodecache", `mode: cleanup`},
+		{"examples/kubernetes+peers", "nodecache", `peers: {enabled: true, keySecret: nodecache-peer-key}`},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			t.Parallel()
@@ -599,7 +628,7 @@ func allManifests(t *testing.T) map[string][]object {
 			out[fmt.Sprintf("chart %s monitoring=%v", vs.name, monitoring)] = render(t, vs.release, vals(t, vs.values), monitoring)
 		}
 	}
-	for _, dir := range []string{"examples/kubernetes", "examples/kubernetes/shared", "examples/kubernetes/cleanup", "examples/kubernetes/regional"} {
+	for _, dir := range []string{"examples/kubernetes", "examples/kubernetes/shared", "examples/kubernetes/cleanup", "examples/kubernetes/regional", "examples/kubernetes+peers"} {
 		out[dir] = kustomizeBuild(t, dir)
 	}
 	out["examples/kubernetes/warm-job.yaml"] = repoObjects(t, "examples/kubernetes/warm-job.yaml")
@@ -676,6 +705,8 @@ func expandArgs(c corev1.Container) []string {
 		switch {
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.hostIP":
 			env[e.Name] = "10.1.2.3"
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP":
+			env[e.Name] = "fd00:10:244::7"
 		case e.ValueFrom != nil:
 			env[e.Name] = "sample"
 		default:

@@ -67,10 +67,15 @@ func scrapeRunningNodecache(t *testing.T) map[string][]string {
 	listen, metricsListen := freePort(t), freePort(t)
 	host := t.TempDir()
 	writeFile(t, filepath.Join(host, "etc/containerd/config.toml"), "version = 3\n")
+	// --peers names one member that does not answer (a closed port), so nodecache_peers is
+	// exposed (failed 1, live 0) and every pull falls back to the upstream.
+	keyFile := filepath.Join(t.TempDir(), "peer-key")
+	writeFile(t, keyFile, strings.Repeat("0123456789abcdef", 4)+"\n")
 	cmd := exec.CommandContext(t.Context(), binary, "agent",
 		"--host-root", host, "--runtime", "containerd",
 		"--root", t.TempDir(), "--listen", listen, "--metrics-listen", bracketed(t, metricsListen),
-		"--interval", "1s", "--upstream", "registry.test="+upstream.URL)
+		"--interval", "1s", "--upstream", "registry.test="+upstream.URL,
+		"--peers", freePort(t), "--peer-key-file", keyFile)
 	cmd.Env = append(os.Environ(), "NODECACHE_LOG_FORMAT=json")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -284,7 +289,7 @@ func queries(t *testing.T) map[string]string {
 func TestPromQL(t *testing.T) {
 	t.Parallel()
 	series := scrapeRunningNodecache(t)
-	for _, must := range []string{"nodecache_requests_total", "nodecache_served_bytes_total", "nodecache_upstream_fetched_bytes_total", "nodecache_runtime_config_active", "nodecache_cache_size_bytes", "nodecache_evictions_total", "nodecache_upstream_resumes_total", "nodecache_digest_mismatches_total"} {
+	for _, must := range []string{"nodecache_requests_total", "nodecache_served_bytes_total", "nodecache_upstream_fetched_bytes_total", "nodecache_runtime_config_active", "nodecache_cache_size_bytes", "nodecache_evictions_total", "nodecache_upstream_resumes_total", "nodecache_digest_mismatches_total", "nodecache_peers"} {
 		if _, ok := series[must]; !ok {
 			t.Fatalf("the running nodecache exposes no %s after pulls: the check below would be too weak; exposed: %v", must, slices.Sorted(maps.Keys(series)))
 		}

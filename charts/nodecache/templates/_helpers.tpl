@@ -113,3 +113,71 @@ prometheus.io/path: /metrics
     secretName: {{ .Values.upstreamAuth.secretName }}
 {{- end }}
 {{- end -}}
+
+{{/* "true" when peers are enabled in a mode that serves; refuses peers without the key's Secret. */}}
+{{- define "nodecache.peers" -}}
+{{- $p := .Values.peers -}}
+{{- if and $p.enabled (ne .Values.mode "cleanup") -}}
+{{- if not $p.keySecret -}}
+{{- fail "peers.enabled needs peers.keySecret: the name of a Secret in the release namespace holding the cluster key under the key `key`, e.g. kubectl -n <namespace> create secret generic nodecache-peer-key --from-literal=key=$(openssl rand -hex 32), then --set peers.keySecret=nodecache-peer-key. Every peer request is signed with it; without it the peer port would be refused (--peer-listen needs --peer-key-file)" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The headless Service that lists the Ready pods for --peers. */}}
+{{- define "nodecache.peersService" -}}
+{{- printf "%s-peers" (include "nodecache.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* --peers, --peer-listen (on the address in $(addrVar)), --peer-key-file, --peers-refresh, --peer-dial-timeout. */}}
+{{- define "nodecache.peerArgs" -}}
+{{- $p := .ctx.Values.peers -}}
+- {{ printf "--peers=dns:%s.%s.svc.%s:%d" (include "nodecache.peersService" .ctx) .ctx.Release.Namespace $p.clusterDomain (int $p.port) | quote }}
+- {{ printf "--peer-listen=[$(%s)]:%d" .addrVar (int $p.port) | quote }}
+- --peer-key-file=/etc/nodecache/peer/key
+- {{ printf "--peers-refresh=%s" $p.refresh | quote }}
+- {{ printf "--peer-dial-timeout=%s" $p.dialTimeout | quote }}
+{{- end -}}
+
+{{- define "nodecache.peerPort" -}}
+- name: peer
+  containerPort: {{ .Values.peers.port }}
+{{- end -}}
+
+{{- define "nodecache.peerKeyMount" -}}
+- name: peer-key
+  mountPath: /etc/nodecache/peer
+  readOnly: true
+{{- end -}}
+
+{{- define "nodecache.peerKeyVolume" -}}
+- name: peer-key
+  secret:
+    secretName: {{ .Values.peers.keySecret }}
+    items:
+      - key: key
+        path: key
+{{- end -}}
+
+{{/* The headless Service over the workload's pods: its records are the Ready pods' addresses. */}}
+{{- define "nodecache.peersServiceObject" -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ include "nodecache.peersService" . }}
+  namespace: {{ .Release.Namespace }}
+  labels:
+    {{- /* component peers: the shared mode's ServiceMonitor selects component shared, not this. */}}
+    {{- include "nodecache.labels" . | fromYaml | merge (dict "app.kubernetes.io/component" "peers") | toYaml | nindent 4 }}
+spec:
+  clusterIP: None
+  # Only Ready pods are members: a pod that cannot serve is not asked.
+  publishNotReadyAddresses: false
+  selector:
+    {{- include "nodecache.selectorLabels" . | nindent 4 }}
+  ports:
+    - name: peer
+      port: {{ .Values.peers.port }}
+      targetPort: peer
+{{- end -}}
