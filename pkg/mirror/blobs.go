@@ -40,6 +40,9 @@ func (r *repository) serveBlob(ctx context.Context, w http.ResponseWriter, req *
 	}
 	blobs := r.local.Blobs(ctx)
 	if _, err := blobs.Stat(ctx, dgst); err == nil {
+		if _, _, peerRead := upstream.PeerRequest(ctx); peerRead {
+			r.cache.ReadByPeer(dgst) // a member's read counts as a pull
+		}
 		out := outcome{cache: mirrorapi.CacheHit}
 		setCacheHeader(w, out)
 		return out, r.serveLocal(ctx, blobs, w, req, dgst)

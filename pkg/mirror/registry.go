@@ -49,8 +49,9 @@ type handlerCache interface {
 	// CommitBlob and CommitManifest run distribution's commit under the store lock and index it.
 	CommitBlob(repo string, d digest.Digest, size int64, commit func() error) error
 	CommitManifest(repo string, d digest.Digest, size int64, refs []digest.Digest, put func() error) error
-	// Pulled and Tagged record a manifest pull and a tag.
+	// Pulled and Tagged record a manifest pull and a tag; ReadByPeer a member's read of a blob.
 	Pulled(repo string, d digest.Digest)
+	ReadByPeer(d digest.Digest)
 	Tagged(repo, tag string, d digest.Digest)
 }
 

@@ -109,6 +109,9 @@ func (s *Store) CommitManifest(repo string, d digest.Digest, size int64, refs []
 // Pulled records a pull of manifest d of storage repository repo now (Index.Touch).
 func (s *Store) Pulled(repo string, d digest.Digest) { s.idx.Touch(repo, d, s.opts.Clock()) }
 
+// ReadByPeer records that a member of --peers read blob d (Index.ReadByPeer).
+func (s *Store) ReadByPeer(d digest.Digest) { s.idx.ReadByPeer(d, s.opts.Clock()) }
+
 // Tagged records that tag of storage repository repo points at manifest d (Index.SetTag).
 func (s *Store) Tagged(repo, tag string, d digest.Digest) { s.idx.SetTag(repo, tag, d) }
 

@@ -60,9 +60,10 @@ func (s *Store) Run(ctx context.Context) {
 	}
 }
 
-// evictTo removes content until the cache holds at most target bytes: unreferenced blobs first
-// (oldest first), then least recently pulled images. It stops early when what is left is in use
-// (being served or filled) and returns the bytes it freed.
+// evictTo removes content until the cache holds at most target bytes, least recently used first
+// (Index.NextVictim: unreferenced blobs by when they were stored or read by a member, images by
+// when they were last pulled). It stops early when what is left is in use (being served or
+// filled) and returns the bytes it freed.
 func (s *Store) evictTo(ctx context.Context, target int64, reason string) int64 {
 	skip := map[Victim]bool{}
 	var freed int64

@@ -58,6 +58,18 @@ type ManifestEntry struct {
 type BlobEntry struct {
 	Size  int64     `json:"size"`
 	Added time.Time `json:"added"`
+	// LastRead is when a member of --peers last read the blob from this cache (a peer read
+	// counts as a pull); zero when none did.
+	LastRead time.Time `json:"last_read,omitzero"`
+}
+
+// lastUsed is when the blob was last stored or read by a member: what eviction orders an
+// unreferenced blob by.
+func (b *BlobEntry) lastUsed() time.Time {
+	if b.LastRead.After(b.Added) {
+		return b.LastRead
+	}
+	return b.Added
 }
 
 // NewIndex returns an empty index, not ready (Ready) until MarkReady.
@@ -210,36 +222,52 @@ type Victim struct {
 	Manifest digest.Digest // the image's top-level manifest; the blob when Repo == ""
 }
 
-// NextVictim picks, among what skip does not hold, the oldest unreferenced blob, else the least
-// recently pulled image (top-level manifest of one repository). ok is false when nothing is left.
+// NextVictim picks, among what skip does not hold, what was used least recently: a blob no
+// manifest references (held for the members of --peers, or left by a pull that never stored its
+// manifest), by when it was stored or last read by a member, or an image (top-level manifest of
+// one repository), by when it was last pulled. Ties go to blobs, then by name. ok is false when
+// nothing is left.
 func (x *Index) NextVictim(skip map[Victim]bool) (v Victim, ok bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	var oldest time.Time
-	for d, b := range x.blobs {
-		c := Victim{Manifest: d}
-		if x.refs[d] > 0 || skip[c] {
-			continue
-		}
-		if !ok || b.Added.Before(oldest) || (b.Added.Equal(oldest) && d < v.Manifest) {
-			v, oldest, ok = c, b.Added, true
+	consider := func(c Victim, at time.Time) {
+		if !ok || at.Before(oldest) || (at.Equal(oldest) && victimLess(c, v)) {
+			v, oldest, ok = c, at, true
 		}
 	}
-	if ok {
-		return v, true
+	for d, b := range x.blobs {
+		if c := (Victim{Manifest: d}); x.refs[d] == 0 && !skip[c] {
+			consider(c, b.lastUsed())
+		}
 	}
 	for name, r := range x.repos {
 		for d, e := range r.manifests {
-			c := Victim{Repo: name, Manifest: d}
-			if len(r.parents[d]) > 0 || skip[c] {
-				continue
-			}
-			if !ok || e.LastPulled.Before(oldest) || (e.LastPulled.Equal(oldest) && (name < v.Repo || name == v.Repo && d < v.Manifest)) {
-				v, oldest, ok = c, e.LastPulled, true
+			if c := (Victim{Repo: name, Manifest: d}); len(r.parents[d]) == 0 && !skip[c] {
+				consider(c, e.LastPulled)
 			}
 		}
 	}
 	return v, ok
+}
+
+// victimLess orders victims used at the same moment: blobs first, then by repository and digest.
+func victimLess(a, b Victim) bool {
+	if (a.Repo == "") != (b.Repo == "") {
+		return a.Repo == ""
+	}
+	return a.Repo < b.Repo || a.Repo == b.Repo && a.Manifest < b.Manifest
+}
+
+// ReadByPeer records that a member of --peers read blob d from this cache at at: a peer read
+// counts as a pull for eviction's least-recently-used order.
+func (x *Index) ReadByPeer(d digest.Digest, at time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if b := x.blobs[d]; b != nil && at.After(b.LastRead) {
+		b.LastRead = at
+		x.dirty = true
+	}
 }
 
 // Removal is what evicting one image takes away: links first, then the blob data no remaining

@@ -95,3 +95,38 @@ func TestManifestRefs(t *testing.T) {
 			len(many), took, float64(took)/float64(decode), decode)
 	}
 }
+
+// TestNextVictimLeastRecentlyUsed (issue 22): a blob no manifest references (held for the
+// members of --peers) is evicted by the same rule as an image: least recently used first, a
+// member's read counting as a pull. An old unreferenced blob goes before a recently pulled image,
+// and one a member read recently goes after it; the data an image references never goes alone.
+func TestNextVictimLeastRecentlyUsed(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	x := NewIndex()
+	layerA, layerB := digest.FromString("layer a"), digest.FromString("layer b")
+	manA, manB := digest.FromString("manifest a"), digest.FromString("manifest b")
+	oldBlob, readBlob := digest.FromString("held for peers, unread"), digest.FromString("held for peers, read")
+	x.AddBlob("up/a", layerA, 10, t0)
+	x.AddManifest("up/a", manA, 1, []digest.Digest{layerA}, t0.Add(2*time.Hour))
+	x.AddBlob("up/b", layerB, 10, t0)
+	x.AddManifest("up/b", manB, 1, []digest.Digest{layerB}, t0.Add(time.Hour))
+	x.AddBlob("up/c", oldBlob, 10, t0)
+	x.AddBlob("up/c", readBlob, 10, t0)
+	x.ReadByPeer(readBlob, t0.Add(3*time.Hour))
+
+	want := []Victim{{Manifest: oldBlob}, {Repo: "up/b", Manifest: manB}, {Repo: "up/a", Manifest: manA}, {Manifest: readBlob}}
+	skip := map[Victim]bool{}
+	var got []Victim
+	for {
+		v, ok := x.NextVictim(skip)
+		if !ok {
+			break
+		}
+		skip[v] = true
+		got = append(got, v)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("eviction order %v, want %v", got, want)
+	}
+}
