@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/rs/zerolog"
 
+	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirror/peer"
 )
@@ -104,6 +106,24 @@ func TestPeersKeyIsTheGate(t *testing.T) {
 	resp, body = peerGet(t, node.peerListen, path, keys, "1.1 nodecache/"+id)
 	if resp.StatusCode != http.StatusLoopDetected {
 		t.Errorf("a request that already passed the node: %d %s, want 508", resp.StatusCode, body)
+	}
+	checkStatusPeers(t, node, id)
+}
+
+// checkStatusPeers runs `nodecache status --mirror` against node (on a host root without a
+// runtime: the verdict is not applicable) and checks its peer summary: one live member, this
+// node listed, its id.
+func checkStatusPeers(t *testing.T, node peerNode, id string) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), nodecacheBinary(t), "status", "--host-root", t.TempDir(),
+		"--mirror", "http://"+node.listen, "--output", "json")
+	out, _ := cmd.Output() // the exit code is the verdict's (not applicable here)
+	var rep activation.Report
+	if err := json.Unmarshal(out, &rep); err != nil {
+		t.Fatalf("status output is not the JSON report: %v\n%s", err, out)
+	}
+	if p := rep.Peers; p == nil || p.Live != 1 || p.Failed != 0 || !p.SelfListed || p.Self != id {
+		t.Errorf("status --mirror peers = %+v; want 1 live, 0 failed, this node (%s) listed\n%s", rep.Peers, id, out)
 	}
 }
 

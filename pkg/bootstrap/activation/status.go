@@ -231,6 +231,7 @@ func Evaluate(ctx context.Context, opts Options) (*Report, error) {
 		rts = append(rts, e.containerd(ctx), e.crio(ctx))
 	}
 	e.traffic(ctx, rts)
+	e.peers(ctx)
 	if opts.Canary {
 		for i := range rts {
 			if rts[i].State != NotApplicable {

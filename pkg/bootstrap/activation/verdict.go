@@ -109,6 +109,9 @@ type Report struct {
 	Runtimes []RuntimeReport `json:"runtimes"`
 	Checks   []Check         `json:"checks"`
 	Warnings []string        `json:"warnings,omitempty"`
+	// Peers is the mirror's peer summary (with --mirror, when it has --peers); not part of the
+	// verdict.
+	Peers *PeerSummary `json:"peers,omitempty"`
 	// CheckedAt is when the evidence was read.
 	CheckedAt time.Time `json:"checked_at"`
 }
@@ -145,6 +148,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if r.Peers != nil {
+		fmt.Fprintln(&b, r.Peers.Text())
 	}
 	for _, wn := range r.Warnings {
 		fmt.Fprintf(&b, "warning: %s\n", wn)
