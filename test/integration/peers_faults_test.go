@@ -337,3 +337,62 @@ func waitForMetricAtLeast(t *testing.T, url, series string, min float64) {
 	}
 	t.Fatalf("%s: %s never reached %v", url, series, min)
 }
+
+// TestPeersOwnerKilledMidFill (issue 22): the owner of a 64 MiB layer is killed (SIGKILL) while
+// it streams the layer from a slow upstream to two other members. Both members' clients still
+// get the right bytes (their fills resume, with Range, from the next member or the upstream,
+// never the dead owner), both store the layer, and the upstream sends the layer at most twice.
+func TestPeersOwnerKilledMidFill(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 64<<20, 1, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	_, blobs := imageDigests(t, img)
+	layer := blobs[1]
+	c := startPeerCluster(t, up, 3, peerClusterOptions{})
+	keys := loadKeys(t, c.keyFile)
+	var members []peer.Member
+	byID := map[string]int{}
+	for i, nd := range c.nodes {
+		id := nodeID(t, nd.peerListen, keys)
+		members = append(members, peer.Member{ID: id})
+		byID[id] = i
+	}
+	owner := byID[peer.Rank(members, digest.Digest(layer.String()))[0].ID]
+	var others []peerNode
+	for i, nd := range c.nodes {
+		if i != owner {
+			others = append(others, nd)
+		}
+	}
+	up.SlowBlobs(5 * time.Millisecond) // 64 MiB in about ten seconds
+	up.ResetRequests()
+
+	done := make(chan error, len(others))
+	for _, nd := range others {
+		go func() { done <- pullAll(nd.listen + "/team/app:v1") }()
+	}
+	for deadline := time.Now().Add(time.Minute); up.Count(http.MethodGet, "/blobs/"+layer.String()) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the upstream was never asked for the layer")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	if err := c.nodes[owner].cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for range others {
+		if err := <-done; err != nil {
+			t.Errorf("a pull whose owner died mid-fill: %v", err)
+		}
+	}
+	n := up.Count(http.MethodGet, "/blobs/"+layer.String())
+	t.Logf("the upstream sent the layer %d times", n)
+	if n > 2 {
+		t.Errorf("the upstream sent the layer %d times, want at most 2 (the dead owner's fill and one resume)", n)
+	}
+	for _, nd := range others {
+		checkStored(t, nd.root, layer)
+	}
+}

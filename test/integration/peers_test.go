@@ -29,6 +29,8 @@ import (
 // peerNode is one `nodecache serve --peers` process on its own loopback address.
 type peerNode struct {
 	host, listen, peerListen, root, logPath string
+	// cmd is the running process.
+	cmd *exec.Cmd
 }
 
 // freePort returns a port free on host now.
@@ -89,7 +91,8 @@ func startPeerCluster(t *testing.T, up *mirrortest.Registry, n int, o peerCluste
 			logPath: filepath.Join(dir, host+".log")}
 	}
 	c.list(t, o.listed, o.extra...)
-	for _, nd := range c.nodes {
+	for i := range c.nodes {
+		nd := &c.nodes[i]
 		logFile, err := os.Create(nd.logPath)
 		if err != nil {
 			t.Fatal(err)
@@ -102,6 +105,7 @@ func startPeerCluster(t *testing.T, up *mirrortest.Registry, n int, o peerCluste
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		nd.cmd = cmd
 		t.Cleanup(func() {
 			_ = cmd.Process.Signal(os.Interrupt)
 			_ = cmd.Wait()
