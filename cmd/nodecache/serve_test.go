@@ -167,6 +167,8 @@ func TestServeRefusesBadInput(t *testing.T) {
 	badYAML := writeFile(t, t.TempDir(), "bad.yaml", "listen: [unclosed\n")
 	typoYAML := writeFile(t, t.TempDir(), "typo.yaml", "lsiten: \":5000\"\n")
 	rootFile := writeFile(t, t.TempDir(), "file", "")
+	peerKey := writeFile(t, t.TempDir(), "peer.key", strings.Repeat("k", 40)+"\n")
+	shortKey := writeFile(t, t.TempDir(), "short.key", "too short\n")
 	// A link to nothing and a loop of links (newuser3 item 14: were "mkdir …: file exists", exit 1).
 	links := t.TempDir()
 	dangling, loop := filepath.Join(links, "dangling"), filepath.Join(links, "loop-a")
@@ -200,6 +202,12 @@ func TestServeRefusesBadInput(t *testing.T) {
 		{"listen empty port", []string{"serve", "--listen", ":"}, nil, "--listen"},
 		{"metrics listen", []string{"serve", "--metrics-listen", "bogus"}, nil, "--metrics-listen"},
 		{"metrics listen on the listen port", []string{"serve", "--listen", "127.0.0.1:5024", "--metrics-listen", "127.0.0.1:5024"}, nil, "would bind the same port"},
+		{"peer-listen without a key", []string{"serve", "--peers", "127.0.0.1:5101", "--peer-listen", "127.0.0.1:5101"}, nil, "--peer-listen needs --peer-key-file"},
+		{"peers without a key", []string{"serve", "--peers", "127.0.0.1:5101"}, nil, "--peers needs --peer-key-file"},
+		{"peer-listen without peers", []string{"serve", "--peer-listen", "127.0.0.1:5101"}, nil, "--peer-listen needs --peers"},
+		{"peer-listen on the listen port", []string{"serve", "--listen", "127.0.0.1:5025", "--peers", "127.0.0.1:5025", "--peer-listen", "127.0.0.1:5025", "--peer-key-file", peerKey}, nil, "would bind the same port"},
+		{"peers source", []string{"serve", "--peers", "ftp:x", "--peer-key-file", peerKey}, nil, "--peers"},
+		{"peer key too short", []string{"serve", "--peers", "127.0.0.1:5101", "--peer-key-file", shortKey}, nil, "--peer-key-file"},
 		{"max-size decimal unit", []string{"serve", "--max-size", "30GB"}, nil, "did you mean 30GiB?"},
 		{"max-size share", []string{"serve", "--max-size", "150%"}, nil, "--max-size"},
 		{"extra argument", []string{"serve", "extra"}, nil, "takes no arguments"},
