@@ -150,9 +150,9 @@ func TestPeersMemberAdded(t *testing.T) {
 	}
 }
 
-// blackholeMember listens on addr as a member that answers its id (idFor) to the cluster key and
-// then never answers anything else: the shape of a node that hangs.
-func blackholeMember(t *testing.T, addr, id string, keys *peer.Keys) {
+// fakeMember listens on addr as a member that answers its id (id) to the cluster key and every
+// other request with serve.
+func fakeMember(t *testing.T, addr, id string, keys *peer.Keys, serve http.HandlerFunc) {
 	t.Helper()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -164,10 +164,17 @@ func blackholeMember(t *testing.T, addr, id string, keys *peer.Keys) {
 			ids.ServeHTTP(w, r)
 			return
 		}
-		<-r.Context().Done()
+		serve(w, r)
 	})}
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(func() { _ = srv.Close() })
+}
+
+// blackholeMember is a fakeMember that never answers anything but its id: the shape of a node
+// that hangs.
+func blackholeMember(t *testing.T, addr, id string, keys *peer.Keys) {
+	t.Helper()
+	fakeMember(t, addr, id, keys, func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 }
 
 // winningID returns an id that outranks every one of ids for every digest of ds.
@@ -228,22 +235,12 @@ func TestPeersHangingMember(t *testing.T) {
 	}
 }
 
-// lyingMember listens on addr as a member that answers its id (id) to the cluster key and serves
-// blobs and manifests from up, every blob GET with byte 10 flipped; it counts the blob GETs it
-// answered.
+// lyingMember is a fakeMember that serves blobs and manifests from up, every blob GET with byte
+// 10 flipped; it counts the blob GETs it answered.
 func lyingMember(t *testing.T, addr, id string, keys *peer.Keys, up *mirrortest.Registry) *atomic.Int64 {
 	t.Helper()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var blobGets atomic.Int64
-	ids := peer.IDHandler(id, keys, time.Now)
-	srv := &http.Server{ReadHeaderTimeout: time.Minute, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == peer.IDPath {
-			ids.ServeHTTP(w, r)
-			return
-		}
+	fakeMember(t, addr, id, keys, func(w http.ResponseWriter, r *http.Request) {
 		req, _ := http.NewRequestWithContext(r.Context(), r.Method, up.URL.String()+r.URL.Path, nil)
 		req.Header = r.Header.Clone()
 		resp, err := http.DefaultClient.Do(req)
@@ -262,9 +259,7 @@ func lyingMember(t *testing.T, addr, id string, keys *peer.Keys, up *mirrortest.
 		}
 		w.WriteHeader(resp.StatusCode)
 		_, _ = w.Write(body)
-	})}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
+	})
 	return &blobGets
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
@@ -173,8 +174,8 @@ func tail(b []byte, lines int) string {
 	return strings.Join(ls, "\n")
 }
 
-// pullAll pulls ref and reads every layer and the config to the end (go-containerregistry checks
-// each digest as it reads).
+// pullAll pulls ref with go-containerregistry and validates the image (every blob fetched and
+// its digest checked: validate.Image).
 func pullAll(ref string) error {
 	r, err := name.ParseReference(ref, name.Insecure)
 	if err != nil {
@@ -184,23 +185,8 @@ func pullAll(ref string) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", ref, err)
 	}
-	if _, err := img.RawConfigFile(); err != nil {
-		return fmt.Errorf("%s config: %w", ref, err)
-	}
-	layers, err := img.Layers()
-	if err != nil {
-		return err
-	}
-	for _, l := range layers {
-		rc, err := l.Compressed()
-		if err != nil {
-			return err
-		}
-		_, err = io.Copy(io.Discard, rc)
-		_ = rc.Close()
-		if err != nil {
-			return fmt.Errorf("%s layer: %w", ref, err)
-		}
+	if err := validate.Image(img); err != nil {
+		return fmt.Errorf("%s: %w", ref, err)
 	}
 	return nil
 }

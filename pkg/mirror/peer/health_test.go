@@ -5,30 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirror/peer"
 )
 
-// clock is a fake clock tests move by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 func TestHealthBreaker(t *testing.T) {
 	t.Parallel()
-	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	c := mirrortest.NewClock(time.Unix(1_800_000_000, 0))
 	h := peer.NewHealth(c.Now)
 	usable := func(id string, want bool) {
 		t.Helper()
@@ -47,16 +30,16 @@ func TestHealthBreaker(t *testing.T) {
 	usable("a", false)
 	usable("b", true) // another member is not affected
 
-	c.Add(peer.HealthOpen - time.Second)
+	c.Advance(peer.HealthOpen - time.Second)
 	usable("a", false)
-	c.Add(time.Second)
+	c.Advance(time.Second)
 	usable("a", true)  // the probe
 	usable("a", false) // no second request while the probe is out
 	h.Done("a", true)  // the probe failed: open again for HealthOpen
 	usable("a", false)
-	c.Add(peer.HealthOpen - time.Second)
+	c.Advance(peer.HealthOpen - time.Second)
 	usable("a", false)
-	c.Add(time.Second)
+	c.Advance(time.Second)
 	usable("a", true)
 	h.Done("a", false) // the probe worked: closed
 	usable("a", true)
@@ -67,21 +50,21 @@ func TestHealthBreaker(t *testing.T) {
 
 func TestHealthDistrust(t *testing.T) {
 	t.Parallel()
-	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	c := mirrortest.NewClock(time.Unix(1_800_000_000, 0))
 	h := peer.NewHealth(c.Now)
 	h.Distrust("a")
 	if h.Usable("a") {
 		t.Fatal("a distrusted member is usable")
 	}
 	h.Done("a", false) // a success does not lift the distrust
-	c.Add(peer.DistrustFor - time.Second)
+	c.Advance(peer.DistrustFor - time.Second)
 	if h.Usable("a") {
 		t.Fatalf("usable %v after Distrust; want not before %v", peer.DistrustFor-time.Second, peer.DistrustFor)
 	}
 	if !h.Usable("b") {
 		t.Fatal("another member is not usable")
 	}
-	c.Add(time.Second)
+	c.Advance(time.Second)
 	if !h.Usable("a") {
 		t.Fatalf("not usable %v after Distrust", peer.DistrustFor)
 	}
@@ -90,7 +73,7 @@ func TestHealthDistrust(t *testing.T) {
 		h.Done("c", true)
 	}
 	h.Distrust("a")
-	c.Add(time.Hour)
+	c.Advance(time.Hour)
 	if !h.Usable("c") {
 		t.Error("a member with an open breaker an hour ago is still skipped")
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
 
 const (
@@ -42,24 +44,6 @@ func loadKeys(t *testing.T, content string) *Keys {
 		t.Fatal(err)
 	}
 	return k
-}
-
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
 }
 
 func TestLoadKeysRefuses(t *testing.T) {
@@ -200,7 +184,7 @@ func TestVerifyTampered(t *testing.T) {
 
 func TestKeysRotation(t *testing.T) {
 	t.Parallel()
-	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	clock := mirrortest.NewClock(time.Unix(1_800_000_000, 0))
 	var logs strings.Builder
 	var mu sync.Mutex
 	path := keyFile(t, "", keyA+"\n")
@@ -221,11 +205,11 @@ func TestKeysRotation(t *testing.T) {
 
 	// Step 1 of a rotation: the new key second. Within KeysRecheck the file is not looked at.
 	keyFile(t, path, keyA+"\n"+keyB+"\n")
-	clock.Add(KeysRecheck / 2)
+	clock.Advance(KeysRecheck / 2)
 	if _, err := k.Verify(signedRequest(t, newKey, http.MethodGet, "/x", "n", at), at); err == nil {
 		t.Fatal("the new key was accepted before KeysRecheck passed")
 	}
-	clock.Add(KeysRecheck / 2)
+	clock.Advance(KeysRecheck / 2)
 	if _, err := k.Verify(signedRequest(t, newKey, http.MethodGet, "/x", "n", at), at); err != nil {
 		t.Fatalf("the new key (second line) is not accepted after the change: %v", err)
 	}
@@ -235,7 +219,7 @@ func TestKeysRotation(t *testing.T) {
 
 	// Step 2: the new key first.
 	keyFile(t, path, keyB+"\n"+keyA+"\n")
-	clock.Add(KeysRecheck)
+	clock.Advance(KeysRecheck)
 	if !signedWith(newKey) {
 		t.Fatal("does not sign with the new first key")
 	}
@@ -243,7 +227,7 @@ func TestKeysRotation(t *testing.T) {
 	// A broken file keeps the keys (logged once); a good one is read again.
 	keyFile(t, path, "short\n")
 	for range 3 {
-		clock.Add(KeysRecheck)
+		clock.Advance(KeysRecheck)
 		if !signedWith(newKey) {
 			t.Fatal("an invalid key file changed the keys")
 		}
@@ -251,12 +235,12 @@ func TestKeysRotation(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	clock.Add(KeysRecheck)
+	clock.Advance(KeysRecheck)
 	if !signedWith(newKey) {
 		t.Fatal("a missing key file changed the keys")
 	}
 	keyFile(t, path, keyA+"\n")
-	clock.Add(KeysRecheck)
+	clock.Advance(KeysRecheck)
 	if !signedWith(verifier) {
 		t.Fatal("the key file is not read again once it is good")
 	}

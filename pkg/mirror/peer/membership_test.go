@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirror/peer"
 )
 
@@ -184,7 +185,7 @@ func TestMembership(t *testing.T) {
 
 func TestMembershipRecheck(t *testing.T) {
 	t.Parallel()
-	c := &clock{t: time.Now()}
+	c := mirrortest.NewClock(time.Now())
 	keys := newKeys(t, testKey)
 	a := newIDServer(t, "node-a", keys, c.Now)
 	b := newIDServer(t, "node-a", keys, c.Now) // the same node at a second address (A and AAAA)
@@ -206,7 +207,7 @@ func TestMembershipRecheck(t *testing.T) {
 	if got := m.Members(); len(got) != 1 || got[0].ID != "node-a" {
 		t.Fatalf("before Recheck: Members() = %v; want the answers kept", got)
 	}
-	c.Add(time.Minute)
+	c.Advance(time.Minute)
 	m.Refresh(t.Context())
 	want := []peer.Member{{ID: "node-a2", Addr: a.addr()}, {ID: "node-b", Addr: b.addr()}}
 	if got := m.Members(); !slices.Equal(got, want) {
@@ -215,7 +216,7 @@ func TestMembershipRecheck(t *testing.T) {
 
 	// Stops answering: dropped at the next recheck, back when it answers.
 	b.down.Store(true)
-	c.Add(time.Minute)
+	c.Advance(time.Minute)
 	m.Refresh(t.Context())
 	if got := m.Members(); !slices.Equal(got, want[:1]) {
 		t.Fatalf("with %s down: Members() = %v; want %v", b.addr(), got, want[:1])
