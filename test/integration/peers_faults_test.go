@@ -20,6 +20,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirror/peer"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // peerGet sends GET path to a peer port with the proof of keys (none when keys is nil) and the
@@ -106,6 +107,12 @@ func TestPeersKeyIsTheGate(t *testing.T) {
 	resp, body = peerGet(t, node.peerListen, path, keys, "1.1 nodecache/"+id)
 	if resp.StatusCode != http.StatusLoopDetected {
 		t.Errorf("a request that already passed the node: %d %s, want 508", resp.StatusCode, body)
+	}
+	// A member's requests are not evidence of this node's runtime: no client was seen.
+	resp, body = peerGet(t, node.listen, mirrorapi.ClientsPath, nil, "")
+	var ev mirrorapi.ClientEvidence
+	if err := json.Unmarshal(body, &ev); err != nil || resp.StatusCode != http.StatusOK || len(ev.Clients) != 0 {
+		t.Errorf("client evidence after peer requests only: %d %s; want no client", resp.StatusCode, body)
 	}
 	checkStatusPeers(t, node, id)
 }
