@@ -195,6 +195,11 @@ func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descri
 	if err != nil {
 		return fmt.Errorf("open repository %s: %w", named, err)
 	}
+	if d, err := repo.Blobs(ctx).Stat(ctx, desc.Digest); err == nil && d.Size == desc.Size {
+		// Linked meanwhile in shared storage (another replica of one bucket, the member this
+		// fill streamed from): the blob is stored once, not uploaded again; only recorded.
+		return r.cache.CommitBlob(r.storageName(), desc.Digest, desc.Size, func() error { return nil })
+	}
 	src, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("open staging file: %w", err)
