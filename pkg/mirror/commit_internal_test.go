@@ -17,7 +17,7 @@ import (
 // uploaded again: in one bucket a blob is stored once. The staging file handed to the commit
 // does not exist, so an upload would fail.
 //
-//nolint:paralleltest // the AWS SDK takes the bucket's credentials from the environment (t.Setenv)
+// Not parallel: the AWS SDK takes the bucket's credentials from the environment (t.Setenv).
 func TestCommitLinkedInSharedBucket(t *testing.T) {
 	s3 := mirrortest.NewS3(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
