@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -426,9 +428,13 @@ func (c *clusterResults) markdown(commit, machine string) string {
 		return b.String()
 	}
 	p("- Run: commit %s, %s, took %s; %s", commit, c.started.UTC().Format(time.RFC3339), c.elapsed.Round(time.Second), machine)
-	p("- Load average (1/5/15 min): %s before, %s after. The machine's cores are shared with other work and the bench", c.loadBefore, c.loadAfter)
-	p("  process (upstream, throttle, ten clients) and the ten node processes all run on them: times are from a loaded")
-	p("  machine and include waiting for CPU; the byte counts do not depend on it.")
+	load := "not otherwise loaded"
+	if loaded(c.loadBefore) || loaded(c.loadAfter) {
+		load = "loaded"
+	}
+	p("- Load average (1/5/15 min): %s before, %s after: the times are from a %s %d-core machine, its cores shared", c.loadBefore, c.loadAfter, load, runtime.NumCPU())
+	p("  with other work, by the bench process (upstream, throttle, ten clients) and by the ten node processes; they")
+	p("  include waiting for CPU. The byte counts do not depend on it.")
 	p("- Image: %d layers of %s and a config, %s in all (tag %s in %s), random bytes; the manifest is not counted.",
 		clusterLayers, human(c.image.layerSize), human(c.image.size), clusterTag, clusterRepo)
 	p("- Upstream: the bench's distribution v3.1.2 behind one listener whose response bodies all go through **one token")
@@ -501,6 +507,16 @@ func (c *clusterResults) markdown(commit, machine string) string {
 		p("after %s (not part of the times above).", ms(r.all.liveWait))
 	}
 	return b.String()
+}
+
+// loaded says whether a load average line's 1-minute figure is at least half the CPUs.
+func loaded(loadAvg string) bool {
+	f := strings.Fields(loadAvg)
+	if len(f) == 0 {
+		return false
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	return err == nil && v >= float64(runtime.NumCPU())/2
 }
 
 // splitCluster cuts doc's cluster section (from its "## Cluster:" heading to the next "## "
