@@ -5,8 +5,13 @@
 // nodecache, the stock proxy and a plain Go file server run as separate processes. Scenarios:
 // 20/50/200 concurrent cold pulls of one 64 MiB blob, warm GET throughput, a 200 MiB blob through
 // an upstream throttled to 4 MiB/s that resets every connection after 8 MiB (toxiproxy), start-up
-// over 100,000 cached blobs, and eviction of 10 GiB with --max-size. A scenario that does not fit
-// on the free disk is skipped with the reason in the table.
+// over 100,000 cached blobs, eviction of 10 GiB with --max-size, and a cluster of 10 nodes (each on
+// its own loopback address) pulling a 200 MiB image at once through an upstream limited to 20 MiB/s
+// in total: stock proxies, nodecache, nodecache with --peers. A scenario that does not fit on the
+// free disk is skipped with the reason in the table.
+//
+// -only cluster (make bench BENCH_ONLY=cluster) runs the cluster scenario alone and rewrites only its
+// section of the results file; -cluster-mib shrinks its image for a quick try.
 //
 // It is not run in CI (minutes, GiBs of loopback traffic); `make lint` vets it.
 package main
@@ -36,13 +41,15 @@ func main() {
 	flag.StringVar(&o.work, "work", "", "work directory (default: a new one in $TMPDIR, removed at the end)")
 	flag.StringVar(&o.startupDir, "startup-dir", defaultStartupDir(), "directory for the 100,000-blob start-up layout (default: /dev/shm when it is a directory, else the work directory)")
 	flag.StringVar(&o.commit, "commit", "unknown", "commit measured")
-	flag.DurationVar(&o.timeout, "timeout", 15*time.Minute, "bound on the whole run")
-	only := flag.String("only", "cold,throttled,startup,evict", "comma-separated scenarios to run, of cold (which includes warm), warm (warm throughput alone), throttled, startup, evict (for trying one out; the committed table runs all)")
+	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on the whole run")
+	only := flag.String("only", "cold,throttled,startup,evict,cluster", "comma-separated scenarios to run, of cold (which includes warm), warm (warm throughput alone), throttled, startup, evict, cluster (for trying one out; the committed table runs all). The results file keeps the cluster section of an earlier run when cluster is not run, and only the cluster section is rewritten when it alone runs")
+	clusterMiB := flag.Int64("cluster-mib", 200, "size of the cluster scenario's image in MiB, in 4 equal layers (shrink it for a quick try)")
 	flag.Parse()
-	if o.registry == "" || flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: bench -registry PATH [-nodecache PATH] [-out FILE] [-commit SHA]")
+	if o.registry == "" || flag.NArg() != 0 || *clusterMiB < 4 {
+		fmt.Fprintln(os.Stderr, "usage: bench -registry PATH [-nodecache PATH] [-out FILE] [-commit SHA] [-only cold,warm,throttled,startup,evict,cluster] [-cluster-mib 200]")
 		os.Exit(2)
 	}
+	o.clusterLayer = *clusterMiB * mib / clusterLayers
 	o.only = map[string]bool{}
 	for _, s := range strings.Split(*only, ",") {
 		o.only[strings.TrimSpace(s)] = true
@@ -58,6 +65,7 @@ type options struct {
 	startupDir                             string
 	timeout                                time.Duration
 	only                                   map[string]bool
+	clusterLayer                           int64
 }
 
 func run(o options) error {
@@ -89,10 +97,11 @@ func run(o options) error {
 		return fmt.Errorf("log directory: %w", err)
 	}
 	b := &bench{
-		ctx: ctx, work: work, only: o.only, startupDir: o.startupDir,
+		ctx: ctx, work: work, only: o.only, startupDir: o.startupDir, clusterLayer: o.clusterLayer,
 		srv: servers{nodecache: o.nodecache, registry: o.registry, self: self, logDir: logDir},
 		res: &results{commit: o.commit, started: time.Now(), machine: machineInfo(),
-			cold: map[string][]*coldRun{}, warm: map[string]float64{}, throttled: map[string]*throttledRun{}},
+			cold: map[string][]*coldRun{}, warm: map[string]float64{}, throttled: map[string]*throttledRun{},
+			cluster: &clusterResults{}},
 	}
 	defer b.stopAll()
 	b.res.loadBefore = loadAvg()
@@ -102,13 +111,29 @@ func run(o options) error {
 	if runErr != nil {
 		b.res.notes = append(b.res.notes, "run stopped early: "+runErr.Error())
 	}
-	md := b.res.markdown()
+	md := compose(o.out, b.res.markdown(), b.res.cluster.markdown(o.commit, b.res.machine), o.only)
 	if err := writeAtomic(o.out, []byte(md)); err != nil {
 		return err
 	}
 	fmt.Print(md)
 	fmt.Fprintf(os.Stderr, "bench: wrote %s in %s\n", o.out, b.res.elapsed.Round(time.Second))
 	return runErr
+}
+
+// compose is the results file: the main sections (everything but the cluster scenario) and the
+// cluster section, each from this run when one of its scenarios ran, else kept from the file
+// already at path (so `-only cluster` does not wipe the other tables, nor the others the cluster's).
+func compose(path, main, cluster string, only map[string]bool) string {
+	old, _ := os.ReadFile(path)
+	oldMain, oldCluster := splitCluster(string(old))
+	ranMain := only["cold"] || only["warm"] || only["throttled"] || only["startup"] || only["evict"]
+	if !ranMain && strings.TrimSpace(oldMain) != "" {
+		main = oldMain
+	}
+	if !only["cluster"] && oldCluster != "" {
+		cluster = oldCluster
+	}
+	return strings.TrimRight(main, "\n") + "\n\n" + strings.TrimRight(cluster, "\n") + "\n"
 }
 
 // writeAtomic writes data to path through a temporary file in the same directory.

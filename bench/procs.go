@@ -30,10 +30,14 @@ type proc struct {
 }
 
 // freeAddr returns a loopback host:port nobody listened on a moment ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freeAddr() (string, error) { return freeAddrOn("127.0.0.1") }
+
+// freeAddrOn returns host:port on a loopback address host (127.0.0.2 and on need no setup on
+// Linux) that nobody listened on a moment ago.
+func freeAddrOn(host string) (string, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
+		return "", fmt.Errorf("find a free port on %s: %w", host, err)
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
@@ -133,6 +137,11 @@ func (s servers) startNodecache(ctx context.Context, tag, root, upstreamURL stri
 	if err != nil {
 		return nil, err
 	}
+	return s.startNodecacheAt(ctx, tag, addr, root, upstreamURL, wait, extra...)
+}
+
+// startNodecacheAt is startNodecache listening on addr.
+func (s servers) startNodecacheAt(ctx context.Context, tag, addr, root, upstreamURL string, wait time.Duration, extra ...string) (*proc, error) {
 	argv := append([]string{s.nodecache, "serve", "--root", root, "--listen", addr,
 		"--upstream", "bench.test=" + upstreamURL, "--default-upstream", "bench.test",
 		"--log-level", "warn"}, extra...)
@@ -145,6 +154,11 @@ func (s servers) startStock(ctx context.Context, tag, root, upstreamURL string, 
 	if err != nil {
 		return nil, err
 	}
+	return s.startStockAt(ctx, tag, addr, root, upstreamURL, wait)
+}
+
+// startStockAt is startStock listening on addr.
+func (s servers) startStockAt(ctx context.Context, tag, addr, root, upstreamURL string, wait time.Duration) (*proc, error) {
 	secret := make([]byte, 16)
 	_, _ = rand.Read(secret)
 	cfg := fmt.Sprintf(`version: 0.1

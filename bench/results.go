@@ -37,6 +37,7 @@ type results struct {
 	throttled    map[string]*throttledRun
 	startup      *startupRun
 	evict        *evictRun
+	cluster      *clusterResults
 	skips, notes []string
 }
 
@@ -191,6 +192,8 @@ func (r *results) markdown() string {
 	} else {
 		p("| start-up < 2 s with 100,000 blobs | not measured | **MISSED** |")
 	}
+	p("")
+	p("The cluster scenario's targets are in its own section, at the end.")
 	p("")
 
 	p("## Cold pulls: N clients GET one 64 MiB blob at once, empty cache")

@@ -51,13 +51,20 @@ type endpoint struct {
 	srv       *http.Server
 }
 
-func (u *upstream) listen() (*endpoint, error) {
+func (u *upstream) listen() (*endpoint, error) { return u.listenLimited(nil) }
+
+// listenLimited is listen with every response body written through limit (nil: unlimited), one
+// bucket shared by all the listener's connections.
+func (u *upstream) listenLimited(limit *bucket) (*endpoint, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("upstream listener: %w", err)
 	}
 	e := &endpoint{addr: l.Addr().String(), URL: "http://" + l.Addr().String()}
 	e.srv = &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if limit != nil {
+			w = &limitedWriter{ResponseWriter: w, limit: limit, ctx: r.Context()}
+		}
 		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/sha256:") {
 			e.blobGETs.Add(1)
 			w = &countingWriter{ResponseWriter: w, n: &e.blobBytes}
