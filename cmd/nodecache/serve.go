@@ -38,7 +38,7 @@ func mirrorFlags(c *mirror.Config, lc *logConfig, listenDefault string) []cli.Fl
 		stringFlag(&c.Peers, "peers", "", "share blobs and manifests by digest with the other node caches listed by `SOURCE`: dns:NAME:PORT (a headless Service's records), file:PATH (HOST:PORT a line, re-read when it changes) or HOST:PORT,HOST:PORT. Each digest's owner (rendezvous hashing) fetches it from the upstream once for the cluster; a node whose peers fail pulls from the upstream as without peers. Needs --peer-key-file"),
 		stringFlag(&c.PeerListen, "peer-listen", "", "`ADDR` where this node answers its peers (plain HTTP, every request signed with the cluster key); empty: this node only asks. Needs --peers and --peer-key-file"),
 		stringFlag(&c.PeerKeyFile, "peer-key-file", "", "`FILE` holding the cluster key that signs and checks peer requests (HMAC-SHA256): one key of at least 32 bytes, or two lines during a rotation (requests are signed with the first, either is accepted); re-read when it changes"),
-		durationFlag(&c.PeersRefresh, "peers-refresh", 10*time.Second, "how often the --peers source is read again and members that failed are asked again (`DURATION`)"),
+		durationFlag(&c.PeersRefresh, "peers-refresh", 10*time.Second, "how often the --peers source is read again and every member is asked for its id (`DURATION`): a member that restarted, died or joined is seen within it"),
 		durationFlag(&c.PeerDialTimeout, "peer-dial-timeout", time.Second, "`DURATION` bound on a connection to a member; then the next member, and at last the upstream, is asked"),
 	}, logFlags(lc, false)...)
 }

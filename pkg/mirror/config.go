@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -72,7 +73,8 @@ type Config struct {
 	// PeerListen --peer-listen (HOST:PORT where this node answers its peers; empty: it only
 	// asks), PeerKeyFile --peer-key-file (the cluster key; required with either).
 	Peers, PeerListen, PeerKeyFile string
-	// PeersRefresh and PeerDialTimeout are --peers-refresh and --peer-dial-timeout (0: default).
+	// PeersRefresh and PeerDialTimeout are --peers-refresh and --peer-dial-timeout (positive;
+	// required with --peers: the flags default to 10 s and 1 s).
 	PeersRefresh, PeerDialTimeout time.Duration
 }
 
@@ -142,6 +144,8 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 // peerOptions checks the --peer* flags and loads the key: nil without --peers.
 func (c Config) peerOptions(log zerolog.Logger) (*PeerOptions, error) {
 	switch {
+	case c.Peers == "" && c.PeerListen == "" && c.PeerKeyFile != "":
+		return nil, errors.New("--peer-key-file is set but --peers is not: give --peers too (the members this node shares blobs with), or drop the key file")
 	case c.Peers == "" && c.PeerListen == "":
 		return nil, nil
 	case c.Peers == "":
@@ -150,8 +154,8 @@ func (c Config) peerOptions(log zerolog.Logger) (*PeerOptions, error) {
 		return nil, errors.New("--peer-listen needs --peer-key-file: the peer port answers only requests signed with the cluster key (a file of one key of at least 32 bytes, or two lines during a rotation)")
 	case c.PeerKeyFile == "":
 		return nil, errors.New("--peers needs --peer-key-file: requests to members are signed with the cluster key (a file of one key of at least 32 bytes, or two lines during a rotation)")
-	case c.PeersRefresh < 0 || c.PeerDialTimeout < 0:
-		return nil, errors.New("--peers-refresh and --peer-dial-timeout: want positive durations such as 10s and 1s")
+	case c.PeersRefresh <= 0 || c.PeerDialTimeout <= 0:
+		return nil, fmt.Errorf("--peers-refresh %s and --peer-dial-timeout %s: want positive durations such as 10s and 1s", c.PeersRefresh, c.PeerDialTimeout)
 	}
 	if c.PeerListen != "" {
 		if err := checkListen(c.PeerListen); err != nil {
@@ -165,7 +169,14 @@ func (c Config) peerOptions(log zerolog.Logger) (*PeerOptions, error) {
 	}
 	src, err := peer.ParseSource(c.Peers)
 	if err != nil {
-		return nil, fmt.Errorf("--peers: %w", err)
+		return nil, err // names --peers
+	}
+	if strings.HasPrefix(c.Peers, "file:") {
+		// A list that cannot be read or parsed at start is a mistake to fix now, not a cluster
+		// of one that alerts cannot see (later failures keep the last good list).
+		if _, err := src.Addresses(context.Background()); err != nil {
+			return nil, fmt.Errorf("--peers %s: %w", c.Peers, err)
+		}
 	}
 	keys, err := peer.LoadKeys(c.PeerKeyFile, log)
 	if err != nil {

@@ -30,11 +30,11 @@ func newMetrics(reg prometheus.Registerer, idx cacheTotals, maxSize int64) (*met
 		}, []string{"upstream", "kind", "method", "code", "cache"}),
 		servedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodecache_served_bytes_total",
-			Help: "Response body bytes sent to clients, by upstream and source: cache (local storage), upstream (streamed from a fill in flight from the registry) or shared (from a fill in flight from a chained nodecache).",
+			Help: "Response body bytes sent to clients, by upstream and source: cache (local storage), upstream (streamed from a fill in flight from the registry) shared (from a fill in flight from a chained nodecache) or peer (from a fill in flight from a member of --peers).",
 		}, []string{"upstream", "source"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodecache_refused_total",
-			Help: "Requests refused, by reason: pull_allow (403, a registry request from outside --pull-allow), allow (403, client evidence asked from outside loopback and --allow), loop (508, a request that went round a loop of chained nodecaches).",
+			Help: "Requests refused, by reason: pull_allow (403, a registry request from outside --pull-allow), allow (403, client evidence asked from outside loopback and --allow), loop (508, a request that went round a loop of chained nodecaches), peer_key (401, a request to the peer port without a valid proof of the cluster key).",
 		}, []string{"reason"}),
 	}
 	m.evictedBytes = prometheus.NewCounter(prometheus.CounterOpts{

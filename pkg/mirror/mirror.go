@@ -52,6 +52,9 @@ type Mirror struct {
 	canary          *canary
 	cache           *cache.Store // storage driver, index, eviction, root lock
 	peering         *peering     // nil without Options.Peers
+	// listening, when set (by Serve), is closed once the listeners are bound: the membership's
+	// first round then finds this node's own peer port answering.
+	listening chan struct{}
 	// read answers a routed repository read: (*Mirror).read; a test replaces it to make the
 	// handler panic.
 	read func(ctx context.Context, w http.ResponseWriter, r *http.Request, rt route) (outcome, error)
@@ -105,6 +108,9 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		_ = m.cache.Close()
 		return nil, fmt.Errorf("register peer metrics: %w", err)
 	}
+	if m.peering != nil {
+		m.metrics.refused.WithLabelValues(RefusedPeerKey) // at 0: "none yet", not "no data"
+	}
 	fetch, err := newFetcher(ctx, opts, m.cache, peers)
 	if err != nil {
 		_ = m.cache.Close()
@@ -132,7 +138,7 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 	m.log.Info().Str("root", opts.Root).Str("storage", opts.Storage).Str("s3_bucket", opts.S3.Bucket).Strs("upstreams", names(opts.Upstreams)).
 		Str("default_upstream", opts.DefaultUpstream).Str("upstream_timeout", clitext.Span(opts.UpstreamTimeout)).
 		Str("tag_ttl", clitext.Span(opts.TagTTL)).Str("fill_timeout", clitext.Span(opts.FillTimeout)).Str("chain", chainString(opts.Chain)).Str("instance_id", fetch.InstanceID()).
-		Int64("max_size_bytes", opts.MaxSize).Msg("mirror configured")
+		Int64("max_size_bytes", opts.MaxSize).Str("peers", m.peering.source()).Msg("mirror configured")
 	return m, nil
 }
 

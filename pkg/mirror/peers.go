@@ -90,6 +90,14 @@ func (p *peering) register(reg prometheus.Registerer) error {
 	return nil
 }
 
+// source is the --peers value ("" without peers).
+func (p *peering) source() string {
+	if p == nil {
+		return ""
+	}
+	return p.opts.Source.String()
+}
+
 // run keeps the membership until ctx ends (nothing without peers).
 func (p *peering) run(ctx context.Context) {
 	if p != nil {
@@ -111,14 +119,17 @@ func (m *Mirror) PeerHandler() http.Handler {
 	}
 	id := peer.IDHandler(m.fetch.InstanceID(), m.peering.opts.Keys, m.opts.Clock)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == peer.IDPath {
-			id.ServeHTTP(w, r)
-			return
-		}
 		sender, err := m.peering.opts.Keys.Verify(r, m.opts.Clock())
 		if err != nil {
+			// Id requests too: once a member holds another key, they are all it sends.
 			m.metrics.refused.WithLabelValues(RefusedPeerKey).Inc()
 			m.log.Warn().Err(err).Str("client", r.RemoteAddr).Str("path", r.URL.Path).Msg("peer request refused")
+		}
+		if r.URL.Path == peer.IDPath {
+			id.ServeHTTP(w, r) // answers 401 itself when the proof fails
+			return
+		}
+		if err != nil {
 			(&apiError{Status: http.StatusUnauthorized, Code: "UNAUTHORIZED", Message: err.Error()}).write(w)
 			return
 		}

@@ -39,6 +39,13 @@ func (m *Mirror) run(ctx context.Context, started chan<- struct{}) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		if m.listening != nil {
+			select {
+			case <-m.listening:
+			case <-ctx.Done():
+				return
+			}
+		}
 		m.peering.run(ctx)
 	}()
 	m.cache.Run(ctx)

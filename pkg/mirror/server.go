@@ -133,6 +133,7 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 	// same root fails here, before it could answer a single request.
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
+	m.listening = make(chan struct{})
 	started, runDone := make(chan struct{}), make(chan error, 1)
 	go func() { runDone <- m.run(runCtx, started) }()
 	select {
@@ -149,6 +150,7 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 	if err != nil {
 		return stop(err)
 	}
+	close(m.listening)
 	l := listeners[0]
 	for _, ln := range listeners {
 		o.Logger.Info().Str("addr", ln.Addr().String()).Bool("tls", ln == l && o.TLS != nil).Msg("listening")

@@ -28,7 +28,7 @@ type PeerSummary struct {
 func (p *PeerSummary) Text() string {
 	s := fmt.Sprintf("peers: %d live, %d failed", p.Live, p.Failed)
 	if !p.SelfListed {
-		s += "; the member list does not list this mirror itself (another Service or port in --peers?)"
+		s += "; the member list does not list this mirror itself (expected for a node without --peer-listen; otherwise another Service or port in --peers?)"
 	}
 	return s
 }

@@ -105,6 +105,19 @@ func (h *Health) Done(id string, failed bool) {
 	}
 }
 
+// Hung opens member id's breaker at once, for HealthOpen: it accepted a request and did not
+// answer within the whole header budget. Each such request costs a client the budget, so the
+// next one goes elsewhere rather than waiting for two more.
+func (h *Health) Hung(id string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := h.now()
+	e := h.get(id, now)
+	e.probing = false
+	e.failures = max(e.failures+1, HealthFailures)
+	e.openUntil = now.Add(HealthOpen)
+}
+
 // Distrust skips member id for DistrustFor: it served bytes that did not match their digest.
 func (h *Health) Distrust(id string) {
 	h.mu.Lock()

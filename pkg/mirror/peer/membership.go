@@ -24,8 +24,11 @@ const (
 	DefaultRefresh = 10 * time.Second
 	// DefaultDialTimeout is MembershipOptions.DialTimeout's default (--peer-dial-timeout).
 	DefaultDialTimeout = time.Second
-	// DefaultRecheck is MembershipOptions.Recheck's default.
-	DefaultRecheck = 5 * time.Minute
+	// DefaultRecheck is MembershipOptions.Recheck's default: 0, every live address is asked again
+	// at every Refresh. A member that restarted (a rollout of the DaemonSet restarts every agent
+	// at the same address, with a new id) or died is seen within one Refresh; until then nodes
+	// would disagree on owners, and a dead member would look live.
+	DefaultRecheck = 0
 	// maxIDAnswer is the most bytes of an id answer read; a real one is ~30.
 	maxIDAnswer = 4 << 10
 	// maxID is the longest instance id accepted (upstream.NewInstanceID makes 16 characters).
@@ -47,8 +50,8 @@ type MembershipOptions struct {
 	// their id (--peers-refresh). Default DefaultRefresh.
 	Refresh time.Duration
 	// Recheck is how old a live address's answer may get before it is asked again (a node that
-	// restarted at the same address with a new id, or stopped answering). Default
-	// DefaultRecheck.
+	// restarted at the same address with a new id, or stopped answering); 0 (the default,
+	// DefaultRecheck): at every Refresh. An id request is one small signed GET.
 	Recheck time.Duration
 	// DialTimeout bounds the connection of an id request (--peer-dial-timeout); the request as
 	// a whole is bounded by 2×DialTimeout+1s. Default DefaultDialTimeout.
@@ -83,7 +86,13 @@ type probe struct {
 	id  string // the id it announced; "" when it failed
 	err error
 	at  time.Time
+	// missed counts the re-asks in a row a live address did not answer; it stays live through
+	// one (a loaded node that answered late), so one slow answer does not move owners.
+	missed int
 }
+
+// liveMisses is how many re-asks in a row a live address may miss and stay live.
+const liveMisses = 1
 
 // NewMembership returns a Membership with opts' defaults filled in; it starts nothing and has
 // no members until Refresh or Run.
@@ -91,7 +100,7 @@ func NewMembership(opts MembershipOptions) *Membership {
 	if opts.Refresh <= 0 {
 		opts.Refresh = DefaultRefresh
 	}
-	if opts.Recheck <= 0 {
+	if opts.Recheck < 0 {
 		opts.Recheck = DefaultRecheck
 	}
 	if opts.DialTimeout <= 0 {
@@ -171,6 +180,11 @@ func (m *Membership) Refresh(ctx context.Context) {
 	next := make(map[string]probe, len(addrs))
 	for _, a := range addrs {
 		if p, ok := answers[a]; ok {
+			if before, was := m.state[a]; was && before.err == nil && p.err != nil && before.missed < liveMisses {
+				before.missed++ // live through one missed re-ask
+				next[a] = before
+				continue
+			}
 			m.logChange(a, m.state[a], p)
 			next[a] = p
 		} else if p, ok := m.state[a]; ok {

@@ -214,8 +214,14 @@ func TestMembershipRecheck(t *testing.T) {
 		t.Fatalf("after Recheck: Members() = %v; want %v", got, want)
 	}
 
-	// Stops answering: dropped at the next recheck, back when it answers.
+	// Stops answering: live through one missed re-ask (a loaded node that answered late), dropped
+	// at the second; back when it answers.
 	b.down.Store(true)
+	c.Advance(time.Minute)
+	m.Refresh(t.Context())
+	if got := m.Members(); !slices.Equal(got, want) {
+		t.Fatalf("with %s down for one re-ask: Members() = %v; want %v kept", b.addr(), got, want)
+	}
 	c.Advance(time.Minute)
 	m.Refresh(t.Context())
 	if got := m.Members(); !slices.Equal(got, want[:1]) {
@@ -228,6 +234,26 @@ func TestMembershipRecheck(t *testing.T) {
 	m.Refresh(t.Context())
 	if got := m.Members(); !slices.Equal(got, want) {
 		t.Fatalf("with %s back: Members() = %v; want %v", b.addr(), got, want)
+	}
+}
+
+// TestMembershipRestartSeenAtNextRefresh: with the default Recheck, a member that restarted at
+// its address with a new id (a rollout of the DaemonSet) is seen at the next Refresh, so nodes
+// do not disagree on owners for minutes.
+func TestMembershipRestartSeenAtNextRefresh(t *testing.T) {
+	t.Parallel()
+	keys := newKeys(t, testKey)
+	a := newIDServer(t, "before-restart", keys, time.Now)
+	src, err := peer.ParseSource(a.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := peer.NewMembership(peer.MembershipOptions{Source: src, Self: "self", Keys: keys})
+	m.Refresh(t.Context())
+	a.id.Store("after-restart")
+	m.Refresh(t.Context())
+	if got := m.Members(); len(got) != 1 || got[0].ID != "after-restart" {
+		t.Fatalf("after a restart and one Refresh: Members() = %v; want the new id", got)
 	}
 }
 

@@ -55,7 +55,7 @@ func ParseSource(s string) (Source, error) {
 //   - "dns:NAME:PORT": the A and AAAA records of NAME (a headless Service, say), each with PORT;
 //     resolved again on every Addresses call. A name that does not exist (NXDOMAIN, which is what
 //     a headless Service with no ready endpoint answers) is an empty list, not an error.
-//   - "file:PATH": one HOST:PORT a line, blank lines and lines starting with # ignored; read again
+//   - "file:PATH": one HOST:PORT a line, blank lines and # comments ignored; read again
 //     when the file changed (identity, size or mtime: internal/filestamp), and the last good list
 //     kept (and the failure logged once) when it becomes unreadable or invalid. The file is not
 //     read here: the first Addresses call reads it.
@@ -281,8 +281,9 @@ func readPeerFile(path string) ([]string, error) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(nil, len(b)+1)
 	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
+		line, _, _ := strings.Cut(sc.Text(), "#") // a comment, on its own line or after the address
+		line = strings.TrimSpace(line)
+		if line == "" {
 			continue
 		}
 		a, err := parseAddr(line)

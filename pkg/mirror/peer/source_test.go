@@ -159,7 +159,7 @@ func TestFileSource(t *testing.T) {
 		}
 	}
 
-	writeFile(t, path, "# the peers\n10.0.0.2:5001\n\n  10.0.0.1:5001  \n[fd00::1]:5001\n10.0.0.1:5001\n")
+	writeFile(t, path, "# the peers\n10.0.0.2:5001   # rack 2\n\n  10.0.0.1:5001  \n[fd00::1]:5001\n10.0.0.1:5001\n")
 	addresses("10.0.0.1:5001", "10.0.0.2:5001", "[fd00::1]:5001")
 
 	writeFile(t, path, "10.0.0.3:5001\n")

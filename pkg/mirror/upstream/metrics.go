@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		upstreamBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodecache_upstream_fetched_bytes_total",
-			Help: "Bytes read from upstream registries (manifests and blobs); tier: upstream (the registry itself) or shared (a chained nodecache).",
+			Help: "Bytes read from upstream registries (manifests and blobs); tier: upstream (the registry itself), shared (a chained nodecache) or peer (a member of --peers).",
 		}, []string{"upstream", "tier"}),
 		upstreamSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "nodecache_upstream_fetch_duration_seconds",
@@ -60,10 +60,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 // initUpstream puts upstream's resume and digest mismatch series on /metrics at 0, so a
 // dashboard or alert shows "none yet" rather than "no data" before the first one happens.
-func (m *metrics) initUpstream(upstream string) {
+func (m *metrics) initUpstream(upstream string, peers bool) {
 	m.resumes.WithLabelValues(upstream)
 	for _, kind := range []string{KindManifest, KindBlob} {
 		m.mismatches.WithLabelValues(upstream, kind, TierUpstream)
+		if peers {
+			m.mismatches.WithLabelValues(upstream, kind, TierPeer)
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -54,9 +55,9 @@ type peerTier struct {
 
 // newPeerTier builds the tier of p (nil when p is nil). A member's answer may legitimately wait
 // for its own cache-only probe and its upstream's headers, so the headers of a peer's answer
-// are waited for PeerHeaderTimeout(timeout, DialTimeout): longer than the owner waits for its
-// upstream, or nine nodes give up on the tenth and fetch directly.
-func newPeerTier(p *Peers, timeout time.Duration, now func() time.Time) *peerTier {
+// are waited for PeerHeaderTimeout: longer than the owner waits for its upstream, or nine nodes
+// give up on the tenth and fetch directly.
+func newPeerTier(p *Peers, timeout time.Duration, chained bool, now func() time.Time) *peerTier {
 	if p == nil {
 		return nil
 	}
@@ -71,7 +72,7 @@ func newPeerTier(p *Peers, timeout time.Duration, now func() time.Time) *peerTie
 	d := &net.Dialer{Timeout: t.DialTimeout, KeepAlive: 30 * time.Second}
 	t.transport = &http.Transport{
 		DialContext:           d.DialContext,
-		ResponseHeaderTimeout: PeerHeaderTimeout(timeout, t.DialTimeout),
+		ResponseHeaderTimeout: PeerHeaderTimeout(timeout, t.DialTimeout, chained),
 		IdleConnTimeout:       90 * time.Second,
 		MaxIdleConnsPerHost:   16,
 		DisableCompression:    true,
@@ -79,11 +80,18 @@ func newPeerTier(p *Peers, timeout time.Duration, now func() time.Time) *peerTie
 	return t
 }
 
-// PeerHeaderTimeout is how long a node waits for a member's answer headers: the member's
-// cache-only probe (dial and answer) plus its upstream's headers (timeout, with the shared tier's
-// share) plus this node's own dial.
-func PeerHeaderTimeout(timeout, dial time.Duration) time.Duration {
-	return dial + (dial + 2*time.Second) + timeout + SharedTierTimeout(timeout)
+// PeerHeaderTimeout is how long a node waits for a member's answer headers: this node's dial,
+// the member's cache-only probe (dial and answer) and its upstream's headers (timeout; with
+// chained, the shared tier's share too, as the members share this node's settings). Longer than
+// the owner waits for its upstream, so the members do not give up on a slow upstream's owner
+// and fetch it themselves; 14 s at the defaults (10 s, 1 s), so that a hung member and the
+// upstream after it fit in containerd's 30 s wait for response headers.
+func PeerHeaderTimeout(timeout, dial time.Duration, chained bool) time.Duration {
+	t := dial + (dial + 2*time.Second) + timeout
+	if chained {
+		t += SharedTierTimeout(timeout)
+	}
+	return t
 }
 
 type peerRequestKey struct{}
@@ -278,7 +286,11 @@ func (c *client) sendPeer(ctx context.Context, op, method, repo, kind string, d 
 	}}).Do(req)
 	if err != nil {
 		if ctx.Err() == nil || probe {
-			c.peers.Health.Done(m.ID, true) // no answer, or none within the probe's bound
+			if isTimeout(err) {
+				c.peers.Health.Hung(m.ID) // the whole budget spent: not again for a while
+			} else {
+				c.peers.Health.Done(m.ID, true) // no connection
+			}
 			c.peers.Logger.Warn().Str("peer", m.ID).Str("addr", m.Addr).Str("op", op).Err(err).Msg("peer did not answer; asking the next member or the upstream")
 		}
 		return nil, nil, false
@@ -311,6 +323,13 @@ func (c *client) sendPeer(ctx context.Context, op, method, repo, kind string, d 
 	c.peers.Logger.Warn().Str("peer", m.ID).Str("addr", m.Addr).Str("op", op).Int("status", resp.StatusCode).Str("code", code).
 		Msg("peer failed; asking the next member or the upstream")
 	return nil, nil, false
+}
+
+// isTimeout reports whether err is a timeout: the member accepted the connection (or did not
+// within the dial timeout) and did not answer within its budget.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // errorCode is the first OCI error code of an error body ("" when it has none).

@@ -178,7 +178,7 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 		fills:   newFillSet(opts.StagingDir),
 		metrics: met,
 		chain:   ch,
-		peers:   newPeerTier(opts.Peers, opts.Timeout, opts.Clock),
+		peers:   newPeerTier(opts.Peers, opts.Timeout, opts.Chain != nil, opts.Clock),
 	}
 	if opts.TagTTL > 0 {
 		// A plain LRU bounds the memory and starts no goroutine (golang-lru's expirable LRU
@@ -264,7 +264,7 @@ func (f *Fetcher) addRemote(reg Registry, dialer *net.Dialer) error {
 	c.onRefused = f.noteRefused
 	c.peers = f.peers
 	f.remotes[reg.Name] = &Remote{Registry: reg, f: f, client: c}
-	f.metrics.initUpstream(reg.Name)
+	f.metrics.initUpstream(reg.Name, f.peers != nil)
 	return nil
 }
 
@@ -399,7 +399,7 @@ func (f *Fetcher) exchangeTimeout() time.Duration {
 		t += SharedTierTimeout(f.opts.Timeout)
 	}
 	if f.peers != nil {
-		t += PeerHeaderTimeout(f.opts.Timeout, f.peers.DialTimeout) + f.peers.probeTimeout
+		t += PeerHeaderTimeout(f.opts.Timeout, f.peers.DialTimeout, f.chain != nil) + f.peers.probeTimeout
 	}
 	return t
 }
