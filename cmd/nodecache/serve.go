@@ -28,6 +28,7 @@ func mirrorFlags(c *mirror.Config, lc *logConfig, listenDefault string) []cli.Fl
 		durationFlag(&c.FillTimeout, "fill-timeout", upstream.DefaultFillTimeout, "longest `DURATION` one blob fill from the upstream may take; a broken stream is resumed while it progresses, the fill fails after 5 attempts in a row that add no byte or at this bound"),
 		stringFlag(&c.MaxSize, "max-size", "", "cap the cache at `SIZE`: binary units (500MiB, 30GiB, 1TiB) or a share of the filesystem holding --root (30%); over it, least recently pulled images are evicted down to 90% of it (default: no cap)"),
 		stringFlag(&c.MetricsListen, "metrics-listen", "", "also serve /metrics, /healthz and /readyz on this `ADDR`"),
+		durationFlag(&c.IdleTimeout, "idle-timeout", mirror.DefaultIdleTimeout, "close a keep-alive connection idle for this `DURATION` (every listener): idle connections hold descriptors, and anyone who reaches the port could hold them all"),
 		stringSliceFlag(&c.Allow, "allow", nil, "`CIDR` allowed to read /nodecache/v1/clients besides loopback, repeatable; it does not gate pulls (that is --pull-allow)"),
 		stringSliceFlag(&c.PullAllow, "pull-allow", nil, "`CIDR` allowed to pull (every /v2/ request), repeatable; 127.0.0.1 and ::1 always are; anyone else gets 403 DENIED. Default: every address that reaches the port (said once at start on a non-loopback listener). /healthz, /readyz and /metrics stay open"),
 		stringSliceFlag(&c.UpstreamAuth, "upstream-auth", nil, "`NAME=FILE`: pull upstream NAME with the credentials for NAME in FILE, a docker config.json or Kubernetes .dockerconfigjson (auths, credHelpers, credsStore; helpers run from PATH), repeatable. Read again when the file changes. WARNING: everything these credentials can read becomes readable by every client that may pull through the cache: set --pull-allow"),
@@ -108,7 +109,7 @@ Examples:
 				return err // refused input: exit 2 (exitCode)
 			}
 			log.Info().Str("version", buildinfo.Version()).Msg("nodecache serve")
-			err = mirror.Serve(c.Context, m, mirror.ServeOptions{Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, PeerListen: cfg.PeerListen, Logger: log, TLS: cert})
+			err = mirror.Serve(c.Context, m, mirror.ServeOptions{Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, PeerListen: cfg.PeerListen, IdleTimeout: cfg.IdleTimeout, Logger: log, TLS: cert})
 			if cerr := m.Close(); err == nil {
 				err = cerr
 			}

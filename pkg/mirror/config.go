@@ -73,6 +73,9 @@ type Config struct {
 	// PeerListen --peer-listen (HOST:PORT where this node answers its peers; empty: it only
 	// asks), PeerKeyFile --peer-key-file (the cluster key; required with either).
 	Peers, PeerListen, PeerKeyFile string
+	// IdleTimeout is --idle-timeout: keep-alive connections idle this long are closed (0: the
+	// default, DefaultIdleTimeout; negative is refused).
+	IdleTimeout time.Duration
 	// PeersRefresh and PeerDialTimeout are --peers-refresh and --peer-dial-timeout (positive;
 	// required with --peers: the flags default to 10 s and 1 s).
 	PeersRefresh, PeerDialTimeout time.Duration
@@ -131,6 +134,9 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	}
 	if err := c.checkListeners(); err != nil {
 		return o, err
+	}
+	if c.IdleTimeout < 0 {
+		return o, fmt.Errorf("--idle-timeout %s: want a positive duration such as 30s", c.IdleTimeout)
 	}
 	if err := o.checkTimes(); err != nil {
 		return o, err

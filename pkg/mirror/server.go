@@ -28,6 +28,10 @@ type ServeOptions struct {
 	// PeerListen, when set, is where this node answers its peers (--peer-listen: Mirror.PeerHandler,
 	// plain HTTP); the mirror must have peers.
 	PeerListen string
+	// IdleTimeout closes a keep-alive connection that has been idle this long (--idle-timeout),
+	// on every listener: an idle connection holds a descriptor, and anyone who reaches the port
+	// could hold them all. Default DefaultIdleTimeout.
+	IdleTimeout time.Duration
 	// ShutdownTimeout bounds how long in-flight responses may take to finish after ctx ends.
 	// Default 5 minutes: a large blob to a slow client.
 	ShutdownTimeout time.Duration
@@ -77,7 +81,7 @@ func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz htt
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen %s: %w", o.Listen, err)
 	}
-	servers := []*http.Server{{Handler: h, ReadHeaderTimeout: 30 * time.Second}}
+	servers := []*http.Server{newServer(h, o.IdleTimeout)}
 	if o.TLS != nil {
 		servers[0].TLSConfig = o.TLS.TLSConfig()
 	}
@@ -92,7 +96,7 @@ func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz htt
 		mux.Handle("/metrics", m.MetricsHandler())
 		mux.Handle("/healthz", m)
 		mux.Handle("/readyz", readyz)
-		servers = append(servers, &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second})
+		servers = append(servers, newServer(mux, o.IdleTimeout))
 		listeners = append(listeners, ml)
 	}
 	if o.PeerListen != "" {
@@ -106,10 +110,25 @@ func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz htt
 			closeAll(listeners)
 			return nil, nil, fmt.Errorf("listen %s (peers): %w", o.PeerListen, err)
 		}
-		servers = append(servers, &http.Server{Handler: ph, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute})
+		servers = append(servers, newServer(ph, o.IdleTimeout))
 		listeners = append(listeners, pl)
 	}
 	return servers, listeners, nil
+}
+
+// DefaultIdleTimeout is ServeOptions.IdleTimeout's default: longer than containerd keeps an idle
+// connection to a registry host for its next request of a pull, short enough that idle
+// connections do not pile up.
+const DefaultIdleTimeout = 30 * time.Second
+
+// MaxHeaderBytes bounds a request's header (request line included): Go answers 431 beyond it.
+// Registry requests carry a few hundred bytes of headers.
+const MaxHeaderBytes = 64 << 10
+
+// newServer is an HTTP server of h with nodecache's connection bounds: 30 s to read a request's
+// header, MaxHeaderBytes of it, and idle keep-alive connections closed after idle.
+func newServer(h http.Handler, idle time.Duration) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: idle, MaxHeaderBytes: MaxHeaderBytes}
 }
 
 func closeAll(ls []net.Listener) {
@@ -127,6 +146,9 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 	}
 	if o.FillGrace == 0 {
 		o.FillGrace = 30 * time.Second
+	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
 	}
 	h, readyz := serveHandlers(m, o)
 	// The root is taken (locked and swept) before any listener binds: a second process on the
