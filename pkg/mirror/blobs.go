@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,9 @@ func (r *repository) serveBlob(ctx context.Context, w http.ResponseWriter, req *
 	if err != nil {
 		return outcome{}, codeError(errcode.ErrorCodeDigestInvalid, err)
 	}
+	if content, ok := knownBlobs[dgst]; ok {
+		return serveKnown(w, req, dgst, content), nil
+	}
 	blobs := r.local.Blobs(ctx)
 	if _, err := blobs.Stat(ctx, dgst); err == nil {
 		if _, _, peerRead := upstream.PeerRequest(ctx); peerRead {
@@ -69,6 +73,26 @@ func (r *repository) serveBlob(ctx context.Context, w http.ResponseWriter, req *
 		return out, nil
 	}
 	return r.fillBlob(ctx, w, req, desc)
+}
+
+// knownBlobs are blobs answered from their digest alone, in any repository and without asking
+// the upstream (the one exception to the rule that a blob is served through its repository's
+// link): the empty blob, and the OCI empty JSON "{}" that most OCI 1.1 artifacts carry as their
+// config (OCI image spec, "Guidance for an Empty Descriptor"). Both are known to every client by
+// heart; asking an upstream for them only adds a way to fail.
+var knownBlobs = map[digest.Digest][]byte{
+	digest.FromBytes(nil):          {},
+	digest.FromBytes([]byte("{}")): []byte("{}"),
+}
+
+// serveKnown answers a GET or HEAD of a known blob (Range, conditional requests and 416 are
+// http.ServeContent's), with the headers of any blob.
+func serveKnown(w http.ResponseWriter, req *http.Request, d digest.Digest, content []byte) outcome {
+	out := outcome{cache: mirrorapi.CacheHit}
+	setBlobHeaders(w, v1.Descriptor{Digest: d, Size: int64(len(content))})
+	setCacheHeader(w, out)
+	http.ServeContent(w, req, "", time.Time{}, bytes.NewReader(content))
+	return out
 }
 
 // remoteBlob is what the upstream says of blob dgst, or the fill of it in flight says, and the
