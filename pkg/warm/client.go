@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
@@ -83,6 +84,10 @@ type statusError struct {
 	Status     int
 	Body       string        // the start of the body (OCI error JSON, usually)
 	RetryAfter time.Duration // from Retry-After, 0 when absent
+	// WrongAnswer: a nodecache's 502 (it names its error code, mirrorapi.HeaderErrorCode): the
+	// upstream's answer was wrong (bytes not matching their digest, a manifest over 4 MiB, a
+	// refused redirect), which another attempt does not fix, unlike a failing upstream's 503.
+	WrongAnswer bool
 }
 
 func (e *statusError) Error() string {
@@ -99,7 +104,8 @@ func newStatusError(resp *http.Response) *statusError {
 	_ = resp.Body.Close()
 	return &statusError{
 		URL: resp.Request.URL.String(), Status: resp.StatusCode, Body: string(b),
-		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		RetryAfter:  parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		WrongAnswer: resp.StatusCode == http.StatusBadGateway && resp.Header.Get(mirrorapi.HeaderErrorCode) != "",
 	}
 }
 
@@ -121,15 +127,16 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 // errBrokenStream marks a body that ended early or failed mid-way; it is retried.
 var errBrokenStream = errors.New("broken stream")
 
-// retryable reports whether err is worth another attempt while parent is still live: 5xx, 429,
-// 408, network errors, broken streams and per-attempt timeouts.
+// retryable reports whether err is worth another attempt while parent is still live: 5xx (but a
+// nodecache's 502 for an upstream's wrong answer), 429, 408, network errors, broken streams and
+// per-attempt timeouts.
 func retryable(parent context.Context, err error) bool {
 	if err == nil || parent.Err() != nil {
 		return false
 	}
 	var se *statusError
 	if errors.As(err, &se) {
-		return se.Status >= 500 || se.Status == http.StatusTooManyRequests || se.Status == http.StatusRequestTimeout
+		return (se.Status >= 500 && !se.WrongAnswer) || se.Status == http.StatusTooManyRequests || se.Status == http.StatusRequestTimeout
 	}
 	var pe *permanentError
 	return !errors.As(err, &pe)

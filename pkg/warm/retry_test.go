@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // TestRetrySchedule drives client.retry in a synctest bubble (fake clock): how many attempts run,
@@ -39,6 +42,10 @@ func TestRetrySchedule(t *testing.T) {
 		{name: "negative retries", retries: -1, errs: []error{errNet}, wantAttempts: 1, wantErr: errNet},
 		{name: "permanent", retries: 5, errs: []error{permanent(errNet)}, wantAttempts: 1, wantErr: errNet},
 		{name: "404 not retried", retries: 5, errs: []error{status(http.StatusNotFound, 0)}, wantAttempts: 1},
+		{name: "a nodecache's 502 for a wrong answer not retried", retries: 5,
+			errs: []error{&statusError{URL: "http://m/v2/x", Status: http.StatusBadGateway, WrongAnswer: true}}, wantAttempts: 1},
+		{name: "another 502 retried", retries: 1, errs: []error{status(http.StatusBadGateway, 0), nil}, wantAttempts: 2,
+			minWait: 50 * time.Millisecond, maxWait: 150 * time.Millisecond},
 		{name: "429 Retry-After honoured", retries: 1, errs: []error{status(http.StatusTooManyRequests, 700*time.Millisecond), nil}, wantAttempts: 2,
 			minWait: 700 * time.Millisecond, maxWait: 700 * time.Millisecond},
 		{name: "Retry-After capped by maxDelay", retries: 1, errs: []error{status(http.StatusServiceUnavailable, time.Hour), nil}, wantAttempts: 2,
@@ -83,6 +90,27 @@ func TestRetrySchedule(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestStatusErrorWrongAnswer: a 502 that names its OCI error code in mirrorapi.HeaderErrorCode
+// (a nodecache saying the upstream's answer was wrong) is a wrong answer; a bare 502 (a proxy's)
+// and a 503 are not.
+func TestStatusErrorWrongAnswer(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status int
+		code   string
+		want   bool
+	}{{http.StatusBadGateway, "UNKNOWN", true}, {http.StatusBadGateway, "", false}, {http.StatusServiceUnavailable, "UNAVAILABLE", false}} {
+		resp := &http.Response{StatusCode: tc.status, Header: http.Header{}, Body: http.NoBody,
+			Request: &http.Request{URL: &url.URL{Scheme: "http", Host: "m", Path: "/v2/x"}}}
+		if tc.code != "" {
+			resp.Header.Set(mirrorapi.HeaderErrorCode, tc.code)
+		}
+		if got := newStatusError(resp).WrongAnswer; got != tc.want {
+			t.Errorf("%d with error code %q: WrongAnswer %v, want %v", tc.status, tc.code, got, tc.want)
+		}
 	}
 }
 

@@ -36,7 +36,10 @@ const (
 	fillChunk = 256 << 10
 )
 
-// ErrDigestMismatch marks a fill whose bytes do not hash to the requested digest.
+// ErrManifestTooLarge marks a manifest body past MaxManifestBytes (distribution's own limit).
+var ErrManifestTooLarge = errors.New("manifest larger than the limit")
+
+// ErrDigestMismatch marks a fill, or a manifest, whose bytes do not hash to the requested digest.
 var ErrDigestMismatch = errors.New("content does not match its digest")
 
 // ErrBroken is returned by (*Fill).Serve when the response was cut short after its headers

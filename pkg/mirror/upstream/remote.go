@@ -128,7 +128,7 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 			return Manifest{}, r.client.classify("read manifest "+ref, err)
 		}
 		if len(body) > MaxManifestBytes {
-			return Manifest{}, fmt.Errorf("upstream %s: manifest %s is larger than %d bytes", r.Name, ref, MaxManifestBytes)
+			return Manifest{}, fmt.Errorf("upstream %s: manifest %s is larger than %d bytes: %w", r.Name, ref, MaxManifestBytes, ErrManifestTooLarge)
 		}
 		r.f.metrics.upstreamBytes.WithLabelValues(r.Name, tier()).Add(float64(len(body)))
 		// The digest is that of the bytes received; a digest asked for must match it.
@@ -136,7 +136,7 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 			if got := want.Algorithm().FromBytes(body); got != want {
 				r.f.metrics.mismatches.WithLabelValues(r.Name, KindManifest, tier()).Inc()
 				r.f.distrustPeers(ctx)
-				return Manifest{}, fmt.Errorf("upstream %s: manifest %s: content digest %s does not match %s", r.Name, ref, got, want)
+				return Manifest{}, fmt.Errorf("upstream %s: manifest %s: content digest %s does not match %s: %w", r.Name, ref, got, want, ErrDigestMismatch)
 			}
 		} else {
 			want = digest.FromBytes(body)
