@@ -39,7 +39,7 @@ func serveOn(t *testing.T, m *mirror.Mirror, o mirror.ServeOptions) string {
 // TestIdleConnectionsClosed (issue 23, connections): a keep-alive connection left idle after its
 // answer is closed by the server after --idle-timeout (before: kept until the client left, so
 // idle clients could hold every descriptor); a request header over 64 KiB (and the 4 KiB net/http
-// allows on top) is answered 431.
+// allows on top) is answered 431, a request target over 8 KiB 414.
 func TestIdleConnectionsClosed(t *testing.T) {
 	t.Parallel()
 	m, err := mirror.New(t.Context(), mirror.Options{Upstreams: []name.Upstream{{Name: "upstream.test", URL: mustURL(t, "http://127.0.0.1:1")}}})
@@ -85,5 +85,9 @@ func TestIdleConnectionsClosed(t *testing.T) {
 	_ = big.Body.Close()
 	if big.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
 		t.Errorf("a %d-byte header: %d; want 431", mirror.MaxHeaderBytes+8192, big.StatusCode)
+	}
+	long, _ := get(t, http.MethodGet, "http://"+addr+"/v2/upstream.test/"+strings.Repeat("a/", mirror.MaxRequestURI/2)+"manifests/v1", nil)
+	if long.StatusCode != http.StatusRequestURITooLong {
+		t.Errorf("a request target over %d bytes: %d; want 414", mirror.MaxRequestURI, long.StatusCode)
 	}
 }

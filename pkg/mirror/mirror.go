@@ -251,8 +251,17 @@ func (m *Mirror) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(m.gatherer, promhttp.HandlerOpts{})
 }
 
+// MaxRequestURI bounds a request's target (path and query): a registry path is a repository name
+// (at most 255 characters), a kind and a reference, so 8 KiB leaves room for any real one.
+const MaxRequestURI = 8 << 10
+
 // ServeHTTP answers the registry API (GET and HEAD only) and the operational endpoints.
 func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if len(r.RequestURI) > MaxRequestURI {
+		w.Header().Set("Connection", "close")
+		http.Error(w, fmt.Sprintf("request target of %d bytes; at most %d", len(r.RequestURI), MaxRequestURI), http.StatusRequestURITooLong)
+		return
+	}
 	switch r.URL.Path {
 	case "/healthz":
 		m.probe(w, r, nil)
