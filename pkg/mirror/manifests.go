@@ -230,6 +230,11 @@ func (r *repository) manifest(ctx context.Context, dgst digest.Digest, tag strin
 	if err == nil {
 		out.cache = mirrorapi.CacheHit
 	} else {
+		if alt, ok := r.manifestByBlob(ctx, dgst); ok {
+			man, out.cache = alt, mirrorapi.CacheHit
+			r.cache.Pulled(r.storageName(), dgst)
+			return man, out, nil
+		}
 		if cacheOnly(ctx) { // a member's probe: the cache only
 			return nil, out, distribution.ErrManifestUnknownRevision{Name: r.storageName(), Revision: dgst}
 		}
@@ -254,6 +259,64 @@ func (r *repository) manifest(ctx context.Context, dgst digest.Digest, tag strin
 		r.storeTag(context.WithoutCancel(ctx), tag, dgst)
 	}
 	return man, out, nil
+}
+
+// manifestByBlob reads manifest dgst of a digest algorithm other than distribution's canonical
+// one (sha512): distribution files manifests by their sha256, so keepManifest also stores the
+// bytes as a blob linked under dgst, and this reads them back. ok is false for sha256 digests and
+// when nothing is stored under dgst.
+func (r *repository) manifestByBlob(ctx context.Context, dgst digest.Digest) (distribution.Manifest, bool) {
+	if dgst.Algorithm() == digest.Canonical {
+		return nil, false
+	}
+	blobs := r.local.Blobs(ctx)
+	desc, err := blobs.Stat(ctx, dgst)
+	if err != nil || desc.Size > upstream.MaxManifestBytes {
+		return nil, false
+	}
+	raw, err := blobs.Get(ctx, dgst)
+	if err != nil || dgst.Algorithm().FromBytes(raw) != dgst {
+		return nil, false
+	}
+	mt, err := upstream.ManifestType("", raw)
+	if err != nil {
+		return nil, false
+	}
+	man, _, err := distribution.UnmarshalManifest(mt, raw)
+	if err != nil {
+		return nil, false
+	}
+	return man, true
+}
+
+// keepByDigest stores the bytes of a manifest whose digest is not of the canonical algorithm as a
+// blob linked under that digest (manifestByBlob reads it back); a failure is logged, and the next
+// request for it asks the upstream again.
+func (r *repository) keepByDigest(ctx context.Context, fm upstream.Manifest) {
+	if fm.Digest.Algorithm() == digest.Canonical {
+		return
+	}
+	err := func() error {
+		bw, err := r.local.Blobs(ctx).Create(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := bw.Write(fm.Raw); err != nil {
+			_ = bw.Cancel(ctx)
+			return err
+		}
+		err = r.cache.CommitBlob(r.storageName(), fm.Digest, int64(len(fm.Raw)), func() error {
+			_, err := bw.Commit(ctx, v1.Descriptor{Digest: fm.Digest, Size: int64(len(fm.Raw)), MediaType: fm.MediaType})
+			return err
+		})
+		if err != nil {
+			_ = bw.Cancel(ctx)
+		}
+		return err
+	}()
+	if err != nil {
+		r.log.Warn().Err(err).Str("repository", r.repo).Str("digest", fm.Digest.String()).Msg("store a manifest under its digest")
+	}
 }
 
 // storeTag stores tag at dgst and marks it fresh; a failure is logged (the answer stands).
@@ -301,5 +364,6 @@ func (r *repository) keepManifest(ctx context.Context, fm upstream.Manifest) (an
 	if err != nil {
 		return nil, fmt.Errorf("store manifest %s@%s: %w", r.repo, fm.Digest, err)
 	}
+	r.keepByDigest(ctx, fm)
 	return man, nil
 }
