@@ -65,9 +65,11 @@ func remoteIP(remoteAddr string) (netip.Addr, bool) {
 }
 
 // refusePull answers a registry request from outside --pull-allow: 403 DENIED with a message
-// that names the client's address and the remedy.
+// that names the client's address and the remedy, and Connection: close, so a refused client
+// does not keep a connection (and a descriptor) open.
 func refusePull(w http.ResponseWriter, remoteAddr string) {
 	ip, _ := remoteIP(remoteAddr)
+	w.Header().Set("Connection", "close")
 	(&apiError{Status: http.StatusForbidden, Code: "DENIED",
 		Message: "this cache serves registry requests to 127.0.0.1, ::1 and its --pull-allow networks only; " +
 			ip.String() + " is not among them"}).write(w)

@@ -27,7 +27,8 @@ func clientFrom(local string) *http.Client {
 
 // TestPullAllow (issue 13): --pull-allow gates every registry request; 127.0.0.1 is always
 // served; the probes and metrics stay open; a refused client gets 403 DENIED with a message and
-// is counted; without --pull-allow everyone is served.
+// Connection: close (issue 23: it holds no connection) and is counted; without --pull-allow
+// everyone is served.
 func TestPullAllow(t *testing.T) {
 	t.Parallel()
 	ten := netip.MustParsePrefix("10.0.0.0/8")
@@ -76,6 +77,9 @@ func TestPullAllow(t *testing.T) {
 					continue
 				}
 				if p.want == http.StatusForbidden {
+					if !resp.Close {
+						t.Errorf("GET %s from %s: refused on a kept-alive connection; want Connection: close", p.path, p.from)
+					}
 					var e struct {
 						Errors []struct{ Code, Message string }
 					}
