@@ -43,13 +43,13 @@ func (r *repository) serveBlob(ctx context.Context, w http.ResponseWriter, req *
 		return serveKnown(w, req, dgst, content), nil
 	}
 	blobs := r.local.Blobs(ctx)
-	if _, err := blobs.Stat(ctx, dgst); err == nil {
+	if desc, err := blobs.Stat(ctx, dgst); err == nil { // the repository's link: the per-repository rule
 		if _, _, peerRead := upstream.PeerRequest(ctx); peerRead {
 			r.cache.ReadByPeer(dgst) // a member's read counts as a pull
 		}
 		out := outcome{cache: mirrorapi.CacheHit}
 		setCacheHeader(w, out)
-		return out, r.serveLocal(ctx, blobs, w, req, dgst)
+		return out, r.serveLocal(ctx, blobs, w, req, desc)
 	} else if !errors.Is(err, distribution.ErrBlobUnknown) {
 		return outcome{}, asReadError(err)
 	}
@@ -149,34 +149,31 @@ func (r *repository) fillBlob(ctx context.Context, w http.ResponseWriter, req *h
 // meanwhile.
 //
 // Errors: distribution's blob store's, as asReadError answers them (nothing written).
-func (r *repository) serveLocal(ctx context.Context, blobs distribution.BlobStore, w http.ResponseWriter, req *http.Request, dgst digest.Digest) error {
-	release := r.cache.Acquire(dgst)
+func (r *repository) serveLocal(ctx context.Context, blobs distribution.BlobStore, w http.ResponseWriter, req *http.Request, desc v1.Descriptor) error {
+	release := r.cache.Acquire(desc.Digest)
 	defer release()
-	if r.serveFile(ctx, blobs, w, req, dgst) {
+	if r.serveFile(w, req, desc) {
 		return nil
 	}
-	if err := blobs.ServeBlob(ctx, w, req, dgst); err != nil {
+	if err := blobs.ServeBlob(ctx, w, req, desc.Digest); err != nil {
 		return asReadError(err)
 	}
 	return nil
 }
 
-// serveFile serves a blob linked into this repository from its data file on filesystem storage:
+// serveFile serves blob desc, linked into this repository (serveBlob's Stat), from its data file
+// on filesystem storage:
 // the file as an *os.File through http.ServeContent (Range, HEAD, conditional requests and 416
 // are its), so that net/http hands the file to the kernel (sendfile) instead of distribution's
 // buffered reader making 32 KiB writes. The headers are those distribution's blob
 // server sets (registry/storage linkedblobstore.go and blobserver.go, v3.1.2): Content-Type
 // (the descriptor's media type), ETag, Cache-Control, Docker-Content-Digest, Content-Length.
-// It reports false, having written nothing, when the storage is not local files (s3, memory),
-// the blob is not linked in this repository (distribution then answers with its error) or its
-// data file cannot be opened with the descriptor's size; the caller lets distribution serve it.
-func (r *repository) serveFile(ctx context.Context, blobs distribution.BlobStore, w http.ResponseWriter, req *http.Request, dgst digest.Digest) bool {
+// It reports false, having written nothing, when the storage is not local files (s3, memory) or
+// the data file cannot be opened with the descriptor's size (evicted meanwhile); the caller lets
+// distribution serve it (or answer with its error).
+func (r *repository) serveFile(w http.ResponseWriter, req *http.Request, desc v1.Descriptor) bool {
 	root := r.cache.FilesystemRoot()
 	if root == "" {
-		return false
-	}
-	desc, err := blobs.Stat(ctx, dgst) // the repository's link: the per-repository rule
-	if err != nil {
 		return false
 	}
 	f, err := os.Open(filepath.Join(root, filepath.FromSlash(cache.BlobDataPath(desc.Digest))))
