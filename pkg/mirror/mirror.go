@@ -528,7 +528,11 @@ func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, out ou
 	if w.status == 0 {
 		w.onHeader(status) // nothing was written: net/http sends an empty 200
 	}
-	m.log.Info().
+	ev := m.log.Info()
+	if sender := peerSender(r); sender != "" {
+		ev = ev.Str("peer", sender) // only a member's request names one
+	}
+	ev.
 		Str("method", r.Method).
 		Str("upstream", upName).
 		Str("repository", rt.repo).
@@ -540,7 +544,6 @@ func (m *Mirror) logRequest(r *http.Request, w *responseWriter, rt route, out ou
 		Str("cache", cache).
 		Str("tier", out.tier).
 		Str("client", r.RemoteAddr).
-		Str("peer", peerSender(r)).
 		Str("user_agent", r.UserAgent()).
 		Str("path", r.URL.Path).
 		Str("query", r.URL.RawQuery).
