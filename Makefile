@@ -7,12 +7,12 @@
 #   make test-deploy  the chart, manifests, dashboard, Dockerfile, release and systemd checks
 #                (their own module, deploy/test: Helm, kustomize, Prometheus, BuildKit stay out of go.mod)
 #   make bench   nodecache vs distribution's stock proxy (v3.1.2) as separate processes on loopback:
-#                cold/warm pulls, a throttled resetting upstream, start-up, eviction, and a cluster of
-#                10 nodes on 127.0.0.2-11 pulling a 200 MiB image through an upstream limited to
+#                cold/warm pulls, first serve after a restart, a throttled resetting upstream, start-up,
+#                eviction, and a cluster of 10 nodes on 127.0.0.2-11 pulling a 200 MiB image through an upstream limited to
 #                20 MiB/s in total (stock proxies, nodecache, nodecache --peers); writes
 #                bench/RESULTS.md (its own module, bench/: toxiproxy and go-containerregistry stay out
 #                of go.mod). Not in CI; ~10 minutes and ~12 GiB of free disk under $TMPDIR.
-#                BENCH_ONLY=cluster runs one scenario (comma list of cold,warm,throttled,startup,evict,
+#                BENCH_ONLY=cluster runs one scenario (comma list of cold,warm,restart,throttled,startup,evict,
 #                cluster; the cluster alone rewrites only its section), BENCH_FLAGS=-cluster-mib=20
 #                shrinks its image for a quick try. `make lint` vets it.
 
@@ -120,13 +120,19 @@ $(REGISTRY):
 	GOBIN=$(dir $@) GOWORK=off $(GO) install github.com/distribution/distribution/v3/cmd/registry@$(REGISTRY_VERSION)
 
 # BENCH_ONLY=cold,startup (or BENCH_FLAGS=-only=cold,startup) runs some scenarios (cold — which includes warm —,
-# warm alone, throttled, startup, evict, cluster) to try one out; BENCH_ONLY=cluster rewrites only the cluster
+# warm alone, restart, throttled, startup, evict, cluster) to try one out; BENCH_ONLY=cluster rewrites only the cluster
 # section of bench/RESULTS.md. BENCH_FLAGS=-cluster-mib=20 shrinks the cluster's 200 MiB image.
-BENCH_ONLY  ?=
-BENCH_FLAGS ?=
+# BENCH_BEFORE=<git ref> builds nodecache at that ref too (bin/nodecache-before, from `git archive`), which the
+# restart scenario measures beside this tree's build: before and after a change in one run.
+BENCH_ONLY   ?=
+BENCH_FLAGS  ?=
+BENCH_BEFORE ?=
 bench: build $(REGISTRY)
 	cd bench && GOWORK=off $(GO) build -o ../bin/bench .
-	bin/bench -nodecache $(BIN) -registry $(REGISTRY) -commit $(COMMIT) -out bench/RESULTS.md $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) $(BENCH_FLAGS)
+	$(if $(BENCH_BEFORE),set -e; d=$$(mktemp -d); git archive --format=tar '$(BENCH_BEFORE)' | tar -x -C $$d; \
+	  (cd $$d && CGO_ENABLED=0 GOWORK=off $(GO) build -tags '$(GOTAGS)' -trimpath -o '$(abspath bin/nodecache-before)' ./cmd/nodecache); rm -rf $$d)
+	bin/bench -nodecache $(BIN) -registry $(REGISTRY) -commit $(COMMIT) -out bench/RESULTS.md $(if $(BENCH_ONLY),-only $(BENCH_ONLY)) \
+	  $(if $(BENCH_BEFORE),-before bin/nodecache-before -before-label '$(BENCH_BEFORE) ($(shell git rev-parse --short $(BENCH_BEFORE) 2>/dev/null))') $(BENCH_FLAGS)
 
 clean:
 	rm -rf bin .nodecache $(DIST)

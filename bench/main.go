@@ -42,11 +42,13 @@ func main() {
 	flag.StringVar(&o.startupDir, "startup-dir", defaultStartupDir(), "directory for the 100,000-blob start-up layout (default: /dev/shm when it is a directory, else the work directory)")
 	flag.StringVar(&o.commit, "commit", "unknown", "commit measured")
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "bound on the whole run")
-	only := flag.String("only", "cold,throttled,startup,evict,cluster", "comma-separated scenarios to run, of cold (which includes warm), warm (warm throughput alone), throttled, startup, evict, cluster (for trying one out; the committed table runs all). The results file keeps the cluster section of an earlier run when cluster is not run, and only the cluster section is rewritten when it alone runs")
+	only := flag.String("only", "cold,restart,throttled,startup,evict,cluster", "comma-separated scenarios to run, of cold (which includes warm), warm (warm throughput alone), restart (first serve after a restart), throttled, startup, evict, cluster (for trying one out; the committed table runs all). The results file keeps the cluster section of an earlier run when cluster is not run, and only the cluster section is rewritten when it alone runs")
 	clusterMiB := flag.Int64("cluster-mib", 200, "size of the cluster scenario's image in MiB, in 4 equal layers (shrink it for a quick try)")
+	flag.StringVar(&o.before, "before", "", "an earlier nodecache binary the restart scenario measures too (make bench BENCH_BEFORE=<git ref> builds one)")
+	flag.StringVar(&o.beforeLabel, "before-label", "", "what -before was built from, for the table (default: its file name)")
 	flag.Parse()
 	if o.registry == "" || flag.NArg() != 0 || *clusterMiB < 4 {
-		fmt.Fprintln(os.Stderr, "usage: bench -registry PATH [-nodecache PATH] [-out FILE] [-commit SHA] [-only cold,warm,throttled,startup,evict,cluster] [-cluster-mib 200]")
+		fmt.Fprintln(os.Stderr, "usage: bench -registry PATH [-nodecache PATH] [-out FILE] [-commit SHA] [-only cold,warm,restart,throttled,startup,evict,cluster] [-before PATH [-before-label REF]] [-cluster-mib 200]")
 		os.Exit(2)
 	}
 	o.clusterLayer = *clusterMiB * mib / clusterLayers
@@ -62,6 +64,7 @@ func main() {
 
 type options struct {
 	nodecache, registry, out, work, commit string
+	before, beforeLabel                    string
 	startupDir                             string
 	timeout                                time.Duration
 	only                                   map[string]bool
@@ -75,12 +78,23 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("own executable: %w", err)
 	}
+	if o.before != "" && o.beforeLabel == "" {
+		o.beforeLabel = filepath.Base(o.before)
+	}
 	for _, p := range []*string{&o.nodecache, &o.registry, &o.out} {
 		if *p, err = filepath.Abs(*p); err != nil {
 			return err
 		}
 	}
-	for _, b := range []string{o.nodecache, o.registry} {
+	if o.before != "" {
+		if o.before, err = filepath.Abs(o.before); err != nil {
+			return err
+		}
+	}
+	for _, b := range []string{o.nodecache, o.registry, o.before} {
+		if b == "" {
+			continue
+		}
 		if _, err := os.Stat(b); err != nil {
 			return fmt.Errorf("binary: %w", err)
 		}
@@ -98,6 +112,7 @@ func run(o options) error {
 	}
 	b := &bench{
 		ctx: ctx, work: work, only: o.only, startupDir: o.startupDir, clusterLayer: o.clusterLayer,
+		before: o.before, beforeLabel: o.beforeLabel,
 		srv: servers{nodecache: o.nodecache, registry: o.registry, self: self, logDir: logDir},
 		res: &results{commit: o.commit, started: time.Now(), machine: machineInfo(),
 			cold: map[string][]*coldRun{}, warm: map[string]float64{}, throttled: map[string]*throttledRun{},
@@ -126,7 +141,7 @@ func run(o options) error {
 func compose(path, main, cluster string, only map[string]bool) string {
 	old, _ := os.ReadFile(path)
 	oldMain, oldCluster := splitCluster(string(old))
-	ranMain := only["cold"] || only["warm"] || only["throttled"] || only["startup"] || only["evict"]
+	ranMain := only["cold"] || only["warm"] || only["restart"] || only["throttled"] || only["startup"] || only["evict"]
 	if !ranMain && strings.TrimSpace(oldMain) != "" {
 		main = oldMain
 	}

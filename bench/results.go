@@ -37,6 +37,7 @@ type results struct {
 	throttled    map[string]*throttledRun
 	startup      *startupRun
 	evict        *evictRun
+	restart      []*restartRun
 	cluster      *clusterResults
 	skips, notes []string
 }
@@ -241,6 +242,8 @@ func (r *results) markdown() string {
 	}
 	p("| nodecache ÷ stock | %s | |", ratio(r.warm[nc], r.warm[stock]))
 	p("")
+
+	r.restartMarkdown(p)
 
 	p("## 200 MiB blob through an upstream at 4 MiB/s that resets every connection after 8 MiB")
 	p("")

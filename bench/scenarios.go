@@ -48,6 +48,9 @@ type bench struct {
 	idleUp     string // an upstream URL for scenarios that pull nothing (the stock proxy pings it at start)
 	// clusterLayer is the size of each of the cluster image's clusterLayers layers.
 	clusterLayer int64
+	// before is an earlier nodecache binary the restart scenario measures too (empty: none),
+	// beforeLabel what it was built from.
+	before, beforeLabel string
 
 	mu    sync.Mutex
 	procs []*proc
@@ -117,7 +120,7 @@ func (b *bench) all() error {
 	defer seed.close()
 	b.idleUp = seed.URL
 	var smallDigest, bigDigest string
-	if b.only["cold"] || b.only["warm"] || b.only["throttled"] {
+	if b.only["cold"] || b.only["warm"] || b.only["throttled"] || b.only["restart"] {
 		rng := rand.NewChaCha8([32]byte{1})
 		small := make([]byte, coldSize)
 		_, _ = rng.Read(small)
@@ -156,6 +159,9 @@ func (b *bench) all() error {
 		err := b.cold(eps, 20, smallDigest)
 		b.res.cold = map[string][]*coldRun{}
 		note("warm throughput", err)
+	}
+	if b.only["restart"] {
+		note("restart", b.restart(eps, smallDigest, b.before, b.beforeLabel))
 	}
 	if b.only["throttled"] {
 		note("throttled 200 MiB", b.throttled(eps, bigDigest))
