@@ -74,12 +74,13 @@ run: build
 	$(BIN) serve --root $(ROOT) --listen $(LISTEN) --log-format console
 
 # An upstream on this machine (no internet needed once built): push images to it, then
-# NODECACHE_UPSTREAM=docker.io=http://127.0.0.1:5001 make run pulls through it.
+# NODECACHE_UPSTREAM=docker.io=http://127.0.0.1:5001 make run pulls through it. Its tracing export is
+# off (OTEL_TRACES_EXPORTER=none): otherwise it logs a failed OTLP export every ~30 s.
 local-registry: $(REGISTRY)
 	mkdir -p '$(REGISTRY_ROOT)'
 	printf 'version: 0.1\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: "%s"}\n' \
 		'$(REGISTRY_ROOT)/data' '$(REGISTRY_LISTEN)' > '$(REGISTRY_ROOT)/config.yml'
-	exec $(REGISTRY) serve '$(REGISTRY_ROOT)/config.yml'
+	OTEL_TRACES_EXPORTER=none exec $(REGISTRY) serve '$(REGISTRY_ROOT)/config.yml'
 
 # test ends with one `skip: <test>: <reason>` line per skipped test and `N passed, N failed,
 # N skipped` (internal/testsummary over `go test -json`); failing tests print their whole output.
