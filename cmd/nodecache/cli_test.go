@@ -421,3 +421,25 @@ func TestSharedSettingsFile(t *testing.T) {
 		})
 	}
 }
+
+// TestHelpRunsNoHostBinary (issue 26): nodecache never runs a host binary to learn a runtime's
+// release (it asks the daemon, then reads build information: activation.RuntimeVersion), so no
+// flag's help may say it does, as --containerd-version and --crio-version once did.
+func TestHelpRunsNoHostBinary(t *testing.T) {
+	t.Parallel()
+	var walk func(path string, cmds []*cli.Command)
+	walk = func(path string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			for _, f := range c.Flags {
+				line := fmt.Sprint(f)
+				for _, bad := range []string{"`containerd --version`", "`crio --version`", "--version` on the host"} {
+					if strings.Contains(line, bad) {
+						t.Errorf("%s %s: help says nodecache runs %s: %q", path, c.Name, bad, line)
+					}
+				}
+			}
+			walk(path+" "+c.Name, c.Subcommands)
+		}
+	}
+	walk("nodecache", newApp().Commands)
+}

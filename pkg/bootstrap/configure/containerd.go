@@ -19,7 +19,7 @@ type ContainerdOptions struct {
 	// CertsDir is the single directory written into config_path when one has to be set.
 	// Default containerd.DefaultCertsDir.
 	CertsDir string
-	// Version is --containerd-version; empty: ProbeVersion.
+	// Version is --containerd-version; empty: asked of the daemon (activation.RuntimeVersion).
 	Version string
 	// Migrate moves legacy registry.mirrors into hosts.toml instead of refusing them.
 	Migrate bool

@@ -20,7 +20,7 @@ type CrioOptions struct {
 	RegistriesDir string
 	// CrioDir is CRI-O's drop-in directory (host path). Default crio.DefaultCrioDir.
 	CrioDir string
-	// Version is --crio-version; empty: ProbeVersion.
+	// Version is --crio-version; empty: asked of the daemon (activation.RuntimeVersion).
 	Version string
 	// NoReload skips the best-effort SIGHUP after a change.
 	NoReload bool

@@ -126,7 +126,7 @@ type TLSConfig struct {
 
 // LoadOptions tune Load.
 type LoadOptions struct {
-	// Daemon is the containerd release whose rules apply (containerd --version). Zero: assume the
+	// Daemon is the containerd release whose rules apply (activation.RuntimeVersion: the daemon's version service or build information). Zero: assume the
 	// newest 2.x rules and set Effective.DaemonAssumed.
 	Daemon Release
 }

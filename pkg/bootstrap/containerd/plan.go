@@ -42,7 +42,7 @@ type Options struct {
 	// CertsDir is the single directory gen writes into config_path when it has to set one.
 	// Default DefaultCertsDir.
 	CertsDir string
-	// Daemon is the containerd release (--containerd-version or `containerd --version`). Zero:
+	// Daemon is the containerd release (--containerd-version, or found by activation.RuntimeVersion). Zero:
 	// unknown; the newest 2.x rules are assumed, with the 1.x refusals added, and creating a
 	// config.toml from nothing is refused.
 	Daemon Release

@@ -107,7 +107,7 @@ type Options struct {
 	CrioDir string
 	// CertsDir is containers/image's certificate directory (default DefaultCertsDir).
 	CertsDir string
-	// Version is the CRI-O release (--crio-version or `crio --version`); zero when unknown, in
+	// Version is the CRI-O release (--crio-version, or found by activation.RuntimeVersion); zero when unknown, in
 	// which case no auto_reload drop-in is written.
 	Version Release
 	// MirrorCA is a PEM CA certificate for an https mirror, copied to
