@@ -119,7 +119,7 @@ func asReadError(err error) *readError {
 // authoritative not-found, 401/403 DENIED, 502 UNKNOWN naming what the upstream's answer did
 // wrong (a redirect or realm the address guard refused, a blob of unstated size past its bound,
 // bytes that do not match the digest asked for, a manifest over 4 MiB, a body that is not a
-// manifest), 508 for a loop of chained nodecaches, 503 for an upstream that is unreachable, timed
+// manifest, a blob body that keeps ending early, a 206 for another range), 508 for a loop of chained nodecaches, 503 for an upstream that is unreachable, timed
 // out or failing (issue 23: one status code per cause).
 func upstreamAPIError(err error) *readError {
 	var (
@@ -136,7 +136,7 @@ func upstreamAPIError(err error) *readError {
 		return &readError{err: ec}
 	case errors.Is(err, upstream.ErrUnsafeTarget), errors.Is(err, upstream.ErrUnknownSizeTooLarge),
 		errors.Is(err, upstream.ErrDigestMismatch), errors.Is(err, upstream.ErrManifestTooLarge),
-		errors.Is(err, upstream.ErrNotManifest):
+		errors.Is(err, upstream.ErrNotManifest), errors.Is(err, upstream.ErrBadRange), errors.Is(err, upstream.ErrShortBody):
 		return badGateway(err) // the upstream's answer was wrong: not a failing upstream (503)
 	}
 	if errors.As(err, &ue) {

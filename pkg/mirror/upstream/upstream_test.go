@@ -350,19 +350,25 @@ func TestNextQuery(t *testing.T) {
 	}
 }
 
-// TestFillGivesUpWithoutProgress: a fill whose upstream keeps breaking the stream before adding
-// a byte gives up after maxStalledAttempts requests in a row; one that ignores Range and breaks
-// at the same place each time makes no progress after its first request either.
+// TestFillGivesUpWithoutProgress: a fill whose upstream keeps ending the body before its
+// Content-Length without adding a byte gives up as a short body (ErrShortBody, a 502 for
+// clients): after statusAttempts answers before the first byte (issue 23: before, after
+// maxStalledAttempts, by when a client had its 200), after maxStalledAttempts once bytes arrived
+// (an upstream that ignores Range and breaks at the same place each time); one that resets the
+// connection keeps the full patience of maxStalledAttempts and is no short body.
 func TestFillGivesUpWithoutProgress(t *testing.T) {
 	t.Parallel()
 	blob, dgst := randomBlob(1 << 20)
 	for _, tc := range []struct {
 		name     string
-		cut      int // bytes each response carries before the connection breaks
+		cut      int  // bytes each response carries before the connection breaks
+		reset    bool // break with a reset (RST) instead of closing the connection (FIN)
 		wantGets int64
+		short    bool
 	}{
-		{"breaks before the first byte", 0, maxStalledAttempts},
-		{"ignores Range, breaks at the same byte", 64 << 10, 1 + maxStalledAttempts},
+		{"ends before the first byte", 0, false, statusAttempts, true},
+		{"ignores Range, ends at the same byte", 64 << 10, false, 1 + maxStalledAttempts, true},
+		{"resets before the first byte", 0, true, maxStalledAttempts, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -376,6 +382,16 @@ func TestFillGivesUpWithoutProgress(t *testing.T) {
 				w.WriteHeader(http.StatusOK) // Range ignored
 				_, _ = w.Write(blob[:tc.cut])
 				_ = http.NewResponseController(w).Flush()
+				if tc.reset {
+					conn, _, err := http.NewResponseController(w).Hijack()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					_ = conn.(*net.TCPConn).SetLinger(0)
+					_ = conn.Close()
+					return
+				}
 				panic(http.ErrAbortHandler)
 			}))
 			t.Cleanup(srv.Close)
@@ -387,8 +403,8 @@ func TestFillGivesUpWithoutProgress(t *testing.T) {
 				t.Fatal(err)
 			}
 			<-fl.done
-			if fl.err == nil || !strings.Contains(fl.err.Error(), "without a byte") || committed {
-				t.Errorf("fill error %v, committed %v; want it to give up for lack of progress", fl.err, committed)
+			if fl.err == nil || errors.Is(fl.err, ErrShortBody) != tc.short || committed {
+				t.Errorf("fill error %v, committed %v; want it to give up, a short body: %v", fl.err, committed, tc.short)
 			}
 			if g := gets.Load(); g != tc.wantGets {
 				t.Errorf("%d upstream GETs, want %d", g, tc.wantGets)
