@@ -38,6 +38,10 @@ type Config struct {
 	DefaultUpstream string
 	// UpstreamTimeout (positive) and TagTTL (0 or positive) are --upstream-timeout and --tag-ttl.
 	UpstreamTimeout, TagTTL time.Duration
+	// UpstreamConcurrency is --upstream-concurrency: requests per upstream waiting for its
+	// response headers at once (0: the default, upstream.DefaultConcurrency; negative is
+	// refused).
+	UpstreamConcurrency int
 	// FillTimeout is --fill-timeout: the longest one blob fill may take; positive (0 and
 	// negative values are refused: the flag's default is upstream.DefaultFillTimeout).
 	FillTimeout time.Duration
@@ -113,7 +117,7 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	}
 	o := Options{PullAllow: pullAllow, UpstreamCredentials: creds, UpstreamRootCAs: cas,
 		Root: c.Root, Upstreams: ups, DefaultUpstream: c.DefaultUpstream,
-		UpstreamTimeout: c.UpstreamTimeout, TagTTL: c.TagTTL, FillTimeout: c.FillTimeout, ClientEvidenceAllow: allow,
+		UpstreamTimeout: c.UpstreamTimeout, UpstreamConcurrency: c.UpstreamConcurrency, TagTTL: c.TagTTL, FillTimeout: c.FillTimeout, ClientEvidenceAllow: allow,
 		UpstreamAllowPrivate: allowPrivate, MaxUnknownBlobSize: unknownMax}
 	if o.Root == "" {
 		return o, errors.New("--root: a storage directory is required")
@@ -134,6 +138,9 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	}
 	if err := c.checkListeners(); err != nil {
 		return o, err
+	}
+	if c.UpstreamConcurrency < 0 {
+		return o, fmt.Errorf("--upstream-concurrency %d: want a positive number of requests such as %d", c.UpstreamConcurrency, upstream.DefaultConcurrency)
 	}
 	if c.IdleTimeout < 0 {
 		return o, fmt.Errorf("--idle-timeout %s: want a positive duration such as 30s", c.IdleTimeout)

@@ -413,8 +413,9 @@ func retryDelay(stalled int) time.Duration {
 
 // finalError reports whether err, of the attempt numbered attempt (from 0), ends download
 // without a resume: the blob is not there or not ours to read, its bytes are wrong or too many,
-// the upstream answered another range than the one asked for, or it keeps answering an error
-// or a body that ends early (short: that many attempts in a row) before a byte was sent.
+// the upstream answered another range than the one asked for, it keeps answering an error or
+// a body that ends early (short: that many attempts in a row) before a byte was sent, or no
+// upstream slot came free (ErrUpstreamBusy) before a byte was sent.
 func (f *Fill) finalError(err error, attempt, short int) bool {
 	var ue *Error
 	if errors.As(err, &ue) && (ue.NotFound() || ue.Status == http.StatusForbidden || ue.Status == http.StatusUnauthorized) {
@@ -425,8 +426,8 @@ func (f *Fill) finalError(err error, attempt, short int) bool {
 	}
 	// The upstream answers, but with an error or an empty body, and has not sent a byte:
 	// clients waiting for headers get that error now rather than after every resume attempt.
-	if f.written == 0 && short >= statusAttempts {
-		return true
+	if f.written == 0 && (short >= statusAttempts || errors.Is(err, ErrUpstreamBusy)) {
+		return true // a busy request already waited the upstream timeout for a slot
 	}
 	return errors.As(err, &ue) && ue.Status != 0 && f.written == 0 && attempt+1 >= statusAttempts
 }
@@ -539,18 +540,23 @@ func (f *Fill) copyFrom(ctx context.Context, cancel context.CancelFunc, file *os
 			break
 		}
 		if rerr != nil {
-			if ctx.Err() != nil {
-				return progressed, fmt.Errorf("upstream stream stalled for %s at byte %d: %w", clitext.Span(timeout), pos, rerr)
-			}
-			if errors.Is(rerr, io.ErrUnexpectedEOF) {
-				// The connection closed before the stated length (net/http's answer to a
-				// body cut short with a FIN; a reset is another error).
-				return progressed, fmt.Errorf("upstream stream broke at byte %d: %w: %w", pos, errEarlyEnd, rerr)
-			}
-			return progressed, fmt.Errorf("upstream stream broke at byte %d: %w", pos, rerr)
+			return progressed, streamError(ctx, rerr, pos, timeout)
 		}
 	}
 	return progressed, nil
+}
+
+// streamError is the error of a body read that failed at byte pos: a stall of timeout (ctx
+// ended), the connection closed before the stated length (errEarlyEnd: net/http's answer to a
+// body cut short with a FIN), or another break (a reset).
+func streamError(ctx context.Context, rerr error, pos int64, timeout time.Duration) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("upstream stream stalled for %s at byte %d: %w", clitext.Span(timeout), pos, rerr)
+	case errors.Is(rerr, io.ErrUnexpectedEOF):
+		return fmt.Errorf("upstream stream broke at byte %d: %w: %w", pos, errEarlyEnd, rerr)
+	}
+	return fmt.Errorf("upstream stream broke at byte %d: %w", pos, rerr)
 }
 
 // store writes p at off of the staging file; once the disk is full (ENOSPC), in memory instead,

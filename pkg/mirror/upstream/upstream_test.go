@@ -436,3 +436,52 @@ func TestFillErrorLevel(t *testing.T) {
 		}
 	}
 }
+
+// TestFillWaitsForASlotOnce (issue 23, --upstream-concurrency): a fill whose first request finds
+// the upstream's slots taken for the whole upstream timeout fails at once with ErrUpstreamBusy (a
+// 429 for its clients), having sent nothing upstream; it is not retried like an upstream's own
+// error status, which would keep its clients waiting for headers past the timeout three times.
+func TestFillWaitsForASlotOnce(t *testing.T) {
+	t.Parallel()
+	blob, dgst := randomBlob(64 << 10)
+	var gets atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v2/" {
+			gets.Add(1)
+			_, _ = w.Write(blob)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	const timeout = 500 * time.Millisecond
+	f := testFetcher(t, srv, Options{Concurrency: 1, Timeout: timeout})
+	r := f.Remote("upstream.test")
+	r.client.slots <- struct{}{} // the one slot, taken by a request that waits for headers
+	start := time.Now()
+	fl, _, err := r.StartFill(t.Context(), "team/app", v1.Descriptor{Digest: dgst, Size: int64(len(blob))},
+		func(context.Context, string, v1.Descriptor) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-fl.done
+	took := time.Since(start)
+	var ue *Error
+	if !errors.Is(fl.err, ErrUpstreamBusy) || !errors.As(fl.err, &ue) || ue.Status != http.StatusTooManyRequests || ue.RetryAfter != "1" {
+		t.Errorf("fill error %v; want a 429 wrapping ErrUpstreamBusy with Retry-After 1", fl.err)
+	}
+	if took < timeout || took >= 2*timeout {
+		t.Errorf("the fill failed after %s; want one wait of the upstream timeout (%s)", took, timeout)
+	}
+	if g := gets.Load(); g != 0 {
+		t.Errorf("%d upstream GETs; want none while the slot was taken", g)
+	}
+	<-r.client.slots
+	fl, _, err = r.StartFill(t.Context(), "team/app", v1.Descriptor{Digest: dgst, Size: int64(len(blob))},
+		func(context.Context, string, v1.Descriptor) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-fl.done
+	if fl.err != nil || len(r.client.slots) != 0 {
+		t.Errorf("with the slot free: fill error %v, %d slots still taken; want it filled and its slot back", fl.err, len(r.client.slots))
+	}
+}
