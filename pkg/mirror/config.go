@@ -80,6 +80,10 @@ type Config struct {
 	// IdleTimeout is --idle-timeout: keep-alive connections idle this long are closed (0: the
 	// default, DefaultIdleTimeout; negative is refused).
 	IdleTimeout time.Duration
+	// ClientMaxConns is --client-max-conns: connections one address may hold once the
+	// connection budget is under pressure (0: the default, DefaultClientMaxConns; negative is
+	// refused). For ServeOptions.ClientMaxConns.
+	ClientMaxConns int
 	// PeersRefresh and PeerDialTimeout are --peers-refresh and --peer-dial-timeout (positive;
 	// required with --peers: the flags default to 10 s and 1 s).
 	PeersRefresh, PeerDialTimeout time.Duration
@@ -141,6 +145,9 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	}
 	if c.UpstreamConcurrency < 0 {
 		return o, fmt.Errorf("--upstream-concurrency %d: want a positive number of requests such as %d", c.UpstreamConcurrency, upstream.DefaultConcurrency)
+	}
+	if c.ClientMaxConns < 0 {
+		return o, fmt.Errorf("--client-max-conns %d: want a positive number of connections such as %d", c.ClientMaxConns, DefaultClientMaxConns)
 	}
 	if c.IdleTimeout < 0 {
 		return o, fmt.Errorf("--idle-timeout %s: want a positive duration such as 30s", c.IdleTimeout)
