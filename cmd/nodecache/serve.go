@@ -24,11 +24,13 @@ func mirrorFlags(c *mirror.Config, lc *logConfig, listenDefault string) []cli.Fl
 			"`NAME[=URL]` of a registry to pull through, repeatable; replaces the default set. NAME is the registry host as written in image references (containerd sends it as ?ns=), URL where its API is reached; a bare NAME pulls from that registry itself (https://NAME; Docker Hub: https://registry-1.docker.io)"),
 		stringFlag(&c.DefaultUpstream, "default-upstream", "", "upstream `NAME` for requests with neither ?ns= nor a /v2/<NAME>/ prefix (default: docker.io when configured, else none)"),
 		durationFlag(&c.UpstreamTimeout, "upstream-timeout", mirror.DefaultUpstreamTimeout, "`DURATION` bound on an upstream answer (headers) and a stalled blob stream; then a cached tag is served as stale"),
+		intFlag(&c.UpstreamConcurrency, "upstream-concurrency", upstream.DefaultConcurrency, "`NUMBER` of requests per upstream that may wait for its response headers at once (a body being read holds none); one more waits up to --upstream-timeout for its turn, then gets 429 with Retry-After (a cached tag is served stale instead)"),
 		durationFlag(&c.TagTTL, "tag-ttl", 0, "serve a cached tag, and keep a repository's tag listing, for this `DURATION` without asking the upstream (0: revalidate on every request; concurrent listings still share one fetch)"),
 		durationFlag(&c.FillTimeout, "fill-timeout", upstream.DefaultFillTimeout, "longest `DURATION` one blob fill from the upstream may take; a broken stream is resumed while it progresses, the fill fails after 5 attempts in a row that add no byte or at this bound"),
 		stringFlag(&c.MaxSize, "max-size", "", "cap the cache at `SIZE`: binary units (500MiB, 30GiB, 1TiB) or a share of the filesystem holding --root (30%); over it, least recently pulled images are evicted down to 90% of it (default: no cap)"),
 		stringFlag(&c.MetricsListen, "metrics-listen", "", "also serve /metrics, /healthz and /readyz on this `ADDR`"),
 		durationFlag(&c.IdleTimeout, "idle-timeout", mirror.DefaultIdleTimeout, "close a keep-alive connection idle for this `DURATION` (every listener): idle connections hold descriptors, and anyone who reaches the port could hold them all"),
+		intFlag(&c.ClientMaxConns, "client-max-conns", mirror.DefaultClientMaxConns, "`NUMBER` of connections one client address may hold once the connection budget (from the descriptor limit, ulimit -n) is nearly used; more get 503. SNAT and NodePort Services make many nodes one address: keep it above their connections together"),
 		stringSliceFlag(&c.Allow, "allow", nil, "`CIDR` allowed to read /nodecache/v1/clients besides loopback, repeatable; it does not gate pulls (that is --pull-allow)"),
 		stringSliceFlag(&c.PullAllow, "pull-allow", nil, "`CIDR` allowed to pull (every /v2/ request), repeatable; 127.0.0.1 and ::1 always are; anyone else gets 403 DENIED. Default: every address that reaches the port (said once at start on a non-loopback listener). /healthz, /readyz and /metrics stay open"),
 		stringSliceFlag(&c.UpstreamAuth, "upstream-auth", nil, "`NAME=FILE`: pull upstream NAME with the credentials for NAME in FILE, a docker config.json or Kubernetes .dockerconfigjson (auths, credHelpers, credsStore; helpers run from PATH), repeatable. Read again when the file changes. WARNING: everything these credentials can read becomes readable by every client that may pull through the cache: set --pull-allow"),
@@ -109,7 +111,7 @@ Examples:
 				return err // refused input: exit 2 (exitCode)
 			}
 			log.Info().Str("version", buildinfo.Version()).Msg("nodecache serve")
-			err = mirror.Serve(c.Context, m, mirror.ServeOptions{Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, PeerListen: cfg.PeerListen, IdleTimeout: cfg.IdleTimeout, Logger: log, TLS: cert})
+			err = mirror.Serve(c.Context, m, mirror.ServeOptions{Listen: cfg.Listen, MetricsListen: cfg.MetricsListen, PeerListen: cfg.PeerListen, IdleTimeout: cfg.IdleTimeout, ClientMaxConns: cfg.ClientMaxConns, Logger: log, TLS: cert})
 			if cerr := m.Close(); err == nil {
 				err = cerr
 			}

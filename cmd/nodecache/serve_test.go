@@ -210,6 +210,8 @@ func TestServeRefusesBadInput(t *testing.T) {
 		{"peer key too short", []string{"serve", "--peers", "127.0.0.1:5101", "--peer-key-file", shortKey}, nil, "--peer-key-file"},
 		{"peer key without peers", []string{"serve", "--peer-key-file", peerKey}, nil, "--peer-key-file is set but --peers is not"},
 		{"idle-timeout negative", []string{"serve", "--idle-timeout", "-1s"}, nil, "--idle-timeout -1s: want a positive duration"},
+		{"upstream-concurrency negative", []string{"serve", "--upstream-concurrency", "-1"}, nil, "--upstream-concurrency -1: want a positive number"},
+		{"client-max-conns negative", []string{"serve", "--client-max-conns", "-1"}, nil, "--client-max-conns -1: want a positive number"},
 		{"peers refresh zero", []string{"serve", "--peers", "127.0.0.1:5101", "--peer-key-file", peerKey, "--peers-refresh", "0s"}, nil, "want positive durations"},
 		{"peer list missing at start", []string{"serve", "--peers", "file:/nonexistent/members", "--peer-key-file", peerKey}, nil, "--peers file:/nonexistent/members"},
 		{"max-size decimal unit", []string{"serve", "--max-size", "30GB"}, nil, "did you mean 30GiB?"},

@@ -192,10 +192,10 @@ func Run(ctx context.Context, c Config) error {
 	g.Go(func() error {
 		return mirror.Serve(ctx, m, mirror.ServeOptions{
 			Listen: c.Registry.Listen, MetricsListen: c.Registry.MetricsListen, PeerListen: c.Registry.PeerListen, Logger: log,
-			IdleTimeout: c.Registry.IdleTimeout,
-			Handler:     mon.Handler(m),
-			Readiness:   mon.Readiness,
-			OnListen:    func(net.Addr) { close(listening) },
+			IdleTimeout: c.Registry.IdleTimeout, ClientMaxConns: c.Registry.ClientMaxConns,
+			Handler:   mon.Handler(m),
+			Readiness: mon.Readiness,
+			OnListen:  func(net.Addr) { close(listening) },
 		})
 	})
 	g.Go(func() error {

@@ -218,7 +218,8 @@ func TestSchema1IsPermanent(t *testing.T) {
 
 // TestManifestTypedByBytes: a manifest whose Content-Type is not a manifest media type is typed
 // by its bytes; the client gets the real media type, the digest of the bytes and the bytes.
-// Anything else is a 400 MANIFEST_INVALID.
+// Anything else is the upstream's wrong answer: 502 naming it (issue 23; it was a 400
+// MANIFEST_INVALID, which says the client's request was at fault).
 func TestManifestTypedByBytes(t *testing.T) {
 	t.Parallel()
 	img := mirrortest.Image(t, 512, 1, "linux/amd64")
@@ -240,8 +241,9 @@ func TestManifestTypedByBytes(t *testing.T) {
 		{"text/plain index", "text/plain; charset=utf-8", rawIdx, 200, "application/vnd.oci.image.index.v1+json"},
 		{"json without mediaType: config and layers", "application/json", noType, 200, "application/vnd.oci.image.manifest.v1+json"},
 		{"no Content-Type, no mediaType: manifests", "", noTypeIdx, 200, "application/vnd.oci.image.index.v1+json"},
-		{"binary/octet-stream that is no manifest", "binary/octet-stream", []byte(`{"hello":"world"}`), 400, ""},
-		{"not JSON", "application/octet-stream", []byte("\x00\x01garbage"), 400, ""},
+		{"binary/octet-stream that is no manifest", "binary/octet-stream", []byte(`{"hello":"world"}`), 502, ""},
+		{"not JSON", "application/octet-stream", []byte("\x00\x01garbage"), 502, ""},
+		{"a manifest media type, a body that is none", "application/vnd.oci.image.manifest.v1+json", []byte(`{"layers":"x"}`), 502, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -253,8 +255,8 @@ func TestManifestTypedByBytes(t *testing.T) {
 					t.Fatalf("%s: %d %s; want %d", ref, resp.StatusCode, body, tc.status)
 				}
 				if tc.status != 200 {
-					if !strings.Contains(string(body), `"code":"MANIFEST_INVALID"`) {
-						t.Errorf("%s: body %s; want MANIFEST_INVALID", ref, body)
+					if !strings.Contains(string(body), "not an OCI or Docker manifest or index") || resp.Header.Get(mirrorapi.HeaderErrorCode) == "" {
+						t.Errorf("%s: body %s (error code header %q); want one naming what is wrong", ref, body, resp.Header.Get(mirrorapi.HeaderErrorCode))
 					}
 					continue
 				}

@@ -38,6 +38,10 @@ type Config struct {
 	DefaultUpstream string
 	// UpstreamTimeout (positive) and TagTTL (0 or positive) are --upstream-timeout and --tag-ttl.
 	UpstreamTimeout, TagTTL time.Duration
+	// UpstreamConcurrency is --upstream-concurrency: requests per upstream waiting for its
+	// response headers at once (0: the default, upstream.DefaultConcurrency; negative is
+	// refused).
+	UpstreamConcurrency int
 	// FillTimeout is --fill-timeout: the longest one blob fill may take; positive (0 and
 	// negative values are refused: the flag's default is upstream.DefaultFillTimeout).
 	FillTimeout time.Duration
@@ -76,6 +80,10 @@ type Config struct {
 	// IdleTimeout is --idle-timeout: keep-alive connections idle this long are closed (0: the
 	// default, DefaultIdleTimeout; negative is refused).
 	IdleTimeout time.Duration
+	// ClientMaxConns is --client-max-conns: connections one address may hold once the
+	// connection budget is under pressure (0: the default, DefaultClientMaxConns; negative is
+	// refused). For ServeOptions.ClientMaxConns.
+	ClientMaxConns int
 	// PeersRefresh and PeerDialTimeout are --peers-refresh and --peer-dial-timeout (positive;
 	// required with --peers: the flags default to 10 s and 1 s).
 	PeersRefresh, PeerDialTimeout time.Duration
@@ -113,7 +121,7 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	}
 	o := Options{PullAllow: pullAllow, UpstreamCredentials: creds, UpstreamRootCAs: cas,
 		Root: c.Root, Upstreams: ups, DefaultUpstream: c.DefaultUpstream,
-		UpstreamTimeout: c.UpstreamTimeout, TagTTL: c.TagTTL, FillTimeout: c.FillTimeout, ClientEvidenceAllow: allow,
+		UpstreamTimeout: c.UpstreamTimeout, UpstreamConcurrency: c.UpstreamConcurrency, TagTTL: c.TagTTL, FillTimeout: c.FillTimeout, ClientEvidenceAllow: allow,
 		UpstreamAllowPrivate: allowPrivate, MaxUnknownBlobSize: unknownMax}
 	if o.Root == "" {
 		return o, errors.New("--root: a storage directory is required")
@@ -134,6 +142,12 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	}
 	if err := c.checkListeners(); err != nil {
 		return o, err
+	}
+	if c.UpstreamConcurrency < 0 {
+		return o, fmt.Errorf("--upstream-concurrency %d: want a positive number of requests such as %d", c.UpstreamConcurrency, upstream.DefaultConcurrency)
+	}
+	if c.ClientMaxConns < 0 {
+		return o, fmt.Errorf("--client-max-conns %d: want a positive number of connections such as %d", c.ClientMaxConns, DefaultClientMaxConns)
 	}
 	if c.IdleTimeout < 0 {
 		return o, fmt.Errorf("--idle-timeout %s: want a positive duration such as 30s", c.IdleTimeout)

@@ -332,10 +332,11 @@ func (r *repository) storeTag(ctx context.Context, tag string, dgst digest.Diges
 // keepManifest parses a manifest fetched from the upstream and stores it in r's repository
 // (upstream.KeepFunc); it returns the distribution.Manifest.
 //
-// Errors: 400 MANIFEST_INVALID (a *readError, the client's answer as is) naming the upstream and
-// digest for content that is not an OCI or Docker v2 manifest or index, and for one that lists
-// more than cache.MaxManifestRefs descriptors (nothing of it is stored); a plain error (503 to
-// the client) when storing fails.
+// Errors: upstream.ErrNotManifest (502 to the client: the upstream's answer was wrong) naming the
+// upstream and digest for content that is not an OCI or Docker v2 manifest or index; 400
+// MANIFEST_INVALID (a *readError, the client's answer as is) for one that lists more than
+// cache.MaxManifestRefs descriptors (nothing of either is stored); a plain error (503 to the
+// client) when storing fails.
 func (r *repository) keepManifest(ctx context.Context, fm upstream.Manifest) (any, error) {
 	// Parsed and bounded before the store lock: every manifest store and blob commit of the
 	// cache waits for that lock, so under it is only what must be atomic with eviction.
@@ -347,8 +348,7 @@ func (r *repository) keepManifest(ctx context.Context, fm upstream.Manifest) (an
 	}
 	man, _, err := distribution.UnmarshalManifest(fm.MediaType, fm.Raw)
 	if err != nil {
-		return nil, &readError{err: errcode.ErrorCodeManifestInvalid.WithMessage(
-			fmt.Sprintf("upstream %s: manifest %s of media type %q is not an OCI or Docker v2 manifest or index: %v", r.up.Name, fm.Digest, fm.MediaType, err))}
+		return nil, fmt.Errorf("upstream %s: manifest %s of media type %q: %w: %w", r.up.Name, fm.Digest, fm.MediaType, upstream.ErrNotManifest, err)
 	}
 	store, err := r.local.Manifests(ctx, storage.SkipLayerVerification())
 	if err != nil {

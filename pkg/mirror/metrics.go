@@ -15,6 +15,9 @@ type metrics struct {
 	// firstByte is the time from a manifest or blob request to its response headers, which go
 	// out with (or, for a fill, at most a few seconds before) the first body byte.
 	firstByte *prometheus.HistogramVec // upstream, kind, cache
+	// connections and connBudget are the client connections Serve's listeners hold and their
+	// budget (conns.go); 0 until Serve runs.
+	connections, connBudget prometheus.Gauge
 }
 
 // cacheTotals is what the cache gauges read: a *cache.Store.
@@ -34,8 +37,16 @@ func newMetrics(reg prometheus.Registerer, idx cacheTotals, maxSize int64) (*met
 		}, []string{"upstream", "source"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodecache_refused_total",
-			Help: "Requests refused, by reason: pull_allow (403, a registry request from outside --pull-allow), allow (403, client evidence asked from outside loopback and --allow), loop (508, a request that went round a loop of chained nodecaches), peer_key (401, a request to the peer port without a valid proof of the cluster key).",
+			Help: "Requests refused, by reason: pull_allow (403, a registry request from outside --pull-allow), allow (403, client evidence asked from outside loopback and --allow), loop (508, a request that went round a loop of chained nodecaches), peer_key (401, a request to the peer port without a valid proof of the cluster key), connections (503, a connection past the connection budget), client_max_conns (503, a connection from an address holding --client-max-conns while the budget is under pressure), pull_allow_conns (503, a connection from an address outside --pull-allow holding 4 already).",
 		}, []string{"reason"}),
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodecache_connections",
+			Help: "Client connections open on every listener (registry, metrics, peer), counted against the connection budget.",
+		}),
+		connBudget: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodecache_connections_budget",
+			Help: "The connection budget: connections the listeners hold at once, from the descriptor limit (RLIMIT_NOFILE): (limit - 128) / 2.",
+		}),
 	}
 	m.evictedBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "nodecache_evicted_bytes_total",
@@ -63,13 +74,13 @@ func newMetrics(reg prometheus.Registerer, idx cacheTotals, maxSize int64) (*met
 		Help: "The cache's size cap in bytes (--max-size); 0 when there is none.",
 	})
 	maxGauge.Set(float64(maxSize))
-	for _, r := range []string{RefusedPullAllow, RefusedAllow, RefusedLoop} {
+	for _, r := range []string{RefusedPullAllow, RefusedAllow, RefusedLoop, RefusedConnections, RefusedClientConns, RefusedPullAllowConns} {
 		m.refused.WithLabelValues(r)
 	}
 	for _, r := range []string{EvictCap, EvictENOSPC, EvictUnreferenced, EvictAPI} {
 		m.evictions.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.servedBytes, m.refused, m.evictedBytes, m.evictions, m.firstByte, sizeGauge, blobsGauge, maxGauge} {
+	for _, c := range []prometheus.Collector{m.requests, m.servedBytes, m.refused, m.evictedBytes, m.evictions, m.firstByte, sizeGauge, blobsGauge, maxGauge, m.connections, m.connBudget} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -136,7 +136,7 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		return nil, err
 	}
 	m.log.Info().Str("root", opts.Root).Str("storage", opts.Storage).Str("s3_bucket", opts.S3.Bucket).Strs("upstreams", names(opts.Upstreams)).
-		Str("default_upstream", opts.DefaultUpstream).Str("upstream_timeout", clitext.Span(opts.UpstreamTimeout)).
+		Str("default_upstream", opts.DefaultUpstream).Str("upstream_timeout", clitext.Span(opts.UpstreamTimeout)).Int("upstream_concurrency", opts.UpstreamConcurrency).
 		Str("tag_ttl", clitext.Span(opts.TagTTL)).Str("fill_timeout", clitext.Span(opts.FillTimeout)).Str("chain", chainString(opts.Chain)).Str("instance_id", fetch.InstanceID()).
 		Int64("max_size_bytes", opts.MaxSize).Str("peers", m.peering.source()).Msg("mirror configured")
 	return m, nil
@@ -190,6 +190,7 @@ func newFetcher(ctx context.Context, opts Options, st *cache.Store, peers *upstr
 	return upstream.New(ctx, regs, upstream.Options{
 		StagingDir:  st.StagingDir(),
 		Timeout:     opts.UpstreamTimeout,
+		Concurrency: opts.UpstreamConcurrency,
 		TagTTL:      opts.TagTTL,
 		FillTimeout: opts.FillTimeout,
 		Transport:   opts.Transport,

@@ -43,6 +43,11 @@ type Options struct {
 	// UpstreamTimeout bounds an upstream exchange up to response headers and a whole tag
 	// revalidation. Default DefaultUpstreamTimeout.
 	UpstreamTimeout time.Duration
+	// UpstreamConcurrency bounds, per upstream, the requests waiting for its response headers
+	// (--upstream-concurrency); one beyond it waits up to UpstreamTimeout for a slot, then is
+	// answered 429 with Retry-After (a cached tag is served stale instead). Default
+	// upstream.DefaultConcurrency.
+	UpstreamConcurrency int
 	// TagTTL is how long a cached tag, and a repository's tag listing (tags/list), is served
 	// without asking the upstream. 0 (default) revalidates on every request.
 	TagTTL time.Duration
@@ -160,15 +165,7 @@ func (o *Options) setDefaults() error {
 	if o.UpstreamTimeout == 0 {
 		o.UpstreamTimeout = DefaultUpstreamTimeout
 	}
-	if o.FillTimeout < 0 {
-		errs = append(errs, errors.New("fill-timeout must not be negative"))
-	}
-	if o.FillTimeout == 0 {
-		o.FillTimeout = upstream.DefaultFillTimeout
-	}
-	if o.MaxSize < 0 {
-		errs = append(errs, errors.New("max-size must not be negative"))
-	}
+	errs = append(errs, o.setBounds()...)
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
@@ -187,4 +184,26 @@ func (o *Options) setDefaults() error {
 		errs = append(errs, fmt.Errorf("storage: %q is not a storage kind (want filesystem or s3)", o.Storage))
 	}
 	return errors.Join(errs...)
+}
+
+// setBounds fills in the defaults of the fill timeout and the upstream concurrency, and refuses
+// negative bounds.
+func (o *Options) setBounds() []error {
+	var errs []error
+	if o.FillTimeout < 0 {
+		errs = append(errs, errors.New("fill-timeout must not be negative"))
+	}
+	if o.FillTimeout == 0 {
+		o.FillTimeout = upstream.DefaultFillTimeout
+	}
+	if o.UpstreamConcurrency < 0 {
+		errs = append(errs, errors.New("upstream-concurrency must not be negative"))
+	}
+	if o.UpstreamConcurrency == 0 {
+		o.UpstreamConcurrency = upstream.DefaultConcurrency
+	}
+	if o.MaxSize < 0 {
+		errs = append(errs, errors.New("max-size must not be negative"))
+	}
+	return errs
 }

@@ -115,11 +115,12 @@ func asReadError(err error) *readError {
 }
 
 // upstreamAPIError turns an upstream failure with nothing cached into the client's answer:
-// 400 MANIFEST_INVALID for schema 1 and for what is not a manifest, 429 with the upstream's
-// Retry-After, 404 for an authoritative not-found, 401/403 DENIED, 502 UNKNOWN naming what the
-// upstream's answer did wrong (a redirect or realm the address guard refused, a blob of unstated
-// size past its bound, bytes that do not match the digest asked for, a manifest over 4 MiB), 508
-// for a loop of chained nodecaches, 503 for an upstream that is unreachable, timed out or failing.
+// 400 MANIFEST_INVALID for schema 1, 429 with the upstream's Retry-After, 404 for an
+// authoritative not-found, 401/403 DENIED, 502 UNKNOWN naming what the upstream's answer did
+// wrong (a redirect or realm the address guard refused, a blob of unstated size past its bound,
+// bytes that do not match the digest asked for, a manifest over 4 MiB, a body that is not a
+// manifest, a blob body that keeps ending early, a 206 for another range), 508 for a loop of chained nodecaches, 503 for an upstream that is unreachable, timed
+// out or failing (issue 23: one status code per cause).
 func upstreamAPIError(err error) *readError {
 	var (
 		ue *upstream.Error
@@ -129,14 +130,13 @@ func upstreamAPIError(err error) *readError {
 	switch {
 	case errors.Is(err, upstream.ErrSchema1):
 		return &readError{err: errcode.ErrorCodeManifestInvalid.WithMessage(err.Error())} // ends "schema 1 manifests are not supported"
-	case errors.Is(err, upstream.ErrNotManifest):
-		return &readError{err: errcode.ErrorCodeManifestInvalid.WithMessage(err.Error())}
 	case errors.As(err, &re):
 		return re // already the client's answer (e.g. MANIFEST_INVALID from storing)
 	case errors.As(err, &ec):
 		return &readError{err: ec}
 	case errors.Is(err, upstream.ErrUnsafeTarget), errors.Is(err, upstream.ErrUnknownSizeTooLarge),
-		errors.Is(err, upstream.ErrDigestMismatch), errors.Is(err, upstream.ErrManifestTooLarge):
+		errors.Is(err, upstream.ErrDigestMismatch), errors.Is(err, upstream.ErrManifestTooLarge),
+		errors.Is(err, upstream.ErrNotManifest), errors.Is(err, upstream.ErrBadRange), errors.Is(err, upstream.ErrShortBody):
 		return badGateway(err) // the upstream's answer was wrong: not a failing upstream (503)
 	}
 	if errors.As(err, &ue) {

@@ -32,6 +32,13 @@ type ServeOptions struct {
 	// on every listener: an idle connection holds a descriptor, and anyone who reaches the port
 	// could hold them all. Default DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// MaxConns is the connection budget: client connections every listener together holds at
+	// once (see connTracker). Default ConnBudget of the process's descriptor limit.
+	MaxConns int
+	// ClientMaxConns is how many connections one client address may hold once the budget is
+	// under pressure (--client-max-conns; SNAT and NodePort Services make many nodes one
+	// address). Default DefaultClientMaxConns.
+	ClientMaxConns int
 	// ShutdownTimeout bounds how long in-flight responses may take to finish after ctx ends.
 	// Default 5 minutes: a large blob to a slow client.
 	ShutdownTimeout time.Duration
@@ -74,18 +81,19 @@ func serveHandlers(m *Mirror, o ServeOptions) (h, readyz http.Handler) {
 
 // listenServers binds the registry listener (o.Listen, serving h, with o.TLS), with
 // o.MetricsListen the metrics listener (/metrics, /healthz, and readyz at /readyz), and with
-// o.PeerListen the peer port, and returns their servers and listeners in that order.
-func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz http.Handler) ([]*http.Server, []net.Listener, error) {
+// o.PeerListen the peer port, and returns their servers and listeners in that order; t counts
+// the connections of all of them.
+func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz http.Handler, t *connTracker) ([]*http.Server, []net.Listener, error) {
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", o.Listen)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listen %s: %w", o.Listen, err)
 	}
-	servers := []*http.Server{newServer(h, o.IdleTimeout)}
+	servers := []*http.Server{newServer(h, o.IdleTimeout, t)}
 	if o.TLS != nil {
 		servers[0].TLSConfig = o.TLS.TLSConfig()
 	}
-	listeners := []net.Listener{l}
+	listeners := []net.Listener{&limitListener{Listener: l, t: t, gated: !m.pull.open(), plain: o.TLS == nil}}
 	if o.MetricsListen != "" {
 		ml, err := lc.Listen(ctx, "tcp", o.MetricsListen)
 		if err != nil {
@@ -96,8 +104,8 @@ func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz htt
 		mux.Handle("/metrics", m.MetricsHandler())
 		mux.Handle("/healthz", m)
 		mux.Handle("/readyz", readyz)
-		servers = append(servers, newServer(mux, o.IdleTimeout))
-		listeners = append(listeners, ml)
+		servers = append(servers, newServer(mux, o.IdleTimeout, t))
+		listeners = append(listeners, &limitListener{Listener: ml, t: t, plain: true})
 	}
 	if o.PeerListen != "" {
 		ph := m.PeerHandler()
@@ -110,8 +118,8 @@ func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz htt
 			closeAll(listeners)
 			return nil, nil, fmt.Errorf("listen %s (peers): %w", o.PeerListen, err)
 		}
-		servers = append(servers, newServer(ph, o.IdleTimeout))
-		listeners = append(listeners, pl)
+		servers = append(servers, newServer(ph, o.IdleTimeout, t))
+		listeners = append(listeners, &limitListener{Listener: pl, t: t, plain: true})
 	}
 	return servers, listeners, nil
 }
@@ -126,9 +134,45 @@ const DefaultIdleTimeout = 30 * time.Second
 const MaxHeaderBytes = 64 << 10
 
 // newServer is an HTTP server of h with nodecache's connection bounds: 30 s to read a request's
-// header, MaxHeaderBytes of it, and idle keep-alive connections closed after idle.
-func newServer(h http.Handler, idle time.Duration) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: idle, MaxHeaderBytes: MaxHeaderBytes}
+// header, MaxHeaderBytes of it, idle keep-alive connections closed after idle, and its
+// connections counted by t (idle ones closed first under pressure, one-shot connections past a
+// bound).
+func newServer(h http.Handler, idle time.Duration, t *connTracker) *http.Server {
+	return &http.Server{Handler: t.handler(h), ReadHeaderTimeout: 30 * time.Second, IdleTimeout: idle, MaxHeaderBytes: MaxHeaderBytes,
+		ConnState: t.connState, ConnContext: t.connContext}
+}
+
+// connBounds sets o's connection budget (from the descriptor limit when unset) and
+// per-address cap to their defaults, and returns the descriptor limit (0 when o set the budget).
+func (o *ServeOptions) connBounds() (uint64, error) {
+	switch {
+	case o.ClientMaxConns < 0:
+		return 0, fmt.Errorf("--client-max-conns %d: want a positive number of connections such as %d", o.ClientMaxConns, DefaultClientMaxConns)
+	case o.MaxConns < 0:
+		return 0, fmt.Errorf("connection budget %d: want a positive number of connections, or 0 for the descriptor limit's", o.MaxConns)
+	}
+	if o.ClientMaxConns == 0 {
+		o.ClientMaxConns = DefaultClientMaxConns
+	}
+	if o.MaxConns > 0 {
+		return 0, nil
+	}
+	limit, err := descriptorLimit()
+	if err != nil {
+		return 0, err
+	}
+	o.MaxConns = ConnBudget(limit)
+	return limit, nil
+}
+
+// logListening logs the addresses of listeners (the registry's first) and their connection
+// budget, from the descriptor limit limit (0: set by o).
+func logListening(o ServeOptions, listeners []net.Listener, limit uint64) {
+	for i, ln := range listeners {
+		o.Logger.Info().Str("addr", ln.Addr().String()).Bool("tls", i == 0 && o.TLS != nil).Msg("listening")
+	}
+	o.Logger.Info().Int("budget", o.MaxConns).Uint64("descriptor_limit", limit).Int("client_max_conns", o.ClientMaxConns).
+		Msg("connection budget (all listeners)")
 }
 
 func closeAll(ls []net.Listener) {
@@ -150,6 +194,10 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = DefaultIdleTimeout
 	}
+	limit, err := o.connBounds()
+	if err != nil {
+		return err
+	}
 	h, readyz := serveHandlers(m, o)
 	// The root is taken (locked and swept) before any listener binds: a second process on the
 	// same root fails here, before it could answer a single request.
@@ -168,15 +216,14 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 		<-runDone
 		return err
 	}
-	servers, listeners, err := listenServers(ctx, m, o, h, readyz)
+	tracker := newConnTracker(o.MaxConns, o.ClientMaxConns, m.pull, m.metrics, o.Logger)
+	servers, listeners, err := listenServers(ctx, m, o, h, readyz, tracker)
 	if err != nil {
 		return stop(err)
 	}
 	close(m.listening)
 	l := listeners[0]
-	for _, ln := range listeners {
-		o.Logger.Info().Str("addr", ln.Addr().String()).Bool("tls", ln == l && o.TLS != nil).Msg("listening")
-	}
+	logListening(o, listeners, limit)
 	m.logAccess(l.Addr().String())
 	if o.OnListen != nil {
 		o.OnListen(l.Addr())

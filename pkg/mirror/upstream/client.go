@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,7 +36,15 @@ type Error struct {
 	Err        error
 }
 
+// ErrUpstreamBusy marks a request that found every one of its upstream's concurrency slots
+// (Options.Concurrency) taken for as long as the upstream timeout: an *Error of status 429,
+// which is nodecache's answer, not the upstream's.
+var ErrUpstreamBusy = errors.New("too many requests waiting for this upstream's answer")
+
 func (e *Error) Error() string {
+	if errors.Is(e.Err, ErrUpstreamBusy) {
+		return fmt.Sprintf("upstream %s: %s: %v", e.Upstream, e.Op, e.Err)
+	}
 	if e.Status != 0 {
 		return fmt.Sprintf("upstream %s: %s: HTTP %d", e.Upstream, e.Op, e.Status)
 	}
@@ -76,6 +86,10 @@ type client struct {
 	nodecache *atomic.Bool
 	// onRefused, when set, is told of every connection the address guard refused.
 	onRefused func(upstream, op string, e *TargetRefusedError)
+	// slots holds one token per request waiting for its response headers (Options.Concurrency);
+	// nil: unbounded. onBusy, when set, counts the requests that got none in time.
+	slots  chan struct{}
+	onBusy func()
 }
 
 type repoTransport struct {
@@ -232,7 +246,15 @@ func (c *client) forget(repo string) {
 // the upstream. The tier that answered is reported to the context's tier recorder (trackTier).
 // Statuses other than the wanted ones become an *Error (a 429's with the Retry-After of
 // whichever answer of the exchange carried one); the caller closes the returned body.
+//
+// The request holds one of the upstream's concurrency slots until its response headers arrived
+// (see acquire).
 func (c *client) do(ctx context.Context, method, repo, kind, ref string, hdr http.Header, want ...int) (*http.Response, error) {
+	release, err := c.acquire(ctx, method+" "+repo+"/"+kind+"/"+ref)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	ctx, retryAfter := trackRetryAfter(ctx)
 	resp, err := c.exchange(ctx, method, repo, kind, ref, hdr, want)
 	var ue *Error
@@ -240,6 +262,43 @@ func (c *client) do(ctx context.Context, method, repo, kind, ref string, hdr htt
 		ue.RetryAfter = retryAfter()
 	}
 	return resp, err
+}
+
+// acquire takes one of the upstream's concurrency slots for the request op, waiting up to the
+// upstream timeout (or ctx's deadline, when sooner) for one, and returns its release.
+//
+// Errors: an *Error of status 429 wrapping ErrUpstreamBusy, with a Retry-After of the timeout
+// in seconds, when no slot came free in time (issue 23: the wait is bounded, and the client is
+// told to come back rather than that the upstream failed); an *Error wrapping ctx's error when
+// ctx was cancelled.
+func (c *client) acquire(ctx context.Context, op string) (release func(), err error) {
+	if c.slots == nil {
+		return func() {}, nil
+	}
+	release = func() { <-c.slots }
+	select {
+	case c.slots <- struct{}{}:
+		return release, nil
+	default:
+	}
+	timer := time.NewTimer(c.timeout)
+	defer timer.Stop()
+	select {
+	case c.slots <- struct{}{}:
+		return release, nil
+	case <-ctx.Done():
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, &Error{Upstream: c.up.Name, Op: op, Err: ctx.Err()}
+		}
+	case <-timer.C:
+	}
+	if c.onBusy != nil {
+		c.onBusy()
+	}
+	return nil, &Error{Upstream: c.up.Name, Op: op, Status: http.StatusTooManyRequests,
+		RetryAfter: strconv.Itoa(int(math.Ceil(c.timeout.Seconds()))),
+		Err: fmt.Errorf("%w: all %d slots (--upstream-concurrency) stayed taken by requests waiting for its response headers for %s",
+			ErrUpstreamBusy, cap(c.slots), clitext.Span(c.timeout))}
 }
 
 // exchange is do's request, to the shared tier or the upstream.

@@ -42,6 +42,21 @@ var ErrManifestTooLarge = errors.New("manifest larger than the limit")
 // ErrDigestMismatch marks a fill, or a manifest, whose bytes do not hash to the requested digest.
 var ErrDigestMismatch = errors.New("content does not match its digest")
 
+// ErrBadRange marks an upstream's partial answer (206) for a range other than the one asked for:
+// a Content-Range that is missing, does not start where the request's Range did (byte 0 when
+// none was sent), or names another total size than the blob's (RFC 9110 section 15.3.7). Its
+// bytes are not used: the fill fails at once.
+var ErrBadRange = errors.New("a partial answer (206) for another range than the one asked for")
+
+// ErrShortBody marks an upstream whose blob bodies keep ending before their stated length (a
+// clean end of stream, or a connection closed early) without adding a byte: statusAttempts
+// answers in a row before the fill's first byte, maxStalledAttempts once bytes arrived. A body
+// that ends early but adds bytes is resumed, as a reset is.
+var ErrShortBody = errors.New("the upstream's body keeps ending before its stated length")
+
+// errEarlyEnd marks one attempt whose body ended before its stated length.
+var errEarlyEnd = errors.New("body ended early")
+
 // ErrBroken is returned by (*Fill).Serve when the response was cut short after its headers
 // went out (the fill failed or the client went away): the caller must abort the connection
 // (panic(http.ErrAbortHandler)) so the client sees a broken transfer.
@@ -337,6 +352,7 @@ func (f *Fill) download(ctx context.Context) error {
 	h := f.desc.Digest.Algorithm().Hash()
 	var lastErr error
 	stalled := 0 // attempts in a row that added no byte
+	short := 0   // of those, the attempts in a row whose body ended early
 	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			select {
@@ -353,16 +369,20 @@ func (f *Fill) download(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("fill timeout or abandoned after %d attempts: %w (last error: %w)", attempt+1, ctx.Err(), err)
 		}
-		if f.finalError(err, attempt) {
-			return err
-		}
 		if progressed {
-			stalled = 0
+			stalled, short = 0, 0
 		} else {
 			stalled++
+			short++
+			if !errors.Is(err, errEarlyEnd) {
+				short = 0
+			}
+		}
+		if f.finalError(err, attempt, short) {
+			return f.shortBody(err, short)
 		}
 		if stalled >= maxStalledAttempts {
-			return fmt.Errorf("giving up after %d attempts in a row without a byte (%d attempts in all): %w", stalled, attempt+1, err)
+			return f.shortBody(fmt.Errorf("giving up after %d attempts in a row without a byte (%d attempts in all): %w", stalled, attempt+1, err), short)
 		}
 		r.f.log.Warn().Err(err).Str("upstream", r.Name).Str("digest", f.desc.Digest.String()).
 			Int64("offset", f.written).Bool("progressed", progressed).Int("attempt", attempt+1).Msg("blob stream broke; resuming")
@@ -393,18 +413,32 @@ func retryDelay(stalled int) time.Duration {
 
 // finalError reports whether err, of the attempt numbered attempt (from 0), ends download
 // without a resume: the blob is not there or not ours to read, its bytes are wrong or too many,
-// or the upstream keeps answering an error before a byte was sent.
-func (f *Fill) finalError(err error, attempt int) bool {
+// the upstream answered another range than the one asked for, it keeps answering an error or
+// a body that ends early (short: that many attempts in a row) before a byte was sent, or no
+// upstream slot came free (ErrUpstreamBusy) before a byte was sent.
+func (f *Fill) finalError(err error, attempt, short int) bool {
 	var ue *Error
 	if errors.As(err, &ue) && (ue.NotFound() || ue.Status == http.StatusForbidden || ue.Status == http.StatusUnauthorized) {
 		return true
 	}
-	if errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrUnsafeTarget) || errors.Is(err, ErrUnknownSizeTooLarge) {
+	if errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrUnsafeTarget) || errors.Is(err, ErrUnknownSizeTooLarge) || errors.Is(err, ErrBadRange) {
 		return true
 	}
-	// The upstream answers, but with an error, and has not sent a byte: clients waiting for
-	// headers get that error now rather than after every resume attempt.
+	// The upstream answers, but with an error or an empty body, and has not sent a byte:
+	// clients waiting for headers get that error now rather than after every resume attempt.
+	if f.written == 0 && (short >= statusAttempts || errors.Is(err, ErrUpstreamBusy)) {
+		return true // a busy request already waited the upstream timeout for a slot
+	}
 	return errors.As(err, &ue) && ue.Status != 0 && f.written == 0 && attempt+1 >= statusAttempts
+}
+
+// shortBody is err, the error that ends download, marked ErrShortBody when the last short
+// attempts in a row, all that added no byte, ended early.
+func (f *Fill) shortBody(err error, short int) error {
+	if short == 0 {
+		return err
+	}
+	return fmt.Errorf("upstream %s: blob %s: %w (%d answers in a row): %w", f.remote.Name, f.desc.Digest, ErrShortBody, short, err)
 }
 
 // downloadOnce makes one upstream request for the rest of the blob (all of it, or with Range
@@ -436,7 +470,13 @@ func (f *Fill) downloadOnce(ctx context.Context, file *os.File, h hash.Hash) (pr
 	// The GET is the truth about the size; the HEAD before it was a hint.
 	total := resp.ContentLength
 	if resp.StatusCode == http.StatusPartialContent {
-		total = contentRangeTotal(resp.Header.Get("Content-Range"))
+		cr := resp.Header.Get("Content-Range")
+		start := contentRangeStart(cr)
+		total = contentRangeTotal(cr)
+		if start != offset || total < 0 || (f.size >= 0 && f.written > 0 && total != f.size) {
+			return false, fmt.Errorf("upstream %s: blob %s: asked from byte %d, answered 206 with Content-Range %q: %w",
+				r.Name, f.desc.Digest, offset, cr, ErrBadRange)
+		}
 	}
 	if total >= 0 && total != f.size {
 		if f.size >= 0 && f.written > 0 {
@@ -495,18 +535,28 @@ func (f *Fill) copyFrom(ctx context.Context, cancel context.CancelFunc, file *os
 				break
 			}
 			if pos < f.size {
-				return progressed, fmt.Errorf("upstream stream ended at byte %d of %d", pos, f.size)
+				return progressed, fmt.Errorf("upstream stream ended at byte %d of %d: %w", pos, f.size, errEarlyEnd)
 			}
 			break
 		}
 		if rerr != nil {
-			if ctx.Err() != nil {
-				return progressed, fmt.Errorf("upstream stream stalled for %s at byte %d: %w", clitext.Span(timeout), pos, rerr)
-			}
-			return progressed, fmt.Errorf("upstream stream broke at byte %d: %w", pos, rerr)
+			return progressed, streamError(ctx, rerr, pos, timeout)
 		}
 	}
 	return progressed, nil
+}
+
+// streamError is the error of a body read that failed at byte pos: a stall of timeout (ctx
+// ended), the connection closed before the stated length (errEarlyEnd: net/http's answer to a
+// body cut short with a FIN), or another break (a reset).
+func streamError(ctx context.Context, rerr error, pos int64, timeout time.Duration) error {
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("upstream stream stalled for %s at byte %d: %w", clitext.Span(timeout), pos, rerr)
+	case errors.Is(rerr, io.ErrUnexpectedEOF):
+		return fmt.Errorf("upstream stream broke at byte %d: %w: %w", pos, errEarlyEnd, rerr)
+	}
+	return fmt.Errorf("upstream stream broke at byte %d: %w", pos, rerr)
 }
 
 // store writes p at off of the staging file; once the disk is full (ENOSPC), in memory instead,
@@ -589,6 +639,24 @@ func (f *Fill) Serve(ctx context.Context, w http.ResponseWriter, r *http.Request
 		return rd.read, fmt.Errorf("%w: %w", ErrBroken, rd.err)
 	}
 	return rd.read, nil
+}
+
+// contentRangeStart returns the first byte position of a Content-Range value ("bytes 0-0/1234",
+// RFC 9110 section 14.4), -1 when it has none ("bytes */1234") or does not parse.
+func contentRangeStart(v string) int64 {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(v), "bytes ")
+	if !ok {
+		return -1
+	}
+	first, _, ok := strings.Cut(strings.TrimSpace(rest), "-")
+	if !ok {
+		return -1
+	}
+	n, err := strconv.ParseInt(first, 10, 64)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
 }
 
 // contentRangeTotal returns the complete length from a Content-Range value

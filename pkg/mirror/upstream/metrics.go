@@ -20,6 +20,7 @@ type metrics struct {
 	resumes         *prometheus.CounterVec // upstream
 	mismatches      *prometheus.CounterVec // upstream, kind, tier
 	refusedTargets  *prometheus.CounterVec // upstream, reason
+	busy            *prometheus.CounterVec // upstream
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -49,8 +50,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "nodecache_upstream_refused_targets_total",
 			Help: "Connections an upstream's answer asked for (a redirect, a token realm) that nodecache refused, by reason: loopback, private, link-local, shared-address-space, unspecified, multicast (the address it resolved to) or https-to-http (a downgrading redirect).",
 		}, []string{"upstream", "reason"}),
+		busy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodecache_upstream_busy_total",
+			Help: "Requests that waited --upstream-timeout for one of the upstream's --upstream-concurrency slots (requests waiting for its response headers) without getting one, answered 429.",
+		}, []string{"upstream"}),
 	}
-	for _, c := range []prometheus.Collector{m.upstreamBytes, m.upstreamSeconds, m.fillsInFlight, m.resumes, m.mismatches, m.refusedTargets} {
+	for _, c := range []prometheus.Collector{m.upstreamBytes, m.upstreamSeconds, m.fillsInFlight, m.resumes, m.mismatches, m.refusedTargets, m.busy} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -58,10 +63,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// initUpstream puts upstream's resume and digest mismatch series on /metrics at 0, so a
+// initUpstream puts upstream's resume, busy and digest mismatch series on /metrics at 0, so a
 // dashboard or alert shows "none yet" rather than "no data" before the first one happens.
 func (m *metrics) initUpstream(upstream string, peers bool) {
 	m.resumes.WithLabelValues(upstream)
+	m.busy.WithLabelValues(upstream)
 	for _, kind := range []string{KindManifest, KindBlob} {
 		m.mismatches.WithLabelValues(upstream, kind, TierUpstream)
 		if peers {

@@ -44,6 +44,11 @@ const (
 	// images (GPU and ML framework images carry layers of a few GiB) and keeps a body that
 	// never ends, or one that expands, from filling the disk.
 	DefaultMaxUnknownBlobSize = 16 << 30
+	// DefaultConcurrency is how many requests to one upstream may wait for its response headers
+	// at once (--upstream-concurrency): more than containerd's default of 3 concurrent layer
+	// downloads times the nodes of a busy shared tier's burst, few enough that an upstream that
+	// stopped answering does not gather every client's request.
+	DefaultConcurrency = 32
 )
 
 // Registry is one upstream registry: the name clients use for it and where its API is.
@@ -116,6 +121,12 @@ type Options struct {
 	// Peers, when set, are the other node caches of the cluster: blobs and manifests by digest
 	// are asked of their owner first (see Peers). Nil: no peers.
 	Peers *Peers
+	// Concurrency bounds the requests to one upstream (whichever tier answers them: the
+	// registry, a shared tier, a member) from their start until their response headers
+	// arrive; a body being read holds no slot. A request beyond it waits up to Timeout for a
+	// slot, then fails with an *Error of status 429 wrapping ErrUpstreamBusy (issue 23). Default
+	// DefaultConcurrency.
+	Concurrency int
 	// OnDiskFull, when set, is called (from the fill's goroutine) when a fill's staging file
 	// hits ENOSPC: the fill then goes on in memory, is served and verified, but not stored.
 	// lacked is how many more bytes (beyond what its staging file held, which is freed once the
@@ -219,6 +230,9 @@ func (o *Options) setDefaults() {
 	if o.MaxUnknownBlobSize <= 0 {
 		o.MaxUnknownBlobSize = DefaultMaxUnknownBlobSize
 	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultConcurrency
+	}
 }
 
 // newChain is the shared tier at opts.Chain (nil when none): its own guarded transport, with
@@ -263,6 +277,8 @@ func (f *Fetcher) addRemote(reg Registry, dialer *net.Dialer) error {
 	}
 	c.onRefused = f.noteRefused
 	c.peers = f.peers
+	c.slots = make(chan struct{}, opts.Concurrency)
+	c.onBusy = f.metrics.busy.WithLabelValues(reg.Name).Inc
 	f.remotes[reg.Name] = &Remote{Registry: reg, f: f, client: c}
 	f.metrics.initUpstream(reg.Name, f.peers != nil)
 	return nil

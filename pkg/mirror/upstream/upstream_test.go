@@ -350,19 +350,25 @@ func TestNextQuery(t *testing.T) {
 	}
 }
 
-// TestFillGivesUpWithoutProgress: a fill whose upstream keeps breaking the stream before adding
-// a byte gives up after maxStalledAttempts requests in a row; one that ignores Range and breaks
-// at the same place each time makes no progress after its first request either.
+// TestFillGivesUpWithoutProgress: a fill whose upstream keeps ending the body before its
+// Content-Length without adding a byte gives up as a short body (ErrShortBody, a 502 for
+// clients): after statusAttempts answers before the first byte (issue 23: before, after
+// maxStalledAttempts, by when a client had its 200), after maxStalledAttempts once bytes arrived
+// (an upstream that ignores Range and breaks at the same place each time); one that resets the
+// connection keeps the full patience of maxStalledAttempts and is no short body.
 func TestFillGivesUpWithoutProgress(t *testing.T) {
 	t.Parallel()
 	blob, dgst := randomBlob(1 << 20)
 	for _, tc := range []struct {
 		name     string
-		cut      int // bytes each response carries before the connection breaks
+		cut      int  // bytes each response carries before the connection breaks
+		reset    bool // break with a reset (RST) instead of closing the connection (FIN)
 		wantGets int64
+		short    bool
 	}{
-		{"breaks before the first byte", 0, maxStalledAttempts},
-		{"ignores Range, breaks at the same byte", 64 << 10, 1 + maxStalledAttempts},
+		{"ends before the first byte", 0, false, statusAttempts, true},
+		{"ignores Range, ends at the same byte", 64 << 10, false, 1 + maxStalledAttempts, true},
+		{"resets before the first byte", 0, true, maxStalledAttempts, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -376,6 +382,16 @@ func TestFillGivesUpWithoutProgress(t *testing.T) {
 				w.WriteHeader(http.StatusOK) // Range ignored
 				_, _ = w.Write(blob[:tc.cut])
 				_ = http.NewResponseController(w).Flush()
+				if tc.reset {
+					conn, _, err := http.NewResponseController(w).Hijack()
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					_ = conn.(*net.TCPConn).SetLinger(0)
+					_ = conn.Close()
+					return
+				}
 				panic(http.ErrAbortHandler)
 			}))
 			t.Cleanup(srv.Close)
@@ -387,8 +403,8 @@ func TestFillGivesUpWithoutProgress(t *testing.T) {
 				t.Fatal(err)
 			}
 			<-fl.done
-			if fl.err == nil || !strings.Contains(fl.err.Error(), "without a byte") || committed {
-				t.Errorf("fill error %v, committed %v; want it to give up for lack of progress", fl.err, committed)
+			if fl.err == nil || errors.Is(fl.err, ErrShortBody) != tc.short || committed {
+				t.Errorf("fill error %v, committed %v; want it to give up, a short body: %v", fl.err, committed, tc.short)
 			}
 			if g := gets.Load(); g != tc.wantGets {
 				t.Errorf("%d upstream GETs, want %d", g, tc.wantGets)
@@ -418,5 +434,54 @@ func TestFillErrorLevel(t *testing.T) {
 		if got := fillErrorLevel(tc.err); got != tc.want {
 			t.Errorf("fillErrorLevel(%v) = %s, want %s", tc.err, got, tc.want)
 		}
+	}
+}
+
+// TestFillWaitsForASlotOnce (issue 23, --upstream-concurrency): a fill whose first request finds
+// the upstream's slots taken for the whole upstream timeout fails at once with ErrUpstreamBusy (a
+// 429 for its clients), having sent nothing upstream; it is not retried like an upstream's own
+// error status, which would keep its clients waiting for headers past the timeout three times.
+func TestFillWaitsForASlotOnce(t *testing.T) {
+	t.Parallel()
+	blob, dgst := randomBlob(64 << 10)
+	var gets atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v2/" {
+			gets.Add(1)
+			_, _ = w.Write(blob)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	const timeout = 500 * time.Millisecond
+	f := testFetcher(t, srv, Options{Concurrency: 1, Timeout: timeout})
+	r := f.Remote("upstream.test")
+	r.client.slots <- struct{}{} // the one slot, taken by a request that waits for headers
+	start := time.Now()
+	fl, _, err := r.StartFill(t.Context(), "team/app", v1.Descriptor{Digest: dgst, Size: int64(len(blob))},
+		func(context.Context, string, v1.Descriptor) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-fl.done
+	took := time.Since(start)
+	var ue *Error
+	if !errors.Is(fl.err, ErrUpstreamBusy) || !errors.As(fl.err, &ue) || ue.Status != http.StatusTooManyRequests || ue.RetryAfter != "1" {
+		t.Errorf("fill error %v; want a 429 wrapping ErrUpstreamBusy with Retry-After 1", fl.err)
+	}
+	if took < timeout || took >= 2*timeout {
+		t.Errorf("the fill failed after %s; want one wait of the upstream timeout (%s)", took, timeout)
+	}
+	if g := gets.Load(); g != 0 {
+		t.Errorf("%d upstream GETs; want none while the slot was taken", g)
+	}
+	<-r.client.slots
+	fl, _, err = r.StartFill(t.Context(), "team/app", v1.Descriptor{Digest: dgst, Size: int64(len(blob))},
+		func(context.Context, string, v1.Descriptor) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-fl.done
+	if fl.err != nil || len(r.client.slots) != 0 {
+		t.Errorf("with the slot free: fill error %v, %d slots still taken; want it filled and its slot back", fl.err, len(r.client.slots))
 	}
 }
