@@ -355,8 +355,9 @@ const (
 )
 
 // holdLastWriter passes a 200 or 206 body on to the client except its last byte, which it sends
-// only once verify says the whole data is right (its Content-Length tells where the body ends).
-// It hides io.ReaderFrom: every byte goes through Write.
+// only once verify says the whole data is right (its Content-Length tells where the body ends);
+// the headers of such a body are flushed at once. It hides io.ReaderFrom: every byte goes
+// through Write.
 type holdLastWriter struct {
 	http.ResponseWriter
 	verify  func() bool
@@ -376,6 +377,11 @@ func (w *holdLastWriter) WriteHeader(code int) {
 		}
 	}
 	w.ResponseWriter.WriteHeader(code)
+	if f, ok := w.ResponseWriter.(http.Flusher); ok && w.left > 0 {
+		// The headers go out now: a Range far into a large blob is hashed up to its start
+		// before its first byte, and containerd gives up on headers after 30 s.
+		f.Flush()
+	}
 }
 
 // errWithheld is Write's error when the data did not match: the body's last byte was withheld.
