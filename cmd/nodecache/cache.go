@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 
 	"github.com/urfave/cli/v2"
@@ -11,32 +10,34 @@ import (
 )
 
 func cacheCommand() *cli.Command {
-	sub := func(name, usage, args string, run func(context.Context, *inventory.Client, cli.Args) (clitext.Renderer, error)) *cli.Command {
+	sub := func(name, usage, args string, run func(*cli.Context, *inventory.Client) (clitext.Renderer, error), flags ...cli.Flag) *cli.Command {
 		var listenURL, output string
 		return withConfig(&cli.Command{Name: name, Usage: usage, ArgsUsage: args,
-			Description: "Exit codes: 0 done; 1 not cached, serve unreachable or refused; 2 a flag or argument refused.",
-			Flags:       []cli.Flag{stringFlag(&listenURL, "listen-url", "http://127.0.0.1:5000", "`URL` where nodecache serve listens"), stringFlag(&output, "output", "text", "report `FORMAT`: text or json")},
+			Description: "Exit codes: 0 done (verify: every blob matched); 1 not cached, a blob corrupt or unreadable (verify), serve unreachable or refused; 2 a flag or argument refused.",
+			Flags:       append([]cli.Flag{stringFlag(&listenURL, "listen-url", "http://127.0.0.1:5000", "`URL` where nodecache serve listens"), stringFlag(&output, "output", "text", "report `FORMAT`: text or json")}, flags...),
 			Action: func(c *cli.Context) error {
 				cl, err := inventory.New(listenURL, nil)
 				if err = errors.Join(err, outputFormat(output)); err == nil {
 					var rep clitext.Renderer
-					if rep, err = run(c.Context, cl, c.Args()); err == nil {
-						return withCode(exitNegative, clitext.Render(c.App.Writer, output, rep))
+					if rep, err = run(c, cl); err == nil {
+						return withCode(exitNegative, errors.Join(clitext.Render(c.App.Writer, output, rep), inventory.Verdict(rep)))
 					}
 				}
 				usage := &exitError{}
 				return withCode(map[bool]int{true: exitUsage, false: exitNegative}[errors.Is(err, inventory.ErrInput) || errors.As(err, &usage)], err)
 			}})
 	}
-	return &cli.Command{Name: "cache", Usage: "list the images a running nodecache serve holds, or evict one",
+	return &cli.Command{Name: "cache", Usage: "list the images a running nodecache serve holds, evict one, or verify every stored blob",
 		Subcommands: []*cli.Command{
 			sub("ls", "list cached images, most recently pulled first (GET /nodecache/v1/cache: loopback and --allow networks)", "",
-				func(ctx context.Context, cl *inventory.Client, _ cli.Args) (clitext.Renderer, error) {
-					return cl.List(ctx)
-				}),
+				func(c *cli.Context, cl *inventory.Client) (clitext.Renderer, error) { return cl.List(c.Context) }),
 			sub("rm", "evict one image as eviction does: blobs another cached manifest references or a request uses stay (DELETE /nodecache/v1/cache/...: loopback only)", "UPSTREAM/REPOSITORY@DIGEST",
-				func(ctx context.Context, cl *inventory.Client, args cli.Args) (clitext.Renderer, error) {
-					return cl.RemoveArgs(ctx, args.Slice())
+				func(c *cli.Context, cl *inventory.Client) (clitext.Renderer, error) {
+					return cl.RemoveArgs(c.Context, c.Args().Slice())
 				}),
+			sub("verify", "read every stored blob whole, at most --rate bytes a second, evicting each that does not match its digest (the next pull fetches it again); progress on stderr (POST /nodecache/v1/cache/verify: loopback and --allow networks)", "",
+				func(c *cli.Context, cl *inventory.Client) (clitext.Renderer, error) {
+					return cl.Verify(c.Context, c.String("rate"), 0, c.App.ErrWriter)
+				}, stringFlag(nil, "rate", "", "read at most `RATE`, bytes a second in binary units (200MiB, 1GiB/s); default: serve's --scrub-rate")),
 		}}
 }

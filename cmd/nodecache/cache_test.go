@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
@@ -89,6 +92,81 @@ func TestCacheNothingListening(t *testing.T) {
 		code, _, errOut := runApp(t, args...)
 		if code != exitNegative || !strings.HasPrefix(errOut, "nodecache: connect: connection refused: ") || !strings.HasSuffix(errOut, want) {
 			t.Errorf("%v: exit %d, stderr %q\nwant exit 1 and %q", args, code, errOut, "nodecache: connect: connection refused: "+want)
+		}
+	}
+}
+
+// TestCacheVerify (issue 23, at rest): cache verify runs a verify pass on a real serve and
+// follows it: exit 0 and "clean" while every stored blob matches; with a layer's byte flipped on
+// disk, exit 1 and one JSON object (--output json) naming it corrupt and evicted, then clean
+// again; a refused flag exits 2, nothing listening exits 1.
+func TestCacheVerify(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 64<<10, 2, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	mirrortest.QuietLogrus()
+	root := t.TempDir()
+	nc := nodecachetest.Start(t, nodecachetest.Options{Upstream: up, Alias: "upstream.test", Root: root, Run: true})
+	r, err := name.ParseReference(nc.Host+"/upstream.test/team/app:v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pulled, err := remote.Image(r, remote.WithContext(t.Context()))
+	if err == nil {
+		err = validate.Image(pulled) // every blob fetched, so every blob stored
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Mirror.WaitIdle(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errOut := runApp(t, "cache", "verify", "--listen-url", nc.URL)
+	if code != 0 || !strings.HasPrefix(out, "verified 4 blobs (") || !strings.Contains(out, ": clean\n") {
+		t.Fatalf("cache verify of an intact cache: exit %d\n%s%s", code, out, errOut)
+	}
+
+	layer := mirrortest.LayerDigests(t, img)[1]
+	path := filepath.Join(root, "docker/registry/v2/blobs/sha256", layer.Hex[:2], layer.Hex, "data")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runApp(t, "cache", "verify", "--listen-url", nc.URL, "--output", "json", "--rate", "100MiB/s")
+	var p mirrorapi.VerifyPass
+	if code != 1 || json.Unmarshal([]byte(out), &p) != nil {
+		t.Fatalf("cache verify --output json of a damaged layer: exit %d, want 1 and JSON\n%s%s", code, out, errOut)
+	}
+	if p.State != mirrorapi.VerifyDone || p.Checked != 4 || p.Corrupt != 1 || p.Evicted != 1 || p.RateBytes != 100<<20 ||
+		len(p.CorruptBlobs) != 1 || p.CorruptBlobs[0] != layer.String() {
+		t.Errorf("cache verify --output json = %+v; want 4 checked at 100 MiB/s, %s corrupt and evicted", p, layer)
+	}
+	if !strings.HasPrefix(errOut, "verify: pass 2 started, at most 100.0 MiB a second\n") || !strings.HasSuffix(errOut, "\nnodecache: 1 of 4 blobs corrupt, 0 unreadable\n") {
+		t.Errorf("stderr %q; want progress lines, then the verdict", errOut)
+	}
+	code, out, errOut = runApp(t, "cache", "verify", "--listen-url", nc.URL)
+	if code != 0 || !strings.Contains(out, "verified 3 blobs") || !strings.Contains(out, ": clean\n") {
+		t.Errorf("cache verify after the eviction: exit %d, want 0 and 3 blobs clean\n%s%s", code, out, errOut)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"cache", "verify", "--listen-url", nc.URL, "--rate", "50MB"}, 2, `--rate "50MB": decimal and short units are not accepted; did you mean 50MiB?`},
+		{[]string{"cache", "verify", "--listen-url", nc.URL, "--rate", "0"}, 2, `--rate "0": must be more than 0`},
+		{[]string{"cache", "verify", "--listen-url", nc.URL, "--output", "yaml"}, 2, "--output"},
+		{[]string{"cache", "verify", "--listen-url", "http://" + nodecachetest.FreeAddr(t)}, 1, "is nodecache serve running at"},
+	} {
+		if code, out, errOut := runApp(t, tc.args...); code != tc.code || !strings.Contains(errOut, tc.says) {
+			t.Errorf("%v: exit %d, want %d saying %q:\n%s%s", tc.args, code, tc.code, tc.says, out, errOut)
 		}
 	}
 }

@@ -29,6 +29,8 @@ func mirrorFlags(c *mirror.Config, lc *logConfig, listenDefault string) []cli.Fl
 		durationFlag(&c.FillTimeout, "fill-timeout", upstream.DefaultFillTimeout, "longest `DURATION` one blob fill from the upstream may take; a broken stream is resumed while it progresses, the fill fails after 5 attempts in a row that add no byte or at this bound"),
 		stringFlag(&c.MaxSize, "max-size", "", "cap the cache at `SIZE`: binary units (500MiB, 30GiB, 1TiB) or a share of the filesystem holding --root (30%); over it, least recently pulled images are evicted down to 90% of it (default: no cap)"),
 		stringFlag(&c.MetricsListen, "metrics-listen", "", "also serve /metrics, /healthz and /readyz on this `ADDR`"),
+		durationFlag(&c.ScrubInterval, "scrub-interval", mirror.DefaultScrubInterval, "re-hash each stored blob once every `DURATION` in the background, evicting one that no longer matches its digest (the next pull fetches it again; counted in nodecache_cache_corrupt_total); 0: never. First after an unclean shutdown. With --storage s3 it is off unless this flag is given (every replica would read the whole shared bucket)"),
+		stringFlag(&c.ScrubRate, "scrub-rate", "50MiB", "bound `RATE` on what the scrubber and nodecache cache verify read, bytes a second in binary units (50MiB, 200MiB/s)"),
 		durationFlag(&c.IdleTimeout, "idle-timeout", mirror.DefaultIdleTimeout, "close a keep-alive connection idle for this `DURATION` (every listener): idle connections hold descriptors, and anyone who reaches the port could hold them all"),
 		intFlag(&c.ClientMaxConns, "client-max-conns", mirror.DefaultClientMaxConns, "`NUMBER` of connections one client address may hold once the connection budget (from the descriptor limit, ulimit -n) is nearly used; more get 503. SNAT and NodePort Services make many nodes one address: keep it above their connections together"),
 		stringSliceFlag(&c.Allow, "allow", nil, "`CIDR` allowed to read /nodecache/v1/clients besides loopback, repeatable; it does not gate pulls (that is --pull-allow)"),
@@ -83,7 +85,7 @@ Examples:
 		Flags: append(mirrorFlags(&cfg, &lc, ":5000"),
 			stringFlag(&cfg.TLSCert, "tls-cert", "", "serve HTTPS (TLS 1.2+) on --listen with the PEM certificate (chain) in `FILE`; needs --tls-key; both read again when they change"),
 			stringFlag(&cfg.TLSKey, "tls-key", "", "PEM private key `FILE` of --tls-cert"),
-			stringFlag(&cfg.Storage, "storage", mirror.StorageFilesystem, "where the cache lives, a storage `TYPE`: filesystem (under --root) or s3 (a bucket several replicas may share; --root then holds only fills in flight)"),
+			stringFlag(&cfg.Storage, "storage", mirror.StorageFilesystem, "where the cache lives, a storage `TYPE`: filesystem (under --root) or s3 (a bucket several replicas may share; --root then holds only fills in flight, and the background scrubber is off unless --scrub-interval is given)"),
 			stringFlag(&cfg.S3.Bucket, "s3-bucket", "", "S3 `BUCKET` of --storage s3"),
 			stringFlag(&cfg.S3.Region, "s3-region", "", "AWS `REGION` of the bucket; required unless --s3-endpoint"),
 			stringFlag(&cfg.S3.Endpoint, "s3-endpoint", "", "`URL` of an S3-compatible server (http(s)://HOST[:PORT]); default AWS"),
@@ -96,6 +98,7 @@ Examples:
 			if err != nil {
 				return err
 			}
+			cfg.ScrubIntervalSet = c.IsSet("scrub-interval")
 			opts, err := cfg.Options(log)
 			if err != nil {
 				return withCode(exitUsage, err)

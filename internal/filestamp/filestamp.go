@@ -26,9 +26,24 @@ func Of(path string) (Stamp, error) {
 	if err != nil {
 		return Stamp{}, err
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
+	s, ok := FromInfo(fi)
 	if !ok {
 		return Stamp{}, fmt.Errorf("stat %s: no device and inode on this platform", path)
 	}
-	return Stamp{Dev: uint64(st.Dev), Ino: st.Ino, Size: fi.Size(), Mtime: fi.ModTime()}, nil //nolint:unconvert // Dev is int32 or uint64 by platform
+	return s, nil
+}
+
+// Equal reports whether s and o are the same file unchanged; the zero Stamp equals none.
+func (s Stamp) Equal(o Stamp) bool {
+	return s.Ino != 0 && s.Dev == o.Dev && s.Ino == o.Ino && s.Size == o.Size && s.Mtime.Equal(o.Mtime)
+}
+
+// FromInfo is the stamp of an open file's os.FileInfo (from (*os.File).Stat); ok is false when
+// the platform gives no device and inode.
+func FromInfo(fi os.FileInfo) (s Stamp, ok bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return Stamp{}, false
+	}
+	return Stamp{Dev: uint64(st.Dev), Ino: st.Ino, Size: fi.Size(), Mtime: fi.ModTime()}, true //nolint:unconvert // Dev is int32 or uint64 by platform
 }

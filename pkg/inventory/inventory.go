@@ -1,5 +1,6 @@
 // Package inventory is the client of serve's cache inventory (mirrorapi.CachePath): list the
-// cached images, evict one. `nodecache cache ls|rm` renders what it returns.
+// cached images, evict one, run a verify pass over the stored blobs. `nodecache cache
+// ls|rm|verify` renders what it returns.
 package inventory
 
 import (
@@ -107,7 +108,7 @@ func (c *Client) Remove(ctx context.Context, spec string) (*Removal, error) {
 
 func (c *Client) do(ctx context.Context, method, path string, out any) error {
 	u := *c.base
-	u.Path = path
+	u.Path, u.RawQuery, _ = strings.Cut(path, "?")
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, u.String(), err)
@@ -125,7 +126,7 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 	if err != nil {
 		return fmt.Errorf("%s %s: read answer: %w", method, u.String(), err)
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
 		var e struct {
 			Error string `json:"error"`
 		}
@@ -133,8 +134,9 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			msg = e.Error
 		}
-		if resp.StatusCode == http.StatusBadRequest && method == http.MethodDelete {
-			// serve refused the spec (an upstream it does not have): the input, not the cache.
+		if resp.StatusCode == http.StatusBadRequest && method != http.MethodGet {
+			// serve refused the spec (an upstream it does not have) or the verify rate: the
+			// input, not the cache.
 			return fmt.Errorf("%w: %s", ErrInput, msg)
 		}
 		if resp.StatusCode == http.StatusNotFound && method == http.MethodDelete {
@@ -147,6 +149,108 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 		return fmt.Errorf("%s %s: answer is not the inventory's JSON: %w", method, u.String(), err)
 	}
 	return nil
+}
+
+// ErrVerifyLost is Verify's error when the pass it follows is gone from serve before its end:
+// serve stopped (the pass is reported stopped) or restarted, or another pass replaced it.
+var ErrVerifyLost = errors.New("the verify pass did not finish")
+
+// Verify starts a verify pass on serve (POST mirrorapi.CacheVerifyPath; serve accepts it from
+// loopback and its --allow networks) reading at most rate, bytes a second as cache verify's
+// --rate takes it, which serve reads ("": serve's --scrub-rate), or joins the one running, then
+// follows it (GET, soon and then every poll; 0: one second) until it is over, writing a
+// ProgressLine to progress (when not nil) each time it changed. It returns the pass as it ended (Verdict tells whether it was clean). Errors: serve's
+// refusal or failure (nothing listening is said as List says it; a rate serve refuses wraps
+// ErrInput), ErrVerifyLost, ctx's.
+func (c *Client) Verify(ctx context.Context, rate string, poll time.Duration, progress io.Writer) (*Verification, error) {
+	if poll <= 0 {
+		poll = time.Second
+	}
+	path := mirrorapi.CacheVerifyPath
+	if rate != "" {
+		path += "?rate=" + url.QueryEscape(rate)
+	}
+	var p mirrorapi.VerifyPass
+	if err := c.do(ctx, http.MethodPost, path, &p); err != nil {
+		return nil, err
+	}
+	id, wait, last := p.ID, min(100*time.Millisecond, poll), ""
+	for p.State == mirrorapi.VerifyRunning {
+		if line := ProgressLine(p); progress != nil && line != last {
+			_, _ = fmt.Fprintln(progress, line)
+			last = line
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, poll) // a small cache is done at once; a large one is asked every poll
+		if err := c.do(ctx, http.MethodGet, mirrorapi.CacheVerifyPath, &p); err != nil {
+			return nil, err
+		}
+		if p.ID != id {
+			return nil, fmt.Errorf("%w: serve answers pass %d, not pass %d it started (serve restarted, or the pass was replaced); run it again", ErrVerifyLost, p.ID, id)
+		}
+	}
+	if p.State != mirrorapi.VerifyDone {
+		return nil, fmt.Errorf("%w: pass %d is %s after %d of %d blobs (serve is stopping?); %d corrupt so far", ErrVerifyLost, p.ID, p.State, p.Checked, p.Blobs, p.Corrupt)
+	}
+	return &Verification{VerifyPass: p}, nil
+}
+
+// Verification is `cache verify`'s report: the pass as it ended.
+type Verification struct{ mirrorapi.VerifyPass }
+
+// Clean reports whether every blob read matched (none corrupt, none unreadable).
+func (v *Verification) Clean() bool { return v.Corrupt == 0 && v.Unreadable == 0 }
+
+// Verdict is the error a report stands for once it is rendered: for a Verification that is not
+// clean, how many blobs were corrupt or unreadable; nil for any other report.
+func Verdict(r clitext.Renderer) error {
+	if v, ok := r.(*Verification); ok && !v.Clean() {
+		return fmt.Errorf("%d of %d blobs corrupt, %d unreadable", v.Corrupt, v.Checked, v.Unreadable)
+	}
+	return nil
+}
+
+// WriteJSON writes the pass as serve answered it.
+func (v *Verification) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v.VerifyPass)
+}
+
+// WriteText writes one line of totals, then one line per corrupt blob.
+func (v *Verification) WriteText(w io.Writer) error {
+	took := v.Finished.Sub(v.Started)
+	verdict := "clean"
+	if !v.Clean() {
+		verdict = fmt.Sprintf("%d corrupt (%d evicted: the next pull fetches them again; %d unrepairable)", v.Corrupt, v.Evicted, v.Unrepairable)
+		if v.Unreadable > 0 {
+			verdict += fmt.Sprintf(", %d unreadable (see serve's log)", v.Unreadable)
+		}
+	}
+	if v.Missing > 0 {
+		verdict += fmt.Sprintf("; %d gone meanwhile", v.Missing)
+	}
+	if _, err := fmt.Fprintf(w, "verified %d blobs (%s) in %s: %s\n", v.Checked, clitext.Bytes(v.CheckedBytes), clitext.Span(took), verdict); err != nil {
+		return err
+	}
+	for _, d := range v.CorruptBlobs {
+		if _, err := fmt.Fprintf(w, "corrupt %s\n", d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ProgressLine is one line of a pass's progress, for humans: blobs and bytes read, corrupt so far.
+func ProgressLine(p mirrorapi.VerifyPass) string {
+	if p.Blobs == 0 && p.Checked == 0 {
+		return fmt.Sprintf("verify: pass %d started, at most %s a second", p.ID, clitext.Bytes(p.RateBytes))
+	}
+	return fmt.Sprintf("verify: %d/%d blobs, %s of %s, %d corrupt", p.Checked, p.Blobs, clitext.Bytes(p.CheckedBytes), clitext.Bytes(p.SizeBytes), p.Corrupt)
 }
 
 // Listing is `cache ls`'s report.

@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/nodecache/nodecache/internal/filestamp"
 	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
@@ -49,7 +52,11 @@ func (r *repository) serveBlob(ctx context.Context, w http.ResponseWriter, req *
 		}
 		out := outcome{cache: mirrorapi.CacheHit}
 		setCacheHeader(w, out)
-		return out, r.serveLocal(ctx, blobs, w, req, desc)
+		if err := r.serveLocal(ctx, blobs, w, req, desc); !errors.Is(err, errDamaged) {
+			return out, err
+		}
+		// Damaged on disk and evicted, nothing written: answered as if it had never been
+		// stored, through a fill that stores it again.
 	} else if !errors.Is(err, distribution.ErrBlobUnknown) {
 		return outcome{}, asReadError(err)
 	}
@@ -145,56 +152,269 @@ func (r *repository) fillBlob(ctx context.Context, w http.ResponseWriter, req *h
 	return out, nil
 }
 
+// errDamaged is serveLocal's error for a stored blob whose data file does not have the blob's
+// verified size (cache.BlobCheck), or is empty for a digest that is not of empty content: it was
+// evicted before anything was written, and the request is answered as a miss.
+var errDamaged = errors.New("stored blob damaged: evicted")
+
 // serveLocal serves a blob stored and linked in this repository; eviction leaves its data alone
-// meanwhile.
+// meanwhile. Every serve first compares the data's size (the file's, or the object's that
+// serveBlob's Stat read) with the blob's verified size, which the cache index records when a
+// fill stores the blob (never read from the data itself): a mismatch is evicted at once and
+// answered as a miss (errDamaged). A blob hashed in this process (a fill's commit, an earlier
+// serve, a scrub) whose data file was not written since (filestamp: inode, size, mtime) is then
+// served as it is, by sendfile on filesystem storage (serveFile). Any other serve (a blob's
+// first after a start) is hashed as it streams, its last byte held back until the whole data is
+// hashed (serveHashed): data that does not match its digest is evicted and the response cut, so
+// a client never gets a complete answer with wrong bytes.
 //
-// Errors: distribution's blob store's, as asReadError answers them (nothing written).
+// Errors: errDamaged (nothing written); distribution's blob store's, as asReadError answers
+// them (nothing written); an error wrapping upstream.ErrBroken when a first serve found the data
+// does not match its digest after the headers went out (the caller aborts the connection).
 func (r *repository) serveLocal(ctx context.Context, blobs distribution.BlobStore, w http.ResponseWriter, req *http.Request, desc v1.Descriptor) error {
 	release := r.cache.Acquire(desc.Digest)
 	defer release()
-	if r.serveFile(w, req, desc) {
-		return nil
+	check := r.cache.Check(desc.Digest)
+	var (
+		file  *os.File
+		stamp filestamp.Stamp
+	)
+	if root := r.cache.FilesystemRoot(); root != "" {
+		f, err := os.Open(filepath.Join(root, filepath.FromSlash(cache.BlobDataPath(desc.Digest))))
+		if err == nil {
+			defer f.Close()
+			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+				file, desc.Size = f, fi.Size()
+				stamp, _ = filestamp.FromInfo(fi)
+			}
+		}
 	}
-	if err := blobs.ServeBlob(ctx, w, req, desc.Digest); err != nil {
+	if (check.Size >= 0 && desc.Size != check.Size) || (desc.Size == 0 && desc.Digest.Algorithm().FromBytes(nil) != desc.Digest) {
+		r.log.Warn().Str("repository", r.repo).Str("digest", desc.Digest.String()).Int64("size", desc.Size).
+			Int64("verified_size", check.Size).Msg("stored blob's data does not have its verified size")
+		r.cache.EvictCorrupt(context.WithoutCancel(ctx), desc.Digest, cache.FoundByServe)
+		return errDamaged
+	}
+	switch {
+	case check.Verified && file != nil && stamp.Equal(check.Stamp):
+		serveFile(w, req, desc, file)
+		return nil
+	case check.Verified && file == nil:
+		if err := blobs.ServeBlob(ctx, w, req, desc.Digest); err != nil {
+			return asReadError(err)
+		}
+		return nil
+	case file != nil: // not hashed in this process, or its file was written since
+		return r.serveHashed(ctx, w, req, desc, file, stamp)
+	}
+	rs, err := blobs.Open(ctx, desc.Digest)
+	if err != nil {
 		return asReadError(err)
 	}
-	return nil
+	defer rs.Close()
+	return r.serveHashed(ctx, w, req, desc, rs, filestamp.Stamp{})
 }
 
-// serveFile serves blob desc, linked into this repository (serveBlob's Stat), from its data file
-// on filesystem storage:
-// the file as an *os.File through http.ServeContent (Range, HEAD, conditional requests and 416
-// are its), so that net/http hands the file to the kernel (sendfile) instead of distribution's
-// buffered reader making 32 KiB writes. The headers are those distribution's blob
-// server sets (registry/storage linkedblobstore.go and blobserver.go, v3.1.2): Content-Type
-// (the descriptor's media type), ETag, Cache-Control, Docker-Content-Digest, Content-Length.
-// It reports false, having written nothing, when the storage is not local files (s3, memory) or
-// the data file cannot be opened with the descriptor's size (evicted meanwhile); the caller lets
-// distribution serve it (or answer with its error).
-func (r *repository) serveFile(w http.ResponseWriter, req *http.Request, desc v1.Descriptor) bool {
-	root := r.cache.FilesystemRoot()
-	if root == "" {
-		return false
-	}
-	f, err := os.Open(filepath.Join(root, filepath.FromSlash(cache.BlobDataPath(desc.Digest))))
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != desc.Size {
-		return false
-	}
+// setStoredBlobHeaders sets the headers distribution's blob server sets (registry/storage
+// linkedblobstore.go and blobserver.go, v3.1.2): Content-Type (the descriptor's media type; set
+// even when empty, as distribution does: a present Content-Type keeps http.ServeContent from
+// sniffing the body), ETag, Cache-Control, Docker-Content-Digest. Content-Length is
+// http.ServeContent's (the range's size on a 206).
+func setStoredBlobHeaders(w http.ResponseWriter, desc v1.Descriptor) {
 	h := w.Header()
-	// Set even when empty, as distribution does: a present Content-Type keeps ServeContent from
-	// sniffing the body. Content-Length is ServeContent's (the range's size on a 206).
 	h.Set("Content-Type", desc.MediaType)
 	h.Set("ETag", `"`+desc.Digest.String()+`"`)
 	h.Set("Cache-Control", "max-age=31536000")
 	if h.Get("Docker-Content-Digest") == "" {
 		h.Set("Docker-Content-Digest", desc.Digest.String())
 	}
+}
+
+// serveFile serves blob desc from its data file f on filesystem storage, through
+// http.ServeContent (Range, HEAD, conditional requests and 416 are its) with the file as an
+// *os.File, so that net/http hands it to the kernel (sendfile) instead of distribution's buffered
+// reader making 32 KiB writes; the headers are distribution's (setStoredBlobHeaders).
+func serveFile(w http.ResponseWriter, req *http.Request, desc v1.Descriptor, f *os.File) {
+	setStoredBlobHeaders(w, desc)
 	http.ServeContent(w, req, desc.Digest.String(), time.Time{}, f)
-	return true
+}
+
+// serveHashed serves blob desc, desc.Size bytes read from src (its data file as stamp says, on
+// filesystem storage), through http.ServeContent with
+// distribution's headers, hashing the data as it goes (hashingReader: the bytes a Range skips
+// are hashed too, and the rest after it) and holding the body's last byte back until the whole
+// data is hashed (holdLastWriter). A match records the blob as verified (later serves take the
+// fast path); a mismatch evicts it and withholds the last byte. A HEAD, a 304 or a 416 reads
+// nothing and verifies nothing.
+//
+// Errors: an error wrapping upstream.ErrBroken after a mismatch (the caller aborts the
+// connection: the client sees a broken transfer, never a complete answer).
+func (r *repository) serveHashed(ctx context.Context, w http.ResponseWriter, req *http.Request, desc v1.Descriptor, src io.ReadSeeker, stamp filestamp.Stamp) error {
+	if !desc.Digest.Algorithm().Available() {
+		return codeError(errcode.ErrorCodeDigestInvalid, desc.Digest)
+	}
+	hr := &hashingReader{src: src, size: desc.Size, d: desc.Digest, h: desc.Digest.Algorithm().Hash()}
+	hw := &holdLastWriter{ResponseWriter: w, left: -1, verify: hr.verify}
+	setStoredBlobHeaders(w, desc)
+	http.ServeContent(hw, req, desc.Digest.String(), time.Time{}, hr)
+	switch hw.verdict {
+	case verdictMatch:
+		r.cache.Verified(r.storageName(), desc.Digest, desc.Size, stamp)
+	case verdictMismatch:
+		r.log.Warn().Str("repository", r.repo).Str("digest", desc.Digest.String()).Int64("size", desc.Size).
+			Msg("stored blob's data does not match its digest: response cut before its last byte")
+		r.cache.EvictCorrupt(context.WithoutCancel(ctx), desc.Digest, cache.FoundByServe)
+		return fmt.Errorf("stored blob %s does not match its digest: %w", desc.Digest, upstream.ErrBroken)
+	}
+	return nil
+}
+
+// hashingReader is an io.ReadSeeker over a stored blob's data (src, size bytes) for
+// http.ServeContent that hashes the data from its first byte as the response reads it: a seek
+// forward (a Range) hashes the bytes skipped when the next Read reaches them; a seek back (a
+// multipart range out of order) reads without hashing. verify hashes what was not read yet and
+// compares the result with d.
+type hashingReader struct {
+	src    io.ReadSeeker
+	size   int64
+	d      digest.Digest
+	h      hash.Hash
+	hashed int64 // bytes hashed, from the start
+	pos    int64 // where the next Read reads
+	srcPos int64 // where src is
+}
+
+func (r *hashingReader) Seek(offset int64, whence int) (int64, error) {
+	p := offset
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		p += r.pos
+	case io.SeekEnd:
+		p += r.size
+	default:
+		return r.pos, fmt.Errorf("seek: whence %d", whence)
+	}
+	if p < 0 {
+		return r.pos, fmt.Errorf("seek to %d: before the start", p)
+	}
+	r.pos = p
+	return p, nil
+}
+
+func (r *hashingReader) Read(p []byte) (int, error) {
+	if r.pos >= r.size {
+		return 0, io.EOF
+	}
+	if r.hashed < r.pos {
+		if err := r.hashTo(r.pos); err != nil {
+			return 0, err
+		}
+	}
+	if r.srcPos != r.pos {
+		if _, err := r.src.Seek(r.pos, io.SeekStart); err != nil {
+			return 0, err
+		}
+		r.srcPos = r.pos
+	}
+	p = p[:min(int64(len(p)), r.size-r.pos)]
+	n, err := r.src.Read(p)
+	if r.pos == r.hashed {
+		r.h.Write(p[:n])
+		r.hashed += int64(n)
+	}
+	r.pos += int64(n)
+	r.srcPos += int64(n)
+	if errors.Is(err, io.EOF) && r.pos < r.size {
+		err = io.ErrUnexpectedEOF // shorter than it was a moment ago
+	}
+	return n, err
+}
+
+// hashTo hashes src from r.hashed up to end.
+func (r *hashingReader) hashTo(end int64) error {
+	if _, err := r.src.Seek(r.hashed, io.SeekStart); err != nil {
+		return err
+	}
+	n, err := io.CopyN(r.h, r.src, end-r.hashed)
+	r.hashed += n
+	r.srcPos = r.hashed
+	return err
+}
+
+// verify hashes the rest of the data and reports whether all of it, size bytes, hashes to d.
+func (r *hashingReader) verify() bool {
+	return r.hashTo(r.size) == nil && digest.NewDigest(r.d.Algorithm(), r.h) == r.d
+}
+
+// Verdicts of a holdLastWriter.
+const (
+	verdictNone     = iota // the body's last byte was not reached (HEAD, 304, 416, a client gone)
+	verdictMatch           // the data matched: the last byte was sent
+	verdictMismatch        // it did not: the last byte was withheld
+)
+
+// holdLastWriter passes a 200 or 206 body on to the client except its last byte, which it sends
+// only once verify says the whole data is right (its Content-Length tells where the body ends);
+// the headers of such a body are flushed at once. It hides io.ReaderFrom: every byte goes
+// through Write.
+type holdLastWriter struct {
+	http.ResponseWriter
+	verify  func() bool
+	left    int64 // body bytes not written yet; -1: no body held (not 200 or 206, or no length)
+	wrote   bool  // WriteHeader was called
+	verdict int
+}
+
+func (w *holdLastWriter) WriteHeader(code int) {
+	if w.wrote {
+		return
+	}
+	w.wrote = true
+	if code == http.StatusOK || code == http.StatusPartialContent {
+		if n, err := strconv.ParseInt(w.Header().Get("Content-Length"), 10, 64); err == nil && n > 0 {
+			w.left = n
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+	if f, ok := w.ResponseWriter.(http.Flusher); ok && w.left > 0 {
+		// The headers go out now: a Range far into a large blob is hashed up to its start
+		// before its first byte, and containerd gives up on headers after 30 s.
+		f.Flush()
+	}
+}
+
+// errWithheld is Write's error when the data did not match: the body's last byte was withheld.
+var errWithheld = errors.New("stored blob does not match its digest: last byte withheld")
+
+func (w *holdLastWriter) Write(p []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.verdict == verdictMismatch {
+		return 0, errWithheld
+	}
+	if w.left < 0 || int64(len(p)) < w.left {
+		n, err := w.ResponseWriter.Write(p)
+		if w.left > 0 {
+			w.left -= int64(n)
+		}
+		return n, err
+	}
+	p = p[:w.left] // the body's end: what follows is not part of it
+	n, err := w.ResponseWriter.Write(p[:len(p)-1])
+	w.left -= int64(n)
+	if err != nil {
+		return n, err
+	}
+	if !w.verify() {
+		w.verdict = verdictMismatch
+		return n, errWithheld
+	}
+	w.verdict = verdictMatch
+	m, err := w.ResponseWriter.Write(p[len(p)-1:])
+	w.left -= int64(m)
+	return n + m, err
 }
 
 // commitBlob stores a verified fill's staging file as a blob linked into r's repository
@@ -219,7 +439,7 @@ func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descri
 	if d, err := repo.Blobs(ctx).Stat(ctx, desc.Digest); err == nil && d.Size == desc.Size {
 		// Linked meanwhile in shared storage (another replica of one bucket, the member this
 		// fill streamed from): the blob is stored once, not uploaded again; only recorded.
-		return r.cache.CommitBlob(r.storageName(), desc.Digest, desc.Size, func() error { return nil })
+		return r.cache.CommitBlob(ctx, r.storageName(), desc.Digest, desc.Size, func() error { return nil })
 	}
 	src, err := os.Open(path)
 	if err != nil {
@@ -238,7 +458,7 @@ func (r *repository) commitBlob(ctx context.Context, path string, desc v1.Descri
 		return fmt.Errorf("write blob: %w", err)
 	}
 	// Data moved into the blob store and linked under the lock eviction deletes data with.
-	err = r.cache.CommitBlob(r.storageName(), desc.Digest, desc.Size, func() error {
+	err = r.cache.CommitBlob(ctx, r.storageName(), desc.Digest, desc.Size, func() error {
 		_, err := bw.Commit(ctx, desc)
 		return err
 	})

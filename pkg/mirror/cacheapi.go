@@ -29,6 +29,10 @@ type cacheView interface {
 	MaxSize() int64
 	// EvictImage removes an image of a storage repository, returning the bytes freed.
 	EvictImage(ctx context.Context, repo string, d digest.Digest, reason string) int64
+	// StartVerify asks for a verify pass at rate bytes a second (0: the scrub rate), or
+	// returns the one running; VerifyStatus returns the latest.
+	StartVerify(rate int64) (mirrorapi.VerifyPass, error)
+	VerifyStatus() (mirrorapi.VerifyPass, bool)
 }
 
 // Inventory returns the cache inventory (mirrorapi.CachePath's document).
@@ -50,10 +54,13 @@ func inventory(c cacheView, byKey map[string]*configured) mirrorapi.CacheInvento
 }
 
 // serveCache answers mirrorapi.CachePath: GET (loopback and --allow networks) lists the cache,
-// DELETE .../<upstream>/<repository>@<digest> (loopback only) evicts one image.
+// DELETE .../<upstream>/<repository>@<digest> (loopback only) evicts one image; and
+// mirrorapi.CacheVerifyPath (serveVerify).
 func (m *Mirror) serveCache(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	switch {
+	case r.URL.Path == mirrorapi.CacheVerifyPath:
+		m.serveVerify(w, r)
 	case r.Method == http.MethodGet && r.URL.Path == mirrorapi.CachePath:
 		if !m.clients.allowed(r.RemoteAddr) {
 			m.metrics.refused.WithLabelValues(RefusedAllow).Inc()
@@ -70,6 +77,47 @@ func (m *Mirror) serveCache(w http.ResponseWriter, r *http.Request) {
 	default:
 		w.Header().Set("Allow", "GET, DELETE")
 		writeJSONError(w, http.StatusMethodNotAllowed, "want GET "+mirrorapi.CachePath+" or DELETE "+mirrorapi.CachePath+"/<upstream>/<repository>@<digest>")
+	}
+}
+
+// serveVerify answers mirrorapi.CacheVerifyPath, to loopback and --allow networks (a pass
+// only reads, at the scrub rate, and evicts what is damaged, which the next pull fetches
+// again): POST starts a verify pass or answers
+// the one running, 202 (query rate: its bound, bytes a second as cache verify's --rate takes it,
+// ParseRate; 400 when it does not parse); GET answers the latest, 200 (404 when none was asked
+// for).
+func (m *Mirror) serveVerify(w http.ResponseWriter, r *http.Request) {
+	if !m.clients.allowed(r.RemoteAddr) {
+		m.metrics.refused.WithLabelValues(RefusedAllow).Inc()
+		writeJSONError(w, http.StatusForbidden, "cache verify passes are served to loopback and --allow networks only")
+		return
+	}
+	var c cacheView = m.cache
+	switch r.Method {
+	case http.MethodPost:
+		rate, err := ParseRate("--rate", r.URL.Query().Get("rate"))
+		if err != nil {
+			writeJSONError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		p, err := c.StartVerify(rate)
+		if err != nil {
+			writeJSONError(w, http.StatusServiceUnavailable, err.Error()+"; try again shortly")
+			return
+		}
+		m.log.Info().Int64("pass", p.ID).Int64("rate_bytes_per_second", p.RateBytes).Str("client", r.RemoteAddr).Msg("verify pass asked for")
+		w.WriteHeader(http.StatusAccepted)
+		_ = json.NewEncoder(w).Encode(p)
+	case http.MethodGet:
+		p, ok := c.VerifyStatus()
+		if !ok {
+			writeJSONError(w, http.StatusNotFound, "no verify pass was asked for since serve started (POST to start one)")
+			return
+		}
+		_ = json.NewEncoder(w).Encode(p)
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		writeJSONError(w, http.StatusMethodNotAllowed, "want POST "+mirrorapi.CacheVerifyPath+" to start a verify pass, GET to follow it")
 	}
 }
 

@@ -84,6 +84,13 @@ type Config struct {
 	// connection budget is under pressure (0: the default, DefaultClientMaxConns; negative is
 	// refused). For ServeOptions.ClientMaxConns.
 	ClientMaxConns int
+	// ScrubInterval is --scrub-interval: how often each stored blob is re-hashed; 0 turns the
+	// background scrubber off. With --storage s3 it applies only when ScrubIntervalSet (given
+	// on the command line, in the environment or the settings file): scrubbing a shared bucket
+	// is off unless asked for. ScrubRate is --scrub-rate (ParseRate; "": the default).
+	ScrubInterval    time.Duration
+	ScrubIntervalSet bool
+	ScrubRate        string
 	// PeersRefresh and PeerDialTimeout are --peers-refresh and --peer-dial-timeout (positive;
 	// required with --peers: the flags default to 10 s and 1 s).
 	PeersRefresh, PeerDialTimeout time.Duration
@@ -153,6 +160,9 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 		return o, fmt.Errorf("--idle-timeout %s: want a positive duration such as 30s", c.IdleTimeout)
 	}
 	if err := o.checkTimes(); err != nil {
+		return o, err
+	}
+	if err := c.setScrub(&o); err != nil {
 		return o, err
 	}
 	if o.Peers, err = c.peerOptions(log); err != nil {
@@ -362,6 +372,46 @@ func parseCIDRs(flag string, values []string) ([]netip.Prefix, error) {
 		out = append(out, p.Masked())
 	}
 	return out, nil
+}
+
+// setScrub sets o's scrubbing from --scrub-interval and --scrub-rate (o.Storage set).
+func (c Config) setScrub(o *Options) error {
+	switch {
+	case c.ScrubInterval < 0:
+		return fmt.Errorf("--scrub-interval %s: want a positive duration such as 168h (7 days), or 0 for no background scrubbing", c.ScrubInterval)
+	case c.ScrubInterval == 0:
+		o.ScrubInterval = ScrubOff
+	case o.Storage == StorageS3 && !c.ScrubIntervalSet:
+		o.ScrubInterval = ScrubOff // a shared bucket is scrubbed only when asked for
+	default:
+		o.ScrubInterval = c.ScrubInterval
+	}
+	var err error
+	o.ScrubRate, err = ParseRate("--scrub-rate", c.ScrubRate)
+	return err
+}
+
+// ParseRate parses a rate of reading in bytes a second, as --scrub-rate and cache verify's
+// --rate take it: a size in binary units (50MiB, 1GiB, plain bytes), optionally followed by
+// "/s". "" is 0 (the caller's default). Errors name flag: decimal units, a share, zero, what does
+// not parse.
+func ParseRate(flag, s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	accepted := "want bytes a second in binary units such as 50MiB or 200MiB/s"
+	v := strings.TrimSuffix(s, "/s")
+	if strings.HasSuffix(v, "%") {
+		return 0, fmt.Errorf("%s %q: a share is not accepted: %s", flag, s, accepted)
+	}
+	n, err := parseBinarySize(v, accepted)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%s %w", flag, err)
+	case n == 0:
+		return 0, fmt.Errorf("%s %q: must be more than 0: %s", flag, s, accepted)
+	}
+	return n, nil
 }
 
 // parseUnknownBlobSize parses --max-unknown-blob-size: a size in binary units as --max-size

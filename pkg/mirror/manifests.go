@@ -227,6 +227,10 @@ func (r *repository) manifest(ctx context.Context, dgst digest.Digest, tag strin
 		return nil, out, fmt.Errorf("open manifest store: %w", err)
 	}
 	man, err := local.Get(ctx, dgst)
+	if r.damagedManifest(ctx, dgst, man, err) {
+		r.cache.EvictCorrupt(context.WithoutCancel(ctx), dgst, cache.FoundByServe)
+		man, err = nil, errDamaged // fetched again below
+	}
 	if err == nil {
 		out.cache = mirrorapi.CacheHit
 	} else {
@@ -261,6 +265,22 @@ func (r *repository) manifest(ctx context.Context, dgst digest.Digest, tag strin
 	return man, out, nil
 }
 
+// damagedManifest reports whether the stored manifest dgst, as local.Get answered it (man, err),
+// is damaged: the bytes it parsed from do not hash to dgst (a manifest is read whole on every
+// hit, so every hit is checked), or they do not parse and do not hash to dgst either (what
+// keepManifest stores always parsed).
+func (r *repository) damagedManifest(ctx context.Context, dgst digest.Digest, man distribution.Manifest, err error) bool {
+	if !dgst.Algorithm().Available() {
+		return false
+	}
+	if err == nil {
+		_, payload, perr := man.Payload()
+		return perr == nil && dgst.Algorithm().FromBytes(payload) != dgst
+	}
+	var unknown distribution.ErrManifestUnknownRevision
+	return !errors.As(err, &unknown) && r.cache.Damaged(ctx, dgst, upstream.MaxManifestBytes)
+}
+
 // manifestByBlob reads manifest dgst of a digest algorithm other than distribution's canonical
 // one (sha512): distribution files manifests by their sha256, so keepManifest also stores the
 // bytes as a blob linked under dgst, and this reads them back. ok is false for sha256 digests and
@@ -275,7 +295,11 @@ func (r *repository) manifestByBlob(ctx context.Context, dgst digest.Digest) (di
 		return nil, false
 	}
 	raw, err := blobs.Get(ctx, dgst)
-	if err != nil || dgst.Algorithm().FromBytes(raw) != dgst {
+	if err != nil {
+		return nil, false
+	}
+	if dgst.Algorithm().FromBytes(raw) != dgst {
+		r.cache.EvictCorrupt(context.WithoutCancel(ctx), dgst, cache.FoundByServe) // fetched again
 		return nil, false
 	}
 	mt, err := upstream.ManifestType("", raw)
@@ -305,7 +329,7 @@ func (r *repository) keepByDigest(ctx context.Context, fm upstream.Manifest) {
 			_ = bw.Cancel(ctx)
 			return err
 		}
-		err = r.cache.CommitBlob(r.storageName(), fm.Digest, int64(len(fm.Raw)), func() error {
+		err = r.cache.CommitBlob(ctx, r.storageName(), fm.Digest, int64(len(fm.Raw)), func() error {
 			_, err := bw.Commit(ctx, v1.Descriptor{Digest: fm.Digest, Size: int64(len(fm.Raw)), MediaType: fm.MediaType})
 			return err
 		})

@@ -2,6 +2,8 @@ package mirror
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodecache/nodecache/pkg/mirror/cache"
 )
 
 // metrics are the mirror's Prometheus collectors. Labels never carry client addresses.
@@ -12,6 +14,8 @@ type metrics struct {
 	// evictedBytes and evictions count what eviction removed (reason: EvictCap, ...).
 	evictedBytes prometheus.Counter
 	evictions    *prometheus.CounterVec
+	// corrupt counts stored blobs found damaged (found_by: cache.FoundByServe, ...).
+	corrupt *prometheus.CounterVec
 	// firstByte is the time from a manifest or blob request to its response headers, which go
 	// out with (or, for a fill, at most a few seconds before) the first body byte.
 	firstByte *prometheus.HistogramVec // upstream, kind, cache
@@ -56,6 +60,10 @@ func newMetrics(reg prometheus.Registerer, idx cacheTotals, maxSize int64) (*met
 		Name: "nodecache_evictions_total",
 		Help: "Evictions by reason: cap (an image, the cache was over --max-size), enospc (an image, a fill found the disk full), unreferenced (a blob no manifest references), api (an image, DELETE /nodecache/v1/cache/...).",
 	}, []string{"reason"})
+	m.corrupt = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodecache_cache_corrupt_total",
+		Help: "Stored blobs (manifests included) whose data did not match their digest or verified size, each evicted (the next request fetches it again), by where it was found: serve (a serve's size check, or the hash of its first serve since the start), scrub (the background scrubber), verify (a verify pass, nodecache cache verify).",
+	}, []string{"found_by"})
 	m.firstByte = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "nodecache_first_byte_seconds",
 		Help:    "Seconds from a manifest or blob request to its response headers (sent with the first body byte), successful answers only, by upstream, kind and cache result.",
@@ -80,7 +88,10 @@ func newMetrics(reg prometheus.Registerer, idx cacheTotals, maxSize int64) (*met
 	for _, r := range []string{EvictCap, EvictENOSPC, EvictUnreferenced, EvictAPI} {
 		m.evictions.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.servedBytes, m.refused, m.evictedBytes, m.evictions, m.firstByte, sizeGauge, blobsGauge, maxGauge, m.connections, m.connBudget} {
+	for _, f := range []string{cache.FoundByServe, cache.FoundByScrub, cache.FoundByVerify} {
+		m.corrupt.WithLabelValues(f)
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.servedBytes, m.refused, m.evictedBytes, m.evictions, m.corrupt, m.firstByte, sizeGauge, blobsGauge, maxGauge, m.connections, m.connBudget} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -138,7 +138,8 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 	m.log.Info().Str("root", opts.Root).Str("storage", opts.Storage).Str("s3_bucket", opts.S3.Bucket).Strs("upstreams", names(opts.Upstreams)).
 		Str("default_upstream", opts.DefaultUpstream).Str("upstream_timeout", clitext.Span(opts.UpstreamTimeout)).Int("upstream_concurrency", opts.UpstreamConcurrency).
 		Str("tag_ttl", clitext.Span(opts.TagTTL)).Str("fill_timeout", clitext.Span(opts.FillTimeout)).Str("chain", chainString(opts.Chain)).Str("instance_id", fetch.InstanceID()).
-		Int64("max_size_bytes", opts.MaxSize).Str("peers", m.peering.source()).Msg("mirror configured")
+		Int64("max_size_bytes", opts.MaxSize).Str("peers", m.peering.source()).
+		Str("scrub_interval", scrubString(opts.ScrubInterval)).Int64("scrub_rate_bytes_per_second", opts.ScrubRate).Msg("mirror configured")
 	return m, nil
 }
 
@@ -155,6 +156,10 @@ func (m *Mirror) newStore(ctx context.Context) (*cache.Store, error) {
 		Filling: func(d digest.Digest) bool { return m.fetch.FillingDigest(d) },
 		Evicted: func(reason string) { m.metrics.evictions.WithLabelValues(reason).Inc() },
 		Freed:   func(n int64) { m.metrics.evictedBytes.Add(float64(n)) },
+		Corrupt: func(foundBy string) { m.metrics.corrupt.WithLabelValues(foundBy).Inc() },
+
+		ScrubInterval: max(m.opts.ScrubInterval, 0), // ScrubOff: none
+		ScrubRate:     m.opts.ScrubRate,
 
 		UploadMaxAge: m.opts.FillTimeout,
 	})
@@ -207,6 +212,14 @@ func newFetcher(ctx context.Context, opts Options, st *cache.Store, peers *upstr
 		MaxUnknownBlobSize: opts.MaxUnknownBlobSize,
 		Peers:              peers,
 	})
+}
+
+// scrubString is the scrub interval as the start line reports it: a span, or "off".
+func scrubString(d time.Duration) string {
+	if d <= 0 {
+		return "off"
+	}
+	return clitext.Span(d)
 }
 
 func names(ups []name.Upstream) []string {

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -24,6 +25,10 @@ const (
 	DefaultUpstreamTimeout = 10 * time.Second
 	// DefaultRoot is where serve keeps its filesystem storage.
 	DefaultRoot = "/var/lib/nodecache"
+	// ScrubOff is the Options.ScrubInterval of no background scrubbing.
+	ScrubOff time.Duration = -1
+	// DefaultScrubInterval is --scrub-interval's default (cache.DefaultScrubInterval, a week).
+	DefaultScrubInterval = cache.DefaultScrubInterval
 )
 
 // Options configures a Mirror. The zero value of every optional field means its default.
@@ -112,6 +117,14 @@ type Options struct {
 	// MaxUnknownBlobSize bounds, in bytes, a blob whose size no upstream answer stated
 	// (--max-unknown-blob-size). Default upstream.DefaultMaxUnknownBlobSize.
 	MaxUnknownBlobSize int64
+	// ScrubInterval is how often the background scrubber re-hashes each stored blob
+	// (--scrub-interval). 0: the default, cache.DefaultScrubInterval (7 days) on filesystem
+	// storage and none with StorageS3 (the replicas share the bucket: each would read all of
+	// it); ScrubOff: none. Verify passes (mirrorapi.CacheVerifyPath) run either way.
+	ScrubInterval time.Duration
+	// ScrubRate bounds what the scrubber and a verify pass read, bytes a second (--scrub-rate).
+	// Default cache.DefaultScrubRate (50 MiB/s).
+	ScrubRate int64
 	// Peers, when set, shares blobs and manifests by digest with the other node caches of the
 	// cluster (--peers). Nil: none.
 	Peers *PeerOptions
@@ -183,6 +196,7 @@ func (o *Options) setDefaults() error {
 	default:
 		errs = append(errs, fmt.Errorf("storage: %q is not a storage kind (want filesystem or s3)", o.Storage))
 	}
+	errs = append(errs, o.setScrubDefaults()) // nil when fine: errors.Join drops it
 	return errors.Join(errs...)
 }
 
@@ -206,4 +220,23 @@ func (o *Options) setBounds() []error {
 		errs = append(errs, errors.New("max-size must not be negative"))
 	}
 	return errs
+}
+
+// setScrubDefaults sets ScrubInterval (by storage: o.Storage is set) and ScrubRate.
+func (o *Options) setScrubDefaults() error {
+	switch {
+	case o.ScrubInterval < 0:
+		o.ScrubInterval = ScrubOff
+	case o.ScrubInterval == 0 && o.Storage == StorageS3:
+		o.ScrubInterval = ScrubOff
+	case o.ScrubInterval == 0:
+		o.ScrubInterval = cache.DefaultScrubInterval
+	}
+	if o.ScrubRate < 0 {
+		return errors.New("scrub-rate must not be negative")
+	}
+	if o.ScrubRate == 0 {
+		o.ScrubRate = cache.DefaultScrubRate
+	}
+	return nil
 }

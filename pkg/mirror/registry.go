@@ -14,6 +14,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/rs/zerolog"
 
+	"github.com/nodecache/nodecache/internal/filestamp"
+	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 )
 
@@ -47,8 +49,16 @@ type handlerCache interface {
 	// use an upload).
 	LinkBlob(ctx context.Context, repo, staging string, d digest.Digest, size int64) error
 	// CommitBlob and CommitManifest run distribution's commit under the store lock and index it.
-	CommitBlob(repo string, d digest.Digest, size int64, commit func() error) error
+	CommitBlob(ctx context.Context, repo string, d digest.Digest, size int64, commit func() error) error
 	CommitManifest(repo string, d digest.Digest, size int64, refs []digest.Digest, put func() error) error
+	// Check is what a serve of blob d checks its data against (verified size, hashed in this
+	// process); Verified records a serve that hashed it whole; EvictCorrupt removes a blob whose
+	// data does not match and counts it.
+	Check(d digest.Digest) cache.BlobCheck
+	Verified(repo string, d digest.Digest, size int64, stamp filestamp.Stamp)
+	EvictCorrupt(ctx context.Context, d digest.Digest, foundBy string) bool
+	// Damaged reports whether blob d's stored data (read up to maxBytes) does not hash to d.
+	Damaged(ctx context.Context, d digest.Digest, maxBytes int64) bool
 	// Pulled and Tagged record a manifest pull and a tag; ReadByPeer a member's read of a blob.
 	Pulled(repo string, d digest.Digest)
 	ReadByPeer(d digest.Digest)

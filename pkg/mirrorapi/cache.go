@@ -43,3 +43,52 @@ type CachedImage struct {
 	// child manifest it references (or when it was stored).
 	LastPulled time.Time `json:"last_pulled"`
 }
+
+// CacheVerifyPath starts and follows a verify pass over serve's stored blobs (loopback and the
+// --allow networks, as CachePath's GET). POST starts one (optional query rate: its bound in
+// bytes a second as nodecache cache verify's --rate takes it, such as 200MiB; default serve's
+// --scrub-rate; 400 when it does not parse) and answers it, 202 Accepted with a VerifyPass;
+// a pass already running is answered instead of starting another. GET answers the latest pass
+// (404 when none was asked for since serve started). Both answer 503 while the cache index is
+// loaded or rebuilt.
+const CacheVerifyPath = CachePath + "/verify"
+
+// States of a VerifyPass.
+const (
+	VerifyRunning = "running" // blobs are being read
+	VerifyDone    = "done"    // every blob was read
+	VerifyStopped = "stopped" // serve stopped before the end
+)
+
+// VerifyPass is the progress of one verify pass: every blob the index held when it started is
+// read whole and hashed, and one whose data does not match its digest or verified size is evicted
+// (the next request for it fetches it again) or, when it cannot be refetched (a pinned blob),
+// quarantined and counted unrepairable.
+type VerifyPass struct {
+	// ID numbers the passes of one serve process, from 1.
+	ID int64 `json:"id"`
+	// State is VerifyRunning, VerifyDone or VerifyStopped.
+	State string `json:"state"`
+	// Started and Finished (zero while running) are serve's clock (RFC 3339).
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished,omitzero"`
+	// RateBytes is the pass's bound on what it reads, bytes a second.
+	RateBytes int64 `json:"rate_bytes_per_second"`
+	// Blobs and SizeBytes are what the pass reads: blob data files (manifests included), bytes.
+	Blobs     int   `json:"blobs"`
+	SizeBytes int64 `json:"size_bytes"`
+	// Checked and CheckedBytes are what it has read so far.
+	Checked      int   `json:"checked"`
+	CheckedBytes int64 `json:"checked_bytes"`
+	// Corrupt blobs did not match; Evicted of them were removed, Unrepairable quarantined
+	// (pinned content; none before pins exist). CorruptBlobs are their digests.
+	Corrupt      int      `json:"corrupt"`
+	Evicted      int      `json:"evicted"`
+	Unrepairable int      `json:"unrepairable"`
+	CorruptBlobs []string `json:"corrupt_blobs,omitempty"`
+	// Missing blobs had no data any more (evicted while the pass ran, or deleted behind serve's
+	// back: dropped from the index); Unreadable ones could not be read (an I/O error: see serve's
+	// log).
+	Missing    int `json:"missing"`
+	Unreadable int `json:"unreadable"`
+}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/distribution/distribution/v3/registry/storage"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/nodecache/nodecache/internal/filestamp"
 )
 
 // LinkBlob stores a verified fill's staging file (under the filesystem root, FilesystemRoot) as
@@ -20,9 +22,11 @@ import (
 // blob link (LayerLinkPath) through the driver: what distribution's blob writer Commit does
 // (data moved in place, then the _layers link), without the upload copy its API takes, so a
 // fill needs the blob's size free once. Data already stored (the same digest filled for
-// another repository) is kept as it is. Both happen under the lock eviction deletes blob data
-// with; the blob is then recorded in the index (size bytes) and the eviction loop woken when
-// the cache is over its cap.
+// another repository, or damaged data the serve path has not caught yet) is replaced by the
+// verified staging file, atomically (a hard link beside it renamed over it): the blob's data is
+// always the bytes this fill verified. Both happen under the lock eviction deletes blob data
+// with; the blob is then recorded in the index (size bytes, verified) and the eviction loop
+// woken when the cache is over its cap.
 //
 // Errors: ErrNotFilesystem when storage is not local files; a failed link or write (the disk
 // being full also asks for room, DiskFull); syscall.EXDEV, wrapped, when the staging file is on
@@ -48,7 +52,13 @@ func (s *Store) linkLocked(ctx context.Context, repo, staging, dst string, d dig
 		s.fullOn(err)
 		return fmt.Errorf("store blob %s: %w", d, err)
 	}
-	if err := os.Link(staging, dst); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := os.Link(staging, dst); errors.Is(err, fs.ErrExist) {
+		err = replaceByLink(staging, dst)
+		if err != nil {
+			s.fullOn(err)
+			return fmt.Errorf("store blob %s: %w", d, err)
+		}
+	} else if err != nil {
 		s.fullOn(err)
 		return fmt.Errorf("store blob %s: %w", d, err)
 	}
@@ -57,8 +67,25 @@ func (s *Store) linkLocked(ctx context.Context, repo, staging, dst string, d dig
 		s.fullOn(err)
 		return fmt.Errorf("link blob %s into %s: %w", d, repo, err)
 	}
-	s.idx.AddBlob(repo, d, size, s.opts.Clock())
+	stamp, _ := filestamp.Of(dst)
+	s.idx.Stored(repo, d, size, s.opts.Clock(), true, stamp)
 	s.Grew()
+	return nil
+}
+
+// replaceByLink replaces dst by a hard link to src, atomically: a link beside dst (named after
+// src, which is unique in the staging directory) renamed over it. A reader that has dst open
+// keeps the file it opened.
+func replaceByLink(src, dst string) error {
+	tmp := filepath.Join(filepath.Dir(dst), "."+filepath.Base(src))
+	_ = os.Remove(tmp) // left by a process that died between the link and the rename
+	if err := os.Link(src, tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
 	return nil
 }
 
@@ -69,16 +96,19 @@ func (s *Store) fullOn(err error) {
 	}
 }
 
-// CommitBlob runs commit (distribution's blob writer Commit of blob d, size bytes, into
-// storage repository repo) under the lock eviction deletes blob data with, records the blob in
-// the index when it succeeded, and then wakes the eviction loop when the cache is over its cap.
-// It returns commit's error.
-func (s *Store) CommitBlob(repo string, d digest.Digest, size int64, commit func() error) error {
+// CommitBlob runs commit (distribution's blob writer Commit of blob d, size bytes as a fill
+// verified it, into storage repository repo) under the lock eviction deletes blob data with,
+// records the blob in the index when it succeeded, and then wakes the eviction loop when the
+// cache is over its cap. distribution's commit keeps data already stored under the digest
+// (registry/storage/blobwriter.go, moveBlob): the blob counts as verified (Index.Stored) only
+// when no data was there before. It returns commit's error.
+func (s *Store) CommitBlob(ctx context.Context, repo string, d digest.Digest, size int64, commit func() error) error {
 	err := s.Locked(func() error {
+		_, statErr := s.driver.Stat(ctx, BlobDataPath(d))
 		if err := commit(); err != nil {
 			return err
 		}
-		s.idx.AddBlob(repo, d, size, s.opts.Clock())
+		s.idx.Stored(repo, d, size, s.opts.Clock(), isPathNotFound(statErr), s.stampOf(d))
 		return nil
 	})
 	if err == nil {

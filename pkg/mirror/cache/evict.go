@@ -26,13 +26,20 @@ const evictPause = 5 * time.Millisecond
 
 // Run loads the index (LoadIndex), then evicts whenever the cache is over its cap (at once when
 // it already is) or a disk-full fill asks for room (DiskFull), saves the index every
-// SaveInterval, and every UploadSweepInterval removes uploads older than Options.UploadMaxAge,
-// until ctx ends.
+// SaveInterval, every UploadSweepInterval removes uploads older than Options.UploadMaxAge, and
+// runs the scrub loop (verify passes, and the background scrubber with Options.ScrubInterval),
+// until ctx ends. Every goroutine it starts has stopped when it returns.
 func (s *Store) Run(ctx context.Context) {
 	s.LoadIndex(ctx)
 	if err := s.Save(false); err != nil {
 		s.log.Warn().Err(err).Msg("write cache index")
 	}
+	scrubbed := make(chan struct{})
+	go func() {
+		defer close(scrubbed)
+		s.scrubLoop(ctx)
+	}()
+	defer func() { <-scrubbed }()
 	save := time.NewTicker(SaveInterval)
 	defer save.Stop()
 	uploads := time.NewTicker(UploadSweepInterval)

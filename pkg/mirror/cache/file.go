@@ -171,7 +171,13 @@ func (f *File) LastPulled(repo string, d digest.Digest) time.Time {
 func (x *Index) Fill(f *File) {
 	x.mu.Lock()
 	for d, b := range f.Blobs {
-		x.addBlobLocked("", d, b.Size, b.Added)
+		if b == nil || x.blobs[d] != nil {
+			continue
+		}
+		c := *b
+		c.verified = false // verified by an earlier process: hashed again on its first serve
+		x.blobs[d] = &c
+		x.size += c.Size
 	}
 	x.mu.Unlock()
 	for name, r := range f.Repos {

@@ -10,11 +10,13 @@ package cache
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/nodecache/nodecache/internal/filestamp"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
@@ -56,11 +58,44 @@ type ManifestEntry struct {
 
 // BlobEntry is one blob data file (a manifest's too), as held in the index and its file.
 type BlobEntry struct {
+	// Size is the blob's verified size in bytes: the size a fill verified with the digest when
+	// it stored the blob, or, after an index rebuild, the size the manifests referencing it state
+	// (never the data file's own size, which is what damage changes). The serve path compares
+	// the data file with it before every hit.
 	Size  int64     `json:"size"`
 	Added time.Time `json:"added"`
 	// LastRead is when a member of --peers last read the blob from this cache (a peer read
 	// counts as a pull); zero when none did.
 	LastRead time.Time `json:"last_read,omitzero"`
+	// Scrubbed is when the data was last read whole and found to hash to its digest: when a fill
+	// stored it, or by the scrubber, a verify pass or a first serve after a start. Zero: never
+	// (an entry an index rebuild found), so the scrubber takes it first.
+	Scrubbed time.Time `json:"scrubbed,omitzero"`
+	// SizeUnverified is true when Size was read from the data file itself: an index rebuild
+	// found no manifest stating it (a blob held for --peers, or left by a pull whose manifest was
+	// never stored). Such a blob has no size to check against; it is hashed on its first serve.
+	SizeUnverified bool `json:"size_unverified,omitempty"`
+	// verified is true once the data was hashed and matched its digest in this process (a
+	// fill's commit, a first serve, a scrub); not saved: after a restart every blob's first
+	// serve is hashed again. A verified blob is served by the fast path (sendfile).
+	verified bool
+	// stamp is the data file as it was when it was verified (filesystem storage; zero
+	// otherwise): a file written since (another mtime, inode or size) is hashed again.
+	stamp filestamp.Stamp
+}
+
+// BlobCheck is what the serve path checks a stored blob's data against (Index.Check).
+type BlobCheck struct {
+	// Size is the verified size in bytes (BlobEntry.Size); -1 when there is none: the blob is
+	// not in the index (the index is still being rebuilt, or another replica of a shared bucket
+	// stored it) or its size came from its own data file.
+	Size int64
+	// Verified reports that the data was hashed and matched its digest since this process
+	// started.
+	Verified bool
+	// Stamp is the data file as it was when it was verified (filesystem storage; zero when
+	// unknown, which matches no file): a file that differs was written since.
+	Stamp filestamp.Stamp
 }
 
 // lastUsed is when the blob was last stored or read by a member: what eviction orders an
@@ -113,9 +148,13 @@ func (x *Index) AddBlob(repo string, d digest.Digest, size int64, at time.Time) 
 	x.addBlobLocked(repo, d, size, at)
 }
 
-func (x *Index) addBlobLocked(repo string, d digest.Digest, size int64, at time.Time) {
-	if b := x.blobs[d]; b == nil {
-		x.blobs[d] = &BlobEntry{Size: size, Added: at}
+// addBlobLocked records blob d of size bytes when the index does not have it, and repo's link
+// to it when repo is not ""; it returns the entry, new or not.
+func (x *Index) addBlobLocked(repo string, d digest.Digest, size int64, at time.Time) *BlobEntry {
+	b := x.blobs[d]
+	if b == nil {
+		b = &BlobEntry{Size: size, Added: at}
+		x.blobs[d] = b
 		x.size += size
 		x.dirty = true
 	}
@@ -123,6 +162,159 @@ func (x *Index) addBlobLocked(repo string, d digest.Digest, size int64, at time.
 		x.repo(repo).layers[d] = true
 		x.dirty = true
 	}
+	return b
+}
+
+// setSizeLocked makes size the verified size of entry b of the index.
+func (x *Index) setSizeLocked(b *BlobEntry, size int64) {
+	if b.Size != size || b.SizeUnverified {
+		x.size += size - b.Size
+		b.Size, b.SizeUnverified = size, false
+		x.dirty = true
+	}
+}
+
+// AddFound records a blob data file an index rebuild found in storage, of size bytes as the
+// file says (BlobEntry.SizeUnverified until a manifest states its size, SetDescriptorSize).
+// An entry the index already has (stored meanwhile by a fill) is kept as it is.
+func (x *Index) AddFound(d digest.Digest, size int64, at time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.blobs[d] == nil {
+		x.addBlobLocked("", d, size, at).SizeUnverified = true
+	}
+}
+
+// SetDescriptorSize records size, which a manifest's descriptor of blob d states, as d's
+// verified size when its size so far came from its own data file; a verified size stays.
+func (x *Index) SetDescriptorSize(d digest.Digest, size int64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if b := x.blobs[d]; b != nil && b.SizeUnverified && size >= 0 {
+		x.setSizeLocked(b, size)
+	}
+}
+
+// Verified records that blob d's data was read whole at at and hashed to d, size bytes long
+// (its data file then stamp, on filesystem storage): size becomes its verified size, it is
+// scrubbed at at and verified for this process (the serve path's fast path). A blob the index
+// does not have is added (with repo's link when repo is not ""): one another replica of a
+// shared bucket stored, or one served while the index is rebuilt.
+func (x *Index) Verified(repo string, d digest.Digest, size int64, at time.Time, stamp filestamp.Stamp) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	b := x.addBlobLocked(repo, d, size, at)
+	x.setSizeLocked(b, size)
+	b.verified, b.stamp = true, stamp
+	if at.After(b.Scrubbed) {
+		b.Scrubbed = at
+		x.dirty = true
+	}
+}
+
+// Rehashed records that blob d's data was read whole at at and hashed to d, size bytes long (a
+// scrub): as Verified, for a blob the index still holds (nothing is added).
+func (x *Index) Rehashed(d digest.Digest, size int64, at time.Time, stamp filestamp.Stamp) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	b := x.blobs[d]
+	if b == nil {
+		return
+	}
+	x.setSizeLocked(b, size)
+	b.verified, b.stamp = true, stamp
+	if at.After(b.Scrubbed) {
+		b.Scrubbed = at
+		x.dirty = true
+	}
+}
+
+// dueForScrub returns the blobs last hashed before before (never hashed included) that skip
+// does not leave out, least recently hashed first (then by digest).
+func (x *Index) dueForScrub(before time.Time, skip func(digest.Digest) bool) []digest.Digest {
+	x.mu.Lock()
+	type due struct {
+		d  digest.Digest
+		at time.Time
+	}
+	var list []due
+	for d, b := range x.blobs {
+		if b.Scrubbed.Before(before) && !skip(d) {
+			list = append(list, due{d, b.Scrubbed})
+		}
+	}
+	x.mu.Unlock()
+	slices.SortFunc(list, func(a, b due) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return strings.Compare(string(a.d), string(b.d))
+	})
+	out := make([]digest.Digest, len(list))
+	for i, e := range list {
+		out[i] = e.d
+	}
+	return out
+}
+
+// oldestScrub returns the earliest time a blob was last hashed; ok is false when the index holds
+// no blob.
+func (x *Index) oldestScrub() (at time.Time, ok bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for _, b := range x.blobs {
+		if !ok || b.Scrubbed.Before(at) {
+			at, ok = b.Scrubbed, true
+		}
+	}
+	return at, ok
+}
+
+// scrubItem is a blob a verify pass reads: its digest and size (bytes, as the index has it).
+type scrubItem struct {
+	d    digest.Digest
+	size int64
+}
+
+// scrubList returns every blob of the index, by digest.
+func (x *Index) scrubList() []scrubItem {
+	x.mu.Lock()
+	out := make([]scrubItem, 0, len(x.blobs))
+	for d, b := range x.blobs {
+		out = append(out, scrubItem{d, b.Size})
+	}
+	x.mu.Unlock()
+	slices.SortFunc(out, func(a, b scrubItem) int { return strings.Compare(string(a.d), string(b.d)) })
+	return out
+}
+
+// Stored records blob d of size bytes, verified by the fill that stored it, linked into repo at
+// at (its data file then stamp, on filesystem storage). fresh tells that the data in storage is
+// the fill's own bytes (written by this commit): the blob is then verified (Verified);
+// otherwise the data was there already (stored for another repository or by another replica)
+// and size only becomes its verified size.
+func (x *Index) Stored(repo string, d digest.Digest, size int64, at time.Time, fresh bool, stamp filestamp.Stamp) {
+	if fresh {
+		x.Verified(repo, d, size, at, stamp)
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.setSizeLocked(x.addBlobLocked(repo, d, size, at), size)
+}
+
+// Check returns what the serve path checks blob d's data against.
+func (x *Index) Check(d digest.Digest) BlobCheck {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	b := x.blobs[d]
+	switch {
+	case b == nil:
+		return BlobCheck{Size: -1}
+	case b.SizeUnverified:
+		return BlobCheck{Size: -1, Verified: b.verified, Stamp: b.stamp}
+	}
+	return BlobCheck{Size: b.Size, Verified: b.verified, Stamp: b.stamp}
 }
 
 // AddLink records repo's link to blob d when d's data is known.

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/internal/filestamp"
 )
 
 // LoadIndex fills the index from the index file, or, when that is missing, of another version,
@@ -47,9 +49,17 @@ func (s *Store) LoadIndex(ctx context.Context) {
 		Msg("cache index rebuilt from storage")
 }
 
-// rebuildIndex walks storage through the driver: blob data files (sizes), then every
-// repository's manifest revisions (read and parsed for their references), blob links and tags.
-// Last-pulled times come from hints when it has them, else from the revision link's time.
+// rebuildIndex walks storage through the driver: blob data files, then every repository's
+// manifest revisions (read and parsed for their references), blob links and tags. Last-pulled
+// times come from hints when it has them, else from the revision link's time.
+//
+// Sizes are never taken from a data file when anything else states them, as the file is what
+// damage changes: a manifest's size is that of its bytes when they hash to its digest (it is then
+// verified, and scrubbed now); a blob's is the size the descriptors of such manifests give it
+// (OCI image spec, "Descriptors": size). A blob no intact manifest references (held for
+// --peers, or left by a pull whose manifest was never stored) keeps its file's size, marked
+// BlobEntry.SizeUnverified: it is hashed on its first serve, and the scrubber takes it first
+// like every rebuilt entry (none has a scrubbed time).
 func (s *Store) rebuildIndex(ctx context.Context, hints *File) error {
 	if err := s.indexBlobs(ctx); err != nil {
 		return err
@@ -73,11 +83,51 @@ func (s *Store) rebuildIndex(ctx context.Context, hints *File) error {
 		// are recorded so eviction never takes a blob it still uses. No lock is held here.
 		refs, _ := ManifestRefs(raw, 0)
 		x.AddManifest(rv.repo, rv.d, int64(len(raw)), refs, pulled)
+		if rv.d.Algorithm().Available() && rv.d.Algorithm().FromBytes(raw) == rv.d {
+			x.Verified("", rv.d, int64(len(raw)), s.opts.Clock(), filestamp.Stamp{})
+			for d, size := range descriptorSizes(raw) {
+				x.SetDescriptorSize(d, size)
+			}
+		}
 	}
 	return ctx.Err()
 }
 
-// indexBlobs indexes the blob data files of storage (their sizes and times).
+// descriptorSizes returns the size each descriptor of a manifest or index states for its
+// digest (config, layers, child manifests); content that does not parse states none.
+func descriptorSizes(raw []byte) map[digest.Digest]int64 {
+	type descriptor struct {
+		Digest digest.Digest `json:"digest"`
+		Size   int64         `json:"size"`
+	}
+	var m struct {
+		Config    *descriptor  `json:"config"`
+		Layers    []descriptor `json:"layers"`
+		Manifests []descriptor `json:"manifests"`
+	}
+	if json.Unmarshal(raw, &m) != nil {
+		return nil
+	}
+	out := map[digest.Digest]int64{}
+	add := func(d descriptor) {
+		if _, dup := out[d.Digest]; !dup && d.Digest.Validate() == nil && d.Size >= 0 {
+			out[d.Digest] = d.Size
+		}
+	}
+	if m.Config != nil {
+		add(*m.Config)
+	}
+	for _, l := range m.Layers {
+		add(l)
+	}
+	for _, c := range m.Manifests {
+		add(c)
+	}
+	return out
+}
+
+// indexBlobs indexes the blob data files of storage (their times, and their sizes as the files
+// say until a manifest states them: AddFound).
 func (s *Store) indexBlobs(ctx context.Context) error {
 	x := s.idx
 	err := s.driver.Walk(ctx, BlobsRoot, func(fi storagedriver.FileInfo) error {
@@ -90,7 +140,7 @@ func (s *Store) indexBlobs(ctx context.Context) error {
 		}
 		d := digest.NewDigestFromEncoded(digest.Algorithm(parts[0]), parts[2])
 		if d.Validate() == nil {
-			x.AddBlob("", d, fi.Size(), fi.ModTime())
+			x.AddFound(d, fi.Size(), fi.ModTime())
 		}
 		return ctx.Err()
 	})

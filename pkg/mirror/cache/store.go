@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/rs/zerolog"
 
+	"github.com/nodecache/nodecache/internal/filestamp"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
@@ -51,6 +52,16 @@ type Options struct {
 	Evicted func(reason string)
 	// Freed is called with the bytes of each blob data file eviction deleted; nil: not called.
 	Freed func(bytes int64)
+	// ScrubInterval is how often the background scrubber re-hashes each stored blob (Run); 0:
+	// no background scrubbing (verify passes, StartVerify, still run). The mirror defaults it to
+	// DefaultScrubInterval on filesystem storage and to 0 on a shared bucket.
+	ScrubInterval time.Duration
+	// ScrubRate bounds what the scrubber and a verify pass read, bytes a second;
+	// 0: DefaultScrubRate.
+	ScrubRate int64
+	// Corrupt is called for each stored blob found not to match its digest or verified size,
+	// with where it was found (FoundByServe, FoundByScrub, FoundByVerify); nil: not called.
+	Corrupt func(foundBy string)
 	// UploadMaxAge is how long an upload of distribution's may be in progress: a fill writes
 	// through one only while it commits (non-filesystem storage), so an older one was left by a
 	// fill that died; Take and Run remove those (the mirror's fill timeout). 0: DefaultUploadMaxAge.
@@ -93,6 +104,9 @@ type Store struct {
 	// kick asks the eviction loop to look at the size now (buffer 1: requests coalesce).
 	kick chan struct{}
 
+	// scrub is the scrub loop's state: verify passes asked for, and whether it runs.
+	scrub scrubState
+
 	// lockMu guards rootLock (the flock on LockPath, taken by Take, released by Close) and
 	// taken (set once Take ran).
 	lockMu   sync.Mutex
@@ -110,6 +124,9 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 	if opts.UploadMaxAge <= 0 {
 		opts.UploadMaxAge = DefaultUploadMaxAge
 	}
+	if opts.ScrubRate <= 0 {
+		opts.ScrubRate = DefaultScrubRate
+	}
 	params := opts.Config.Parameters()
 	if params == nil {
 		params = configuration.Parameters{}
@@ -123,7 +140,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{opts: opts, idx: NewIndex(), driver: driver, staging: staging, log: opts.Logger,
-		inUse: map[digest.Digest]int{}, kick: make(chan struct{}, 1)}
+		inUse: map[digest.Digest]int{}, kick: make(chan struct{}, 1), scrub: scrubState{wake: make(chan struct{}, 1)}}
 	if opts.Kind == KindFilesystem {
 		s.fsRoot = opts.Root
 	}
@@ -173,6 +190,27 @@ func (s *Store) FilesystemRoot() string { return s.fsRoot }
 
 // MaxSize is Options.MaxSize (bytes; 0: no cap).
 func (s *Store) MaxSize() int64 { return s.opts.MaxSize }
+
+// Check returns what a serve of blob d checks its data against (Index.Check): its verified size,
+// and whether it was hashed in this process.
+func (s *Store) Check(d digest.Digest) BlobCheck { return s.idx.Check(d) }
+
+// Verified records that a serve read blob d's data whole, size bytes, and it hashed to d
+// (Index.Verified), its data file then stamp (filesystem storage; zero otherwise): repo, the
+// storage repository it was served from, links it in the index.
+func (s *Store) Verified(repo string, d digest.Digest, size int64, stamp filestamp.Stamp) {
+	s.idx.Verified(repo, d, size, s.opts.Clock(), stamp)
+}
+
+// stampOf is blob d's data file's stamp on filesystem storage; zero otherwise or when it cannot
+// be stat'ed.
+func (s *Store) stampOf(d digest.Digest) filestamp.Stamp {
+	if s.fsRoot == "" {
+		return filestamp.Stamp{}
+	}
+	st, _ := filestamp.Of(filepath.Join(s.fsRoot, filepath.FromSlash(BlobDataPath(d))))
+	return st
+}
 
 // Acquire marks blob d as being served until the returned release is called: eviction leaves
 // its data alone meanwhile.
