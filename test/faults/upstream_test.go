@@ -195,6 +195,8 @@ func (f *front) current() (*faultPlan, chan struct{}) {
 // of the test carry go-containerregistry's.
 func fromServe(req *http.Request) bool { return strings.HasPrefix(req.UserAgent(), "nodecache") }
 
+// ServeHTTP injects the round's fault into req when nodecache sent it and the fault applies to
+// it, and hands it on to the registry otherwise.
 func (f *front) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	p, release := f.current()
 	if p == nil || !fromServe(req) {
@@ -294,9 +296,9 @@ func (f *front) fetch(req *http.Request, noRange bool) (*recorded, error) {
 	return &recorded{status: resp.StatusCode, header: h, body: b}, nil
 }
 
-// pass answers rec as it is (the registry's own answer, no fault: a 404, say), or a plain 502
-// when the registry could not be asked.
-func pass(w http.ResponseWriter, rec *recorded, err error) {
+// writeRecorded answers rec as it is (the registry's own answer, no fault: a 404, say), or a
+// plain 502 when the registry could not be asked.
+func writeRecorded(w http.ResponseWriter, rec *recorded, err error) {
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
@@ -328,7 +330,7 @@ func writeStatus(w http.ResponseWriter, k kind, pick int) {
 func (f *front) cut(w http.ResponseWriter, req *http.Request, k kind, minOff int) {
 	rec, err := f.fetch(req, false)
 	if err != nil || !rec.ok() || (minOff > 0 && len(rec.body) <= minOff) {
-		pass(w, rec, err)
+		writeRecorded(w, rec, err)
 		return
 	}
 	f.count(k)
@@ -367,7 +369,7 @@ func writeHead(w *bufio.Writer, status int, h http.Header, n int) {
 func (f *front) corrupt(w http.ResponseWriter, req *http.Request) {
 	rec, err := f.fetch(req, false)
 	if err != nil || !rec.ok() || len(rec.body) == 0 {
-		pass(w, rec, err)
+		writeRecorded(w, rec, err)
 		return
 	}
 	f.count(kindCorrupt)
@@ -383,7 +385,7 @@ func (f *front) corrupt(w http.ResponseWriter, req *http.Request) {
 			body[i] = ^body[i]
 		}
 	}
-	pass(w, &recorded{status: rec.status, header: rec.header, body: body}, nil)
+	writeRecorded(w, &recorded{status: rec.status, header: rec.header, body: body}, nil)
 }
 
 // short answers req with a complete 200 whose Content-Length, and body, are shorter than the
@@ -391,11 +393,11 @@ func (f *front) corrupt(w http.ResponseWriter, req *http.Request) {
 func (f *front) short(w http.ResponseWriter, req *http.Request) {
 	rec, err := f.fetch(req, false)
 	if err != nil || !rec.ok() || len(rec.body) < 2 {
-		pass(w, rec, err)
+		writeRecorded(w, rec, err)
 		return
 	}
 	f.count(kindShort)
-	pass(w, &recorded{status: rec.status, header: rec.header, body: rec.body[:f.intN(len(rec.body))]}, nil)
+	writeRecorded(w, &recorded{status: rec.status, header: rec.header, body: rec.body[:f.intN(len(rec.body))]}, nil)
 }
 
 // bad206 answers a ranged blob GET ("bytes=N-", nodecache's resume) with a 206 that is not the
@@ -457,7 +459,7 @@ func rangeStart(v string) (int64, bool) {
 func (f *front) stall(w http.ResponseWriter, req *http.Request, release chan struct{}) {
 	rec, err := f.fetch(req, false)
 	if err != nil || !rec.ok() {
-		pass(w, rec, err)
+		writeRecorded(w, rec, err)
 		return
 	}
 	f.count(kindBlackhole)
@@ -483,7 +485,7 @@ func (f *front) stall(w http.ResponseWriter, req *http.Request, release chan str
 func (f *front) slow(w http.ResponseWriter, req *http.Request, delay time.Duration, release chan struct{}) {
 	rec, err := f.fetch(req, false)
 	if err != nil || !rec.ok() {
-		pass(w, rec, err)
+		writeRecorded(w, rec, err)
 		return
 	}
 	f.inBody.Add(1)
