@@ -18,8 +18,11 @@ import (
 // caseRun is one case: its upstream (a front over a registry), its serve, and what it has
 // checked is cached.
 type caseRun struct {
-	t      *testing.T
-	name   string
+	t    *testing.T
+	name string
+	seed uint64
+	// rng is the round's random source, drawn anew from the case's seed and the round's number
+	// at each round: a round's plan replays whatever the rounds before it did.
 	rng    *rand.Rand
 	tl     *tally
 	bin    string
@@ -51,7 +54,7 @@ type round struct {
 
 func runCase(t *testing.T, cp casePlan, bin string, tsrv *toxiproxy.ApiServer, tl *tally) {
 	c := &caseRun{
-		t: t, name: cp.name, rng: rand.New(rand.NewPCG(cp.seed, 2)), tl: tl, bin: bin,
+		t: t, name: cp.name, seed: cp.seed, rng: rand.New(rand.NewPCG(cp.seed, 0)), tl: tl, bin: bin,
 		client:   &http.Client{Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: maxClients}},
 		reported: map[string]bool{},
 	}
@@ -106,6 +109,7 @@ func kindsOf() []kind {
 // every object the round asked for, stores nothing corrupt, and is alive.
 func (c *caseRun) run(r *round, inject func(*round)) {
 	t := c.t
+	c.rng = rand.New(rand.NewPCG(c.seed, uint64(r.n)+1))
 	r.faults0 = c.up.faults(r.spec.kind)
 	start := time.Now()
 	inject(r)
@@ -117,8 +121,8 @@ func (c *caseRun) run(r *round, inject func(*round)) {
 	c.checkStored(r, c.root)
 	c.checkAlive(r)
 	c.tl.add(r.spec.kind, r.c)
-	t.Logf("round %d %s: %d faults, %d waves of up to %d clients, %d requests (ok %d, cut %d, refused %d, wrong bytes %d, wrong answer %d), failed recoveries %d, corrupt stored %d, in %s",
-		r.n, r.spec.kind, c.up.faults(r.spec.kind)-r.faults0, r.waves, r.clients, r.c.requests, r.c.ok, r.c.cut, r.c.refused,
+	t.Logf("%s round %d %s: %d faults, %d waves of up to %d clients, %d requests (ok %d, cut %d, refused %d, wrong bytes %d, wrong answer %d), failed recoveries %d, corrupt stored %d, in %s",
+		c.name, r.n, r.spec.kind, c.up.faults(r.spec.kind)-r.faults0, r.waves, r.clients, r.c.requests, r.c.ok, r.c.cut, r.c.refused,
 		r.c.wrongBytes, r.c.wrongAnswer, r.c.failedRecoveries, r.c.corruptStored, time.Since(start).Round(100*time.Millisecond))
 }
 
@@ -345,6 +349,7 @@ func (c *caseRun) recovery(r *round) {
 		wg sync.WaitGroup
 	)
 	sem := make(chan struct{}, 8)
+	right := map[*object]bool{}
 	for _, o := range r.objs {
 		if o.bigNoRecovery {
 			continue
@@ -366,12 +371,15 @@ func (c *caseRun) recovery(r *round) {
 				return
 			}
 			r.c.ok++
-			if !slices.Contains(c.cached, o) {
-				c.cached = append(c.cached, o)
-			}
+			right[o] = true
 		})
 	}
 	wg.Wait()
+	for _, o := range r.objs { // in the round's order: the next rounds draw from the list
+		if right[o] && !slices.Contains(c.cached, o) {
+			c.cached = append(c.cached, o)
+		}
+	}
 }
 
 // checkStored re-hashes every blob stored under root. A blob found corrupt is dropped from

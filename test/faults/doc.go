@@ -14,9 +14,11 @@
 // serve's own connection, at offsets it draws. A case is a list of rounds; a round is one kind:
 // the fault on, waves of clients (each wave with new content pushed to the upstream, until the
 // round has injected its target), the fault off, then the checks below. The rounds of every
-// kind are dealt to the cases from a seeded random source, which also draws every offset,
-// size, client count and request; the run prints its seed first, and NODECACHE_FAULTS_SEED
-// replays that plan (the interleaving of concurrent requests is not replayed).
+// kind are dealt to the cases from a seeded random source; each round draws its content, client
+// counts and requests from one of its own (the case's seed and the round's number), and each
+// front its faults' offsets from another. The run prints its seed first, and
+// NODECACHE_FAULTS_SEED replays that plan; not the interleaving of concurrent requests, nor
+// so which of them the front picks for a fault.
 //
 // # What is judged
 //
