@@ -17,8 +17,8 @@
 // kind are dealt to the cases from a seeded random source; each round draws its content, client
 // counts and requests from one of its own (the case's seed and the round's number), and each
 // front its faults' offsets from another. The run prints its seed first, and
-// NODECACHE_FAULTS_SEED replays that plan; not the interleaving of concurrent requests, nor
-// so which of them the front picks for a fault.
+// NODECACHE_FAULTS_SEED replays that plan; not the interleaving of concurrent requests, nor,
+// with it, which of them the front picks for a fault.
 //
 // # What is judged
 //
