@@ -4,6 +4,9 @@
 #   make ci      what CI runs: build the test tools (containerd daemons, skopeo), then make test
 #   make release static binaries for linux and darwin (amd64, arm64) with SHA256SUMS in dist/
 #   make image   multi-arch container image with docker buildx (IMAGE_FLAGS=--push to publish)
+#   make test-faults  the fault suite (issue 23; its own module, test/faults: toxiproxy stays out of
+#                go.mod): serve processes against upstreams that reset, cut, throttle, fail, black-hole,
+#                corrupt, a SIGKILL, a full disk, damaged files; as root, a minute or two on 2 cores
 #   make test-deploy  the chart, manifests, dashboard, Dockerfile, release and systemd checks
 #                (their own module, deploy/test: Helm, kustomize, Prometheus, BuildKit stay out of go.mod)
 #   make bench   nodecache vs distribution's stock proxy (v3.1.2) as separate processes on loopback:
@@ -47,7 +50,7 @@ GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 REGISTRY_VERSION := v3.1.2
 REGISTRY      := $(TOOLS)/registry-$(REGISTRY_VERSION)/registry
 
-.PHONY: all build run local-registry test test-deploy release image notices ci lint vet fmt tidy bench clean
+.PHONY: all build run local-registry test test-faults test-deploy release image notices ci lint vet fmt tidy bench clean
 
 all: build
 
@@ -89,6 +92,12 @@ test:
 	$(GO) build -o bin/testsummary ./internal/testsummary
 	bin/testsummary $(filter -v,$(TESTFLAGS)) -- $(GO) test -json -tags '$(GOTAGS)' $(filter-out -v,$(TESTFLAGS)) ./...
 
+# test-faults prints its seed first and `faults N, requests N, wrong bytes 0, corrupt stored 0,
+# crashes 0, failed recoveries 0` last (docs/tests.md, "make test-faults"); NODECACHE_FAULTS_SEED=<seed>
+# replays a run's plan. Verbose, so that both lines show in CI output.
+test-faults: build
+	cd test/faults && GOWORK=off NODECACHE_BINARY=$(abspath $(BIN)) $(GO) test -count=1 -v -timeout 10m -parallel 8 ./...
+
 test-deploy: build
 	cd deploy/test && GOWORK=off NODECACHE_BINARY=$(abspath $(BIN)) $(GO) test $(TESTFLAGS) ./...
 
@@ -110,6 +119,7 @@ lint: vet $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
 	cd deploy/test && GOWORK=off $(GO) vet ./...
 	cd bench && GOWORK=off $(GO) vet ./...
+	cd test/faults && GOWORK=off $(GO) vet ./...
 
 $(GOLANGCI_LINT):
 	GOBIN=$(dir $@) GOWORK=off $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)

@@ -1,0 +1,256 @@
+package faults
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Settings of every serve the suite starts.
+const (
+	// upstreamTimeout is serve's --upstream-timeout: short, so black holes and stalls cost a
+	// round seconds, not minutes.
+	upstreamTimeout = "2s"
+	// upstreamName is the upstream's name on serve (its URL is the case's front).
+	upstreamName = "upstream.test"
+	// readyWithin bounds a start (an index rebuild after a kill included).
+	readyWithin = 30 * time.Second
+)
+
+// nodecacheBinary returns $NODECACHE_BINARY (make test-faults passes bin/nodecache), else builds
+// cmd/nodecache once into a temporary directory.
+func nodecacheBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("NODECACHE_BINARY"); p != "" {
+		if !filepath.IsAbs(p) {
+			t.Fatalf("NODECACHE_BINARY=%s: must be an absolute path", p)
+		}
+		return p
+	}
+	_, file, _, _ := runtime.Caller(0)
+	repo := filepath.Join(filepath.Dir(file), "..", "..")
+	bin := filepath.Join(t.TempDir(), "nodecache")
+	cmd := exec.CommandContext(t.Context(), "go", "build", "-tags", "containers_image_openpgp,exclude_graphdriver_btrfs", "-o", bin, "./cmd/nodecache")
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/nodecache: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// serveProc is one `nodecache serve` process of a case: its root, listen address and upstream
+// stay the same across restarts.
+type serveProc struct {
+	bin, root, listen, upstreamURL, logPath string
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	exitErr error
+	log     *os.File
+}
+
+func newServe(t *testing.T, bin, root, upstreamURL, logPath string) *serveProc {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := l.Addr().String()
+	_ = l.Close()
+	s := &serveProc{bin: bin, root: root, listen: listen, upstreamURL: upstreamURL, logPath: logPath}
+	t.Cleanup(func() {
+		s.stop()
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("serve log (%s), last lines:\n%s", logPath, tail(b, 40))
+		}
+	})
+	return s
+}
+
+// url is the serve's base URL.
+func (s *serveProc) url() string { return "http://" + s.listen }
+
+// start starts serve and waits until /readyz answers 200.
+func (s *serveProc) start(ctx context.Context) error {
+	f, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(s.bin, "serve", "--listen", s.listen, "--root", s.root,
+		"--upstream", upstreamName+"="+s.upstreamURL, "--default-upstream", upstreamName,
+		"--upstream-timeout", upstreamTimeout, "--fill-timeout", "1m", "--log-level", "info")
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("start serve: %w", err)
+	}
+	exited := make(chan struct{})
+	s.mu.Lock()
+	s.cmd, s.exited, s.exitErr, s.log = cmd, exited, nil, f
+	s.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		s.mu.Lock()
+		s.exitErr = err
+		s.mu.Unlock()
+		close(exited)
+	}()
+	deadline := time.Now().Add(readyWithin)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("serve exited while starting: %w", cmp.Or(s.exitError(), errors.New("exit status 0")))
+		default:
+		}
+		if code, _ := s.get(ctx, "/readyz", time.Second); code == http.StatusOK {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("serve not ready within %s", readyWithin)
+}
+
+func (s *serveProc) exitError() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exitErr
+}
+
+// signal sends sig and waits for the process to end (SIGTERM: up to 30 s, then SIGKILL).
+func (s *serveProc) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd, exited, f := s.cmd, s.exited, s.log
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	_ = f.Close()
+}
+
+// kill ends serve with SIGKILL.
+func (s *serveProc) kill() { s.signal(syscall.SIGKILL) }
+
+// stop ends serve with SIGTERM, as a node shutting down does.
+func (s *serveProc) stop() { s.signal(syscall.SIGTERM) }
+
+// alive says why serve is not alive: it exited, or /healthz does not answer 200 within 10 s;
+// "" when it is.
+func (s *serveProc) alive(ctx context.Context) string {
+	s.mu.Lock()
+	exited := s.exited
+	s.mu.Unlock()
+	select {
+	case <-exited:
+		return fmt.Sprintf("serve exited: %v", s.exitError())
+	default:
+	}
+	code, err := s.get(ctx, "/healthz", 10*time.Second)
+	if code != http.StatusOK {
+		return fmt.Sprintf("serve does not answer /healthz: %d %v", code, err)
+	}
+	return ""
+}
+
+// get is a GET of path on serve within d: status and body.
+func (s *serveProc) get(ctx context.Context, path string, d time.Duration) (int, string) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url()+path, nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// metric returns the value of the unlabelled sample name from serve's /metrics.
+func (s *serveProc) metric(ctx context.Context, name string) (float64, error) {
+	code, body := s.get(ctx, "/metrics", 10*time.Second)
+	if code != http.StatusOK {
+		return 0, fmt.Errorf("/metrics: %d %s", code, body)
+	}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("/metrics has no %s", name)
+}
+
+// waitQuiet waits until serve has no blob fill in flight (within d): nothing is being written
+// to its storage then.
+func (s *serveProc) waitQuiet(ctx context.Context, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	var err error
+	for time.Now().Before(deadline) {
+		var n float64
+		if n, err = s.metric(ctx, "nodecache_blob_fills_in_flight"); err == nil && n == 0 {
+			return nil
+		} else if err == nil {
+			err = fmt.Errorf("%v blob fills in flight", n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("not quiet after %s: %w", d, err)
+}
+
+// peakRSS is the process's peak resident set size (VmHWM, bytes).
+func (s *serveProc) peakRSS() (int64, error) {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		return 0, errors.New("serve is not running")
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc/<pid>/status")
+}
+
+func tail(b []byte, lines int) string {
+	ls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(ls) > lines {
+		ls = ls[len(ls)-lines:]
+	}
+	return strings.Join(ls, "\n")
+}
