@@ -69,6 +69,9 @@ func TestFaults(t *testing.T) {
 	}
 	bin := nodecacheBinary(t)
 	tl := newTally()
+	// toxiproxy's toxics log through zerolog's global logger (a trace line per interrupted
+	// bandwidth pipe, hundreds a run): only their warnings and errors go to the output.
+	zerolog.SetGlobalLevel(zerolog.WarnLevel)
 	tsrv := toxiproxy.NewServer(toxiproxy.NewMetricsContainer(prometheus.NewRegistry()), zerolog.Nop())
 	start := time.Now()
 	t.Run("case", func(t *testing.T) {
