@@ -607,10 +607,19 @@ func (f *Fill) readAt(file *os.File, p []byte, off int64) (int, error) {
 	return file.ReadAt(p, off)
 }
 
-// Serve streams the fill to one client, honouring Range (the requested range is served as it
-// arrives). It returns how many bytes of the fill it sent. Its error is the fill's own error
-// when the fill failed before anything was sent (the caller answers it as an error status), or
-// ErrBroken when the response was cut short after its headers.
+// Serve streams the fill to one client, honouring Range. It returns how many bytes of the fill
+// it sent. Its error is the fill's own error when the fill failed before anything was sent (the
+// caller answers it as an error status), ErrRangeUnknownSize when it could not start (nothing
+// sent: 503), or ErrBroken when the response was cut short after its headers.
+//
+// A whole GET and an open-ended Range (bytes=N-, containerd's resume) stream as the bytes
+// arrive, the last byte held back until the digest matched. A Range that ends before the last
+// byte (bytes=A-B, containerd 2.x's parallel chunks, which check no offset) gets its 206 headers
+// as early as a whole GET (containerd waits 30 s for headers) and its bytes only once the whole
+// blob matched its digest; a fill that fails cuts it, so no complete 206 carries wrong bytes
+// (issue 23). A bounded Range is never answered 200: while no upstream answer stated the blob's
+// size it is ErrRangeUnknownSize (an open-ended one streams the whole blob without
+// Content-Length, as before: the client discards up to its offset).
 func (f *Fill) Serve(ctx context.Context, w http.ResponseWriter, r *http.Request) (int64, error) {
 	file, err := os.Open(f.path)
 	if err != nil {
@@ -621,12 +630,15 @@ func (f *Fill) Serve(ctx context.Context, w http.ResponseWriter, r *http.Request
 		return 0, err
 	}
 	rd := &fillReader{ctx: ctx, f: f, file: file}
+	if err := rd.plan(r); err != nil {
+		return 0, err
+	}
 	// Headers go out once the first byte is here, or after firstByteWait at the latest, before
 	// the first byte arrives from the upstream: containerd gives up on a response whose headers
 	// take more than 30 s.
 	if f.sizeNow() < 0 {
 		// Not even the upstream's GET announced a length: stream the whole blob without
-		// Content-Length (a Range is not honoured: its end is unknown).
+		// Content-Length (an open-ended Range is not honoured: its end is unknown).
 		w.Header().Del("Content-Length")
 		flushOnHeader{w}.WriteHeader(http.StatusOK)
 		if r.Method != http.MethodHead {
@@ -639,6 +651,88 @@ func (f *Fill) Serve(ctx context.Context, w http.ResponseWriter, r *http.Request
 		return rd.read, fmt.Errorf("%w: %w", ErrBroken, rd.err)
 	}
 	return rd.read, nil
+}
+
+// ErrRangeUnknownSize marks a Range with an end (bytes=A-B) on a blob being filled whose size no
+// upstream answer stated: its 206 could not say the complete length, and a 200 would put the
+// whole blob where the client expects the range. Nothing was sent (503).
+var ErrRangeUnknownSize = errors.New("a bounded Range on a blob whose size the upstream has not stated")
+
+// plan decides, before the headers, how rd serves r: a bounded Range on a blob not verified yet
+// waits for the digest (gate).
+func (rd *fillReader) plan(r *http.Request) error {
+	v := r.Header.Get("Range")
+	if v == "" || r.Method != http.MethodGet {
+		return nil
+	}
+	f := rd.f
+	f.mu.Lock()
+	size, verified := f.size, f.verified
+	f.mu.Unlock()
+	_, _, bounded, ok := rangeSpan(v, size)
+	switch {
+	case !ok || !bounded:
+	case size < 0:
+		return ErrRangeUnknownSize
+	default:
+		rd.gate = !verified
+	}
+	return nil
+}
+
+// rangeSpan reads a Range header value (RFC 9110 section 14.1.2: "bytes=A-B", "bytes=A-",
+// "bytes=-N", comma-separated) against a blob of size bytes (-1: unknown): the first and the last
+// byte it asks for (the last is size-1 for an open-ended or suffix range, -1 when size is
+// unknown), and whether it ends before the blob's last byte (bounded; with size unknown: any
+// range with an end). ok is false for a value http.ServeContent would not honour as it is.
+func rangeSpan(v string, size int64) (from, to int64, bounded, ok bool) {
+	spec, found := strings.CutPrefix(strings.TrimSpace(v), "bytes=")
+	if !found {
+		return 0, 0, false, false
+	}
+	from, to = -1, -1
+	for part := range strings.SplitSeq(spec, ",") {
+		start, end, b, ok := rangePart(strings.TrimSpace(part), size)
+		if !ok {
+			return 0, 0, false, false
+		}
+		if from < 0 || start < from {
+			from = start
+		}
+		to, bounded = max(to, end), bounded || b
+	}
+	return from, to, bounded, from >= 0
+}
+
+// rangePart is rangeSpan for one range ("A-B", "A-", "-N").
+func rangePart(part string, size int64) (start, end int64, bounded, ok bool) {
+	a, b, found := strings.Cut(part, "-")
+	a, b = strings.TrimSpace(a), strings.TrimSpace(b)
+	if !found || a == "" && b == "" {
+		return 0, 0, false, false
+	}
+	if a == "" { // the last b bytes
+		n, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || n <= 0 {
+			return 0, 0, false, false
+		}
+		return max(0, size-n), size - 1, false, true
+	}
+	start, err := strconv.ParseInt(a, 10, 64)
+	if err != nil || start < 0 {
+		return 0, 0, false, false
+	}
+	if b == "" {
+		return start, size - 1, false, true
+	}
+	e, err := strconv.ParseInt(b, 10, 64)
+	if err != nil || e < start {
+		return 0, 0, false, false
+	}
+	if size >= 0 && e >= size-1 {
+		return start, size - 1, false, true
+	}
+	return start, e, true, true
 }
 
 // contentRangeStart returns the first byte position of a Content-Range value ("bytes 0-0/1234",
@@ -736,6 +830,8 @@ type fillReader struct {
 	ctx  context.Context
 	f    *Fill
 	file *os.File
+	// gate holds every byte back until f is verified (a bounded Range: see Fill.Serve).
+	gate bool
 	off  int64
 	read int64
 	err  error
@@ -767,7 +863,11 @@ func (rd *fillReader) Read(p []byte) (int, error) {
 		rd.f.mu.Lock()
 		avail, ferr, verified, size, ch := rd.f.released(), rd.f.err, rd.f.verified, rd.f.size, rd.f.progress
 		rd.f.mu.Unlock()
-		if rd.off < avail {
+		if rd.gate && !verified && ferr != nil {
+			rd.err = ferr
+			return 0, ferr
+		}
+		if rd.off < avail && (!rd.gate || verified) {
 			n := min(int64(len(p)), avail-rd.off)
 			got, err := rd.f.readAt(rd.file, p[:n], rd.off)
 			rd.off += int64(got)
