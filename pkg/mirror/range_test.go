@@ -160,3 +160,46 @@ func rangeOf(t *testing.T, v string, size int) (from, to int) {
 	}
 	return from, to
 }
+
+// TestRangePastStatedSize (issue 23, Range): an upstream whose blob GET states a short length
+// (a body cut with a matching Content-Length; its HEAD has the right one): a Range past that
+// length is the fill's error once the digest fails (502), not a 416 built on the upstream's
+// wrong size (before: "416 invalid range: failed to overlap", found by the fault suite's short
+// bodies); with a correct upstream a Range past the real end is still 416 with its length.
+func TestRangePastStatedSize(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		short bool
+		want  int
+	}{
+		{"short length stated", true, http.StatusBadGateway},
+		{"past the real end", false, http.StatusRequestedRangeNotSatisfiable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newBlobFixture(t, 64<<10, mirror.Options{})
+			body := f.data
+			if tc.short {
+				body = f.data[:len(f.data)/2]
+			}
+			f.up.Intercept(http.MethodGet, "/blobs/", func(_ http.Handler, w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("Docker-Content-Digest", f.digest)
+				w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+				_, _ = w.Write(body)
+			})
+			from := len(f.data) * 3 / 4
+			if !tc.short {
+				from = len(f.data) + 10
+			}
+			resp, got := get(t, http.MethodGet, f.url(), http.Header{"Range": {fmt.Sprintf("bytes=%d-", from)}})
+			if resp.StatusCode != tc.want {
+				t.Errorf("Range from byte %d of %d (upstream states %d): %d %q; want %d", from, len(f.data), len(body), resp.StatusCode, got, tc.want)
+			}
+			if want := fmt.Sprintf("bytes */%d", len(f.data)); tc.want == http.StatusRequestedRangeNotSatisfiable && resp.Header.Get("Content-Range") != want {
+				t.Errorf("Content-Range %q, want %q", resp.Header.Get("Content-Range"), want)
+			}
+			f.h.waitIdle(t)
+		})
+	}
+}

@@ -654,7 +654,10 @@ func (f *Fill) readAt(file *os.File, p []byte, off int64) (int, error) {
 // blob matched its digest; a fill that fails cuts it, so no complete 206 carries wrong bytes
 // (issue 23). A bounded Range is never answered 200: while no upstream answer stated the blob's
 // size it is ErrRangeUnknownSize (an open-ended one streams the whole blob without
-// Content-Length, as before: the client discards up to its offset).
+// Content-Length, as before: the client discards up to its offset). A Range that starts past the
+// size the upstream stated is answered once the digest confirmed that size (416), or with the
+// fill's error (an upstream that stated a short length: 502), not at once with a 416 that may
+// be the upstream's mistake.
 func (f *Fill) Serve(ctx context.Context, w http.ResponseWriter, r *http.Request) (int64, error) {
 	file, err := os.Open(f.path)
 	if err != nil {
@@ -697,7 +700,7 @@ var ErrRangeUnknownSize = errors.New("a bounded Range on a blob whose size the u
 
 // plan decides, before the headers, how rd serves r: a bounded Range on a blob not verified yet
 // waits for the digest (gate), or is refused when a full disk means its bytes would be gone by
-// then; a reader whose first byte is already gone from a fill that cannot be stored starts its
+// then; one past the size the upstream stated waits for the digest before its headers; a reader whose first byte is already gone from a fill that cannot be stored starts its
 // own stream now, so that no memory for it is a 503 rather than a cut.
 func (rd *fillReader) plan(r *http.Request) error {
 	f := rd.f
@@ -709,6 +712,10 @@ func (rd *fillReader) plan(r *http.Request) error {
 		from, to, bounded, ok := rangeSpan(v, size)
 		switch {
 		case !ok:
+		case size >= 0 && from >= size && !verified:
+			// Past the size the upstream stated, which only the digest confirms: answered
+			// (416) once it does; an upstream that stated a short length fails the fill (502).
+			return f.settle(rd.ctx)
 		case bounded && size < 0:
 			return ErrRangeUnknownSize
 		case bounded:
@@ -732,6 +739,26 @@ func (rd *fillReader) plan(r *http.Request) error {
 		return rd.passThrough()
 	}
 	return nil
+}
+
+// settle waits until f is verified (nil) or failed (its error), or ctx ends.
+func (f *Fill) settle(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		verified, err, ch := f.verified, f.err, f.progress
+		f.mu.Unlock()
+		switch {
+		case verified:
+			return nil
+		case err != nil:
+			return err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // rangeSpan reads a Range header value (RFC 9110 section 14.1.2: "bytes=A-B", "bytes=A-",
