@@ -2,12 +2,22 @@ package mirror_test
 
 import (
 	"bytes"
+	"crypto/rand"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/distribution/distribution/v3/configuration"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodecache/nodecache/pkg/mirror"
@@ -142,6 +152,173 @@ func TestDiskFullBlobSizes(t *testing.T) {
 			}
 			if !strings.Contains(h.logs.String(), "disk full") != tc.stored {
 				t.Errorf("disk full logged: %v, want %v", strings.Contains(h.logs.String(), "disk full"), !tc.stored)
+			}
+		})
+	}
+}
+
+// diskFullUpstream is an upstream that keeps its blobs on disk (distribution's in-memory driver
+// takes seconds to take a blob of tens of MiB) holding team/big:v1, one layer of layerBytes
+// random bytes (not gzipped: quick to make), and a mirror on a full tmpfs root in front of it.
+func diskFullUpstream(t *testing.T, layerBytes int) (*harness, *mirrortest.Registry, string, []byte) {
+	t.Helper()
+	root := tmpfsRoot(t, "2m")
+	upRoot := t.TempDir()
+	up := mirrortest.NewRegistryWithConfig(t, func(c *configuration.Configuration) {
+		delete(c.Storage, "inmemory")
+		c.Storage["filesystem"] = configuration.Parameters{"rootdirectory": upRoot}
+	})
+	data := make([]byte, layerBytes)
+	_, _ = rand.Read(data)
+	layer := static.NewLayer(data, types.OCILayer)
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up.PushImage(t, "team/big", "v1", img)
+	d, err := layer.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, mirror.Options{Root: root, Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
+	h.run(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("nodecache log:\n%s", h.logs.String())
+		}
+	})
+	up.ResetRequests()
+	return h, up, fmt.Sprintf("http://%s/v2/upstream.test/team/big/blobs/%s", h.host, d), data
+}
+
+// readAlong GETs url and reads its body in 64 KiB reads, calling step after each with the bytes
+// read so far (step sleeps to pace the client); it returns the status and what it read.
+func readAlong(t *testing.T, url string, step func(n int)) (int, []byte, error) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(newRequest(t, http.MethodGet, url, nil))
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	// Room for the whole body at once: growing it would stall the reader (the race detector
+	// takes seconds to copy tens of MiB).
+	body := make([]byte, 0, max(0, resp.ContentLength))
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := io.ReadFull(resp.Body, buf)
+		body = append(body, buf[:n]...)
+		if err == io.EOF || err == io.ErrUnexpectedEOF && len(body) == int(resp.ContentLength) {
+			return resp.StatusCode, body, nil
+		}
+		if err != nil {
+			return resp.StatusCode, body, err
+		}
+		step(len(body))
+	}
+}
+
+// TestDiskFullLateAndSlowClients (issue 23, disk full): a 32 MiB blob that cannot be stored
+// (a 2 MiB tmpfs root) streams through a window of 8 MiB. A client that joins once bytes it needs
+// are gone from the window, and one that stops reading for longer than the fill waits for a
+// lagging reader, each get their own upstream stream (a Range request from where the staging
+// file ended) and the whole, verified blob; the client reading along is not held up by the one
+// that stopped; the memory held (nodecache_fill_spill_bytes) is the window, and one client's
+// own stream at most, and back to 0 once they are done. (The spill window's wait for a reader
+// that reads nothing is 3 s, the pause 10 s.)
+func TestDiskFullLateAndSlowClients(t *testing.T) {
+	t.Parallel()
+	const size = 32 << 20
+	for _, tc := range []struct {
+		name string
+		// second starts when the first client has read this many bytes, and pauses
+		// pauseAt bytes into its own body for pause; the spill gauge is read when the first
+		// client has read gaugeAt bytes; the first client waits throttle after every 64 KiB.
+		secondAt, pauseAt, gaugeAt int
+		pause, throttle            time.Duration
+	}{
+		// At about 32 MiB/s the fill is at most a window (and the socket buffers) ahead of the
+		// first client: still running when the second joins.
+		{"late joiner", 10 << 20, 0, 8 << 20, 0, 2 * time.Millisecond},
+		{"client that stops reading", 0, 1 << 20, 12 << 20, 10 * time.Second, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h, up, url, data := diskFullUpstream(t, size)
+			// mid: the first client has read gaugeAt bytes (the fill holds its whole window).
+			second, mid := make(chan struct{}), make(chan struct{})
+			var secondOnce, midOnce sync.Once
+			type result struct {
+				status int
+				body   []byte
+				err    error
+				done   time.Time
+			}
+			results := make(chan result, 2)
+			var firstDone, resumed time.Time
+			go func() {
+				status, body, err := readAlong(t, url, func(n int) {
+					time.Sleep(tc.throttle)
+					if n >= tc.gaugeAt {
+						midOnce.Do(func() { close(mid) })
+					}
+					if n >= tc.secondAt {
+						secondOnce.Do(func() { close(second) })
+					}
+				})
+				results <- result{status, body, err, time.Now()}
+			}()
+			startSecond := func() {
+				go func() {
+					paused := false
+					status, body, err := readAlong(t, url, func(n int) {
+						if tc.pause > 0 && !paused && n >= tc.pauseAt {
+							paused = true
+							time.Sleep(tc.pause)
+							resumed = time.Now()
+						}
+					})
+					results <- result{status, body, err, time.Time{}}
+				}()
+			}
+			var spill float64
+			if tc.secondAt > tc.gaugeAt {
+				<-mid
+				spill = metricValue(t, h, "nodecache_fill_spill_bytes")
+				<-second
+				startSecond()
+			} else {
+				<-second
+				startSecond()
+				<-mid // the second client is paused
+				spill = metricValue(t, h, "nodecache_fill_spill_bytes")
+			}
+			for range 2 {
+				r := <-results
+				if !r.done.IsZero() {
+					firstDone = r.done
+				}
+				if r.err != nil || r.status != http.StatusOK || !bytes.Equal(r.body, data) {
+					t.Fatalf("a client got %d, %d of %d bytes (equal: %v), error %v; want the whole blob", r.status, len(r.body), len(data), bytes.Equal(r.body, data), r.err)
+				}
+			}
+			h.waitIdle(t)
+			if tc.pause > 0 && !firstDone.Before(resumed) {
+				t.Errorf("the client reading along finished %s after the other one read again (after %s without reading); want it done before", firstDone.Sub(resumed), tc.pause)
+			}
+			if spill <= 0 || spill > 8<<20+512<<10 {
+				t.Errorf("nodecache_fill_spill_bytes while one fill streams: %v, want its window and at most one client's own (0 < n <= 8.5 MiB)", spill)
+			}
+			if v := metricValue(t, h, "nodecache_fill_spill_bytes"); v != 0 {
+				t.Errorf("nodecache_fill_spill_bytes once the clients are done: %v, want 0", v)
+			}
+			var ranged int
+			for _, q := range up.Requests() {
+				if q.Method == http.MethodGet && strings.Contains(q.Path, "/blobs/") && q.Range != "" {
+					ranged++
+				}
+			}
+			if n := up.Count(http.MethodGet, "/blobs/"); n != 2 || ranged != 1 {
+				t.Errorf("upstream blob GETs: %d (%d with Range); want 2: the fill, and the second client's own stream from where the disk filled", n, ranged)
 			}
 		})
 	}

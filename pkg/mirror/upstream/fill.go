@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -81,13 +82,32 @@ type Fill struct {
 	// a member's fill asks no other member but the one cache-only probe.
 	peer *peerRequest
 
+	// private marks a pass-through (startPassThrough): one reader's own stream of a blob that
+	// cannot be stored, with no staging file; hash is the digest's state at its first byte.
+	private bool
+	hash    hash.Hash
+	cancel  context.CancelFunc // a pass-through's: ends it
+	// spilling is set once bytes go to win rather than the staging file (spill.go).
+	spilling atomic.Bool
+
 	mu      sync.Mutex
 	written int64
 	// spillFrom is where the staging file ended when the disk filled (-1: it did not): bytes
-	// from there on are kept in spill, in memory, served from there and never stored.
+	// from there on go to win, a ring holding bytes [winStart, written) (win[offset%len(win)]),
+	// and are never stored. lagWait bounds the wait for a lagging reader (0: none, ctx aside).
 	spillFrom int64
-	spill     []byte
-	size      int64 // bytes of the blob; -1 until an upstream answer tells (written by run only)
+	win       []byte
+	winStart  int64
+	lagWait   time.Duration
+	// hashState is the digest's state (encoding.BinaryMarshaler) over the first hashAt bytes,
+	// kept when the disk filled: pass-throughs start there (hashKept: the attempt was made).
+	hashState []byte
+	hashAt    int64
+	hashKept  bool
+	readers   map[*fillReader]struct{} // requests reading the fill (their windows stay)
+	readStep  chan struct{}            // closed and replaced when a reader moves on or leaves
+	ended     bool                     // the download is over (the window goes with the last reader)
+	size      int64                    // bytes of the blob; -1 until an upstream answer tells (written by run only)
 	verified  bool
 	answered  bool // an upstream GET answered 2xx: the blob is coming
 	err       error
@@ -249,7 +269,7 @@ func (r *Remote) StartFill(ctx context.Context, repo string, desc v1.Descriptor,
 	}
 	return r.f.fills.start(key, func(path string) *Fill {
 		return &Fill{key: key, desc: desc, path: path, remote: r, repo: repo, commit: commit, via: via, peer: pr,
-			size: desc.Size, spillFrom: -1, progress: make(chan struct{}), done: make(chan struct{})}
+			size: desc.Size, spillFrom: -1, lagWait: spillLagWait, progress: make(chan struct{}), done: make(chan struct{})}
 	}, (*Fill).run)
 }
 
@@ -303,18 +323,21 @@ func fillErrorLevel(err error) zerolog.Level {
 // stream breaks, verifies the digest, releases the last byte to readers, and commits it.
 func (f *Fill) run() {
 	r := f.remote
-	base := withPeerMemory(withTier(WithVia(r.f.fillCtx, f.via), f.setTier))
-	if f.peer != nil {
-		base = WithPeerRequest(base, f.peer.sender, false)
-	}
-	ctx, cancel := context.WithTimeout(base, r.f.opts.FillTimeout)
+	ctx, cancel := context.WithTimeout(f.context(r.f.fillCtx), r.f.opts.FillTimeout)
 	defer cancel()
+	defer f.over()
 	log := r.f.log.With().Str("upstream", r.Name).Str("repository", f.repo).Str("digest", f.desc.Digest.String()).Logger()
 	r.f.metrics.fillsInFlight.Inc()
 	defer r.f.metrics.fillsInFlight.Dec()
 	start := time.Now()
 
 	err := f.download(ctx)
+	if errors.Is(err, errSpillNoWindow) {
+		// Not the upstream's failure: the disk is full and so is the spill budget.
+		log.Warn().Err(err).Int64("bytes", f.written).Msg("disk full: fill stopped; its clients get their own upstream streams")
+		f.finish(err)
+		return
+	}
 	r.f.metrics.observe(r.Name, f.tierOr(), KindBlob, start, err)
 	if err != nil {
 		log.WithLevel(fillErrorLevel(err)).Err(err).Int64("bytes", f.written).Msg("blob fill failed; nothing cached")
@@ -336,6 +359,16 @@ func (f *Fill) run() {
 	log.Debug().Int64("bytes", f.size).Str("duration", clitext.Span(time.Since(start))).Msg("blob cached")
 }
 
+// context is parent with what f's upstream requests carry: the Via hops, the tier they report
+// to f, and the member whose request f serves.
+func (f *Fill) context(parent context.Context) context.Context {
+	ctx := withPeerMemory(withTier(WithVia(parent, f.via), f.setTier))
+	if f.peer != nil {
+		ctx = WithPeerRequest(ctx, f.peer.sender, false)
+	}
+	return ctx
+}
+
 // ErrUnknownSizeTooLarge marks a fill of a blob whose size no upstream answer stated that grew
 // past Options.MaxUnknownBlobSize; nothing of it is stored.
 var ErrUnknownSizeTooLarge = errors.New("blob of unstated size is larger than the bound")
@@ -344,12 +377,18 @@ var ErrUnknownSizeTooLarge = errors.New("blob of unstated size is larger than th
 // written, and checks its size and digest.
 func (f *Fill) download(ctx context.Context) error {
 	r := f.remote
-	file, err := os.OpenFile(f.path, os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("open staging file: %w", err)
+	var file *os.File // none for a pass-through
+	if !f.private {
+		var err error
+		if file, err = os.OpenFile(f.path, os.O_WRONLY, 0); err != nil {
+			return fmt.Errorf("open staging file: %w", err)
+		}
+		defer file.Close()
 	}
-	defer file.Close()
-	h := f.desc.Digest.Algorithm().Hash()
+	h := f.hash
+	if h == nil {
+		h = f.desc.Digest.Algorithm().Hash()
+	}
 	var lastErr error
 	stalled := 0 // attempts in a row that added no byte
 	short := 0   // of those, the attempts in a row whose body ended early
@@ -396,6 +435,9 @@ func (f *Fill) download(ctx context.Context) error {
 		r.f.distrustPeers(ctx)
 		return fmt.Errorf("upstream %s: blob %s: %w (got %s)", r.Name, f.desc.Digest, ErrDigestMismatch, got)
 	}
+	if file == nil || f.spilling.Load() {
+		return nil
+	}
 	if err := file.Sync(); err != nil {
 		return fmt.Errorf("sync staging file: %w", err)
 	}
@@ -421,7 +463,8 @@ func (f *Fill) finalError(err error, attempt, short int) bool {
 	if errors.As(err, &ue) && (ue.NotFound() || ue.Status == http.StatusForbidden || ue.Status == http.StatusUnauthorized) {
 		return true
 	}
-	if errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrUnsafeTarget) || errors.Is(err, ErrUnknownSizeTooLarge) || errors.Is(err, ErrBadRange) {
+	if errors.Is(err, ErrDigestMismatch) || errors.Is(err, ErrUnsafeTarget) || errors.Is(err, ErrUnknownSizeTooLarge) || errors.Is(err, ErrBadRange) ||
+		errors.Is(err, errSpillNoWindow) {
 		return true
 	}
 	// The upstream answers, but with an error or an empty body, and has not sent a byte:
@@ -513,17 +556,19 @@ func (f *Fill) copyFrom(ctx context.Context, cancel context.CancelFunc, file *os
 				r.Name, f.desc.Digest, ErrUnknownSizeTooLarge, limit, clitext.Bytes(limit))
 		}
 		if n > 0 {
-			stall.Reset(timeout)
 			chunk := buf[:n]
-			h.Write(chunk)
 			if pos+int64(n) > skipUntil {
 				from := max(0, skipUntil-pos)
-				if err := f.store(file, chunk[from:], pos+from); err != nil {
+				stall.Stop() // a fill that cannot be stored may wait for its readers
+				if err := f.store(ctx, file, chunk[from:], pos+from); err != nil {
 					return progressed, fmt.Errorf("write staging file: %w", err)
 				}
+				f.keepHashState(h, pos)
 				f.advance(int64(n) - from)
 				progressed = true
 			}
+			stall.Reset(timeout)
+			h.Write(chunk)
 			pos += int64(n)
 			r.f.metrics.upstreamBytes.WithLabelValues(r.Name, f.tierOr()).Add(float64(n))
 		}
@@ -559,47 +604,36 @@ func streamError(ctx context.Context, rerr error, pos int64, timeout time.Durati
 	return fmt.Errorf("upstream stream broke at byte %d: %w", pos, rerr)
 }
 
-// store writes p at off of the staging file; once the disk is full (ENOSPC), in memory instead,
-// telling Options.OnDiskFull once.
-func (f *Fill) store(file *os.File, p []byte, off int64) error {
-	f.mu.Lock()
-	spilling := f.spillFrom >= 0
-	f.mu.Unlock()
-	if !spilling {
+// store writes p at off of the staging file; once the disk is full (ENOSPC), and for a
+// pass-through, to the window instead (spill.go).
+func (f *Fill) store(ctx context.Context, file *os.File, p []byte, off int64) error {
+	if !f.spilling.Load() {
 		_, err := file.WriteAt(p, off)
 		if err == nil || !errors.Is(err, syscall.ENOSPC) {
 			return err
 		}
-		f.mu.Lock()
-		f.spillFrom = off
-		f.mu.Unlock()
-		f.remote.f.log.Warn().Str("upstream", f.remote.Name).Str("digest", f.desc.Digest.String()).Int64("offset", off).
-			Msg("disk full: the rest of this blob is served from memory and not stored")
-		if cb := f.remote.f.opts.OnDiskFull; cb != nil {
-			lacked := int64(-1)
-			if size := f.sizeNow(); size >= 0 {
-				lacked = size - off
-			}
-			cb(lacked)
+		if err := f.startSpill(off); err != nil {
+			return err
 		}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if want := f.spillFrom + int64(len(f.spill)); off != want {
-		return fmt.Errorf("disk full: out-of-order write at %d, want %d", off, want)
-	}
-	f.spill = append(f.spill, p...)
-	return nil
+	return f.spillWrite(ctx, p, off)
 }
 
-// readAt reads released bytes at off: from the staging file, or from memory past spillFrom.
+// readAt reads released bytes at off: from the staging file, or from the window past spillFrom
+// (errDropped when they are gone from it).
 func (f *Fill) readAt(file *os.File, p []byte, off int64) (int, error) {
 	f.mu.Lock()
 	if f.spillFrom >= 0 && off+int64(len(p)) > f.spillFrom {
 		if off >= f.spillFrom {
-			n := copy(p, f.spill[off-f.spillFrom:])
-			f.mu.Unlock()
-			return n, nil
+			defer f.mu.Unlock()
+			if off < f.winStart || f.win == nil {
+				return 0, errDropped
+			}
+			n := min(int64(len(p)), f.written-off)
+			w := int64(len(f.win))
+			c := copy(p[:n], f.win[off%w:])
+			copy(p[c:n], f.win)
+			return int(n), nil
 		}
 		p = p[:f.spillFrom-off]
 	}
@@ -607,26 +641,44 @@ func (f *Fill) readAt(file *os.File, p []byte, off int64) (int, error) {
 	return file.ReadAt(p, off)
 }
 
-// Serve streams the fill to one client, honouring Range (the requested range is served as it
-// arrives). It returns how many bytes of the fill it sent. Its error is the fill's own error
-// when the fill failed before anything was sent (the caller answers it as an error status), or
-// ErrBroken when the response was cut short after its headers.
+// Serve streams the fill to one client, honouring Range. It returns how many bytes of the fill
+// it sent. Its error is the fill's own error when the fill failed before anything was sent (the
+// caller answers it as an error status), ErrSpillMemory, ErrRangeNotKept or ErrRangeUnknownSize
+// when it could not start (nothing sent: 503), or ErrBroken when the response was cut short
+// after its headers.
+//
+// A whole GET and an open-ended Range (bytes=N-, containerd's resume) stream as the bytes
+// arrive, the last byte held back until the digest matched. A Range that ends before the last
+// byte (bytes=A-B, containerd 2.x's parallel chunks, which check no offset) gets its 206 headers
+// as early as a whole GET (containerd waits 30 s for headers) and its bytes only once the whole
+// blob matched its digest; a fill that fails cuts it, so no complete 206 carries wrong bytes
+// (issue 23). A bounded Range is never answered 200: while no upstream answer stated the blob's
+// size it is ErrRangeUnknownSize (an open-ended one streams the whole blob without
+// Content-Length, as before: the client discards up to its offset). A Range that starts past the
+// size the upstream stated is answered once the digest confirmed that size (416), or with the
+// fill's error (an upstream that stated a short length: 502), not at once with a 416 that may
+// be the upstream's mistake.
 func (f *Fill) Serve(ctx context.Context, w http.ResponseWriter, r *http.Request) (int64, error) {
 	file, err := os.Open(f.path)
 	if err != nil {
 		return 0, fmt.Errorf("open staging file: %w", err)
 	}
 	defer file.Close()
-	if err := f.firstByte(ctx, firstByteWait(f.remote.f.opts.Timeout)); err != nil {
+	rd := &fillReader{ctx: ctx, f: f, file: file}
+	f.attach(rd) // a window of a fill that cannot be stored stays while rd reads it
+	defer rd.close()
+	if err := f.firstByte(ctx, firstByteWait(f.remote.f.opts.Timeout)); err != nil && !errors.Is(err, errSpillNoWindow) {
 		return 0, err
 	}
-	rd := &fillReader{ctx: ctx, f: f, file: file}
+	if err := rd.plan(r); err != nil {
+		return 0, err
+	}
 	// Headers go out once the first byte is here, or after firstByteWait at the latest, before
 	// the first byte arrives from the upstream: containerd gives up on a response whose headers
 	// take more than 30 s.
 	if f.sizeNow() < 0 {
 		// Not even the upstream's GET announced a length: stream the whole blob without
-		// Content-Length (a Range is not honoured: its end is unknown).
+		// Content-Length (an open-ended Range is not honoured: its end is unknown).
 		w.Header().Del("Content-Length")
 		flushOnHeader{w}.WriteHeader(http.StatusOK)
 		if r.Method != http.MethodHead {
@@ -639,6 +691,129 @@ func (f *Fill) Serve(ctx context.Context, w http.ResponseWriter, r *http.Request
 		return rd.read, fmt.Errorf("%w: %w", ErrBroken, rd.err)
 	}
 	return rd.read, nil
+}
+
+// ErrRangeUnknownSize marks a Range with an end (bytes=A-B) on a blob being filled whose size no
+// upstream answer stated: its 206 could not say the complete length, and a 200 would put the
+// whole blob where the client expects the range. Nothing was sent (503).
+var ErrRangeUnknownSize = errors.New("a bounded Range on a blob whose size the upstream has not stated")
+
+// plan decides, before the headers, how rd serves r: a bounded Range on a blob not verified yet
+// waits for the digest (gate), or is refused when a full disk means its bytes would be gone by
+// then; one past the size the upstream stated waits for the digest before its headers; a reader whose first byte is already gone from a fill that cannot be stored starts its
+// own stream now, so that no memory for it is a 503 rather than a cut.
+func (rd *fillReader) plan(r *http.Request) error {
+	f := rd.f
+	f.mu.Lock()
+	size, verified := f.size, f.verified
+	f.mu.Unlock()
+	start := int64(0)
+	if v := r.Header.Get("Range"); v != "" && r.Method == http.MethodGet {
+		from, to, bounded, ok := rangeSpan(v, size)
+		switch {
+		case !ok:
+		case size >= 0 && from >= size && !verified:
+			// Past the size the upstream stated, which only the digest confirms: answered
+			// (416) once it does; an upstream that stated a short length fails the fill (502).
+			return f.settle(rd.ctx)
+		case bounded && size < 0:
+			return ErrRangeUnknownSize
+		case bounded:
+			// Its bytes must be the ones the fill verifies: never a pass-through's.
+			f.mu.Lock()
+			keeps := f.keeps(from, to)
+			rd.gate = keeps && !verified // read by f's download under f.mu
+			f.mu.Unlock()
+			if !keeps {
+				return fmt.Errorf("bytes %d-%d of %d: %w", from, to, size, ErrRangeNotKept)
+			}
+			return nil
+		case size >= 0:
+			start = from
+		}
+	}
+	f.mu.Lock()
+	lost := f.lost(start) && (f.err == nil || errors.Is(f.err, errSpillNoWindow))
+	f.mu.Unlock()
+	if lost {
+		return rd.passThrough()
+	}
+	return nil
+}
+
+// settle waits until f is verified (nil) or failed (its error), or ctx ends.
+func (f *Fill) settle(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		verified, err, ch := f.verified, f.err, f.progress
+		f.mu.Unlock()
+		switch {
+		case verified:
+			return nil
+		case err != nil:
+			return err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// rangeSpan reads a Range header value (RFC 9110 section 14.1.2: "bytes=A-B", "bytes=A-",
+// "bytes=-N", comma-separated) against a blob of size bytes (-1: unknown): the first and the last
+// byte it asks for (the last is size-1 for an open-ended or suffix range, -1 when size is
+// unknown), and whether it ends before the blob's last byte (bounded; with size unknown: any
+// range with an end). ok is false for a value http.ServeContent would not honour as it is.
+func rangeSpan(v string, size int64) (from, to int64, bounded, ok bool) {
+	spec, found := strings.CutPrefix(strings.TrimSpace(v), "bytes=")
+	if !found {
+		return 0, 0, false, false
+	}
+	from, to = -1, -1
+	for part := range strings.SplitSeq(spec, ",") {
+		start, end, b, ok := rangePart(strings.TrimSpace(part), size)
+		if !ok {
+			return 0, 0, false, false
+		}
+		if from < 0 || start < from {
+			from = start
+		}
+		to, bounded = max(to, end), bounded || b
+	}
+	return from, to, bounded, from >= 0
+}
+
+// rangePart is rangeSpan for one range ("A-B", "A-", "-N").
+func rangePart(part string, size int64) (start, end int64, bounded, ok bool) {
+	a, b, found := strings.Cut(part, "-")
+	a, b = strings.TrimSpace(a), strings.TrimSpace(b)
+	if !found || a == "" && b == "" {
+		return 0, 0, false, false
+	}
+	if a == "" { // the last b bytes
+		n, err := strconv.ParseInt(b, 10, 64)
+		if err != nil || n <= 0 {
+			return 0, 0, false, false
+		}
+		return max(0, size-n), size - 1, false, true
+	}
+	start, err := strconv.ParseInt(a, 10, 64)
+	if err != nil || start < 0 {
+		return 0, 0, false, false
+	}
+	if b == "" {
+		return start, size - 1, false, true
+	}
+	e, err := strconv.ParseInt(b, 10, 64)
+	if err != nil || e < start {
+		return 0, 0, false, false
+	}
+	if size >= 0 && e >= size-1 {
+		return start, size - 1, false, true
+	}
+	return start, e, true, true
 }
 
 // contentRangeStart returns the first byte position of a Content-Range value ("bytes 0-0/1234",
@@ -736,9 +911,50 @@ type fillReader struct {
 	ctx  context.Context
 	f    *Fill
 	file *os.File
+	// own is rd's pass-through once bytes it needs are gone from f's window (from own.spillFrom
+	// on, rd reads own; before it, f's staging file).
+	own *Fill
+	// gate holds every byte back until f is verified (a bounded Range: see Fill.Serve).
+	gate bool
 	off  int64
 	read int64
 	err  error
+	// What fills waiting for their readers see: at is off, reading is set by the first Read,
+	// away once rd reads own.
+	at      atomic.Int64
+	reading atomic.Bool
+	away    atomic.Bool
+}
+
+// close ends rd's pass-through and lets its fills' windows go.
+func (rd *fillReader) close() {
+	if rd.own != nil {
+		rd.own.cancel()
+		<-rd.own.done
+		rd.own.detach(rd)
+	}
+	rd.f.detach(rd)
+}
+
+// passThrough gives rd its own upstream stream (Fill.startPassThrough). A gated reader gets
+// ErrRangeNotKept instead: its bytes must be the ones f verified.
+func (rd *fillReader) passThrough() error {
+	switch {
+	case rd.gate:
+		return ErrRangeNotKept
+	case rd.own != nil:
+		return errors.New("disk full: a client's own stream lost bytes") // its window waits for rd
+	}
+	p, err := rd.f.startPassThrough(rd.ctx)
+	if err != nil {
+		return err
+	}
+	rd.reading.Store(true)
+	p.attach(rd)
+	rd.own = p
+	rd.away.Store(true)
+	rd.f.stepped() // f no longer waits for rd
+	return nil
 }
 
 func (rd *fillReader) Seek(offset int64, whence int) (int64, error) {
@@ -759,19 +975,49 @@ func (rd *fillReader) Seek(offset int64, whence int) (int64, error) {
 		return 0, errors.New("seek: negative position")
 	}
 	rd.off = offset
+	rd.at.Store(offset)
 	return offset, nil
 }
 
 func (rd *fillReader) Read(p []byte) (int, error) {
+	rd.reading.Store(true)
 	for {
-		rd.f.mu.Lock()
-		avail, ferr, verified, size, ch := rd.f.released(), rd.f.err, rd.f.verified, rd.f.size, rd.f.progress
-		rd.f.mu.Unlock()
-		if rd.off < avail {
+		f := rd.f
+		if rd.own != nil && rd.off >= rd.own.spillFrom {
+			f = rd.own
+		}
+		f.mu.Lock()
+		avail, ferr, verified, size, ch := f.released(), f.err, f.verified, f.size, f.progress
+		lost := f.lost(rd.off)
+		f.mu.Unlock()
+		failed := ferr != nil && !errors.Is(ferr, errSpillNoWindow) // not a stop for want of memory
+		switch {
+		case rd.gate && !verified && ferr == nil:
+			// A bounded Range: nothing before the whole blob is verified.
+		case rd.gate && !verified:
+			if rd.err = ferr; !failed {
+				rd.err = fmt.Errorf("%w: %w", ErrRangeNotKept, ferr)
+			}
+			return 0, rd.err
+		case lost && failed:
+			rd.err = ferr
+			return 0, ferr
+		case lost:
+			if err := rd.passThrough(); err != nil {
+				rd.err = err
+				return 0, err
+			}
+			continue
+		case rd.off < avail:
 			n := min(int64(len(p)), avail-rd.off)
-			got, err := rd.f.readAt(rd.file, p[:n], rd.off)
+			got, err := f.readAt(rd.file, p[:n], rd.off)
+			if errors.Is(err, errDropped) {
+				continue // forgotten meanwhile: lost now
+			}
 			rd.off += int64(got)
 			rd.read += int64(got)
+			rd.at.Store(rd.off)
+			f.stepped()
 			if errors.Is(err, io.EOF) && got > 0 {
 				err = nil
 			}
@@ -779,12 +1025,10 @@ func (rd *fillReader) Read(p []byte) (int, error) {
 				rd.err = err
 			}
 			return got, err
-		}
-		if ferr != nil {
+		case ferr != nil:
 			rd.err = ferr
 			return 0, ferr
-		}
-		if verified && rd.off >= size {
+		case verified && rd.off >= size:
 			return 0, io.EOF
 		}
 		select {

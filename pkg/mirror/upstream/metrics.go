@@ -21,6 +21,7 @@ type metrics struct {
 	mismatches      *prometheus.CounterVec // upstream, kind, tier
 	refusedTargets  *prometheus.CounterVec // upstream, reason
 	busy            *prometheus.CounterVec // upstream
+	spillBytes      prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -54,8 +55,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "nodecache_upstream_busy_total",
 			Help: "Requests that waited --upstream-timeout for one of the upstream's --upstream-concurrency slots (requests waiting for its response headers) without getting one, answered 429.",
 		}, []string{"upstream"}),
+		spillBytes: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodecache_fill_spill_bytes",
+			Help: "Bytes held in memory for blob fills that could not be stored (the disk was full) and for clients' own streams of them; bounded by a fixed budget (64 MiB).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.upstreamBytes, m.upstreamSeconds, m.fillsInFlight, m.resumes, m.mismatches, m.refusedTargets, m.busy} {
+	for _, c := range []prometheus.Collector{m.upstreamBytes, m.upstreamSeconds, m.fillsInFlight, m.resumes, m.mismatches, m.refusedTargets, m.busy, m.spillBytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -128,10 +128,17 @@ type Options struct {
 	// DefaultConcurrency.
 	Concurrency int
 	// OnDiskFull, when set, is called (from the fill's goroutine) when a fill's staging file
-	// hits ENOSPC: the fill then goes on in memory, is served and verified, but not stored.
-	// lacked is how many more bytes (beyond what its staging file held, which is freed once the
-	// fill is over) the blob needed; -1 when its size is unknown.
+	// hits ENOSPC: the fill then streams through memory (SpillWindow), is served and verified,
+	// but not stored. lacked is how many more bytes (beyond what its staging file held, which is
+	// freed once the fill is over) the blob needed; -1 when its size is unknown.
 	OnDiskFull func(lacked int64)
+	// SpillWindow is how many bytes (at most) a fill that cannot be stored keeps in memory for
+	// the clients reading it, once its staging file hit ENOSPC. Default DefaultSpillWindow.
+	SpillWindow int64
+	// SpillMemory bounds the bytes all fills that cannot be stored, and the clients' own
+	// streams of them, keep in memory together (nodecache_fill_spill_bytes). Default
+	// DefaultSpillMemory.
+	SpillMemory int64
 }
 
 // Fetcher reaches every configured upstream for the mirror. Its methods are safe for
@@ -141,6 +148,7 @@ type Fetcher struct {
 	log     zerolog.Logger
 	remotes map[string]*Remote
 	fills   *fillSet
+	spill   *spillBudget // the memory of fills that cannot be stored (spill.go)
 	flight  singleflight.Group
 	metrics *metrics
 	fresh   *lru.Cache[string, time.Time] // nil when TagTTL is 0
@@ -187,6 +195,7 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 		log:     opts.Logger,
 		remotes: map[string]*Remote{},
 		fills:   newFillSet(opts.StagingDir),
+		spill:   &spillBudget{limit: opts.SpillMemory, gauge: met.spillBytes},
 		metrics: met,
 		chain:   ch,
 		peers:   newPeerTier(opts.Peers, opts.Timeout, opts.Chain != nil, opts.Clock),
@@ -232,6 +241,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultConcurrency
+	}
+	if o.SpillWindow <= 0 {
+		o.SpillWindow = DefaultSpillWindow
+	}
+	if o.SpillMemory <= 0 {
+		o.SpillMemory = DefaultSpillMemory
 	}
 }
 

@@ -39,7 +39,9 @@ func testFetcher(t *testing.T, srv *httptest.Server, opts Options) *Fetcher {
 	if srv != nil {
 		u, _ = url.Parse(srv.URL)
 	}
-	opts.StagingDir = t.TempDir()
+	if opts.StagingDir == "" {
+		opts.StagingDir = t.TempDir()
+	}
 	opts.UserAgent = "nodecache-test"
 	opts.Registerer = prometheus.NewRegistry()
 	opts.Transport = tr
