@@ -99,8 +99,9 @@ func FuzzParseMachineConfig(f *testing.F) {
 	}
 	f.Add(asResourceMapping([]byte(fuzzLegacyConfig)))
 	for _, v := range []string{"v1.11.5", "v1.13.0"} {
-		f.Add(workerConfig(f, v))
-		f.Add(asResource(workerConfig(f, v)))
+		generated := workerConfig(f, v) // about a second: machinery generates the cluster's keys
+		f.Add(generated)
+		f.Add(asResource(generated))
 	}
 	f.Add([]byte("metadata:\n  type: Services.v1alpha1.talos.dev\n  id: kubelet\nspec:\n  running: true\n"))
 	f.Add([]byte("metadata:\n  type: MachineConfigs.config.talos.dev\n  id: v1alpha1\nspec: 5\n---\nmetadata: {type: MachineConfigs.config.talos.dev, id: v1alpha1}\nspec: ''\n"))

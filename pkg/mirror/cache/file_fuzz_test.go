@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/opencontainers/go-digest"
 )
 
 // indexFileSeed is an index file as serve writes it at a clean shutdown: one image (an OCI index
@@ -66,9 +64,14 @@ func FuzzIndexFile(f *testing.F) {
 				t.Fatal("ReadFile: empty error")
 			}
 			// A file of another version or written while serving only gives last-pulled hints.
-			for repo, r := range file.reposOrNil() {
-				for d := range r.manifestsOrNil() {
-					_ = file.LastPulled(repo, digest.Digest(d))
+			if file != nil {
+				for repo, r := range file.Repos {
+					if r == nil {
+						continue
+					}
+					for d := range r.Manifests {
+						_ = file.LastPulled(repo, d)
+					}
 				}
 			}
 			return
@@ -116,25 +119,6 @@ func FuzzIndexFile(f *testing.F) {
 
 		drain(t, x, blobs)
 	})
-}
-
-// reposOrNil and manifestsOrNil read a possibly nil file or repository.
-func (f *File) reposOrNil() map[string]*RepoFile {
-	if f == nil {
-		return nil
-	}
-	return f.Repos
-}
-
-func (r *RepoFile) manifestsOrNil() map[string]*ManifestEntry {
-	if r == nil {
-		return nil
-	}
-	out := map[string]*ManifestEntry{}
-	for d, e := range r.Manifests {
-		out[string(d)] = e
-	}
-	return out
 }
 
 // normalized is an index file re-encoded through File (map keys sorted by encoding/json), so
