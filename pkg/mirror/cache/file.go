@@ -172,38 +172,46 @@ func (f *File) check() error {
 		}
 	}
 	for name, r := range f.Repos {
-		named, err := reference.WithName(name)
-		if err != nil {
+		if err := checkRepo(name, r); err != nil {
 			return fmt.Errorf("repository %q: %w", name, err)
 		}
-		if r == nil {
-			return fmt.Errorf("repository %s: null entry", name)
+	}
+	return nil
+}
+
+// checkRepo is check for one storage repository of the file.
+func checkRepo(name string, r *RepoFile) error {
+	named, err := reference.WithName(name)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return errors.New("null entry")
+	}
+	for d, e := range r.Manifests {
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("manifest %q: %w", d, err)
 		}
-		for d, e := range r.Manifests {
-			if err := d.Validate(); err != nil {
-				return fmt.Errorf("repository %s: manifest %q: %w", name, d, err)
-			}
-			if e == nil {
-				return fmt.Errorf("repository %s: manifest %s: null entry", name, d)
-			}
-			for _, c := range e.Refs {
-				if err := c.Validate(); err != nil {
-					return fmt.Errorf("repository %s: manifest %s: reference %q: %w", name, d, c, err)
-				}
+		if e == nil {
+			return fmt.Errorf("manifest %s: null entry", d)
+		}
+		for _, c := range e.Refs {
+			if err := c.Validate(); err != nil {
+				return fmt.Errorf("manifest %s: reference %q: %w", d, c, err)
 			}
 		}
-		for tag, d := range r.Tags {
-			if _, err := reference.WithTag(named, tag); err != nil {
-				return fmt.Errorf("repository %s: tag %q: %w", name, tag, err)
-			}
-			if err := d.Validate(); err != nil {
-				return fmt.Errorf("repository %s: tag %s: digest %q: %w", name, tag, d, err)
-			}
+	}
+	for tag, d := range r.Tags {
+		if _, err := reference.WithTag(named, tag); err != nil {
+			return fmt.Errorf("tag %q: %w", tag, err)
 		}
-		for _, d := range r.Layers {
-			if err := d.Validate(); err != nil {
-				return fmt.Errorf("repository %s: blob link %q: %w", name, d, err)
-			}
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("tag %s: digest %q: %w", tag, d, err)
+		}
+	}
+	for _, d := range r.Layers {
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("blob link %q: %w", d, err)
 		}
 	}
 	return nil
