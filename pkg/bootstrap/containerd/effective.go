@@ -600,30 +600,31 @@ func originalKey(plugins map[string]any, id string) string {
 
 // lookup returns the value of the key of a TOML table m that containerd d decodes into the struct
 // field tagged tag (a key of the file, the plugins table, a plugin's configuration, the registry
-// table), and whether there is one: the key as the tag spells it, else another spelling the
-// daemon's TOML decoder takes for it. containerd 2.x decodes with go-toml v2, which matches field
-// names ignoring case, so `conFig_path` is config_path (of several spellings the last one decoded
-// wins: containerd re-encodes a plugin's table with sorted keys first, and lower case sorts
-// last); containerd 1.x decodes with go-toml v1, which tries the tag, its lower case, its upper
-// case and its first letter lowered, so of the spellings of a lower-case tag only CONFIG_PATH.
-// Observed with `containerd config dump` of 2.4.2 and 1.7.35 (TestKeySpellingLikeTheDaemon).
-// Map keys are not field names and match exactly: plugin IDs, registry hosts, and the keys
-// containerd 2.x's CRI migration moves (configMigration reads its map by exact key).
+// table), and whether there is one: the key as the tag spells it, or another spelling the
+// daemon's TOML decoder takes for it. containerd 2.x decodes with go-toml v2, which takes any key
+// whose strings.ToLower is the tag, so `conFig_path` is config_path; of several such keys the one
+// sorting last wins, since containerd re-encodes a plugin's table with sorted keys before decoding
+// it (server/config Config.Decode), and the tag itself sorts last among ASCII spellings. containerd
+// 1.x decodes with go-toml v1, which tries the tag, its lower case, its upper case and its first
+// letter lowered: of a lower-case tag only CONFIG_PATH. Observed with `containerd config dump` of
+// 2.4.2, 2.3.7 and 1.7.35 (TestKeySpellingLikeTheDaemon). Map keys are not field names and match
+// exactly: plugin IDs, registry hosts, and the keys containerd 2.x's CRI migration moves
+// (plugins/cri/images configMigration reads its map by exact key).
 func (d Release) lookup(m map[string]any, tag string) (any, bool) {
-	if v, ok := m[tag]; ok {
-		return v, true
-	}
 	if !d.V2() {
+		if v, ok := m[tag]; ok {
+			return v, true
+		}
 		v, ok := m[strings.ToUpper(tag)]
 		return v, ok
 	}
-	var key string
+	key, found := "", false
 	for k := range m {
-		if strings.EqualFold(k, tag) && k > key {
-			key = k
+		if strings.ToLower(k) == tag && (!found || k > key) {
+			key, found = k, true
 		}
 	}
-	if key == "" {
+	if !found {
 		return nil, false
 	}
 	return m[key], true
