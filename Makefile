@@ -2,6 +2,8 @@
 #   make run     serve the default upstreams on :5000 with filesystem storage in ./.nodecache
 #   make test    every test (unit, end-to-end, real containerd daemons when their binaries exist)
 #   make ci      what CI runs: build the test tools (containerd daemons, skopeo), then make test
+#   make fuzz    every fuzz target for FUZZTIME (default 10s) each, one go test -fuzz per target
+#                (.ci/fuzz finds them; FUZZ=FuzzX picks some); a target without a seed corpus fails
 #   make release static binaries for linux and darwin (amd64, arm64) with SHA256SUMS in dist/
 #   make image   multi-arch container image with docker buildx (IMAGE_FLAGS=--push to publish)
 #   make test-faults  the fault suite (issue 23; its own module, test/faults: toxiproxy stays out of
@@ -50,7 +52,7 @@ GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)/golangci-lint
 REGISTRY_VERSION := v3.1.2
 REGISTRY      := $(TOOLS)/registry-$(REGISTRY_VERSION)/registry
 
-.PHONY: all build run local-registry test test-faults test-deploy release image notices ci lint vet fmt tidy bench clean
+.PHONY: all build run local-registry test test-faults test-deploy fuzz release image notices ci lint vet fmt tidy bench clean
 
 all: build
 
@@ -97,6 +99,11 @@ test:
 # replays a run's plan. Verbose, so that both lines show in CI output.
 test-faults: build
 	cd test/faults && GOWORK=off NODECACHE_BINARY=$(abspath $(BIN)) $(GO) test -count=1 -v -timeout 10m -parallel 8 ./...
+# fuzz (docs/tests.md, "Fuzzing"): FUZZTIME per target, FUZZ an extended regexp of target names.
+FUZZTIME ?= 10s
+FUZZ     ?= .
+fuzz:
+	FUZZTIME='$(FUZZTIME)' FUZZ='$(FUZZ)' GOTAGS='$(GOTAGS)' GO='$(GO)' bash .ci/fuzz
 
 test-deploy: build
 	cd deploy/test && GOWORK=off NODECACHE_BINARY=$(abspath $(BIN)) $(GO) test $(TESTFLAGS) ./...

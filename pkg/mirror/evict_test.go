@@ -343,6 +343,18 @@ func TestIndexRebuildsFromStorage(t *testing.T) {
 			b, _ := json.Marshal(f)
 			return os.WriteFile(indexFile, b, 0o600)
 		}},
+		// Valid JSON, but a blob entry is null (a damaged file; FuzzIndexFile found it): loading
+		// it panicked serve at start, every start.
+		{"null entry", func() error {
+			var f map[string]any
+			_ = json.Unmarshal(clean, &f)
+			for d := range f["blobs"].(map[string]any) {
+				f["blobs"].(map[string]any)[d] = nil
+				break
+			}
+			b, _ := json.Marshal(f)
+			return os.WriteFile(indexFile, b, 0o600)
+		}},
 	} {
 		if err := tc.write(); err != nil {
 			t.Fatal(err)

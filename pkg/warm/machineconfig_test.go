@@ -18,7 +18,7 @@ import (
 // Kubernetes k8s, installer image), applies patches, and returns it in the form talosctl prints:
 // "config" (talosctl read /system/state/config.yaml) or "resource" (talosctl get machineconfig
 // -o yaml).
-func genMachineConfig(t *testing.T, typ machine.Type, version, k8s, installer, form string, patches ...string) string {
+func genMachineConfig(t testing.TB, typ machine.Type, version, k8s, installer, form string, patches ...string) string {
 	t.Helper()
 	contract, err := talosconfig.ParseContractFromVersion(version)
 	if err != nil {

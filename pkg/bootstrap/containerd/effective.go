@@ -163,7 +163,7 @@ func Load(fsys fs.FS, mainPath string, opts LoadOptions) (*Effective, error) {
 	d := e.Daemon
 	e.PluginID = d.PluginID()
 
-	files, err := loadFiles(fsys, mainPath)
+	files, err := loadFiles(fsys, mainPath, d)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,7 @@ func Load(fsys fs.FS, mainPath string, opts LoadOptions) (*Effective, error) {
 	}
 	e.Files = files
 
-	if a, ok := asMap(merged[pluginGRPC])["address"].(string); ok && a != "" {
+	if a, ok := d.field(asMap(merged[pluginGRPC]), "address").(string); ok && a != "" {
 		grpcAddr = a
 	}
 	e.GRPCAddress = grpcAddr
@@ -200,7 +200,7 @@ func Load(fsys fs.FS, mainPath string, opts LoadOptions) (*Effective, error) {
 // plugin from the last file that has it. It returns the file's [grpc] address ("" when none).
 func (e *Effective) mergeFile(f *ConfigFile, merged map[string]any) string {
 	d := e.Daemon
-	orig := asMap(f.tree["plugins"])
+	orig := asMap(d.field(f.tree, "plugins"))
 	plugins := map[string]any{}
 	deepMerge(plugins, orig) // a copy: migration must not touch the file's own tree
 	if d.V2() {
@@ -215,13 +215,13 @@ func (e *Effective) mergeFile(f *ConfigFile, merged map[string]any) string {
 	f.HasPlugin = has
 	f.RegistryTable = []string{"plugins", fileRegistryKey(orig, f.Schema, d), "registry"}
 	if has {
-		reg := asMap(pl["registry"])
-		if v, ok := reg["config_path"]; ok {
+		reg := asMap(d.field(pl, "registry"))
+		if v, ok := d.lookup(reg, "config_path"); ok {
 			f.ConfigPathSet = true
 			f.ConfigPath, _ = v.(string)
 		}
-		f.Mirrors = nonEmptyMirrors(reg)
-		f.ConfigsTLS = configsWithTLS(reg)
+		f.Mirrors = nonEmptyMirrors(reg, d)
+		f.ConfigsTLS = configsWithTLS(reg, d)
 	}
 	if d.V2() {
 		deepMerge(merged, plugins)
@@ -236,7 +236,7 @@ func (e *Effective) mergeFile(f *ConfigFile, merged map[string]any) string {
 	if f.ConfigPathSet && (d.V2() || e.PluginFrom == f.Path) {
 		e.ConfigPathFrom = f.Path
 	}
-	if a, ok := asMap(f.tree["grpc"])["address"].(string); ok && a != "" {
+	if a, ok := d.field(asMap(d.field(f.tree, "grpc")), "address").(string); ok && a != "" {
 		return a
 	}
 	return ""
@@ -248,8 +248,8 @@ func (e *Effective) mergeFile(f *ConfigFile, merged map[string]any) string {
 func (e *Effective) setRegistry(merged map[string]any) {
 	d := e.Daemon
 	images := asMap(merged[e.PluginID])
-	reg := asMap(images["registry"])
-	e.Registry = registryView(reg)
+	reg := asMap(d.field(images, "registry"))
+	e.Registry = registryView(reg, d)
 	e.ConfigPath = e.Registry.ConfigPath
 	if d.V2() && e.ConfigPath == "" && len(e.Registry.Mirrors) == 0 {
 		e.ConfigPath = DefaultConfigPath2x
@@ -292,36 +292,36 @@ func localPullReasons(images, reg map[string]any, d Release) []string {
 		return nil
 	}
 	var out []string
-	if b, _ := images["use_local_image_pull"].(bool); b {
+	if b, _ := d.field(images, "use_local_image_pull").(bool); b {
 		return []string{"use_local_image_pull = true"}
 	}
-	if b, ok := images["disable_snapshot_annotations"].(bool); ok && !b {
+	if b, ok := d.field(images, "disable_snapshot_annotations").(bool); ok && !b {
 		out = append(out, "disable_snapshot_annotations = false")
 	}
-	if b, _ := images["discard_unpacked_layers"].(bool); b {
+	if b, _ := d.field(images, "discard_unpacked_layers").(bool); b {
 		out = append(out, "discard_unpacked_layers = true")
 	}
-	if len(asMap(reg["mirrors"])) > 0 {
+	if len(asMap(d.field(reg, "mirrors"))) > 0 {
 		out = append(out, "registry.mirrors is not empty")
 	}
-	if len(asMap(reg["configs"])) > 0 || len(asMap(reg["auths"])) > 0 {
+	if len(asMap(d.field(reg, "configs"))) > 0 || len(asMap(d.field(reg, "auths"))) > 0 {
 		out = append(out, "registry.configs or registry.auths is not empty")
 	}
-	if n, ok := images["max_concurrent_downloads"].(int64); ok && n != 3 {
+	if n, ok := d.field(images, "max_concurrent_downloads").(int64); ok && n != 3 {
 		out = append(out, fmt.Sprintf("max_concurrent_downloads = %d (not 3)", n))
 	}
-	if b, _ := images["image_pull_with_sync_fs"].(bool); b {
+	if b, _ := d.field(images, "image_pull_with_sync_fs").(bool); b {
 		out = append(out, "image_pull_with_sync_fs = true")
 	}
 	return out
 }
 
-func registryView(reg map[string]any) Registry {
+func registryView(reg map[string]any, d Release) Registry {
 	var r Registry
-	r.ConfigPath, _ = reg["config_path"].(string)
-	for host, v := range asMap(reg["mirrors"]) {
+	r.ConfigPath, _ = d.field(reg, "config_path").(string)
+	for host, v := range asMap(d.field(reg, "mirrors")) {
 		var eps []string
-		if arr, ok := asMap(v)["endpoint"].([]any); ok {
+		if arr, ok := d.field(asMap(v), "endpoint").([]any); ok {
 			for _, ep := range arr {
 				if s, ok := ep.(string); ok {
 					eps = append(eps, s)
@@ -333,9 +333,9 @@ func registryView(reg map[string]any) Registry {
 		}
 		r.Mirrors[host] = eps
 	}
-	for host, v := range asMap(reg["configs"]) {
+	for host, v := range asMap(d.field(reg, "configs")) {
 		c := asMap(v)
-		if t, ok := c["tls"].(map[string]any); ok {
+		if t, ok := d.field(c, "tls").(map[string]any); ok {
 			var tls TLSConfig
 			if b, err := toml.Marshal(t); err == nil {
 				_ = toml.Unmarshal(b, &tls)
@@ -345,28 +345,28 @@ func registryView(reg map[string]any) Registry {
 			}
 			r.ConfigsTLS[host] = tls
 		}
-		if _, ok := c["auth"]; ok {
+		if _, ok := d.lookup(c, "auth"); ok {
 			r.ConfigsAuth = append(r.ConfigsAuth, host)
 		}
 	}
 	sort.Strings(r.ConfigsAuth)
-	r.Auths = len(asMap(reg["auths"]))
+	r.Auths = len(asMap(d.field(reg, "auths")))
 	return r
 }
 
-func nonEmptyMirrors(reg map[string]any) []string {
+func nonEmptyMirrors(reg map[string]any, d Release) []string {
 	var out []string
-	for host := range asMap(reg["mirrors"]) {
+	for host := range asMap(d.field(reg, "mirrors")) {
 		out = append(out, host)
 	}
 	sort.Strings(out)
 	return out
 }
 
-func configsWithTLS(reg map[string]any) []string {
+func configsWithTLS(reg map[string]any, d Release) []string {
 	var out []string
-	for host, v := range asMap(reg["configs"]) {
-		if _, ok := asMap(v)["tls"]; ok {
+	for host, v := range asMap(d.field(reg, "configs")) {
+		if _, ok := d.lookup(asMap(v), "tls"); ok {
 			out = append(out, host)
 		}
 	}
@@ -392,8 +392,9 @@ func tomlKind(v any) string {
 }
 
 // loadFiles reads the main file and its imports in containerd's order: breadth first, each path
-// once, imports relative to the importing file's directory, a path with '*' globbed.
-func loadFiles(fsys fs.FS, mainPath string) ([]ConfigFile, error) {
+// once, imports relative to the importing file's directory, a path with '*' globbed. d decides
+// how `version` and `imports` are spelt (Release.lookup).
+func loadFiles(fsys fs.FS, mainPath string, d Release) ([]ConfigFile, error) {
 	var (
 		out     []ConfigFile
 		loaded  = map[string]bool{}
@@ -430,7 +431,7 @@ func loadFiles(fsys fs.FS, mainPath string) ([]ConfigFile, error) {
 			return nil, refusal.Errorf("%s does not parse as TOML: %v", p, err)
 		}
 		f.Schema = 1 // containerd reads a file without `version` as version 1 (0 counts as 1)
-		switch v := f.tree["version"].(type) {
+		switch v := d.field(f.tree, "version").(type) {
 		case nil:
 		case int64:
 			f.Schema = int(v)
@@ -439,7 +440,7 @@ func loadFiles(fsys fs.FS, mainPath string) ([]ConfigFile, error) {
 		}
 		loaded[p] = true
 		out = append(out, f)
-		imports, err := resolveImports(fsys, p, f.tree["imports"])
+		imports, err := resolveImports(fsys, p, d.field(f.tree, "imports"))
 		if err != nil {
 			return nil, err
 		}
@@ -571,7 +572,7 @@ func fileRegistryKey(orig map[string]any, schema int, d Release) string {
 		return old
 	}
 	_, hasOld := asMap(orig[old])["registry"]
-	_, hasNew := asMap(orig[PluginImages])["registry"]
+	_, hasNew := d.lookup(asMap(orig[PluginImages]), "registry")
 	switch {
 	case schema < d.ConfigVersion() && hasOld:
 		return old
@@ -595,6 +596,44 @@ func originalKey(plugins map[string]any, id string) string {
 		}
 	}
 	return id
+}
+
+// lookup returns the value of the key of a TOML table m that containerd d decodes into the struct
+// field tagged tag (a key of the file, the plugins table, a plugin's configuration, the registry
+// table), and whether there is one: the key as the tag spells it, or another spelling the
+// daemon's TOML decoder takes for it. containerd 2.x decodes with go-toml v2, which takes any key
+// whose strings.ToLower is the tag, so `conFig_path` is config_path; of several such keys the one
+// sorting last wins, since containerd re-encodes a plugin's table with sorted keys before decoding
+// it (server/config Config.Decode), and the tag itself sorts last among ASCII spellings. containerd
+// 1.x decodes with go-toml v1, which tries the tag, its lower case, its upper case and its first
+// letter lowered: of a lower-case tag only CONFIG_PATH. Observed with `containerd config dump` of
+// 2.4.2, 2.3.7 and 1.7.35 (TestKeySpellingLikeTheDaemon). Map keys are not field names and match
+// exactly: plugin IDs, registry hosts, and the keys containerd 2.x's CRI migration moves
+// (plugins/cri/images configMigration reads its map by exact key).
+func (d Release) lookup(m map[string]any, tag string) (any, bool) {
+	if !d.V2() {
+		if v, ok := m[tag]; ok {
+			return v, true
+		}
+		v, ok := m[strings.ToUpper(tag)]
+		return v, ok
+	}
+	key, found := "", false
+	for k := range m {
+		if strings.ToLower(k) == tag && (!found || k > key) {
+			key, found = k, true
+		}
+	}
+	if !found {
+		return nil, false
+	}
+	return m[key], true
+}
+
+// field is lookup's value alone (nil when there is none).
+func (d Release) field(m map[string]any, tag string) any {
+	v, _ := d.lookup(m, tag)
+	return v
 }
 
 func asMap(v any) map[string]any {

@@ -28,7 +28,7 @@ func (metal) RequiresInstall() bool { return true }
 func (metal) InContainer() bool     { return false }
 
 // workerConfig generates a worker machine config with machinery for a Talos release's contract.
-func workerConfig(t *testing.T, version string) []byte {
+func workerConfig(t testing.TB, version string) []byte {
 	t.Helper()
 	contract, err := talosconfig.ParseContractFromVersion(version)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/nodecache/nodecache/internal/inputfile"
@@ -147,10 +148,82 @@ func ReadFile(p string) (*File, error) {
 	if f.Version != fileVersion {
 		return &f, fmt.Errorf("version %d, want %d", f.Version, fileVersion)
 	}
+	if err := f.check(); err != nil {
+		return nil, fmt.Errorf("corrupt: %w", err)
+	}
 	if !f.Clean {
 		return &f, errors.New("not written at a clean shutdown")
 	}
 	return &f, nil
+}
+
+// check reports what makes f unusable as the index: a null entry, a digest that is not valid
+// (digest.Validate: eviction derives storage paths from it), a negative size, a storage
+// repository that is not a repository name or a tag that is not a tag (distribution/reference's
+// grammar, which storage itself requires: eviction deletes <repository>/_manifests/tags/<tag>,
+// so neither may hold ".." or a "/" that leaves its directory).
+func (f *File) check() error {
+	for d, b := range f.Blobs {
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("blob %q: %w", d, err)
+		}
+		if b == nil || b.Size < 0 {
+			return fmt.Errorf("blob %s: want a size of 0 bytes or more, got %v", d, jsonText(b))
+		}
+	}
+	for name, r := range f.Repos {
+		if err := checkRepo(name, r); err != nil {
+			return fmt.Errorf("repository %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// checkRepo is check for one storage repository of the file.
+func checkRepo(name string, r *RepoFile) error {
+	named, err := reference.WithName(name)
+	if err != nil {
+		return err
+	}
+	if r == nil {
+		return errors.New("null entry")
+	}
+	for d, e := range r.Manifests {
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("manifest %q: %w", d, err)
+		}
+		if e == nil {
+			return fmt.Errorf("manifest %s: null entry", d)
+		}
+		for _, c := range e.Refs {
+			if err := c.Validate(); err != nil {
+				return fmt.Errorf("manifest %s: reference %q: %w", d, c, err)
+			}
+		}
+	}
+	for tag, d := range r.Tags {
+		if _, err := reference.WithTag(named, tag); err != nil {
+			return fmt.Errorf("tag %q: %w", tag, err)
+		}
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("tag %s: digest %q: %w", tag, d, err)
+		}
+	}
+	for _, d := range r.Layers {
+		if err := d.Validate(); err != nil {
+			return fmt.Errorf("blob link %q: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// jsonText is v as JSON, for a message ("null" for a missing entry).
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
 
 // LastPulled is manifest d of storage repository repo's last-pulled time in f; zero when f is

@@ -1,0 +1,69 @@
+package activation
+
+import (
+	"bytes"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containerd/containerd/v2/core/remotes/docker/config"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
+)
+
+// FuzzStatusHostsTOML: `nodecache status` on a Talos node reads the hosts.toml Talos wrote for
+// docker.io (data), with or without --mirror. Any file gives a report, never a panic or an
+// error (evidence that cannot be read is a state, not a failure), with a state and a reason,
+// JSON output, and nothing under the host root changed. ACTIVE only when containerd's own
+// hosts parser tries the mirror first for docker.io.
+func FuzzStatusHostsTOML(f *testing.F) {
+	f.Add([]byte("server = \"https://registry-1.docker.io\"\n\n[host.\"http://127.0.0.1:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n"), true)
+	f.Add([]byte("server = \"https://registry-1.docker.io\"\n\n[host.\"http://127.0.0.1:5000\"]\n  capabilities = [\"pull\"]\n"), true)
+	f.Add([]byte("# managed by nodecache\nserver = \"https://registry-1.docker.io\"\n\n[host.\"http://127.0.0.1:5000\"]\n  capabilities = [\"pull\", \"resolve\"]\n"), false)
+	f.Add([]byte("server = \"https://registry-1.docker.io\"\n[host.\"https://other.example\"]\n[host.\"http://127.0.0.1:5000\"]\n"), true)
+	f.Add([]byte("[host.\"http://127.0.0.1:5000\"\n"), true)
+	f.Add([]byte("server = 5\n"), false)
+	f.Add([]byte(""), true)
+	f.Fuzz(func(t *testing.T, data []byte, withMirror bool) {
+		n := newTestNode(t)
+		n.file("/etc/os-release", "NAME=\"Talos\"\nID=talos\nVERSION_ID=v1.13.8\n", t0)
+		n.containerdProc(77, t0, "/system/run/containerd/containerd.sock")
+		n.file(DefaultTalosHostsDir+"/docker.io/hosts.toml", string(data), t0+50)
+		o := n.opts()
+		o.Upstreams = []string{"docker.io"}
+		if withMirror {
+			o.Mirror = parseMirror(t, mirrorURL)
+			o.HTTPClient = &http.Client{Transport: answer{}}
+		}
+		before := bootstraptest.Tree(t, n.Root)
+		r, err := Evaluate(t.Context(), o)
+		if after := bootstraptest.Tree(t, n.Root); after != before {
+			t.Fatalf("status changed the host root:\nbefore\n%s\nafter\n%s", before, after)
+		}
+		if err != nil {
+			t.Fatalf("Evaluate: %v", err)
+		}
+		switch r.State {
+		case Active, NotActive, Unknown:
+		default:
+			t.Fatalf("state %q on a Talos node with a hosts.toml\n%s", r.State, dump(r))
+		}
+		if strings.TrimSpace(r.Reason) == "" && r.State != Active {
+			t.Fatalf("state %s without a reason\n%s", r.State, dump(r))
+		}
+		var b bytes.Buffer
+		if err := r.WriteJSON(&b); err != nil {
+			t.Fatalf("JSON output: %v", err)
+		}
+		if r.State != Active {
+			return
+		}
+		dir := filepath.Join(n.Root, DefaultTalosHostsDir, "docker.io")
+		hosts := config.ConfigureHosts(t.Context(), config.HostOptions{HostDir: func(string) (string, error) { return dir, nil }})
+		list, err := hosts("docker.io")
+		if err != nil || len(list) == 0 || list[0].Scheme+"://"+list[0].Host != mirrorURL {
+			t.Fatalf("ACTIVE, but containerd tries %+v first (%v)\n%s", list, err, dump(r))
+		}
+	})
+}

@@ -1,0 +1,2 @@
+go test fuzz v1
+string("docker.io=https://registry-1.docker.io")
