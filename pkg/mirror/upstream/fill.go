@@ -665,6 +665,10 @@ func (f *Fill) Serve(ctx context.Context, w http.ResponseWriter, r *http.Request
 	}
 	defer file.Close()
 	rd := &fillReader{ctx: ctx, f: f, file: file}
+	// A GET reads from its attach on: a fill that cannot be stored waits for it from then, not
+	// from its first Read, which a loaded machine may schedule after the fill went a whole
+	// window further (the reader was then left behind, to a stream of its own, without waiting).
+	rd.reading.Store(r.Method != http.MethodHead)
 	f.attach(rd) // a window of a fill that cannot be stored stays while rd reads it
 	defer rd.close()
 	if err := f.firstByte(ctx, firstByteWait(f.remote.f.opts.Timeout)); err != nil && !errors.Is(err, errSpillNoWindow) {
@@ -715,6 +719,8 @@ func (rd *fillReader) plan(r *http.Request) error {
 		case size >= 0 && from >= size && !verified:
 			// Past the size the upstream stated, which only the digest confirms: answered
 			// (416) once it does; an upstream that stated a short length fails the fill (502).
+			rd.at.Store(from) // needs no byte the fill could wait to forget
+			f.stepped()
 			return f.settle(rd.ctx)
 		case bounded && size < 0:
 			return ErrRangeUnknownSize
@@ -724,6 +730,7 @@ func (rd *fillReader) plan(r *http.Request) error {
 			keeps := f.keeps(from, to)
 			rd.gate = keeps && !verified // read by f's download under f.mu
 			f.mu.Unlock()
+			f.stepped() // a gated reader is not waited for
 			if !keeps {
 				return fmt.Errorf("bytes %d-%d of %d: %w", from, to, size, ErrRangeNotKept)
 			}
@@ -732,6 +739,8 @@ func (rd *fillReader) plan(r *http.Request) error {
 			start = from
 		}
 	}
+	rd.at.Store(start) // where rd reads from (not ServeContent's Seek to the end for the size)
+	f.stepped()
 	f.mu.Lock()
 	lost := f.lost(start) && (f.err == nil || errors.Is(f.err, errSpillNoWindow))
 	f.mu.Unlock()
@@ -919,8 +928,10 @@ type fillReader struct {
 	off  int64
 	read int64
 	err  error
-	// What fills waiting for their readers see: at is off, reading is set by the first Read,
-	// away once rd reads own.
+	// What fills waiting for their readers see: at is where rd reads next (set by plan and
+	// each Read; a Seek alone does not move it: ServeContent seeks to the end for the size),
+	// reading is set from the attach of a GET (by the first Read otherwise), away once rd
+	// reads own.
 	at      atomic.Int64
 	reading atomic.Bool
 	away    atomic.Bool
@@ -975,12 +986,17 @@ func (rd *fillReader) Seek(offset int64, whence int) (int64, error) {
 		return 0, errors.New("seek: negative position")
 	}
 	rd.off = offset
-	rd.at.Store(offset)
 	return offset, nil
 }
 
 func (rd *fillReader) Read(p []byte) (int, error) {
 	rd.reading.Store(true)
+	if rd.at.Swap(rd.off) != rd.off { // a Seek moved rd
+		rd.f.stepped()
+		if rd.own != nil {
+			rd.own.stepped()
+		}
+	}
 	for {
 		f := rd.f
 		if rd.own != nil && rd.off >= rd.own.spillFrom {

@@ -175,7 +175,7 @@ func (f *Fill) spillWrite(ctx context.Context, p []byte, off int64) error {
 }
 
 // lagging reports whether a reader reading along still needs bytes below need, and where the
-// slowest such reader is (f.mu held). Readers that have not read yet, hold a bounded range (they
+// slowest such reader is (f.mu held). Readers that will not read (a HEAD), hold a bounded range (they
 // read once the blob is verified), have their own stream (but in that stream), or are already
 // behind the window do not count.
 func (f *Fill) lagging(need int64) (slowest int64, lagging bool) {

@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,5 +173,75 @@ func TestSpillMemoryBounded(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(f.metrics.spillBytes); v != 0 {
 		t.Errorf("nodecache_fill_spill_bytes at the end: %v, want 0", v)
+	}
+}
+
+// lateHeaders is a ResponseWriter whose WriteHeader returns only once wait does: a request
+// handler that a loaded machine schedules late, after the fill it joined went on.
+type lateHeaders struct {
+	*httptest.ResponseRecorder
+	wait func()
+}
+
+func (w lateHeaders) WriteHeader(code int) {
+	w.wait()
+	w.ResponseRecorder.WriteHeader(code)
+}
+
+// TestSpillWaitsForReaderBeforeFirstRead (issue 23, disk full): a GET attached to a fill that
+// cannot be stored is waited for from its attach, not from its first Read. Before, a reader
+// whose first Read came after the fill had gone a whole window past where the disk filled (a
+// loaded machine: TestDiskFullLateAndSlowClients failed so in CI) did not count: the fill
+// forgot the bytes it needed without waiting, and the reader took a second upstream GET of its
+// own. Here the reader's headers are held until the fill is 2 MiB in (a 1 MiB window; 1 s at
+// most, under the 3 s the fill waits for a reader that does not move): the fill must stop at
+// its window, and the blob come from its one upstream GET.
+func TestSpillWaitsForReaderBeforeFirstRead(t *testing.T) {
+	t.Parallel()
+	blob := make([]byte, 4<<20)
+	for i := range blob {
+		blob[i] = byte(i * 11)
+	}
+	var gets atomic.Int32
+	inner := slowBlobServer(t, 0, blob)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
+			gets.Add(1)
+		}
+		inner.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	f := testFetcher(t, srv, Options{StagingDir: fullDir(t), SpillWindow: 1 << 20, SpillMemory: 4 << 20})
+	r := f.Remote("upstream.test")
+	commit := func(_ context.Context, _ string, _ v1.Descriptor) error { return errors.New("nothing may be stored") }
+	fl, _, err := r.StartFill(t.Context(), "team/app", v1.Descriptor{Digest: digest.FromBytes(blob), Size: int64(len(blob)), MediaType: "application/octet-stream"}, commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ahead int64 // how far the fill got while the reader's headers were held (bytes)
+	rec := lateHeaders{httptest.NewRecorder(), func() {
+		deadline := time.Now().Add(time.Second)
+		for time.Now().Before(deadline) {
+			fl.mu.Lock()
+			ahead = fl.written
+			fl.mu.Unlock()
+			if ahead >= 2<<20 {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}}
+	rec.Header().Set("Content-Type", "application/octet-stream")
+	if _, err := fl.Serve(t.Context(), rec, httptest.NewRequest(http.MethodGet, "/", nil)); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	if !bytes.Equal(rec.Body.Bytes(), blob) {
+		t.Errorf("body: %d of %d bytes (equal: %v); want the whole blob", rec.Body.Len(), len(blob), bytes.Equal(rec.Body.Bytes(), blob))
+	}
+	if err := f.WaitIdle(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := gets.Load(); n != 1 || ahead > 1<<20+fillChunk {
+		t.Errorf("upstream blob GETs: %d, fill at byte %d before the reader's first Read; want 1, the fill held at its window (1 MiB and a chunk)", n, ahead)
 	}
 }
