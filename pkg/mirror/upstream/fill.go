@@ -989,14 +989,40 @@ func (rd *fillReader) Seek(offset int64, whence int) (int64, error) {
 	return offset, nil
 }
 
-func (rd *fillReader) Read(p []byte) (int, error) {
+// publish makes rd's position the one the fill waits for, waking the fill (and rd's own stream)
+// when a Seek moved it since the last Read.
+func (rd *fillReader) publish() {
 	rd.reading.Store(true)
-	if rd.at.Swap(rd.off) != rd.off { // a Seek moved rd
+	if rd.at.Swap(rd.off) != rd.off {
 		rd.f.stepped()
 		if rd.own != nil {
 			rd.own.stepped()
 		}
 	}
+}
+
+// readReleased reads released bytes of f (below avail) at rd's position; retry is true when they
+// were forgotten meanwhile (then they are lost: the caller looks again).
+func (rd *fillReader) readReleased(f *Fill, p []byte, avail int64) (n int, retry bool, err error) {
+	got, err := f.readAt(rd.file, p[:min(int64(len(p)), avail-rd.off)], rd.off)
+	if errors.Is(err, errDropped) {
+		return 0, true, nil
+	}
+	rd.off += int64(got)
+	rd.read += int64(got)
+	rd.at.Store(rd.off)
+	f.stepped()
+	if errors.Is(err, io.EOF) && got > 0 {
+		err = nil
+	}
+	if err != nil {
+		rd.err = err
+	}
+	return got, false, err
+}
+
+func (rd *fillReader) Read(p []byte) (int, error) {
+	rd.publish()
 	for {
 		f := rd.f
 		if rd.own != nil && rd.off >= rd.own.spillFrom {
@@ -1025,20 +1051,9 @@ func (rd *fillReader) Read(p []byte) (int, error) {
 			}
 			continue
 		case rd.off < avail:
-			n := min(int64(len(p)), avail-rd.off)
-			got, err := f.readAt(rd.file, p[:n], rd.off)
-			if errors.Is(err, errDropped) {
+			got, retry, err := rd.readReleased(f, p, avail)
+			if retry {
 				continue // forgotten meanwhile: lost now
-			}
-			rd.off += int64(got)
-			rd.read += int64(got)
-			rd.at.Store(rd.off)
-			f.stepped()
-			if errors.Is(err, io.EOF) && got > 0 {
-				err = nil
-			}
-			if err != nil {
-				rd.err = err
 			}
 			return got, err
 		case ferr != nil:
