@@ -255,6 +255,27 @@ func TestDamagedBlobAfterIndexRebuild(t *testing.T) {
 	if got.status != http.StatusOK || got.cut || got.cache != mirrorapi.CacheMiss {
 		t.Fatalf("GET of the truncated layer: %d %s (cut %v); want the right bytes as a miss", got.status, got.cache, got.cut)
 	}
+	// A HEAD reads no body that could be cut: its Content-Length must not be the damaged file's
+	// (the fault suite found 13597 for a 13697-byte blob). It hashes the data first; the damage
+	// is evicted and the HEAD answered from the upstream.
+	head, _ := get(t, http.MethodHead, loneURL(), nil)
+	if head.StatusCode != http.StatusOK || head.ContentLength != int64(len(loneData)) {
+		t.Fatalf("HEAD of the truncated blob no manifest references: %d, Content-Length %d; want 200 and %d",
+			head.StatusCode, head.ContentLength, len(loneData))
+	}
+	got = judgedGet(t, loneURL(), nil)
+	neverWrong(t, "GET of the blob no manifest references after the HEAD", got, loneData)
+	if got.status != http.StatusOK || got.cut {
+		t.Fatalf("GET after the HEAD: %d %s (cut %v); want the right bytes", got.status, got.cache, got.cut)
+	}
+	damages[1].apply(t, blobDataPath(a.root, lone))
+	a.h.close(t)
+	if err := os.Remove(filepath.Join(a.root, "nodecache", "index.json")); err != nil {
+		t.Fatal(err)
+	}
+	a.h = newHarness(t, a.opts)
+	a.h.run(t)
+	waitInventory(t, a.h.host, "the index rebuilt", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
 	got = judgedGet(t, loneURL(), nil)
 	neverWrong(t, "GET of the truncated blob no manifest references", got, loneData)
 	if !got.cut {
