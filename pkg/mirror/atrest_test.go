@@ -268,6 +268,7 @@ func TestDamagedBlobAfterIndexRebuild(t *testing.T) {
 	if got.status != http.StatusOK || got.cut {
 		t.Fatalf("GET after the HEAD: %d %s (cut %v); want the right bytes", got.status, got.cache, got.cut)
 	}
+	a.h.waitIdle(t) // the refetched blob is stored once its fill is done
 	damages[1].apply(t, blobDataPath(a.root, lone))
 	a.h.close(t)
 	if err := os.Remove(filepath.Join(a.root, "nodecache", "index.json")); err != nil {

@@ -247,9 +247,13 @@ func imageDigests(t *testing.T, img v1.Image) (manifest v1.Hash, blobs []v1.Hash
 func checkStored(t *testing.T, root string, d v1.Hash) {
 	t.Helper()
 	path := filepath.Join(root, "docker/registry/v2/blobs/sha256", d.Hex[:2], d.Hex, "data")
+	// A fill stores its blob after its client has the last byte: give the commit 10 s.
 	f, err := os.Open(path)
+	for deadline := time.Now().Add(10 * time.Second); err != nil && time.Now().Before(deadline); f, err = os.Open(path) {
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err != nil {
-		t.Errorf("%s: blob %s not stored: %v", root, d, err)
+		t.Errorf("%s: blob %s not stored within 10 s: %v", root, d, err)
 		return
 	}
 	defer f.Close()
