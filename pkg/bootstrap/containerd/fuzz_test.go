@@ -154,7 +154,7 @@ func compareWithContainerd(t *testing.T, root string, eff *containerd.Effective,
 }
 
 // fuzzHostsDir is the per-host directory of FuzzSiteHostsTOML's registry in both of
-// containerd's spellings (docs/hosts.md, "Port Handling in Registry Host").
+// containerd's spellings (containerd docs/hosts.md, "Port Handling in Registry Host").
 var fuzzHostsDir = map[bool]string{true: "registry.local:5000", false: "registry.local_5000_"}
 
 // FuzzSiteHostsTOML: a site's own hosts.toml for an upstream (data, in the host:port or the
