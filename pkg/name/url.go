@@ -53,7 +53,7 @@ const wantURL = "want http://HOST[:PORT] or https://HOST[:PORT]"
 // Errors are *URLError.
 func ParseURL(field, s string) (*url.URL, error) {
 	refuse := func(value, format string, args ...any) (*url.URL, error) {
-		return nil, &URLError{Field: field, Value: value, Reason: fmt.Sprintf(format, args...)}
+		return nil, &URLError{Field: field, Value: redact(value), Reason: fmt.Sprintf(format, args...)}
 	}
 	t := strings.TrimSpace(s)
 	if t == "" {
@@ -61,6 +61,9 @@ func ParseURL(field, s string) (*url.URL, error) {
 	}
 	for i, c := range t {
 		if c <= ' ' || c >= 0x7f {
+			if redact(t) != t { // the value shown hides a password: neither its characters nor offsets
+				return refuse(t, "a space, control or non-ASCII character: %s (ASCII, no spaces)", wantURL)
+			}
 			return refuse(t, "character %q at byte %d: %s (ASCII, no spaces)", c, i, wantURL)
 		}
 	}
@@ -76,11 +79,11 @@ func ParseURL(field, s string) (*url.URL, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return refuse(redact(t), "not a URL (%v): %s", err, wantURL)
+		return refuse(t, "not a URL (%v): %s", err, wantURL)
 	}
 	switch {
 	case u.User != nil:
-		return refuse(redact(t), "credentials (user:password@) are not accepted: %s; nodecache pulls anonymously", wantURL)
+		return refuse(t, "credentials (user:password@) are not accepted: %s; nodecache pulls anonymously", wantURL)
 	case u.Scheme != "http" && u.Scheme != "https":
 		return refuse(t, "scheme %q: %s", u.Scheme, wantURL)
 	case u.Opaque != "" || u.Host == "":

@@ -52,6 +52,9 @@ func TestParseMirror(t *testing.T) {
 		{in: "http://my_host:5000", refused: `--mirror "http://my_host:5000": host "my_host" is not a DNS name or IP address: want http://HOST[:PORT] or https://HOST[:PORT]`},
 		{in: "http://h :5000", refused: `--mirror "http://h :5000": character ' ' at byte 8: want http://HOST[:PORT] or https://HOST[:PORT] (ASCII, no spaces)`},
 		{in: "http://h:5000\n/x", refused: `--mirror "http://h:5000\n/x": character '\n' at byte 13: want http://HOST[:PORT] or https://HOST[:PORT] (ASCII, no spaces)`},
+		// FuzzParseURL found the password shown beside a character refused before the credentials were.
+		{in: "http://u:s3cret pass@h:5000", refused: `--mirror "http://xxxxx@h:5000": a space, control or non-ASCII character: want http://HOST[:PORT] or https://HOST[:PORT] (ASCII, no spaces)`},
+		{in: "https://u:s3cret@h\u00e9", refused: `--mirror "https://u:xxxxx@h%C3%A9": a space, control or non-ASCII character: want http://HOST[:PORT] or https://HOST[:PORT] (ASCII, no spaces)`},
 		{in: "http://[fe80::1%25eth0]:5000", refused: `--mirror "http://[fe80::1%25eth0]:5000": host [fe80::1%eth0] is not an IPv6 address without zone: want http://HOST[:PORT] or https://HOST[:PORT]`},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
