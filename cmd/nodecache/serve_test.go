@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -249,17 +250,24 @@ func TestBaremetalExampleConfig(t *testing.T) {
 	t.Parallel()
 	cmd := exec.Command(binary, "serve", "--config", "../../examples/baremetal/nodecache.yaml",
 		"--root", t.TempDir(), "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
-	var out bytes.Buffer
+	var out lockedBuffer
 	cmd.Stderr = &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		t.Fatalf("serve with the example settings exited: %v\n%s", err, out.String())
-	case <-time.After(1500 * time.Millisecond):
+	// SIGTERM once serve listens (its signal handling is set by then), not after a fixed time: a
+	// loaded machine started it too late for 1.5 s once, and the signal killed it.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), `"message":"listening"`); {
+		select {
+		case err := <-done:
+			t.Fatalf("serve with the example settings exited: %v\n%s", err, out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve with the example settings did not listen within 30 s:\n%s", out.String())
+		}
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	if err := <-done; err != nil {
@@ -291,4 +299,22 @@ func TestHelp(t *testing.T) {
 			t.Errorf("nodecache %v: err %v, output lacks %q:\n%s", tc.args, err, tc.want, out)
 		}
 	}
+}
+
+// lockedBuffer is a bytes.Buffer a process writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
