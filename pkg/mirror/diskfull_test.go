@@ -298,7 +298,11 @@ func TestDiskFullLateAndSlowClients(t *testing.T) {
 					firstDone = r.done
 				}
 				if r.err != nil || r.status != http.StatusOK || !bytes.Equal(r.body, data) {
-					t.Fatalf("a client got %d, %d of %d bytes (equal: %v), error %v; want the whole blob", r.status, len(r.body), len(data), bytes.Equal(r.body, data), r.err)
+					answer := ""
+					if r.status != http.StatusOK && len(r.body) < 1024 {
+						answer = ": " + string(r.body) // the error body says which bound refused it
+					}
+					t.Fatalf("a client got %d, %d of %d bytes (equal: %v), error %v; want the whole blob%s", r.status, len(r.body), len(data), bytes.Equal(r.body, data), r.err, answer)
 				}
 			}
 			h.waitIdle(t)
