@@ -28,15 +28,21 @@ const (
 // without zone, optional :port), anchored: what may precede the first "/" of an image reference.
 var anchoredDomain = regexp.MustCompile(`^(?:` + reference.DomainRegexp.String() + `)$`)
 
+// maxRegistryName is the longest registry name accepted, port included: the longest DNS name
+// (RFC 1035 section 2.3.4: 255 octets on the wire, 253 characters written). It also keeps the
+// path alias (PathAlias, the host and port as a repository path component for CRI-O) short
+// enough for distribution/reference's 255-character repository path with a repository after it.
+const maxRegistryName = 253
+
 // ParseRegistry checks an upstream name — a registry host as written in image references, such
 // as "docker.io", "ghcr.io", "registry.local:5000" or "[::1]:5000" — and returns it normalised:
 // surrounding space trimmed, lower case (registry names are case-insensitive), the port kept as
 // written (it is part of the name: "reg:5000" and "reg:5001" are two registries).
 //
 // Accepted is distribution/reference's domain grammar (reference.DomainRegexp) with a port from
-// 1 to 65535 and, in brackets, an IPv6 address without zone. Refused, with an error that names the
-// value and the accepted form: an empty name, a scheme, a path, credentials, a query, a port out
-// of range. Aliases are not resolved here: see Canonical.
+// 1 to 65535 and, in brackets, an IPv6 address without zone, at most 253 characters in all.
+// Refused, with an error that names the value and the accepted form: an empty name, a scheme, a
+// path, credentials, a query, a port out of range, a longer name. Aliases are not resolved here: see Canonical.
 func ParseRegistry(s string) (string, error) {
 	n := strings.ToLower(strings.TrimSpace(s))
 	if n == "" {
@@ -44,6 +50,9 @@ func ParseRegistry(s string) (string, error) {
 	}
 	if !anchoredDomain.MatchString(n) {
 		return "", fmt.Errorf("registry name %q: want a host such as ghcr.io, registry.local:5000 or [::1]:5000 (no scheme, path or credentials)", s)
+	}
+	if len(n) > maxRegistryName {
+		return "", fmt.Errorf("registry name %q is %d characters long: want at most %d (the longest DNS name, RFC 1035; as a path alias it must also leave room for a repository in the 255 characters of a repository path)", s, len(n), maxRegistryName)
 	}
 	host, port := splitHostPort(n)
 	if strings.HasPrefix(host, "[") {

@@ -38,6 +38,12 @@ func TestParseRegistry(t *testing.T) {
 		{in: "[fe80::1%eth0]:5000", refused: "want a host"},
 		{in: "[::::]:5000", refused: "not an IPv6 address"},
 		{in: "-bad.io", refused: "want a host"},
+		// FuzzParseRegistry found a 300-character name accepted whose path alias was no path
+		// component; the longest DNS name is 253 characters, port included here.
+		{in: strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 56) + ":5000",
+			want: strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 56) + ":5000"},
+		{in: strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 57) + ":5000",
+			refused: "is 254 characters long: want at most 253"},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			t.Parallel()
