@@ -152,6 +152,13 @@ func (r *repository) fillBlob(ctx context.Context, w http.ResponseWriter, req *h
 	return out, nil
 }
 
+// evictDamaged logs that the stored blob (or manifest) d, size bytes as stored, is damaged (why)
+// and evicts it: its next request fetches it again. Counted as found by a serve.
+func (r *repository) evictDamaged(ctx context.Context, d digest.Digest, size int64, why string) {
+	r.log.Warn().Str("repository", r.repo).Str("digest", d.String()).Int64("size", size).Msg("stored content damaged, evicted: " + why)
+	r.cache.EvictCorrupt(context.WithoutCancel(ctx), d, cache.FoundByServe)
+}
+
 // errDamaged is serveLocal's error for a stored blob whose data file does not have the blob's
 // verified size (cache.BlobCheck), or is empty for a digest that is not of empty content: it was
 // evicted before anything was written, and the request is answered as a miss.
@@ -190,18 +197,14 @@ func (r *repository) serveLocal(ctx context.Context, blobs distribution.BlobStor
 		}
 	}
 	if (check.Size >= 0 && desc.Size != check.Size) || (desc.Size == 0 && desc.Digest.Algorithm().FromBytes(nil) != desc.Digest) {
-		r.log.Warn().Str("repository", r.repo).Str("digest", desc.Digest.String()).Int64("size", desc.Size).
-			Int64("verified_size", check.Size).Msg("stored blob's data does not have its verified size")
-		r.cache.EvictCorrupt(context.WithoutCancel(ctx), desc.Digest, cache.FoundByServe)
+		r.evictDamaged(ctx, desc.Digest, desc.Size, fmt.Sprintf("its data is not its verified size (%d bytes)", check.Size))
 		return errDamaged
 	}
 	if req.Method == http.MethodHead && !check.Verified && check.Size < 0 {
 		// Nothing vouches for the size (the data file's own, not hashed since the start) and a
 		// HEAD reads no body to cut: hash the data before its Content-Length is stated.
 		if r.cache.Damaged(ctx, desc.Digest, desc.Size) {
-			r.log.Warn().Str("repository", r.repo).Str("digest", desc.Digest.String()).Int64("size", desc.Size).
-				Msg("stored blob's data does not match its digest: found by a HEAD")
-			r.cache.EvictCorrupt(context.WithoutCancel(ctx), desc.Digest, cache.FoundByServe)
+			r.evictDamaged(ctx, desc.Digest, desc.Size, "its data does not match its digest (hashed for a HEAD)")
 			return errDamaged
 		}
 		r.cache.Verified(r.storageName(), desc.Digest, desc.Size, stamp)
@@ -273,9 +276,7 @@ func (r *repository) serveHashed(ctx context.Context, w http.ResponseWriter, req
 	case verdictMatch:
 		r.cache.Verified(r.storageName(), desc.Digest, desc.Size, stamp)
 	case verdictMismatch:
-		r.log.Warn().Str("repository", r.repo).Str("digest", desc.Digest.String()).Int64("size", desc.Size).
-			Msg("stored blob's data does not match its digest: response cut before its last byte")
-		r.cache.EvictCorrupt(context.WithoutCancel(ctx), desc.Digest, cache.FoundByServe)
+		r.evictDamaged(ctx, desc.Digest, desc.Size, "its data does not match its digest (response cut before its last byte)")
 		return fmt.Errorf("stored blob %s does not match its digest: %w", desc.Digest, upstream.ErrBroken)
 	}
 	return nil

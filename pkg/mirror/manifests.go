@@ -228,7 +228,7 @@ func (r *repository) manifest(ctx context.Context, dgst digest.Digest, tag strin
 	}
 	man, err := local.Get(ctx, dgst)
 	if r.damagedManifest(ctx, dgst, man, err) {
-		r.cache.EvictCorrupt(context.WithoutCancel(ctx), dgst, cache.FoundByServe)
+		r.evictDamaged(ctx, dgst, -1, "the manifest does not match its digest")
 		man, err = nil, errDamaged // fetched again below
 	}
 	if err == nil {
@@ -299,7 +299,7 @@ func (r *repository) manifestByBlob(ctx context.Context, dgst digest.Digest) (di
 		return nil, false
 	}
 	if dgst.Algorithm().FromBytes(raw) != dgst {
-		r.cache.EvictCorrupt(context.WithoutCancel(ctx), dgst, cache.FoundByServe) // fetched again
+		r.evictDamaged(ctx, dgst, int64(len(raw)), "the manifest does not match its digest") // fetched again
 		return nil, false
 	}
 	mt, err := upstream.ManifestType("", raw)
