@@ -49,3 +49,19 @@ func Tree(t testing.TB, root string) string {
 	}
 	return b.String()
 }
+
+// ReadOnly runs read (named what in failures) and fails the test when it changed anything
+// under root (Tree before and after) or returned an error with an empty message. It returns
+// read's error: a reader refusing its input is the caller's to judge.
+func ReadOnly(t testing.TB, root, what string, read func() error) error {
+	t.Helper()
+	before := Tree(t, root)
+	err := read()
+	if after := Tree(t, root); after != before {
+		t.Fatalf("%s changed the host root:\nbefore\n%s\nafter\n%s", what, before, after)
+	}
+	if err != nil && strings.TrimSpace(err.Error()) == "" {
+		t.Fatalf("%s: empty error", what)
+	}
+	return err
+}
