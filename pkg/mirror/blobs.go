@@ -31,7 +31,8 @@ import (
 // per-repository links: fetched from, or verified with, this upstream repository: "hit"), else
 // through a fill from the upstream that streams to the client at once ("miss", or "coalesced"
 // when it joined a fill in flight). A HEAD of a blob not stored is answered from what the
-// upstream says of it: nothing is downloaded for it.
+// upstream says of it: nothing is downloaded for it. A GET that joined a fill that was over
+// before it read it (upstream.ErrFillGone) is answered again, from storage or through a new fill.
 //
 // Errors: a *readError, nothing written (400 DIGEST_INVALID, 404 BLOB_UNKNOWN, the upstream's
 // failure as blobAPIError answers it); an error wrapping upstream.ErrBroken when the transfer
@@ -45,6 +46,27 @@ func (r *repository) serveBlob(ctx context.Context, w http.ResponseWriter, req *
 	if content, ok := knownBlobs[dgst]; ok {
 		return serveKnown(w, req, dgst, content), nil
 	}
+	for attempt := 1; ; attempt++ {
+		out, err := r.serveBlobOnce(ctx, w, req, dgst)
+		if !errors.Is(err, upstream.ErrFillGone) {
+			return out, err
+		}
+		if attempt == fillGoneAttempts {
+			return out, blobAPIError(err)
+		}
+		r.log.Debug().Str("repository", r.repo).Str("digest", dgst.String()).
+			Msg("the fill this request joined was over before it read it; answered again")
+	}
+}
+
+// fillGoneAttempts bounds how many times serveBlob answers a request whose fill was over before
+// it read it (upstream.ErrFillGone): again, the blob is stored (a hit) or a new fill starts, which
+// would have to end before its own request reads it for a third attempt.
+const fillGoneAttempts = 3
+
+// serveBlobOnce is serveBlob for blob dgst, not a known one, with its errors, and
+// upstream.ErrFillGone (nothing written) when the fill it joined was over before it read it.
+func (r *repository) serveBlobOnce(ctx context.Context, w http.ResponseWriter, req *http.Request, dgst digest.Digest) (outcome, error) {
 	blobs := r.local.Blobs(ctx)
 	if desc, err := blobs.Stat(ctx, dgst); err == nil { // the repository's link: the per-repository rule
 		if _, _, peerRead := upstream.PeerRequest(ctx); peerRead {
@@ -124,7 +146,8 @@ func (r *repository) remoteBlob(ctx context.Context, dgst digest.Digest, head bo
 }
 
 // fillBlob answers a GET of blob desc through a fill: started now ("miss") or joined
-// ("coalesced"), streamed as it arrives.
+// ("coalesced"), streamed as it arrives. Its error is upstream.ErrFillGone, nothing written, when
+// the fill was over before the request read it.
 func (r *repository) fillBlob(ctx context.Context, w http.ResponseWriter, req *http.Request, desc v1.Descriptor) (outcome, error) {
 	f, joined, err := r.up.remote.StartFill(ctx, r.repo, desc, r.commitBlob)
 	if err != nil {
@@ -133,6 +156,9 @@ func (r *repository) fillBlob(ctx context.Context, w http.ResponseWriter, req *h
 	out := outcome{cache: mirrorapi.CacheMiss}
 	if joined {
 		out.cache = mirrorapi.CacheCoalesced
+		if r.fillJoined != nil {
+			r.fillJoined()
+		}
 	}
 	setBlobHeaders(w, desc)
 	setCacheHeader(w, out)
@@ -146,6 +172,9 @@ func (r *repository) fillBlob(ctx context.Context, w http.ResponseWriter, req *h
 		// none of the blob's headers.
 		for _, k := range []string{"Docker-Content-Digest", "Etag", "Cache-Control", "Content-Type", "Content-Length"} {
 			w.Header().Del(k)
+		}
+		if errors.Is(err, upstream.ErrFillGone) {
+			return out, err // answered again (serveBlob)
 		}
 		return out, blobAPIError(err)
 	}

@@ -346,3 +346,123 @@ func TestServeAbandonsOrphanFillsOnShutdown(t *testing.T) {
 	}
 	_ = m.Close()
 }
+
+// holdBlobHalf makes f's upstream answer every blob GET with the first half of the blob at once
+// and the rest only once release is called (Range is not honoured: no test here resumes).
+func holdBlobHalf(t *testing.T, f *blobFixture) (release func()) {
+	t.Helper()
+	held := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+	t.Cleanup(release)
+	f.up.Intercept(http.MethodGet, "/blobs/sha256:", func(_ http.Handler, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(f.data)))
+		w.Header().Set("Docker-Content-Digest", f.digest)
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(f.data[:len(f.data)/2])
+		w.(http.Flusher).Flush()
+		select {
+		case <-held:
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = w.Write(f.data[len(f.data)/2:])
+	})
+	return release
+}
+
+// blobAnswer is a client's answer to a blob GET: its status, X-Nodecache-Cache and body.
+type blobAnswer struct {
+	status int
+	cache  string
+	body   []byte
+	err    error
+}
+
+// getBlobAsync GETs url in a goroutine; the answer arrives on the channel once its body is read.
+func getBlobAsync(t *testing.T, url string) <-chan blobAnswer {
+	t.Helper()
+	req := newRequest(t, http.MethodGet, url, nil)
+	ch := make(chan blobAnswer, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			ch <- blobAnswer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		ch <- blobAnswer{resp.StatusCode, resp.Header.Get(mirrorapi.HeaderCache), body, err}
+	}()
+	return ch
+}
+
+// check fails t unless a is the whole blob data with X-Nodecache-Cache cache.
+func (a blobAnswer) check(t *testing.T, who string, data []byte, cache string) {
+	t.Helper()
+	if a.err != nil || a.status != http.StatusOK || !bytes.Equal(a.body, data) || a.cache != cache {
+		answer := ""
+		if a.status != http.StatusOK && len(a.body) < 1024 {
+			answer = ": " + string(a.body)
+		}
+		t.Errorf("%s: %d, %s=%q, %d of %d bytes (equal: %v), error %v; want the whole blob, %q%s",
+			who, a.status, mirrorapi.HeaderCache, a.cache, len(a.body), len(data), bytes.Equal(a.body, data), a.err, cache, answer)
+	}
+}
+
+// TestJoinAsFillEnds (issue 23): a client that joined a fill in flight and reads it only once the
+// fill is over — stored and its staging file removed, or, on a full disk, verified and not
+// stored — gets the whole blob: from the cache, or through a fill of its own. Before, it got 503
+// ("open staging file: ... no such file or directory"): a loaded machine can schedule a request
+// between its join and its read so. Here the request is held there until the fill is over.
+func TestJoinAsFillEnds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// diskFull: the root is a 2 MiB tmpfs and the blob 3 MiB: it is streamed, not stored.
+		diskFull bool
+		// cache is the joiner's X-Nodecache-Cache; gets the upstream blob GETs in all.
+		cache string
+		gets  int
+	}{
+		{"stored", false, mirrorapi.CacheHit, 1},
+		{"disk full", true, mirrorapi.CacheMiss, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			root, size := t.TempDir(), int64(1*mirrortest.MiB)
+			if tc.diskFull {
+				root, size = tmpfsRoot(t, "2m"), 3*mirrortest.MiB
+			}
+			f := newBlobFixture(t, size, mirror.Options{Root: root})
+			f.h.run(t)
+			waitInventory(t, f.h.host, "the index loaded", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+			release := holdBlobHalf(t, f)
+			joined := make(chan struct{})
+			f.h.m.OnFillJoined(func() {
+				close(joined)
+				if err := f.h.m.WaitIdle(t.Context()); err != nil { // the fill is over
+					t.Errorf("fill: %v", err)
+				}
+			})
+			resp, err := http.DefaultClient.Do(newRequest(t, http.MethodGet, f.url(), nil)) // the fill is in flight
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			second := getBlobAsync(t, f.url())
+			<-joined
+			release()
+			body, err := io.ReadAll(resp.Body)
+			blobAnswer{resp.StatusCode, resp.Header.Get(mirrorapi.HeaderCache), body, err}.check(t, "the client that started the fill", f.data, mirrorapi.CacheMiss)
+			(<-second).check(t, "the client that joined it as it ended", f.data, tc.cache)
+			f.h.waitIdle(t)
+			if !strings.Contains(f.h.logs.String(), "over before it read it; answered again") {
+				t.Errorf("no log line of a request answered again: it did not find the fill over\n%s", f.h.logs.String())
+			}
+			if n := f.up.Count(http.MethodGet, "/blobs/"); n != tc.gets {
+				t.Errorf("upstream blob GETs: %d, want %d", n, tc.gets)
+			}
+		})
+	}
+}

@@ -58,6 +58,9 @@ type Mirror struct {
 	// read answers a routed repository read: (*Mirror).read; a test replaces it to make the
 	// handler panic.
 	read func(ctx context.Context, w http.ResponseWriter, r *http.Request, rt route) (outcome, error)
+	// fillJoined, when set (by a test, to end the fill meanwhile), is called by a blob GET that
+	// joined a fill in flight, before it reads the fill.
+	fillJoined func()
 }
 
 // configured is a configured upstream with its storage key and its upstream side.

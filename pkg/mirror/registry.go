@@ -79,6 +79,8 @@ type repository struct {
 	fetch  *upstream.Fetcher
 	cache  handlerCache
 	log    zerolog.Logger
+	// fillJoined is Mirror.fillJoined.
+	fillJoined func()
 }
 
 // repository opens rt's repository for a request whose path named it client.
@@ -98,7 +100,7 @@ func (m *Mirror) repository(ctx context.Context, rt route, client string) (*repo
 		client = storageName // as distribution named it before: never a name that is not one
 	}
 	return &repository{local: local, store: m.store, up: rt.up, repo: rt.repo, client: client,
-		fetch: m.fetch, cache: m.cache, log: m.log}, nil
+		fetch: m.fetch, cache: m.cache, log: m.log, fillJoined: m.fillJoined}, nil
 }
 
 // storageName is the repository's name in storage and in the cache index.

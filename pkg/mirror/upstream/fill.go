@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"strconv"
@@ -62,6 +63,13 @@ var errEarlyEnd = errors.New("body ended early")
 // went out (the fill failed or the client went away): the caller must abort the connection
 // (panic(http.ErrAbortHandler)) so the client sees a broken transfer.
 var ErrBroken = errors.New("blob response broken after its headers were sent")
+
+// ErrFillGone is returned by (*Fill).Serve when the fill was over, its blob verified (and
+// stored, or streamed without being stored on a full disk), before the request opened its staging
+// file, which is gone: a loaded machine may schedule a request between its StartFill and its
+// Serve so (issue 23). Nothing was sent: the caller answers the request again, from the cache or
+// through a new fill.
+var ErrFillGone = errors.New("the fill was over before the request read it")
 
 // CommitFunc stores a verified blob: the staging file at path holds exactly desc's bytes. It
 // runs detached from every request, under the fill's deadline.
@@ -643,9 +651,10 @@ func (f *Fill) readAt(file *os.File, p []byte, off int64) (int, error) {
 
 // Serve streams the fill to one client, honouring Range. It returns how many bytes of the fill
 // it sent. Its error is the fill's own error when the fill failed before anything was sent (the
-// caller answers it as an error status), ErrSpillMemory, ErrRangeNotKept or ErrRangeUnknownSize
-// when it could not start (nothing sent: 503), or ErrBroken when the response was cut short
-// after its headers.
+// caller answers it as an error status), ErrFillGone when the fill was over before Serve could
+// read it (nothing sent: the caller answers again), ErrSpillMemory, ErrRangeNotKept or
+// ErrRangeUnknownSize when it could not start (nothing sent: 503), or ErrBroken when the
+// response was cut short after its headers.
 //
 // A whole GET and an open-ended Range (bytes=N-, containerd's resume) stream as the bytes
 // arrive, the last byte held back until the digest matched. A Range that ends before the last
@@ -660,6 +669,9 @@ func (f *Fill) readAt(file *os.File, p []byte, off int64) (int, error) {
 // be the upstream's mistake.
 func (f *Fill) Serve(ctx context.Context, w http.ResponseWriter, r *http.Request) (int64, error) {
 	file, err := os.Open(f.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, f.gone(ctx)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("open staging file: %w", err)
 	}
@@ -695,6 +707,23 @@ func (f *Fill) Serve(ctx context.Context, w http.ResponseWriter, r *http.Request
 		return rd.read, fmt.Errorf("%w: %w", ErrBroken, rd.err)
 	}
 	return rd.read, nil
+}
+
+// gone is Serve's error when f's staging file is gone (removed once f is over, just before f.done
+// closes): once f is over, f's own error when it failed, else ErrFillGone.
+func (f *Fill) gone(ctx context.Context) error {
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	f.mu.Lock()
+	err := f.err
+	f.mu.Unlock()
+	if err != nil && !errors.Is(err, errSpillNoWindow) {
+		return err
+	}
+	return ErrFillGone
 }
 
 // ErrRangeUnknownSize marks a Range with an end (bytes=A-B) on a blob being filled whose size no
