@@ -6,12 +6,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
@@ -407,6 +410,42 @@ func (a blobAnswer) check(t *testing.T, who string, data []byte, cache string) {
 		}
 		t.Errorf("%s: %d, %s=%q, %d of %d bytes (equal: %v), error %v; want the whole blob, %q%s",
 			who, a.status, mirrorapi.HeaderCache, a.cache, len(a.body), len(data), bytes.Equal(a.body, data), a.err, cache, answer)
+	}
+}
+
+// TestRunLeavesFillsInFlight (issue 23): ServeHTTP answers before Run (tests start Run beside
+// their first request; an embedder may too), so when Run removes the staging files an earlier run
+// left, a fill may be in flight already: its staging file stays. Before, Run removed it: a client
+// that joined the fill then got 503 at once ("open staging file: ... no such file or
+// directory": TestDiskFullLateAndSlowClients failed so in CI under load) and the blob was served
+// but not stored. Here the fill is held half-way while Run starts and the index is loaded.
+func TestRunLeavesFillsInFlight(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	f := newBlobFixture(t, 1*mirrortest.MiB, mirror.Options{Root: root})
+	release := holdBlobHalf(t, f)
+	joined := make(chan struct{})
+	f.h.m.OnFillJoined(func() { close(joined) })
+	resp, err := http.DefaultClient.Do(newRequest(t, http.MethodGet, f.url(), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	f.h.run(t)
+	waitInventory(t, f.h.host, "the index loaded (Run took the root)", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	second := getBlobAsync(t, f.url())
+	<-joined
+	release()
+	body, err := io.ReadAll(resp.Body)
+	blobAnswer{resp.StatusCode, resp.Header.Get(mirrorapi.HeaderCache), body, err}.check(t, "the client that started the fill", f.data, mirrorapi.CacheMiss)
+	(<-second).check(t, "the client that joined it", f.data, mirrorapi.CacheCoalesced)
+	f.h.waitIdle(t)
+	d, _ := v1.NewHash(f.digest)
+	if _, err := os.Stat(blobDataPath(root, d)); err != nil {
+		t.Errorf("the blob was not stored: %v\n%s", err, f.h.logs.String())
+	}
+	if n := f.up.Count(http.MethodGet, "/blobs/"); n != 1 {
+		t.Errorf("upstream blob GETs: %d, want 1", n)
 	}
 }
 

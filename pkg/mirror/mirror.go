@@ -147,7 +147,8 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 }
 
 // newStore builds the cache store over m.opts' storage (storageConfig), its eviction reporting
-// to m's metrics and leaving alone what m's fetcher is filling (both set before it runs).
+// to m's metrics and leaving alone what m's fetcher is filling, and its Take the staging files
+// of those fills (both set before it runs).
 func (m *Mirror) newStore(ctx context.Context) (*cache.Store, error) {
 	return cache.New(ctx, cache.Options{
 		Root:    m.opts.Root,
@@ -165,6 +166,7 @@ func (m *Mirror) newStore(ctx context.Context) (*cache.Store, error) {
 		ScrubRate:     m.opts.ScrubRate,
 
 		UploadMaxAge: m.opts.FillTimeout,
+		StagingInUse: func(path string) bool { return m.fetch.StagingInUse(path) },
 	})
 }
 

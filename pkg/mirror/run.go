@@ -13,7 +13,8 @@ var ErrRootInUse = cache.ErrRootInUse
 
 // Run takes the storage root and does the mirror's background work until ctx ends. Before
 // anything else it takes the root lock (filesystem storage: one process per root, cache.LockRoot),
-// then removes what an earlier run left (staging files of fills, and distribution's uploads:
+// then removes what an earlier run left (staging files of fills, leaving those of fills in flight
+// that requests served before Run started; and distribution's uploads:
 // every one on a filesystem root, those older than Options.FillTimeout in a shared bucket,
 // which also holds other replicas' fills in flight). Then it loads the cache index (or rebuilds
 // it from storage while serving goes on), keeps the cache under Options.MaxSize (eviction waits

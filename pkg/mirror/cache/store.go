@@ -47,6 +47,9 @@ type Options struct {
 	// Filling reports whether a fill of blob d is in flight: eviction leaves its data alone.
 	// Called only once Run runs; nil: never.
 	Filling func(d digest.Digest) bool
+	// StagingInUse reports whether the file at path in the staging directory is a fill's in
+	// flight (started by a request served before Run): Take leaves it. nil: none is.
+	StagingInUse func(path string) bool
 	// Evicted is called for each image evicted (with its reason: EvictCap, EvictENOSPC,
 	// EvictAPI) and each unreferenced blob removed (EvictUnreferenced); nil: not called.
 	Evicted func(reason string)
@@ -260,8 +263,9 @@ func (s *Store) wake() {
 
 // Take takes the root and removes what an earlier run left there. On a filesystem root it first
 // takes the root lock (LockRoot: one process per root; ErrRootInUse when another holds it,
-// and then nothing is removed). Then it removes every file in the staging directory (no fill is
-// in flight yet, so each is a leftover of an interrupted one) and distribution's uploads: every
+// and then nothing is removed). Then it removes every file in the staging directory but those of
+// fills in flight (Options.StagingInUse: requests may be served before Run; the others are
+// leftovers of interrupted fills) and distribution's uploads: every
 // one on a filesystem root, those older than Options.UploadMaxAge in a bucket (which other
 // replicas' fills in flight share). Only the first call does any of this (first); a later one
 // keeps the lock and the fills in flight. The lock is held until Close.
@@ -290,7 +294,7 @@ func (s *Store) Take(ctx context.Context) (first bool, err error) {
 	return true, nil
 }
 
-// removeStaging removes the regular files in the staging directory.
+// removeStaging removes the regular files in the staging directory, but those of fills in flight.
 func (s *Store) removeStaging() {
 	entries, err := os.ReadDir(s.staging)
 	if err != nil {
@@ -298,8 +302,9 @@ func (s *Store) removeStaging() {
 		return
 	}
 	for _, e := range entries {
-		if e.Type().IsRegular() {
-			if err := os.Remove(filepath.Join(s.staging, e.Name())); err != nil {
+		path := filepath.Join(s.staging, e.Name())
+		if e.Type().IsRegular() && (s.opts.StagingInUse == nil || !s.opts.StagingInUse(path)) {
+			if err := os.Remove(path); err != nil {
 				s.log.Debug().Err(err).Msg("remove staging file left by an earlier run")
 			}
 		}

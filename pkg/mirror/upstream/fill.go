@@ -249,9 +249,25 @@ func (s *fillSet) hasDigest(d digest.Digest) bool {
 	return false
 }
 
+// hasPath reports whether path is the staging file of a fill in flight.
+func (s *fillSet) hasPath(path string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range s.m {
+		if f.path == path {
+			return true
+		}
+	}
+	return false
+}
+
 // FillingDigest reports whether a fill of blob d is in flight (fetching or being committed) in
 // any upstream and repository: eviction leaves such a blob's data alone.
 func (f *Fetcher) FillingDigest(d digest.Digest) bool { return f.fills.hasDigest(d) }
+
+// StagingInUse reports whether path (in Options.StagingDir) is the staging file of a fill in
+// flight: a sweep of the leftovers of an earlier run leaves it.
+func (f *Fetcher) StagingInUse(path string) bool { return f.fills.hasPath(path) }
 
 func fillKey(upstream, repo string, dgst digest.Digest) string {
 	return upstream + "/" + repo + "@" + dgst.String()
