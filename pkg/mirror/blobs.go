@@ -33,8 +33,9 @@ import (
 // when it joined a fill in flight). A HEAD of a blob not stored is answered from what the
 // upstream says of it: nothing is downloaded for it.
 //
-// Errors: a *readError, nothing written (400 DIGEST_INVALID, 404 BLOB_UNKNOWN, the upstream's
-// failure as blobAPIError answers it); an error wrapping upstream.ErrBroken when the transfer
+// Errors: a *readError, nothing written (400 DIGEST_INVALID, 404 BLOB_UNKNOWN: also at once for
+// an offline upstream's blob not stored, offline.go; the upstream's failure as blobAPIError
+// answers it); an error wrapping upstream.ErrBroken when the transfer
 // broke after the headers went out (the caller aborts the connection, so the short body is seen
 // as the broken transfer it is).
 func (r *repository) serveBlob(ctx context.Context, w http.ResponseWriter, req *http.Request, ref string) (outcome, error) {
@@ -62,6 +63,9 @@ func (r *repository) serveBlob(ctx context.Context, w http.ResponseWriter, req *
 	}
 	if cacheOnly(ctx) {
 		return outcome{}, codeError(errcode.ErrorCodeBlobUnknown, dgst)
+	}
+	if r.up.Offline {
+		return outcome{}, r.offlineMiss(errcode.ErrorCodeBlobUnknown, "blob "+dgst.String()+" of "+r.repo)
 	}
 	desc, tier, err := r.remoteBlob(ctx, dgst, req.Method == http.MethodHead)
 	if err != nil {
