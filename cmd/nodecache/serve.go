@@ -61,8 +61,7 @@ func serveCommand() *cli.Command {
 
 Routing: containerd sends ?ns=<registry> (hosts.toml); CRI-O and other clients use a path
 prefix /v2/<registry>/<repository>/...; anything else goes to --default-upstream.
-Only configured upstreams are ever contacted, and an offline one never (NAME=offline, or
---offline for all: air-gapped sites serve what the cache was filled with).
+Only configured upstreams are ever contacted; an offline one (NAME=offline, --offline) never.
 
 Who may pull: every address that reaches --listen, unless --pull-allow CIDR is given; then only
 127.0.0.1, ::1 and those networks (anyone else: 403 DENIED, counted in
@@ -83,7 +82,6 @@ private CA. --tls-cert/--tls-key serve HTTPS (TLS 1.2+), re-read when the files 
 Examples:
    nodecache serve --root /var/lib/nodecache
    nodecache serve --upstream ghcr.io=https://ghcr.io --upstream docker.io=https://registry-1.docker.io
-   nodecache serve --root /var/lib/nodecache --offline      # air-gapped: the cache only
    NODECACHE_LISTEN=127.0.0.1:5000 nodecache serve`,
 		Flags: append(mirrorFlags(&cfg, &lc, ":5000"),
 			stringFlag(&cfg.TLSCert, "tls-cert", "", "serve HTTPS (TLS 1.2+) on --listen with the PEM certificate (chain) in `FILE`; needs --tls-key; both read again when they change"),

@@ -102,26 +102,26 @@ func fillThenStop(t *testing.T) offlineFixture {
 	return f
 }
 
-// offlineGet sends method url with the OCI manifest Accept headers and reads the answer,
-// failing the test when it took a quarter of a second or more: an offline upstream is answered
-// from the cache or refused at once, never after an upstream timeout.
-func offlineGet(t *testing.T, method, url string) (*http.Response, []byte) {
+// offlineGet sends method url with the OCI manifest Accept headers and reads the answer (status,
+// headers, body), failing the test when it took a quarter of a second or more: an offline
+// upstream is answered from the cache or refused at once, never after an upstream timeout.
+func offlineGet(t *testing.T, method, url string) (int, http.Header, []byte) {
 	t.Helper()
 	start := time.Now()
 	resp, body := get(t, method, url, manifestAccept)
 	if took := time.Since(start); took >= 250*time.Millisecond {
 		t.Fatalf("%s %s took %s: want an answer at once", method, url, took)
 	}
-	return resp, body
+	return resp.StatusCode, resp.Header, body
 }
 
 // wantOfflineMiss checks a 404 with code whose message says the upstream is offline (GET; a
 // HEAD has the status and the error code header only).
 func wantOfflineMiss(t *testing.T, method, url, code string) {
 	t.Helper()
-	resp, body := offlineGet(t, method, url)
-	if resp.StatusCode != http.StatusNotFound || resp.Header.Get(mirrorapi.HeaderErrorCode) != code {
-		t.Fatalf("%s %s: %d %s=%q, want 404 %s\n%s", method, url, resp.StatusCode, mirrorapi.HeaderErrorCode, resp.Header.Get(mirrorapi.HeaderErrorCode), code, body)
+	status, hdr, body := offlineGet(t, method, url)
+	if status != http.StatusNotFound || hdr.Get(mirrorapi.HeaderErrorCode) != code {
+		t.Fatalf("%s %s: %d %s=%q, want 404 %s\n%s", method, url, status, mirrorapi.HeaderErrorCode, hdr.Get(mirrorapi.HeaderErrorCode), code, body)
 	}
 	if method == http.MethodHead {
 		return
@@ -141,23 +141,23 @@ func checkOfflineServes(t *testing.T, h *harness, f offlineFixture) {
 	t.Helper()
 	base := "http://" + h.host + "/v2/upstream.test/team/app"
 	for _, method := range []string{http.MethodGet, http.MethodHead} {
-		resp, _ := offlineGet(t, method, base+"/manifests/v1")
-		if resp.StatusCode != http.StatusOK || resp.Header.Get("Docker-Content-Digest") != f.indexDigest || resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheHit {
-			t.Fatalf("%s by tag: %d %s %s=%q, want 200 %s hit", method, resp.StatusCode, resp.Header.Get("Docker-Content-Digest"), mirrorapi.HeaderCache, resp.Header.Get(mirrorapi.HeaderCache), f.indexDigest)
+		status, hdr, _ := offlineGet(t, method, base+"/manifests/v1")
+		if status != http.StatusOK || hdr.Get("Docker-Content-Digest") != f.indexDigest || hdr.Get(mirrorapi.HeaderCache) != mirrorapi.CacheHit {
+			t.Fatalf("%s by tag: %d %s %s=%q, want 200 %s hit", method, status, hdr.Get("Docker-Content-Digest"), mirrorapi.HeaderCache, hdr.Get(mirrorapi.HeaderCache), f.indexDigest)
 		}
-		resp, _ = offlineGet(t, method, base+"/manifests/"+f.childDigest)
-		if resp.StatusCode != http.StatusOK || resp.Header.Get("Docker-Content-Digest") != f.childDigest {
-			t.Fatalf("%s by digest: %d %s", method, resp.StatusCode, resp.Header.Get("Docker-Content-Digest"))
+		status, hdr, _ = offlineGet(t, method, base+"/manifests/"+f.childDigest)
+		if status != http.StatusOK || hdr.Get("Docker-Content-Digest") != f.childDigest {
+			t.Fatalf("%s by digest: %d %s", method, status, hdr.Get("Docker-Content-Digest"))
 		}
 	}
-	resp, body := offlineGet(t, http.MethodGet, base+"/blobs/"+f.layerDigest)
-	if resp.StatusCode != http.StatusOK || string(body) != string(f.layer) {
-		t.Fatalf("layer blob: %d, %d bytes, want 200 and the layer's %d", resp.StatusCode, len(body), len(f.layer))
+	status, _, body := offlineGet(t, http.MethodGet, base+"/blobs/"+f.layerDigest)
+	if status != http.StatusOK || string(body) != string(f.layer) {
+		t.Fatalf("layer blob: %d, %d bytes, want 200 and the layer's %d", status, len(body), len(f.layer))
 	}
-	resp, body = offlineGet(t, http.MethodGet, base+"/tags/list")
+	status, _, body = offlineGet(t, http.MethodGet, base+"/tags/list")
 	var list struct{ Tags []string }
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &list) != nil || !slices.Equal(list.Tags, []string{"v1"}) {
-		t.Fatalf("tags/list: %d %s, want 200 [v1]", resp.StatusCode, body)
+	if status != http.StatusOK || json.Unmarshal(body, &list) != nil || !slices.Equal(list.Tags, []string{"v1"}) {
+		t.Fatalf("tags/list: %d %s, want 200 [v1]", status, body)
 	}
 	// A whole pull by a real client: every platform's image of the index, and the other
 	// repository's image by tag through containerd's ?ns= routing.
@@ -169,9 +169,8 @@ func checkOfflineServes(t *testing.T, h *harness, f offlineFixture) {
 	if err := validate.Image(img); err != nil || digestOf(t, img) != f.soloMf {
 		t.Fatalf("team/solo offline: %v, digest %s want %s", err, digestOf(t, img), f.soloMf)
 	}
-	resp, _ = offlineGet(t, http.MethodGet, "http://"+h.host+"/v2/team/solo/manifests/"+f.soloTag+"?ns=upstream.test")
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("?ns= by tag: %d", resp.StatusCode)
+	if status, _, _ = offlineGet(t, http.MethodGet, "http://"+h.host+"/v2/team/solo/manifests/"+f.soloTag+"?ns=upstream.test"); status != http.StatusOK {
+		t.Fatalf("?ns= by tag: %d", status)
 	}
 
 	// Misses: 404 at once, with the code of what was asked.
