@@ -136,7 +136,7 @@ func wantOfflineMiss(t *testing.T, method, url, code string) {
 }
 
 // checkOfflineServes is the test of an offline mirror h over f's cache: by tag, by digest, blobs,
-// the tag listing, and misses answered at once.
+// the tag listing, the status canary, and misses answered at once.
 func checkOfflineServes(t *testing.T, h *harness, f offlineFixture) {
 	t.Helper()
 	base := "http://" + h.host + "/v2/upstream.test/team/app"
@@ -171,6 +171,12 @@ func checkOfflineServes(t *testing.T, h *harness, f offlineFixture) {
 	}
 	if status, _, _ = offlineGet(t, http.MethodGet, "http://"+h.host+"/v2/team/solo/manifests/"+f.soloTag+"?ns=upstream.test"); status != http.StatusOK {
 		t.Fatalf("?ns= by tag: %d", status)
+	}
+
+	// The canary `nodecache status --canary` pulls is answered by serve itself, offline too.
+	canary := ref(t, h.host+"/upstream.test/"+mirrorapi.CanaryRepository+":fresh-1")
+	if img, err := remote.Image(canary, remote.WithContext(t.Context())); err != nil || validate.Image(img) != nil {
+		t.Fatalf("canary through an offline upstream: %v", err)
 	}
 
 	// Misses: 404 at once, with the code of what was asked.
