@@ -21,7 +21,8 @@ func mirrorFlags(c *mirror.Config, lc *logConfig, listenDefault string) []cli.Fl
 		stringFlag(&c.Listen, "listen", listenDefault, "registry listen `ADDR`"),
 		stringFlag(&c.Root, "root", mirror.DefaultRoot, "storage `DIR` (filesystem); created if missing"),
 		stringSliceFlag(&c.Upstreams, "upstream", defaults,
-			"`NAME[=URL]` of a registry to pull through, repeatable; replaces the default set. NAME is the registry host as written in image references (containerd sends it as ?ns=), URL where its API is reached; a bare NAME pulls from that registry itself (https://NAME; Docker Hub: https://registry-1.docker.io)"),
+			"`NAME[=URL]` of a registry to pull through, repeatable; replaces the default set. NAME is the registry host as written in image references (containerd sends it as ?ns=), URL where its API is reached; a bare NAME pulls from that registry itself (https://NAME; Docker Hub: https://registry-1.docker.io). NAME=offline: never ask it (air-gapped sites): what the cache holds is served, tags included, and anything else is 404 at once"),
+		boolFlag(&c.Offline, "offline", "make every upstream offline, as NAME=offline: serve only what the cache holds (tags as stored, never revalidated), answer anything else 404 MANIFEST_UNKNOWN or BLOB_UNKNOWN at once, and never connect to an upstream, --chain or --peers for them; their URLs are kept for when the flag is dropped"),
 		stringFlag(&c.DefaultUpstream, "default-upstream", "", "upstream `NAME` for requests with neither ?ns= nor a /v2/<NAME>/ prefix (default: docker.io when configured, else none)"),
 		durationFlag(&c.UpstreamTimeout, "upstream-timeout", mirror.DefaultUpstreamTimeout, "`DURATION` bound on an upstream answer (headers) and a stalled blob stream; then a cached tag is served as stale"),
 		intFlag(&c.UpstreamConcurrency, "upstream-concurrency", upstream.DefaultConcurrency, "`NUMBER` of requests per upstream that may wait for its response headers at once (a body being read holds none); one more waits up to --upstream-timeout for its turn, then gets 429 with Retry-After (a cached tag is served stale instead)"),
@@ -60,7 +61,7 @@ func serveCommand() *cli.Command {
 
 Routing: containerd sends ?ns=<registry> (hosts.toml); CRI-O and other clients use a path
 prefix /v2/<registry>/<repository>/...; anything else goes to --default-upstream.
-Only configured upstreams are ever contacted.
+Only configured upstreams are ever contacted; an offline one (NAME=offline, --offline) never.
 
 Who may pull: every address that reaches --listen, unless --pull-allow CIDR is given; then only
 127.0.0.1, ::1 and those networks (anyone else: 403 DENIED, counted in

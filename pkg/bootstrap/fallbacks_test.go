@@ -29,6 +29,10 @@ func TestFallbacks(t *testing.T) {
 		{"another host", []string{"ghcr.io=https://cache.example:5000"}, nil, "names another host than ghcr.io"},
 		{"another port", []string{"registry.lan:5000=http://registry.lan:5001"}, nil, "names another host"},
 		{"bad url", []string{"ghcr.io=ftp://ghcr.io"}, nil, "scheme"},
+		// serve's NAME=offline (issue 24) says nothing of where the registry is: the registry
+		// itself stays the fallback, as for NAME alone (was a nil-pointer panic).
+		{"offline", []string{"docker.io=offline", "registry.lan:5000=OFFLINE"}, map[string]string{}, ""},
+		{"offline misspelt", []string{"ghcr.io=ofline"}, nil, "did you mean offline?"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -35,7 +35,8 @@ func UpstreamNames(values []string) ([]string, error) {
 // only an https URL of docker.io, index.docker.io or registry-1.docker.io is accepted for it. A
 // URL naming another host is refused (ErrRefused): gen's fallback is the registry itself, never
 // another cache (serve and agent accept any URL). The result maps NAME to scheme://host[:port] for
-// names whose fallback is not name.RegistryURL(NAME); names given without URL are absent.
+// names whose fallback is not name.RegistryURL(NAME); names given without URL, or as serve's
+// NAME=offline (which names no registry address), are absent.
 func Fallbacks(values []string) (map[string]string, error) {
 	ups, err := name.ParseUpstreams(values)
 	if err != nil {
@@ -43,7 +44,7 @@ func Fallbacks(values []string) (map[string]string, error) {
 	}
 	out := map[string]string{}
 	for i, u := range ups {
-		if !strings.Contains(values[i], "=") {
+		if !strings.Contains(values[i], "=") || u.Offline {
 			continue
 		}
 		if name.Canonical(u.Name) == name.DockerHub {

@@ -34,8 +34,9 @@ import (
 // upstream says of it: nothing is downloaded for it. A GET that joined a fill that was over
 // before it read it (upstream.ErrFillGone) is answered again, from storage or through a new fill.
 //
-// Errors: a *readError, nothing written (400 DIGEST_INVALID, 404 BLOB_UNKNOWN, the upstream's
-// failure as blobAPIError answers it); an error wrapping upstream.ErrBroken when the transfer
+// Errors: a *readError, nothing written (400 DIGEST_INVALID, 404 BLOB_UNKNOWN: also at once for
+// an offline upstream's blob not stored, offline.go; the upstream's failure as blobAPIError
+// answers it); an error wrapping upstream.ErrBroken when the transfer
 // broke after the headers went out (the caller aborts the connection, so the short body is seen
 // as the broken transfer it is).
 func (r *repository) serveBlob(ctx context.Context, w http.ResponseWriter, req *http.Request, ref string) (outcome, error) {
@@ -84,6 +85,9 @@ func (r *repository) serveBlobOnce(ctx context.Context, w http.ResponseWriter, r
 	}
 	if cacheOnly(ctx) {
 		return outcome{}, codeError(errcode.ErrorCodeBlobUnknown, dgst)
+	}
+	if r.up.Offline {
+		return outcome{}, r.offlineMiss(errcode.ErrorCodeBlobUnknown, "blob "+dgst.String()+" of "+r.repo)
 	}
 	desc, tier, err := r.remoteBlob(ctx, dgst, req.Method == http.MethodHead)
 	if err != nil {

@@ -32,8 +32,11 @@ type Config struct {
 	Listen, MetricsListen string
 	// Root is --root, the storage directory.
 	Root string
-	// Upstreams are --upstream values NAME=URL, repeated or comma-separated.
+	// Upstreams are --upstream values NAME=URL (or NAME=offline), repeated or comma-separated.
 	Upstreams []string
+	// Offline is --offline: every upstream is offline, served from the cache only and never
+	// asked (as NAME=offline; offline.go).
+	Offline bool
 	// DefaultUpstream is --default-upstream, one of the upstream names or empty.
 	DefaultUpstream string
 	// UpstreamTimeout (positive) and TagTTL (0 or positive) are --upstream-timeout and --tag-ttl.
@@ -105,6 +108,11 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	}
 	if len(ups) == 0 {
 		return Options{}, errors.New("--upstream is empty (an empty --upstream or NODECACHE_UPSTREAM= gives none): want NAME[=URL], repeatable or comma-separated, e.g. docker.io or ghcr.io=https://ghcr.io; leave it unset for the default set")
+	}
+	if c.Offline {
+		for i := range ups {
+			ups[i].Offline = true // the URL is kept, and never used
+		}
 	}
 	allow, err := parseCIDRs("allow", c.Allow)
 	if err != nil {
@@ -216,13 +224,22 @@ func (c Config) peerOptions(log zerolog.Logger) (*PeerOptions, error) {
 }
 
 // upstreamFiles loads the credentials (--upstream-auth) and CAs (--upstream-ca) of the
-// upstreams ups, by upstream name.
+// upstreams ups, by upstream name. Those of an offline upstream are not read (a credential
+// helper could reach out): it is never asked.
 func (c Config) upstreamFiles(ups []name.Upstream, log zerolog.Logger) (map[string]*upstream.Credentials, map[string]*x509.CertPool, error) {
+	offline := map[string]bool{}
+	for _, u := range ups {
+		offline[u.Name] = u.Offline
+	}
 	creds := map[string]*upstream.Credentials{}
 	for _, spec := range SplitList(c.UpstreamAuth) {
 		n, file, err := upstreamFileSpec("upstream-auth", spec, ups)
 		if err != nil {
 			return nil, nil, err
+		}
+		if offline[n] {
+			log.Info().Str("upstream", n).Str("file", file).Msg("--upstream-auth of an offline upstream: not read, the upstream is never asked")
+			continue
 		}
 		if creds[n], err = upstream.LoadCredentials(file, n, upstream.CredentialsOptions{Logger: log}); err != nil {
 			return nil, nil, fmt.Errorf("--upstream-auth %s: %w", n, err)
@@ -233,6 +250,9 @@ func (c Config) upstreamFiles(ups []name.Upstream, log zerolog.Logger) (map[stri
 		n, file, err := upstreamFileSpec("upstream-ca", spec, ups)
 		if err != nil {
 			return nil, nil, err
+		}
+		if offline[n] {
+			continue // never asked: no connection to trust
 		}
 		if cas[n], err = upstream.LoadRootCAs(file); err != nil {
 			return nil, nil, fmt.Errorf("--upstream-ca %s: %w", n, err)

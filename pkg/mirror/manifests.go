@@ -134,6 +134,9 @@ func (r *repository) defaultPlatformManifest(ctx context.Context, list *manifest
 			return nil, "", out, codeError(errcode.ErrorCodeManifestUnknown, unknown)
 		}
 		re := asReadError(err)
+		if r.up.Offline { // not stored, and the upstream is never asked: 404 as for the list itself
+			return nil, "", out, re
+		}
 		status := 0
 		if re.status == http.StatusBadGateway || re.status == http.StatusLoopDetected {
 			status = re.status
@@ -181,10 +184,17 @@ func etagMatch(req *http.Request, etag string) bool {
 // ("stale"). pending reports that storage does not have the tag at that digest yet: it is stored
 // once the manifest is (manifest), so a stale answer always has content behind it.
 //
-// Errors: distribution.ErrTagUnknown for a tag the upstream does not have; else the upstream's
+// Errors: distribution.ErrTagUnknown for a tag the upstream does not have; for an offline upstream
+// (offline.go) a 404 MANIFEST_UNKNOWN *readError for a tag not stored; else the upstream's
 // failure as upstreamAPIError answers it.
 func (r *repository) tag(ctx context.Context, tag string) (desc v1.Descriptor, out outcome, pending bool, err error) {
 	tags := r.local.Tags(ctx)
+	if r.up.Offline { // the stored tag as it is, without revalidation (offline.go)
+		if desc, err := tags.Get(ctx, tag); err == nil {
+			return desc, outcome{cache: mirrorapi.CacheHit}, false, nil
+		}
+		return v1.Descriptor{}, out, false, r.offlineMiss(errcode.ErrorCodeManifestUnknown, fmt.Sprintf("tag %q of %s", tag, r.repo))
+	}
 	if r.fetch.TagFresh(r.up.Name, r.repo, tag) {
 		if desc, err := tags.Get(ctx, tag); err == nil {
 			return desc, outcome{cache: mirrorapi.CacheHit}, false, nil
@@ -219,7 +229,8 @@ func (r *repository) tag(ctx context.Context, tag string) (desc v1.Descriptor, o
 // stored one is served without upstream contact. With tag set, the tag is stored at dgst once
 // the manifest is.
 //
-// Errors: the upstream's failure as upstreamAPIError answers it.
+// Errors: for an offline upstream (offline.go) a 404 MANIFEST_UNKNOWN *readError for a manifest
+// not stored; else the upstream's failure as upstreamAPIError answers it.
 func (r *repository) manifest(ctx context.Context, dgst digest.Digest, tag string) (distribution.Manifest, outcome, error) {
 	var out outcome
 	local, err := r.local.Manifests(ctx)
@@ -241,6 +252,9 @@ func (r *repository) manifest(ctx context.Context, dgst digest.Digest, tag strin
 		}
 		if cacheOnly(ctx) { // a member's probe: the cache only
 			return nil, out, distribution.ErrManifestUnknownRevision{Name: r.storageName(), Revision: dgst}
+		}
+		if r.up.Offline {
+			return nil, out, r.offlineMiss(errcode.ErrorCodeManifestUnknown, "manifest "+dgst.String()+" of "+r.repo)
 		}
 		var unknown distribution.ErrManifestUnknownRevision
 		if !errors.As(err, &unknown) {

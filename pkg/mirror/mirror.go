@@ -63,7 +63,8 @@ type Mirror struct {
 	fillJoined func()
 }
 
-// configured is a configured upstream with its storage key and its upstream side.
+// configured is a configured upstream with its storage key and its upstream side (nil for an
+// offline upstream: every read checks Offline before it would ask).
 type configured struct {
 	name.Upstream
 	storageKey string
@@ -105,6 +106,10 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		_ = m.cache.Close() // a temporary staging directory goes
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
+	if err := offlineGauge(opts.Registerer, opts.Upstreams); err != nil {
+		_ = m.cache.Close()
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
 	var peers *upstream.Peers
 	m.peering, peers = newPeering(opts.Peers, opts.InstanceID, opts)
 	if err := m.peering.register(opts.Registerer); err != nil {
@@ -143,6 +148,9 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		Str("tag_ttl", clitext.Span(opts.TagTTL)).Str("fill_timeout", clitext.Span(opts.FillTimeout)).Str("chain", chainString(opts.Chain)).Str("instance_id", fetch.InstanceID()).
 		Int64("max_size_bytes", opts.MaxSize).Str("peers", m.peering.source()).
 		Str("scrub_interval", scrubString(opts.ScrubInterval)).Int64("scrub_rate_bytes_per_second", opts.ScrubRate).Msg("mirror configured")
+	if off := offlineNames(opts.Upstreams); len(off) > 0 {
+		m.log.Info().Strs("offline_upstreams", off).Msg("offline upstreams: served from the cache only, never asked (nor --chain or --peers for them); a miss is 404 at once")
+	}
 	return m, nil
 }
 
@@ -189,13 +197,17 @@ func metricsGatherer(opts *Options) prometheus.Gatherer {
 	return gatherer
 }
 
-// newFetcher builds the upstream fetcher of opts' upstreams, staging fills under the storage
-// root, reporting a full disk to st, asking peers first when set.
+// newFetcher builds the upstream fetcher of opts' upstreams but the offline ones (which get no
+// remote: nothing can reach them), staging fills under the storage root, reporting a full disk
+// to st, asking peers first when set.
 func newFetcher(ctx context.Context, opts Options, st *cache.Store, peers *upstream.Peers) (*upstream.Fetcher, error) {
-	regs := make([]upstream.Registry, len(opts.Upstreams))
-	for i, u := range opts.Upstreams {
-		regs[i] = upstream.Registry{Name: u.Name, URL: u.URL,
-			Credentials: opts.UpstreamCredentials[u.Name], RootCAs: opts.UpstreamRootCAs[u.Name]}
+	regs := make([]upstream.Registry, 0, len(opts.Upstreams))
+	for _, u := range opts.Upstreams {
+		if u.Offline {
+			continue
+		}
+		regs = append(regs, upstream.Registry{Name: u.Name, URL: u.URL,
+			Credentials: opts.UpstreamCredentials[u.Name], RootCAs: opts.UpstreamRootCAs[u.Name]})
 	}
 	return upstream.New(ctx, regs, upstream.Options{
 		StagingDir:  st.StagingDir(),

@@ -40,7 +40,8 @@ type Options struct {
 	Storage string
 	// S3 is the bucket for StorageS3.
 	S3 S3Storage
-	// Upstreams are the registries pulled through; required, names unique.
+	// Upstreams are the registries pulled through; required, names unique. An Offline one is
+	// never asked (offline.go): its URL may be nil.
 	Upstreams []name.Upstream
 	// DefaultUpstream is the upstream NAME used when a request carries neither ?ns= nor a
 	// configured path prefix. Empty means docker.io when docker.io is configured, else none.
@@ -137,8 +138,8 @@ func (o *Options) setDefaults() error {
 	}
 	seen := map[string]string{} // canonical name (name.Canonical) -> configured name
 	for i, u := range o.Upstreams {
-		if u.URL == nil {
-			errs = append(errs, fmt.Errorf("upstreams[%d].url: missing", i))
+		if u.URL == nil && !u.Offline {
+			errs = append(errs, fmt.Errorf("upstreams[%d].url: missing (or offline)", i))
 		}
 		c := name.Canonical(u.Name)
 		if prev, dup := seen[c]; dup {

@@ -91,10 +91,21 @@ func tagPage(all []string, last string, limit int) (page []string, more bool) {
 // upstream fails, times out or answers 429/5xx, the tags stored locally ("stale"). The slice
 // is shared: callers must not modify it.
 //
+// An offline upstream's listing (offline.go) is the tags stored ("hit"), 404 NAME_UNKNOWN when
+// the cache holds none of the repository.
+//
 // Errors: 404 NAME_UNKNOWN for a repository the upstream does not know, a 502 UNKNOWN naming
 // the bound when the listing is past one of upstream.Remote.Tags' (pages, bytes, tags), else the
 // upstream's failure as upstreamAPIError answers it.
 func (r *repository) tags(ctx context.Context) ([]string, outcome, error) {
+	if r.up.Offline { // the tags stored (offline.go)
+		local, err := r.local.Tags(ctx).All(ctx)
+		if err != nil {
+			return nil, outcome{}, r.offlineMiss(errcode.ErrorCodeNameUnknown, "repository "+r.client)
+		}
+		slices.Sort(local)
+		return local, outcome{cache: mirrorapi.CacheHit}, nil
+	}
 	list, err := r.up.remote.Tags(ctx, r.repo)
 	if err == nil {
 		out := outcome{cache: mirrorapi.CacheMiss, tier: list.Tier}

@@ -122,7 +122,7 @@ func FuzzParsePathAlias(f *testing.F) {
 }
 
 func FuzzParseUpstream(f *testing.F) {
-	for _, s := range []string{"ghcr.io", "docker.io=https://registry-1.docker.io", "reg:5000=http://10.0.0.9:5000/", "=", "a=b=c"} {
+	for _, s := range []string{"ghcr.io", "docker.io=https://registry-1.docker.io", "reg:5000=http://10.0.0.9:5000/", "=", "a=b=c", "quay.io=offline", "quay.io=off-line"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -407,7 +407,11 @@ func (e *evaluator) configPathUse(rep *RuntimeReport, eff *bcontainerd.Effective
 // or names the mirror (judgedRegistries): the verdict follows what containerd's parser does with
 // the files, not who wrote them.
 func (e *evaluator) judgeHosts(ctx context.Context, rep RuntimeReport, rt string, roots []string) RuntimeReport {
-	files, err := scanHosts(ctx, e.h, roots)
+	var lead hostsLead
+	if rt == RuntimeTalos {
+		lead = talosLead(mirrorsOf(e.opts.Mirror, nil))
+	}
+	files, err := scanHosts(ctx, e.h, roots, lead)
 	if err != nil {
 		e.add(rt, "hosts", Unread, "%v", err)
 		rep.State, rep.Reason = Unknown, err.Error()
@@ -428,7 +432,7 @@ func (e *evaluator) judgeHosts(ctx context.Context, rep RuntimeReport, rt string
 		return e.noMirrorHosts(rep, rt, roots, files, mirrors)
 	}
 	rep.upstreams = ups
-	verdicts := checkHosts(ctx, e.h, roots, ups, mirrors)
+	verdicts := checkHosts(ctx, e.h, roots, ups, mirrors, lead)
 	bad, undecided := e.addHostsVerdicts(&rep, rt, verdicts)
 	switch {
 	case len(bad) > 0:
@@ -555,7 +559,7 @@ func (e *evaluator) onDiskRegistries(ctx context.Context, configPath string) []s
 	if configPath == "" {
 		return nil
 	}
-	files, err := scanHosts(ctx, e.h, splitConfigPath(configPath))
+	files, err := scanHosts(ctx, e.h, splitConfigPath(configPath), nil)
 	if err != nil {
 		return nil
 	}

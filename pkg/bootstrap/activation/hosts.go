@@ -31,8 +31,55 @@ type hostsVerdict struct {
 	// nothing tells which host the mirror is (no Options.Mirror, no file nodecache wrote).
 	Undecided bool
 	Reason    string
-	// First is the first host containerd would try, as scheme://host[path].
+	// First is the first host containerd would try, as scheme://host[path]; on Talos with its
+	// image cache on, the first after it (hostsLead).
 	First string
+}
+
+// talosImageCache is the endpoint of Talos's on-node image cache, registryd: plain http on
+// 127.0.0.1:3172 (siderolabs/talos, pkg/machinery/constants: RegistrydListenAddress). When the
+// image cache is ready, machined puts it first in the endpoints of every registry, whatever the
+// machine config says, and adds a "*" entry (the directory _default) when there is none
+// (internal/app/machined/pkg/controllers/cri/registries_config.go,
+// RegistriesConfigController.Run), so the hosts.toml files Talos writes list it before the
+// mirror nodecache's patch adds. registryd answers only the images of the node's image cache and
+// an error status for any other (internal/app/machined/pkg/system/services/registry/registry.go),
+// on which containerd goes on to the next host: the mirror after it is where the node's other
+// pulls go. Only a Talos node gets this reading: elsewhere that address is whatever listens on
+// it, and a host tried before the mirror is a bypass.
+const talosImageCache = "http://127.0.0.1:3172"
+
+// hostsLead drops from the front of the hosts containerd tries those the runtime puts before the
+// mirror by design, and returns the rest and those dropped. The nil hostsLead drops none.
+type hostsLead func(hosts []docker.RegistryHost) (rest, dropped []docker.RegistryHost)
+
+// talosLead is a Talos node's hostsLead: the leading run of its image cache (talosImageCache,
+// that scheme and host:port exactly), unless that is the mirror itself.
+func talosLead(mirrors mirrorSet) hostsLead {
+	return func(hosts []docker.RegistryHost) (rest, dropped []docker.RegistryHost) {
+		i := 0
+		for i < len(hosts) && strings.EqualFold(hosts[i].Scheme+"://"+hosts[i].Host, talosImageCache) && !mirrors.has(hosts[i]) {
+			i++
+		}
+		return hosts[i:], hosts[:i]
+	}
+}
+
+// apply is l(hosts), or hosts as they are for the nil hostsLead.
+func (l hostsLead) apply(hosts []docker.RegistryHost) (rest, dropped []docker.RegistryHost) {
+	if l == nil {
+		return hosts, nil
+	}
+	return l(hosts)
+}
+
+// afterLead is the words that follow "first" in a reason when hosts were dropped before the
+// first host judged: " after Talos's image cache http://127.0.0.1:3172/v2"; "" when none were.
+func afterLead(dropped []docker.RegistryHost) string {
+	if len(dropped) == 0 {
+		return ""
+	}
+	return " after Talos's image cache " + hostURL(dropped[0])
 }
 
 // hostDirFunc resolves a registry host to its directory the way containerd does for a list of
@@ -68,9 +115,10 @@ func hostDirFunc(h *bootstrap.Host, roots []string) func(string) (string, error)
 
 // checkHosts asks containerd's parser (core/remotes/docker/config.ConfigureHosts) which host it
 // tries first for each upstream, under the given roots (containerd's directory lookup). The
-// first host must be one of mirrors (scheme and host:port); with no mirror known, a first host
-// other than the upstream's own endpoint is undecided.
-func checkHosts(ctx context.Context, h *bootstrap.Host, roots []string, upstreams []string, mirrors mirrorSet) []hostsVerdict {
+// first host, after those lead drops (Talos's image cache; nil: none), must be one of mirrors
+// (scheme and host:port); with no mirror known, a first host other than the upstream's own
+// endpoint is undecided.
+func checkHosts(ctx context.Context, h *bootstrap.Host, roots []string, upstreams []string, mirrors mirrorSet, lead hostsLead) []hostsVerdict {
 	dirOf := hostDirFunc(h, roots)
 	hostRoot := h.Root()
 	hosts := config.ConfigureHosts(ctx, config.HostOptions{HostDir: dirOf})
@@ -87,13 +135,15 @@ func checkHosts(ctx context.Context, h *bootstrap.Host, roots []string, upstream
 			}
 		}
 		list, err := hosts(up)
+		list, dropped := lead.apply(list)
+		after := afterLead(dropped)
 		switch {
 		case inputfile.Refused(derr):
 			v.Reason = fmt.Sprintf("%v: nodecache does not read it, and containerd cannot use it", derr)
 		case err != nil:
 			v.Reason = fmt.Sprintf("%s does not parse (%v): containerd falls back to the upstream", displayPath(hostRoot, file), err)
 		case len(list) == 0:
-			v.Reason = "containerd finds no host to pull from"
+			v.Reason = "containerd finds no host to pull from" + after
 		default:
 			first := list[0]
 			v.First = hostURL(first)
@@ -101,20 +151,23 @@ func checkHosts(ctx context.Context, h *bootstrap.Host, roots []string, upstream
 			case derr != nil:
 				v.Reason = fmt.Sprintf("no hosts.toml for %s under %s: containerd pulls from %s directly", up, strings.Join(roots, ", "), v.First)
 			case first.Capabilities&docker.HostCapabilityPull == 0:
-				v.Reason = fmt.Sprintf("%s: first host %s lacks the pull capability", displayPath(hostRoot, file), v.First)
+				v.Reason = fmt.Sprintf("%s: first host%s %s lacks the pull capability", displayPath(hostRoot, file), after, v.First)
 			case mirrors.has(first):
 				v.OK = true
-				v.Reason = fmt.Sprintf("%s: containerd tries %s first", displayPath(hostRoot, file), v.First)
+				v.Reason = fmt.Sprintf("%s: containerd tries %s first%s", displayPath(hostRoot, file), v.First, after)
+				if len(dropped) > 0 {
+					v.Reason += " (which answers only the images of the node's image cache)"
+				}
 				if first.Capabilities&docker.HostCapabilityResolve == 0 {
 					v.Reason += " for blobs only (no resolve capability: tags are resolved upstream)"
 				}
 			case !mirrors.known() && !ownEndpoint(first, up):
 				v.Undecided = true
-				v.Reason = fmt.Sprintf("%s: containerd tries %s first; %s, so whether that is the mirror cannot be told", displayPath(hostRoot, file), v.First, noMirrorKnown)
+				v.Reason = fmt.Sprintf("%s: containerd tries %s first%s; %s, so whether that is the mirror cannot be told", displayPath(hostRoot, file), v.First, after, noMirrorKnown)
 			case syntax != nil:
 				v.Reason = fmt.Sprintf("%s does not parse (%v): containerd ignores it and tries %s first, not the mirror %s", displayPath(hostRoot, file), syntax, v.First, mirrors)
 			default:
-				v.Reason = fmt.Sprintf("%s: first host is %s, not the mirror %s", displayPath(hostRoot, file), v.First, mirrors)
+				v.Reason = fmt.Sprintf("%s: first host%s is %s, not the mirror %s", displayPath(hostRoot, file), after, v.First, mirrors)
 			}
 		}
 		out = append(out, v)
@@ -195,9 +248,11 @@ type hostsFile struct {
 	// this site file, "" when it did not.
 	Managed bool
 	Adopted string
-	// Hosts are the hosts containerd tries for Registry with this directory, in order; Err is
-	// the parser's error instead. Syntax is the file's TOML error (containerd then ignores it).
+	// Hosts are the hosts containerd tries for Registry with this directory, in order, but
+	// those before the mirror by design (Lead: Talos's image cache, see hostsLead); Err is the
+	// parser's error instead. Syntax is the file's TOML error (containerd then ignores it).
 	Hosts  []docker.RegistryHost
+	Lead   []docker.RegistryHost
 	Err    error
 	Syntax error
 }
@@ -231,18 +286,19 @@ func (f hostsFile) summary() string {
 	case f.Err != nil:
 		return fmt.Sprintf("%s: containerd's parser fails (%v)", f.Path, f.Err)
 	case len(f.Hosts) == 0:
-		return fmt.Sprintf("%s names no host", f.Path)
+		return fmt.Sprintf("%s names no host%s", f.Path, afterLead(f.Lead))
 	case f.Syntax != nil:
 		return fmt.Sprintf("%s does not parse (%v): containerd ignores it and tries %s first", f.Path, f.Syntax, hostURL(f.Hosts[0]))
 	}
-	return fmt.Sprintf("%s tries %s first", f.Path, hostURL(f.Hosts[0]))
+	return fmt.Sprintf("%s tries %s first%s", f.Path, hostURL(f.Hosts[0]), afterLead(f.Lead))
 }
 
 // scanHosts reads every registry directory's hosts.toml under the roots (_default skipped),
-// each parsed on its own by containerd's ConfigureHosts, in root order then name order. A
-// hosts.toml that is no regular file of at most inputfile.RuntimeConfig.Limit bytes (a FIFO
-// would block containerd's parser) is its refusal (inputfile.Refused).
-func scanHosts(ctx context.Context, h *bootstrap.Host, roots []string) ([]hostsFile, error) {
+// each parsed on its own by containerd's ConfigureHosts, in root order then name order, the
+// hosts lead drops set apart (nil: none). A hosts.toml that is no regular file of at most
+// inputfile.RuntimeConfig.Limit bytes (a FIFO would block containerd's parser) is its refusal
+// (inputfile.Refused).
+func scanHosts(ctx context.Context, h *bootstrap.Host, roots []string, lead hostsLead) ([]hostsFile, error) {
 	var out []hostsFile
 	for _, r := range roots {
 		entries, err := h.ReadDir(r)
@@ -275,6 +331,7 @@ func scanHosts(ctx context.Context, h *bootstrap.Host, roots []string) ([]hostsF
 			} else {
 				hosts := config.ConfigureHosts(ctx, config.HostOptions{HostDir: func(string) (string, error) { return local, nil }})
 				f.Hosts, f.Err = hosts(f.Registry)
+				f.Hosts, f.Lead = lead.apply(f.Hosts)
 			}
 			out = append(out, f)
 		}

@@ -21,6 +21,8 @@
 //   - Which hosts.toml files count (containerd, Talos): Options.Upstreams, else every registry
 //     whose file nodecache wrote or adopted or that names the mirror as containerd's
 //     ConfigureHosts reads it; a site's file that does not name it is listed, not judged.
+//   - On Talos only, the hosts Talos puts first while its image cache is on (registryd,
+//     talosImageCache) are not judged: the mirror must be the first host after them.
 //   - The start-time rule (StartOrder, shared with gen's restart_required): loaded when the
 //     daemon started at least StartTolerance (10 ms) after the last change; ambiguous within
 //     ±10 ms (NotActive); changed after otherwise. Start times are exact to one clock tick
@@ -325,7 +327,7 @@ func (e *evaluator) mirrorHint(ctx context.Context, roots []string) string {
 	if e.opts.Mirror != nil {
 		return e.opts.Mirror.String()
 	}
-	if files, err := scanHosts(ctx, e.h, roots); err == nil {
+	if files, err := scanHosts(ctx, e.h, roots, nil); err == nil {
 		if m := mirrorsOf(nil, files).list(); len(m) > 0 {
 			return m[0]
 		}
