@@ -65,23 +65,36 @@ func TestStatusMatrixRealContainerd(t *testing.T) {
 		if rep.DaemonAssumed || !strings.HasPrefix(strings.TrimPrefix(rep.Daemon, "v"), strings.SplitN(c.Version(), "+", 2)[0]) {
 			t.Fatalf("gen: containerd %q (assumed %v), want the running %s from its version service", rep.Daemon, rep.DaemonAssumed, c.Version())
 		}
-		st, err := os.Stat(c.ConfigFile())
-		if err != nil {
-			t.Fatal(err)
-		}
 		// Restart 30 ms after the write at the earliest: closer than 10 ms (plus the 10 ms tick
 		// the start time is truncated to) cannot be ordered by design, and an idle machine
-		// restarts containerd that fast.
-		time.Sleep(time.Until(st.ModTime().Add(30 * time.Millisecond)))
-		c.Restart(t)
-		r := runStatus(t, c, "--mirror", nc.URL)
-		expectState(t, "gen then restart", r, activation.Active, 0)
-		start := *r.runtime(t).ProcessStart
-		gap := start.Sub(st.ModTime())
-		t.Logf("gen then restart: restart issued %s after gen; daemon started %s after config.toml changed",
-			c.Started().Sub(genDone).Round(time.Millisecond), gap.Round(time.Millisecond))
-		if gap > time.Second {
-			t.Fatalf("the daemon started %s after the write: not the sub-second case this step is about", gap)
+		// restarts containerd that fast. On a loaded machine the stop and start can take
+		// seconds: then the write is repeated (the file's mtime set to now, as a second gen
+		// would) and the restart tried again, up to three times, since a gap over a second is
+		// not the case this step is about.
+		var r statusResult
+		for attempt := 1; ; attempt++ {
+			st, err := os.Stat(c.ConfigFile())
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Until(st.ModTime().Add(30 * time.Millisecond)))
+			c.Restart(t)
+			r = runStatus(t, c, "--mirror", nc.URL)
+			expectState(t, "gen then restart", r, activation.Active, 0)
+			gap := r.runtime(t).ProcessStart.Sub(st.ModTime())
+			t.Logf("gen then restart (attempt %d): restart issued %s after gen; daemon started %s after config.toml changed",
+				attempt, c.Started().Sub(genDone).Round(time.Millisecond), gap.Round(time.Millisecond))
+			if gap <= time.Second {
+				break
+			}
+			if attempt == 3 {
+				t.Fatalf("the daemon started %s after the write on each of 3 tries: not the sub-second case this step is about", gap)
+			}
+			now := time.Now()
+			if err := os.Chtimes(c.ConfigFile(), now, now); err != nil {
+				t.Fatal(err)
+			}
+			genDone = now
 		}
 
 		// 2. config.toml written 50 ms before the daemon starts.
@@ -100,7 +113,7 @@ func TestStatusMatrixRealContainerd(t *testing.T) {
 		}
 
 		// 3. The config changed at the daemon's start tick: the order cannot be told.
-		start = *r.runtime(t).ProcessStart
+		start := *r.runtime(t).ProcessStart
 		if err := os.Chtimes(c.ConfigFile(), start, start); err != nil {
 			t.Fatal(err)
 		}
