@@ -282,6 +282,8 @@ type BlobFile struct {
 	n     int64
 	final string
 	err   error
+	// broken: the file could not be emptied for a new start; err stays.
+	broken bool
 }
 
 // Write appends p. Writing past the blob's size is an error (the bytes are not the blob).
@@ -303,17 +305,21 @@ func (b *BlobFile) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// Reset discards what was written, for a transfer that starts over.
-func (b *BlobFile) Reset() error {
-	if err := b.f.Truncate(0); err != nil {
-		return fmt.Errorf("blob %s: start over: %w", b.want, err)
-	}
-	if _, err := b.f.Seek(0, io.SeekStart); err != nil {
-		return fmt.Errorf("blob %s: start over: %w", b.want, err)
+// Reset discards what was written, for a transfer that starts over. When the file cannot be
+// emptied, every later Write and Commit fail with that error.
+func (b *BlobFile) Reset() {
+	if b.broken {
+		return
 	}
 	b.h.Reset()
 	b.n, b.err = 0, nil
-	return nil
+	if err := b.f.Truncate(0); err != nil {
+		b.err, b.broken = fmt.Errorf("blob %s: start over: %w", b.want, err), true
+		return
+	}
+	if _, err := b.f.Seek(0, io.SeekStart); err != nil {
+		b.err, b.broken = fmt.Errorf("blob %s: start over: %w", b.want, err), true
+	}
 }
 
 // Commit checks that exactly the blob's size was written and that it hashes to its digest,
@@ -447,6 +453,11 @@ func (w *Writer) Close() error {
 	}
 	w.done = true
 	err := os.RemoveAll(w.work)
+	// Unlock explicitly: a child process forked meanwhile (and not yet exec'ed) shares the
+	// open file description, and closing ours alone would not release the lock.
+	if uerr := unix.Flock(int(w.lock.Fd()), unix.LOCK_UN); err == nil {
+		err = uerr
+	}
 	if cerr := w.lock.Close(); err == nil {
 		err = cerr
 	}

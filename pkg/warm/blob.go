@@ -33,9 +33,10 @@ type blobResult struct {
 // Each attempt is bounded by timeout. A retried attempt after a broken stream asks for the rest
 // with Range and keeps hashing when the mirror answers 206 from the right offset; a 200 starts
 // over. The blob fails on a digest or size mismatch (not retried), on a status that is not 5xx,
-// 429 or 408, or when the retries are used up. When keep is non-nil it receives the body as well
-// (it is reset whenever the fetch starts over), for a blob warm must read: the config.
-func (c *client) getBlob(ctx context.Context, ref Reference, desc v1.Descriptor, timeout time.Duration, prog progress, keep *bytes.Buffer) (blobResult, error) {
+// 429 or 408, or when the retries are used up. When sink is non-nil it receives the body as well
+// (it is reset whenever the fetch starts over): the config, which warm reads, or the file of a
+// bundle (warm --to). A sink that fails to take bytes fails the blob (not retried).
+func (c *client) getBlob(ctx context.Context, ref Reference, desc v1.Descriptor, timeout time.Duration, prog progress, sink blobSink) (blobResult, error) {
 	var res blobResult
 	want, err := digest.Parse(desc.Digest.String())
 	if err != nil {
@@ -55,8 +56,8 @@ func (c *client) getBlob(ctx context.Context, ref Reference, desc v1.Descriptor,
 		prog.transferred(-have)
 		have = 0
 		h.Reset()
-		if keep != nil {
-			keep.Reset()
+		if sink != nil {
+			sink.Reset()
 		}
 	}
 	err = c.retry(ctx, "blob "+want.String(), func(ctx context.Context, n int) error {
@@ -70,7 +71,7 @@ func (c *client) getBlob(ctx context.Context, ref Reference, desc v1.Descriptor,
 		if have > 0 {
 			req.Header.Set("Range", "bytes="+strconv.FormatInt(have, 10)+"-")
 		}
-		resp, err := c.hc.Do(req)
+		resp, err := c.do(req, ref)
 		if err != nil {
 			return c.attemptErr(ctx, actx, timeout, fmt.Errorf("GET %s: %w", target, err))
 		}
@@ -91,10 +92,10 @@ func (c *client) getBlob(ctx context.Context, ref Reference, desc v1.Descriptor,
 		if v := resp.Header.Get(mirrorapi.HeaderCache); v != "" {
 			res.Cache = v
 		}
-		n64, err := io.Copy(&hashCounter{h: h, prog: prog, keep: keep}, io.LimitReader(resp.Body, desc.Size-have+1))
+		n64, err := io.Copy(&hashCounter{h: h, prog: prog, sink: sink}, io.LimitReader(resp.Body, desc.Size-have+1))
 		have += n64
 		if err != nil {
-			return c.attemptErr(ctx, actx, timeout, fmt.Errorf("read blob %s after %d of %d bytes: %w: %w", want, have, desc.Size, errBrokenStream, err))
+			return c.attemptErr(ctx, actx, timeout, readError(want, have, desc.Size, err))
 		}
 		switch {
 		case have < desc.Size:
@@ -121,6 +122,15 @@ func (c *client) attemptErr(parent, attempt context.Context, timeout time.Durati
 	return err
 }
 
+// readError names a body that failed mid-way: a broken stream (retried), but a sink that failed
+// to take the bytes (a permanentError: a full disk) as itself.
+func readError(want digest.Digest, have, size int64, err error) error {
+	if pe := (*permanentError)(nil); errors.As(err, &pe) {
+		return pe
+	}
+	return fmt.Errorf("read blob %s after %d of %d bytes: %w: %w", want, have, size, errBrokenStream, err)
+}
+
 // contentRangeStart reads the first byte position of "bytes START-END/TOTAL".
 func contentRangeStart(v string) (int64, bool) {
 	rest, ok := strings.CutPrefix(strings.TrimSpace(v), "bytes ")
@@ -135,18 +145,50 @@ func contentRangeStart(v string) (int64, bool) {
 	return n, err == nil && n >= 0
 }
 
-// hashCounter feeds the hash, reports progress and, when keep is set, keeps the bytes.
+// blobSink receives a blob's bytes as they arrive; Reset discards them when a transfer starts
+// over (a sink that cannot start over fails its next Write).
+type blobSink interface {
+	io.Writer
+	Reset()
+}
+
+// bufferSink keeps a blob in memory (the config warm reads).
+type bufferSink struct{ *bytes.Buffer }
+
+func (b bufferSink) Reset() { b.Buffer.Reset() }
+
+// teeSink writes to every sink.
+type teeSink []blobSink
+
+func (t teeSink) Write(p []byte) (int, error) {
+	for _, s := range t {
+		if _, err := s.Write(p); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+func (t teeSink) Reset() {
+	for _, s := range t {
+		s.Reset()
+	}
+}
+
+// hashCounter feeds the sink (when set), the hash and the progress.
 type hashCounter struct {
 	h    hash.Hash
 	prog progress
-	keep *bytes.Buffer
+	sink blobSink
 }
 
 func (w *hashCounter) Write(p []byte) (int, error) {
-	w.h.Write(p)
-	if w.keep != nil {
-		w.keep.Write(p)
+	if w.sink != nil {
+		if _, err := w.sink.Write(p); err != nil {
+			return 0, permanent(err) // a full disk, not the stream: not retried
+		}
 	}
+	w.h.Write(p)
 	w.prog.transferred(int64(len(p)))
 	return len(p), nil
 }

@@ -29,6 +29,9 @@ const (
 	// RoutingPath puts the registry first in the repository path, as CRI-O does with a mirror
 	// location "host:port/<registry>": GET /v2/<registry>/<repository>/manifests/<ref>.
 	RoutingPath Routing = "path"
+	// routingDirect talks to an upstream registry itself (warm --to): GET
+	// /v2/<repository>/manifests/<ref>, nothing added.
+	routingDirect Routing = "direct"
 )
 
 // ParseRouting accepts "ns" or "path"; "" means RoutingNS.
@@ -42,11 +45,13 @@ func ParseRouting(s string) (Routing, error) {
 	return "", refusal.Value("--routing", s, "want ns or path")
 }
 
-// client talks to the mirror, and only to it.
+// client talks to the mirror, and only to it; with warm --to, one client talks to one upstream
+// registry (routingDirect, auth set).
 type client struct {
 	base      *url.URL
 	routing   Routing
 	hc        *http.Client
+	auth      *upstreamAuth // per-repository token transports of an upstream; nil for a mirror
 	userAgent string
 	retries   int
 	backoff   time.Duration
@@ -59,6 +64,8 @@ type client struct {
 func (c *client) endpoint(ref Reference, kind, id string) string {
 	u := *c.base
 	switch c.routing {
+	case routingDirect:
+		u.Path = "/v2/" + ref.Repository + "/" + kind + "/" + id
 	case RoutingPath:
 		u.Path = "/v2/" + ref.Registry + "/" + ref.Repository + "/" + kind + "/" + id
 	default:
@@ -76,6 +83,21 @@ func (c *client) newRequest(ctx context.Context, target string) (*http.Request, 
 	}
 	req.Header.Set("User-Agent", c.userAgent)
 	return req, nil
+}
+
+// do sends req for ref's repository: through c.hc, or, to an upstream, through the
+// repository's authenticated transport (created on first use: a /v2/ ping and a token request).
+func (c *client) do(req *http.Request, ref Reference) (*http.Response, error) {
+	if c.auth == nil {
+		return c.hc.Do(req)
+	}
+	rt, err := c.auth.transport(req.Context(), ref.Repository)
+	if err != nil {
+		return nil, err
+	}
+	hc := *c.hc
+	hc.Transport = rt
+	return hc.Do(req)
 }
 
 // statusError is a response the mirror answered with a status that is not a success.

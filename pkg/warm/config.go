@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nodecache/nodecache/internal/inputfile"
+	"github.com/nodecache/nodecache/pkg/bundle"
 	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/refusal"
 )
@@ -21,7 +22,14 @@ import (
 type Config struct {
 	// Mirror is --mirror, the cache to fill (http(s)://host[:port]).
 	Mirror string
-	// Platform is --platform os/arch[/variant]; empty: this machine's.
+	// To is --to: write a bundle into this directory from the upstreams instead of filling
+	// Mirror. Format (--format: oci, the default, or talos-flat) and Upstreams (--upstream
+	// NAME[=URL] values as serve takes them, repeated or comma-separated; empty: serve's
+	// default set) apply only with it.
+	To, Format string
+	Upstreams  []string
+	// Platform is --platform os/arch[/variant]; empty: this machine's. With To, "all" keeps
+	// every platform of an index.
 	Platform string
 	// PlatformMatch is --platform-match: transfer (default) or only.
 	PlatformMatch string
@@ -63,15 +71,25 @@ func (c Config) Options(args []string) (Options, error) {
 		errs []error
 		err  error
 	)
-	if c.Mirror != "" || !c.Print {
+	switch {
+	case c.To != "":
+		b, err := c.bundle()
+		errs = append(errs, err)
+		opts.Bundle = b
+	case c.Mirror != "" || !c.Print:
 		mirror, err := name.ParseMirror(c.Mirror)
 		errs = append(errs, err)
 		opts.Mirror = mirror.URL
 	}
 	opts.Routing, err = ParseRouting(c.Routing)
 	errs = append(errs, err)
-	opts.Platform, err = ParsePlatform(c.Platform)
-	errs = append(errs, err)
+	switch {
+	case c.Platform == platformAll && c.To == "":
+		errs = append(errs, refusal.Value("--platform", c.Platform, "all applies only with --to (a bundle keeps every platform of an index); a mirror is warmed for one platform: want os/arch[/variant]"))
+	case c.Platform != platformAll:
+		opts.Platform, err = ParsePlatform(c.Platform)
+		errs = append(errs, err)
+	}
 	opts.PlatformMatch, err = ParsePlatformMatch(c.PlatformMatch)
 	errs = append(errs, err)
 
@@ -198,6 +216,37 @@ func (c Config) OptionsContext(ctx context.Context, args []string) (Options, err
 	case <-ctx.Done():
 		return Options{}, fmt.Errorf("stopped while reading --images-from %s (no end of input yet): %w", c.ImagesFrom, context.Cause(ctx))
 	}
+}
+
+// platformAll is --platform all (with --to).
+const platformAll = "all"
+
+// bundle checks the flags of --to: --mirror not given as well, --format, --upstream.
+func (c Config) bundle() (*BundleOptions, error) {
+	var errs []error
+	if c.Mirror != "" {
+		errs = append(errs, refusal.Errorf("--mirror %s and --to %s: warm fills a mirror or writes a bundle, not both; give one", c.Mirror, c.To))
+	}
+	f, err := bundle.ParseFormat(c.Format)
+	errs = append(errs, err)
+	b := &BundleOptions{Dir: c.To, Format: f, AllPlatforms: c.Platform == platformAll}
+	var values []string
+	for _, v := range c.Upstreams {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				values = append(values, p)
+			}
+		}
+	}
+	switch ups, err := name.ParseUpstreams(values); {
+	case err != nil:
+		errs = append(errs, err)
+	case len(ups) == 0 && len(c.Upstreams) > 0:
+		errs = append(errs, errors.New("--upstream is empty (an empty --upstream or NODECACHE_UPSTREAM= gives none): want NAME[=URL], repeatable or comma-separated, e.g. docker.io or ghcr.io=https://ghcr.io; leave it unset for serve's default set"))
+	default:
+		b.Upstreams = ups
+	}
+	return b, errors.Join(errs...)
 }
 
 // nameSomething says what gives warm images.

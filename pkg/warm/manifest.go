@@ -59,7 +59,7 @@ func (c *client) getManifest(ctx context.Context, ref Reference, id string, time
 			return permanent(err)
 		}
 		req.Header.Set("Accept", mirrorapi.ManifestAccept) // schema 1 is not asked for, and refused
-		resp, err := c.hc.Do(req)
+		resp, err := c.do(req, ref)
 		if err != nil {
 			return fmt.Errorf("GET %s: %w", target, err)
 		}
@@ -132,6 +132,11 @@ type walked struct {
 	Manifests      int    // manifests fetched
 	Skipped        int    // index entries not fetched (other platforms, attestations)
 	Caches         []string
+	// Docs is every manifest fetched, Top first (what warm --to stores); Images the image
+	// manifests whose blobs to fetch: Manifest alone, or with --platform all every image of the
+	// index.
+	Docs   []manifestDoc
+	Images []*v1.Manifest
 }
 
 // walk resolves ref through the mirror to the manifest for m's platform: an index yields exactly
@@ -143,7 +148,7 @@ func (c *client) walk(ctx context.Context, ref Reference, m platformMatcher, tim
 	if err != nil {
 		return w, err
 	}
-	w.Top, w.Manifests, w.Caches = top, 1, append(w.Caches, top.Cache)
+	w.Top, w.Manifests, w.Caches, w.Docs = top, 1, append(w.Caches, top.Cache), []manifestDoc{top}
 	doc := top
 	if top.MediaType.IsIndex() {
 		var cands []v1.Descriptor
@@ -172,24 +177,35 @@ func (c *client) walk(ctx context.Context, ref Reference, m platformMatcher, tim
 		}
 		w.Manifests++
 		w.Caches = append(w.Caches, doc.Cache)
+		w.Docs = append(w.Docs, doc)
 	}
+	mf, err := parseImage(doc)
+	if err != nil {
+		return w, err
+	}
+	w.Manifest, w.ManifestDigest, w.Images = mf, doc.Digest, []*v1.Manifest{mf}
+	return w, nil
+}
+
+// parseImage parses doc as an image manifest (OCI or Docker schema 2); anything else is a
+// permanent error naming it.
+func parseImage(doc manifestDoc) (*v1.Manifest, error) {
 	switch {
 	case doc.MediaType.IsSchema1():
-		return w, permanent(ErrSchema1)
+		return nil, permanent(ErrSchema1)
 	case doc.MediaType.IsIndex():
-		return w, permanent(fmt.Errorf("manifest %s is an index inside an index entry for an image", doc.Digest))
+		return nil, permanent(fmt.Errorf("manifest %s is an index inside an index entry for an image", doc.Digest))
 	case !doc.MediaType.IsImage():
-		return w, permanent(fmt.Errorf("manifest %s has media type %q: want an OCI or Docker v2 image manifest", doc.Digest, doc.MediaType))
+		return nil, permanent(fmt.Errorf("manifest %s has media type %q: want an OCI or Docker v2 image manifest", doc.Digest, doc.MediaType))
 	}
 	mf, err := v1.ParseManifest(bytes.NewReader(doc.Body))
 	if err != nil {
-		return w, permanent(fmt.Errorf("parse manifest %s: %w", doc.Digest, err))
+		return nil, permanent(fmt.Errorf("parse manifest %s: %w", doc.Digest, err))
 	}
 	if mf.SchemaVersion != 2 {
-		return w, permanent(fmt.Errorf("manifest %s: schemaVersion %d, want 2", doc.Digest, mf.SchemaVersion))
+		return nil, permanent(fmt.Errorf("manifest %s: schemaVersion %d, want 2", doc.Digest, mf.SchemaVersion))
 	}
-	w.Manifest, w.ManifestDigest = mf, doc.Digest
-	return w, nil
+	return mf, nil
 }
 
 // collect appends idx's image entries to cands, following nested indexes whose platform is unset
@@ -218,6 +234,7 @@ func (c *client) collect(ctx context.Context, ref Reference, m platformMatcher, 
 			}
 			w.Manifests++
 			w.Caches = append(w.Caches, nested.Cache)
+			w.Docs = append(w.Docs, nested)
 			if err := c.collect(ctx, ref, m, nested, depth+1, cands, w, timeout); err != nil {
 				return err
 			}
@@ -228,4 +245,59 @@ func (c *client) collect(ctx context.Context, ref Reference, m platformMatcher, 
 		}
 	}
 	return nil
+}
+
+// walkAll resolves ref to every manifest it names (warm --to --platform all): an index and,
+// recursively, every entry of it — each platform's image and the attestation manifests too, so
+// the index is whole — or a single manifest. Entries that are neither indexes nor images are
+// skipped (counted in Skipped).
+func (c *client) walkAll(ctx context.Context, ref Reference, timeout time.Duration) (walked, error) {
+	var w walked
+	top, err := c.getManifest(ctx, ref, ref.manifestRef(), timeout)
+	if err != nil {
+		return w, err
+	}
+	w.Top, w.Manifests, w.Caches, w.Docs = top, 1, []string{top.Cache}, []manifestDoc{top}
+	var visit func(doc manifestDoc, depth int) error
+	visit = func(doc manifestDoc, depth int) error {
+		if !doc.MediaType.IsIndex() {
+			mf, err := parseImage(doc)
+			if err != nil {
+				return err
+			}
+			w.Images = append(w.Images, mf)
+			return nil
+		}
+		if depth >= maxIndexDepth {
+			return permanent(fmt.Errorf("index %s: indexes nested deeper than %d", doc.Digest, maxIndexDepth))
+		}
+		im, err := v1.ParseIndexManifest(bytes.NewReader(doc.Body))
+		if err != nil {
+			return permanent(fmt.Errorf("parse index %s: %w", doc.Digest, err))
+		}
+		for _, d := range im.Manifests {
+			if !d.MediaType.IsIndex() && !d.MediaType.IsImage() && d.MediaType != "" {
+				w.Skipped++
+				continue
+			}
+			child, err := c.getManifest(ctx, ref, d.Digest.String(), timeout)
+			if err != nil {
+				return err
+			}
+			w.Manifests++
+			w.Caches = append(w.Caches, child.Cache)
+			w.Docs = append(w.Docs, child)
+			if err := visit(child, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := visit(top, 0); err != nil {
+		return w, err
+	}
+	if !top.MediaType.IsIndex() {
+		w.Manifest, w.ManifestDigest = w.Images[0], top.Digest
+	}
+	return w, nil
 }

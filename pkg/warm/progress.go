@@ -31,6 +31,7 @@ type blobEvent struct {
 	Cache    string
 	Attempts int
 	External []string // urls of a foreign layer, which is not fetched
+	Present  bool     // warm --to: in the bundle already (verified), not fetched
 	Err      error
 }
 
@@ -59,6 +60,8 @@ func blobLine(ev blobEvent) string {
 	switch {
 	case ev.External != nil:
 		return fmt.Sprintf("external %s %s %s (foreign layer, not fetched: %s)", ev.Image, shortDigest(ev.Digest), clitext.Bytes(ev.Size), strings.Join(ev.External, " "))
+	case ev.Present:
+		return fmt.Sprintf("present  %s %s %s (in the bundle already, verified)", ev.Image, shortDigest(ev.Digest), clitext.Bytes(ev.Size))
 	case ev.Err != nil:
 		return fmt.Sprintf("FAILED   %s %s %s after %d attempts in %s: %v", ev.Image, shortDigest(ev.Digest), clitext.Bytes(ev.Size), ev.Attempts, clitext.Span(ev.Took), ev.Err)
 	}

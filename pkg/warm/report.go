@@ -14,11 +14,13 @@ import (
 
 // Report is the outcome of a warm run; `--output json` prints it as is.
 type Report struct {
-	// Mirror is the mirror's base URL.
-	Mirror string `json:"mirror"`
-	// Routing is how requests named the upstream: "ns" or "path".
-	Routing Routing `json:"routing"`
-	// Platform is the platform walked, os/arch[/variant].
+	// Mirror is the mirror's base URL (absent with warm --to).
+	Mirror string `json:"mirror,omitempty"`
+	// Routing is how requests named the upstream: "ns" or "path" (absent with warm --to).
+	Routing Routing `json:"routing,omitempty"`
+	// Bundle is the bundle written by warm --to; absent otherwise.
+	Bundle *BundleReport `json:"bundle,omitempty"`
+	// Platform is the platform walked, os/arch[/variant], or "all" (warm --to --platform all).
 	Platform string `json:"platform"`
 	// PlatformMatch is the rule that chose each index's manifest: "transfer" or "only".
 	PlatformMatch PlatformMatch `json:"platform_match"`
@@ -28,10 +30,12 @@ type Report struct {
 	MirrorWaitSeconds float64 `json:"mirror_wait_seconds"`
 	// Images has one entry per image, in the order given.
 	Images []ImageReport `json:"images"`
-	// Warm is true only when every image is warm.
+	// Warm is true only when every image is warm (with warm --to: stored whole in the bundle).
 	Warm bool `json:"warm"`
-	// BlobsFetched, BlobsFailed and BlobsExternal count distinct blobs over the run.
+	// BlobsFetched, BlobsFailed and BlobsExternal count distinct blobs over the run;
+	// BlobsPresent (warm --to) those found in the bundle already, verified and not fetched.
 	BlobsFetched  int `json:"blobs_fetched"`
+	BlobsPresent  int `json:"blobs_present,omitempty"`
 	BlobsFailed   int `json:"blobs_failed"`
 	BlobsExternal int `json:"blobs_external"`
 	// Bytes is the number of blob bytes received and verified (bytes).
@@ -54,14 +58,17 @@ type ImageReport struct {
 	// Platform is the index entry's platform that was chosen; empty for a single manifest,
 	// which is walked as is.
 	Platform string `json:"platform,omitempty"`
-	// Warm is true when at least one blob was fetched and none failed.
+	// Warm is true when at least one blob was fetched and none failed; with warm --to, when
+	// every blob is in the bundle (fetched now or present already) and none failed.
 	Warm bool `json:"warm"`
 	// Manifests counts manifests fetched; Skipped counts index entries not fetched (other
 	// platforms, attestations).
 	Manifests int `json:"manifests"`
 	Skipped   int `json:"skipped"`
-	// BlobsFetched, BlobsFailed, BlobsExternal count this image's config and layers.
+	// BlobsFetched, BlobsPresent (warm --to: in the bundle already), BlobsFailed,
+	// BlobsExternal count this image's configs and layers.
 	BlobsFetched  int `json:"blobs_fetched"`
+	BlobsPresent  int `json:"blobs_present,omitempty"`
 	BlobsFailed   int `json:"blobs_failed"`
 	BlobsExternal int `json:"blobs_external"`
 	// External lists foreign layers (with urls) that were reported, not fetched.
@@ -101,7 +108,13 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // cache answers and the reason), external layers, then the totals.
 func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "mirror %s (routing %s), platform %s (match %s)\n", r.Mirror, r.Routing, r.Platform, r.PlatformMatch)
+	ok, notOK := "WARM", "NOT WARM"
+	if r.Bundle != nil {
+		ok, notOK = "STORED", "NOT STORED"
+		fmt.Fprintf(&b, "%s, platform %s (match %s)\n", r.Bundle.describe(), r.Platform, r.PlatformMatch)
+	} else {
+		fmt.Fprintf(&b, "mirror %s (routing %s), platform %s (match %s)\n", r.Mirror, r.Routing, r.Platform, r.PlatformMatch)
+	}
 	if r.Talos != nil {
 		fmt.Fprintf(&b, "talos %s join set, kubernetes %s\n", r.Talos.TalosVersion, r.Talos.KubernetesVersion)
 		if r.Talos.Note != "" {
@@ -113,48 +126,68 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	warm := 0
 	for _, im := range r.Images {
-		state := "NOT WARM"
+		state := notOK
 		if im.Warm {
-			state = "WARM"
+			state = ok
 			warm++
 		}
-		name := im.Reference
-		if im.Input != "" && im.Input != im.Reference {
-			name += " (from " + im.Input + ")"
-		}
-		fmt.Fprintf(&b, "%-8s %s", state, name)
-		if im.Platform != "" {
-			fmt.Fprintf(&b, " %s", im.Platform)
-		}
-		fmt.Fprintf(&b, ": %d blobs fetched, %d failed", im.BlobsFetched, im.BlobsFailed)
-		if im.BlobsExternal > 0 {
-			fmt.Fprintf(&b, ", %d external", im.BlobsExternal)
-		}
-		fmt.Fprintf(&b, ", %s in %s", clitext.Bytes(im.Bytes), clitext.Span(seconds(im.Seconds)))
-		if len(im.Cache) > 0 {
-			var parts []string
-			for _, k := range slices.Sorted(maps.Keys(im.Cache)) {
-				parts = append(parts, fmt.Sprintf("%s=%d", k, im.Cache[k]))
-			}
-			fmt.Fprintf(&b, ", cache %s", strings.Join(parts, " "))
-		}
-		b.WriteString("\n")
-		for _, e := range im.External {
-			fmt.Fprintf(&b, "  external %s %s, not fetched: %s\n", e.Digest, clitext.Bytes(e.Size), strings.Join(e.URLs, " "))
-		}
-		if im.Note != "" {
-			fmt.Fprintf(&b, "  note: %s\n", im.Note)
-		}
-		if im.Error != "" {
-			fmt.Fprintf(&b, "  error: %s\n", im.Error)
-		}
+		im.writeText(&b, fmt.Sprintf("%-*s", len(notOK), state))
 	}
-	fmt.Fprintf(&b, "%d of %d images warm; %d blobs fetched, %d failed, %d external; %s in %s\n",
-		warm, len(r.Images), r.BlobsFetched, r.BlobsFailed, r.BlobsExternal, clitext.Bytes(r.Bytes), clitext.Span(seconds(r.Seconds)))
+	word := "warm"
+	if r.Bundle != nil {
+		word = "stored"
+	}
+	fmt.Fprintf(&b, "%d of %d images %s; %d blobs fetched", warm, len(r.Images), word, r.BlobsFetched)
+	if r.BlobsPresent > 0 {
+		fmt.Fprintf(&b, ", %d in the bundle already", r.BlobsPresent)
+	}
+	fmt.Fprintf(&b, ", %d failed, %d external; %s in %s\n", r.BlobsFailed, r.BlobsExternal, clitext.Bytes(r.Bytes), clitext.Span(seconds(r.Seconds)))
+	if r.Bundle != nil {
+		b.WriteString(r.Bundle.outcome() + "\n")
+	}
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
 	return nil
+}
+
+// writeText writes the image's summary line after state (WARM, NOT STORED, ...) and its
+// external layers, note and error below it.
+func (im *ImageReport) writeText(b *strings.Builder, state string) {
+	name := im.Reference
+	if im.Input != "" && im.Input != im.Reference {
+		name += " (from " + im.Input + ")"
+	}
+	fmt.Fprintf(b, "%s %s", state, name)
+	if im.Platform != "" {
+		fmt.Fprintf(b, " %s", im.Platform)
+	}
+	fmt.Fprintf(b, ": %d blobs fetched", im.BlobsFetched)
+	if im.BlobsPresent > 0 {
+		fmt.Fprintf(b, ", %d in the bundle already", im.BlobsPresent)
+	}
+	fmt.Fprintf(b, ", %d failed", im.BlobsFailed)
+	if im.BlobsExternal > 0 {
+		fmt.Fprintf(b, ", %d external", im.BlobsExternal)
+	}
+	fmt.Fprintf(b, ", %s in %s", clitext.Bytes(im.Bytes), clitext.Span(seconds(im.Seconds)))
+	if len(im.Cache) > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(im.Cache)) {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, im.Cache[k]))
+		}
+		fmt.Fprintf(b, ", cache %s", strings.Join(parts, " "))
+	}
+	b.WriteString("\n")
+	for _, e := range im.External {
+		fmt.Fprintf(b, "  external %s %s, not fetched: %s\n", e.Digest, clitext.Bytes(e.Size), strings.Join(e.URLs, " "))
+	}
+	if im.Note != "" {
+		fmt.Fprintf(b, "  note: %s\n", im.Note)
+	}
+	if im.Error != "" {
+		fmt.Fprintf(b, "  error: %s\n", im.Error)
+	}
 }
 
 // seconds turns a report's seconds back into a duration for text output.

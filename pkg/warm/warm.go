@@ -29,6 +29,8 @@ import (
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/pkg/bundle"
+	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
@@ -47,8 +49,12 @@ const (
 
 // Options configures Run. The zero value of every optional field means its default.
 type Options struct {
-	// Mirror is the mirror's base URL (name.ParseMirror). Required.
+	// Mirror is the mirror's base URL (name.ParseMirror). Required unless Bundle is set.
 	Mirror *url.URL
+	// Bundle, when set, makes Run write the images into a bundle directory straight from their
+	// upstreams (warm --to) instead of fetching them through Mirror; Mirror, Routing and Wait
+	// are then unused.
+	Bundle *BundleOptions
 	// Images are the references to warm (see ParseReference). Required, at least one.
 	Images []Reference
 	// Sources says where each of Images was named (same order) and Notes what the sources could
@@ -86,8 +92,9 @@ type Options struct {
 	// Backoff is the first retry delay; it doubles per retry (with jitter) up to MaxBackoff,
 	// which also caps Retry-After. Defaults DefaultBackoff and DefaultMaxBackoff.
 	Backoff, MaxBackoff time.Duration
-	// Transport carries every request. Default: a clone of http.DefaultTransport without
-	// proxy-from-environment (warm talks to the mirror directly).
+	// Transport carries every request. Default: a clone of http.DefaultTransport, without
+	// proxy-from-environment when it talks to a mirror (directly), with it when it talks to
+	// upstreams (Bundle: HTTPS_PROXY applies as it does to serve's upstream traffic).
 	Transport http.RoundTripper
 	// UserAgent is sent with every request. Default buildinfo.UserAgent("warm"),
 	// "nodecache-warm/<version>", so the mirror's log tells warm-up from real pulls.
@@ -102,7 +109,10 @@ type Options struct {
 
 func (o *Options) setDefaults() error {
 	var errs []error
-	if o.Mirror == nil {
+	switch {
+	case o.Bundle != nil:
+		errs = append(errs, o.Bundle.setDefaults(o.Images))
+	case o.Mirror == nil:
 		errs = append(errs, refusal.Value("--mirror", "", "required; want http(s)://host[:port]"))
 	}
 	if len(o.Images) == 0 {
@@ -153,7 +163,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.Transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.Proxy = nil
+		if o.Bundle == nil {
+			t.Proxy = nil
+		}
 		t.MaxIdleConnsPerHost = o.Concurrency * 2
 		t.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 		o.Transport = t
@@ -174,6 +186,9 @@ func (e errDeadline) Error() string { return fmt.Sprintf("--deadline %s reached"
 func Run(ctx context.Context, opts Options) (*Report, error) {
 	if err := opts.setDefaults(); err != nil {
 		return nil, err
+	}
+	if opts.Bundle != nil {
+		return runBundle(ctx, opts)
 	}
 	start := time.Now()
 	if opts.Deadline > 0 {
@@ -259,6 +274,8 @@ func (r *Report) countBlobs(blobs map[string]blobOutcome) {
 			r.BlobsExternal++
 		case o.err != nil:
 			r.BlobsFailed++
+		case o.present:
+			r.BlobsPresent++
 		default:
 			r.BlobsFetched++
 			r.Bytes += o.res.Bytes
@@ -268,13 +285,19 @@ func (r *Report) countBlobs(blobs map[string]blobOutcome) {
 
 // walker holds the state shared by the images of one run.
 type walker struct {
-	c       *client
+	c       *client // the mirror's; nil with warm --to (ups)
 	opts    *Options
 	prog    progress
 	matcher platformMatcher
 	sem     chan struct{} // bounds concurrent blob fetches
 
-	group singleflight.Group // one fetch per (registry, repository, digest)
+	// With warm --to: the bundle written, a client per upstream (by name.Canonical of its
+	// name), and --platform all.
+	out *bundle.Writer
+	ups map[string]*client
+	all bool
+
+	group singleflight.Group // one fetch per blobKey
 	mu    sync.Mutex
 	blobs map[string]blobOutcome
 }
@@ -283,13 +306,31 @@ type blobOutcome struct {
 	res      blobResult
 	err      error
 	external bool
+	present  bool // warm --to: in the bundle already, verified, not fetched
+}
+
+// client is the client that fetches ref: the mirror's, or with warm --to its upstream's.
+func (w *walker) client(ref Reference) *client {
+	if w.ups != nil {
+		return w.ups[name.Canonical(ref.Registry)]
+	}
+	return w.c
+}
+
+// blobKey names blob d of ref once per run: per repository through a mirror (each repository's
+// blob is cached on its own), per digest in a bundle (stored once).
+func (w *walker) blobKey(ref Reference, d v1.Descriptor) string {
+	if w.out != nil {
+		return d.Digest.String()
+	}
+	return ref.Registry + "/" + ref.Repository + "@" + d.Digest.String()
 }
 
 // image warms one image and fills its report entry.
 func (w *walker) image(ctx context.Context, ref Reference, out *ImageReport) {
 	start := time.Now()
 	defer func() { out.Seconds = time.Since(start).Seconds() }()
-	walked, err := w.c.walk(ctx, ref, w.matcher, w.opts.BlobTimeout)
+	walked, err := w.walk(ctx, ref)
 	out.Manifests, out.Skipped = walked.Manifests, walked.Skipped
 	for _, v := range walked.Caches {
 		out.countCache(v)
@@ -302,10 +343,19 @@ func (w *walker) image(ctx context.Context, ref Reference, out *ImageReport) {
 		return
 	}
 	out.Manifest, out.Platform = walked.ManifestDigest.String(), walked.Platform
+	if w.all && walked.Top.MediaType.IsIndex() {
+		out.Platform = "all"
+	}
+	if w.out != nil {
+		if err := w.storeManifests(ref, walked.Docs); err != nil {
+			out.Error = err.Error()
+			return
+		}
+	}
 
 	// A single manifest (no index) carries no platform of its own; its config names it. Check
 	// that before any layer is fetched, so a wrong-architecture image fetches only its config.
-	if walked.Platform == "" && len(walked.Manifest.Config.URLs) == 0 {
+	if !w.all && walked.Platform == "" && len(walked.Manifest.Config.URLs) == 0 {
 		o, problem := w.checkConfig(ctx, ref, walked.Manifest.Config, out)
 		if problem != "" {
 			out.countCache(o.res.Cache)
@@ -320,23 +370,47 @@ func (w *walker) image(ctx context.Context, ref Reference, out *ImageReport) {
 		}
 	}
 
-	todo := w.blobsToFetch(ref, walked.Manifest, out)
+	w.fetchImage(ctx, ref, walked, out)
+}
+
+// walk resolves ref to the manifests to fetch: the platform's, or with warm --to --platform all
+// every one of an index.
+func (w *walker) walk(ctx context.Context, ref Reference) (walked, error) {
+	if w.all {
+		return w.client(ref).walkAll(ctx, ref, w.opts.BlobTimeout)
+	}
+	return w.client(ref).walk(ctx, ref, w.matcher, w.opts.BlobTimeout)
+}
+
+// fetchImage fetches the blobs of the image manifests walked and says whether the image is warm
+// (with warm --to: added to the bundle).
+func (w *walker) fetchImage(ctx context.Context, ref Reference, walked walked, out *ImageReport) {
+	todo := w.blobsToFetch(ref, walked.Images, out)
 	var errs []error
 	for _, o := range w.fetchBlobs(ctx, ref, todo) {
 		out.countCache(o.res.Cache)
-		if o.err != nil {
+		switch {
+		case o.err != nil:
 			out.BlobsFailed++
 			errs = append(errs, o.err)
-			continue
+		case o.present:
+			out.BlobsPresent++
+		default:
+			out.BlobsFetched++
+			out.Bytes += o.res.Bytes
 		}
-		out.BlobsFetched++
-		out.Bytes += o.res.Bytes
 	}
 	switch {
 	case len(errs) > 0:
 		out.Error = fmt.Sprintf("%d of %d blobs failed; first: %s", len(errs), len(todo), describe(ctx, errs[0]))
-	case out.BlobsFetched == 0:
+	case out.BlobsFetched == 0 && out.BlobsPresent == 0:
 		out.Error = "nothing fetched: every layer is external (foreign), so the cache holds none of it"
+	case w.out != nil:
+		if err := w.out.Add(bundle.Image{Registry: ref.Registry, Repository: ref.Repository, Tag: ref.Tag, Manifest: walked.Top.descriptor()}); err != nil {
+			out.Error = err.Error()
+			return
+		}
+		out.Warm = true
 	default:
 		out.Warm = true
 	}
@@ -353,12 +427,18 @@ func (out *ImageReport) countCache(v string) {
 	out.Cache[v]++
 }
 
-// blobsToFetch is the config and every layer of m, once each; foreign layers (with urls) are
-// reported only, not returned.
-func (w *walker) blobsToFetch(ref Reference, m *v1.Manifest, out *ImageReport) []v1.Descriptor {
-	var todo []v1.Descriptor
+// blobsToFetch is the config and every layer of the manifests ms, once each; foreign layers
+// (with urls) are reported only, not returned.
+func (w *walker) blobsToFetch(ref Reference, ms []*v1.Manifest, out *ImageReport) []v1.Descriptor {
+	var (
+		todo []v1.Descriptor
+		all  []v1.Descriptor
+	)
+	for _, m := range ms {
+		all = append(append(all, m.Config), m.Layers...)
+	}
 	seen := map[v1.Hash]bool{}
-	for _, d := range append([]v1.Descriptor{m.Config}, m.Layers...) {
+	for _, d := range all {
 		if seen[d.Digest] {
 			continue
 		}
@@ -394,7 +474,7 @@ func (w *walker) fetchBlobs(ctx context.Context, ref Reference, todo []v1.Descri
 // fetchBlob fetches blob d of ref once per run, whichever image asks first (the outcome is
 // recorded and shared).
 func (w *walker) fetchBlob(ctx context.Context, ref Reference, d v1.Descriptor) blobOutcome {
-	key := ref.Registry + "/" + ref.Repository + "@" + d.Digest.String()
+	key := w.blobKey(ref, d)
 	v, _, _ := w.group.Do(key, func() (any, error) {
 		w.mu.Lock()
 		if o, ok := w.blobs[key]; ok {
@@ -411,12 +491,16 @@ func (w *walker) fetchBlob(ctx context.Context, ref Reference, d v1.Descriptor) 
 			w.prog.blob(blobEvent{Image: ref.String(), Digest: d.Digest.String(), Size: d.Size, Err: o.err})
 			return o, nil
 		}
-		res, err := w.c.getBlob(ctx, ref, d, w.opts.BlobTimeout, w.prog, nil)
+		var o blobOutcome
+		if w.out != nil {
+			o = w.storeBlob(ctx, ref, d)
+		} else {
+			o.res, o.err = w.c.getBlob(ctx, ref, d, w.opts.BlobTimeout, w.prog, nil)
+		}
 		<-w.sem
-		o := blobOutcome{res: res, err: err}
 		w.record(ref, d, o)
 		w.prog.blob(blobEvent{Image: ref.String(), Digest: d.Digest.String(), Size: d.Size,
-			Took: res.Duration, Cache: res.Cache, Attempts: res.Attempts, Err: err})
+			Took: o.res.Duration, Cache: o.res.Cache, Attempts: o.res.Attempts, Present: o.present, Err: o.err})
 		return o, nil
 	})
 	return v.(blobOutcome)
@@ -448,7 +532,7 @@ func (w *walker) checkConfig(ctx context.Context, ref Reference, d v1.Descriptor
 		return o, fmt.Sprintf("%s; no layer fetched", describe(ctx, o.err))
 	}
 	var body bytes.Buffer
-	o.res, o.err = w.c.getBlob(ctx, ref, d, w.opts.BlobTimeout, w.prog, &body)
+	o.res, o.err = w.getConfig(ctx, ref, d, &body)
 	<-w.sem
 	w.record(ref, d, o)
 	w.prog.blob(blobEvent{Image: ref.String(), Digest: d.Digest.String(), Size: d.Size,
@@ -473,7 +557,7 @@ func (w *walker) checkConfig(ctx context.Context, ref Reference, d v1.Descriptor
 func (w *walker) record(ref Reference, d v1.Descriptor, o blobOutcome) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.blobs[ref.Registry+"/"+ref.Repository+"@"+d.Digest.String()] = o
+	w.blobs[w.blobKey(ref, d)] = o
 }
 
 // describe renders err for a report, naming the deadline when it stopped the work.
