@@ -12,6 +12,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodecache/nodecache/pkg/bundle"
 	"github.com/nodecache/nodecache/pkg/refusal"
@@ -117,6 +118,33 @@ func TestCreateRefuses(t *testing.T) {
 			}
 			if after := tree(t, dir); after != before {
 				t.Errorf("refused directory changed:\nbefore %s\nafter  %s", before, after)
+			}
+		})
+	}
+
+	// index.json is read through internal/inputfile: a FIFO or a device in its place is refused,
+	// never read (a FIFO would block, /dev/zero never end).
+	for _, special := range []string{"fifo", "/dev/zero"} {
+		t.Run("index.json "+special, func(t *testing.T) {
+			t.Parallel()
+			dir := mk(t, map[string]string{"oci-layout": layout})
+			p := filepath.Join(dir, "index.json")
+			var err error
+			if special == "fifo" {
+				err = unix.Mkfifo(p, 0o644)
+			} else {
+				err = os.Symlink(special, p)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := bundle.Create(dir, bundle.FormatOCI)
+			if err == nil {
+				_ = w.Close()
+				t.Fatalf("index.json as %s accepted", special)
+			}
+			if !errors.Is(err, refusal.ErrRefused) || !strings.Contains(err.Error(), "index.json") {
+				t.Errorf("index.json as %s: %v, want a refusal naming it", special, err)
 			}
 		})
 	}
