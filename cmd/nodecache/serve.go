@@ -13,14 +13,10 @@ import (
 
 // mirrorFlags are the flags of the embedded registry, shared by serve and agent, bound into c.
 func mirrorFlags(c *mirror.Config, lc *logConfig, listenDefault string) []cli.Flag {
-	var defaults []string
-	for _, u := range name.DefaultUpstreams() {
-		defaults = append(defaults, u.String())
-	}
 	return append([]cli.Flag{
 		stringFlag(&c.Listen, "listen", listenDefault, "registry listen `ADDR`"),
 		stringFlag(&c.Root, "root", mirror.DefaultRoot, "storage `DIR` (filesystem); created if missing"),
-		stringSliceFlag(&c.Upstreams, "upstream", defaults,
+		stringSliceFlag(&c.Upstreams, "upstream", name.DefaultUpstreamValues(),
 			"`NAME[=URL]` of a registry to pull through, repeatable; replaces the default set. NAME is the registry host as written in image references (containerd sends it as ?ns=), URL where its API is reached; a bare NAME pulls from that registry itself (https://NAME; Docker Hub: https://registry-1.docker.io). NAME=offline: never ask it (air-gapped sites): what the cache holds is served, tags included, and anything else is 404 at once"),
 		boolFlag(&c.Offline, "offline", "make every upstream offline, as NAME=offline: serve only what the cache holds (tags as stored, never revalidated), answer anything else 404 MANIFEST_UNKNOWN or BLOB_UNKNOWN at once, and never connect to an upstream, --chain or --peers for them; their URLs are kept for when the flag is dropped"),
 		stringFlag(&c.DefaultUpstream, "default-upstream", "", "upstream `NAME` for requests with neither ?ns= nor a /v2/<NAME>/ prefix (default: docker.io when configured, else none)"),

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/warm"
 )
 
@@ -19,8 +20,11 @@ func warmCommand() *cli.Command {
 		lc     logConfig
 	)
 	flags := []cli.Flag{
-		stringFlag(&cfg.Mirror, "mirror", "", "the pull-through cache to fill, at `URL` http(s)://host[:port] (required); warm talks only to it"),
-		stringFlag(&cfg.Platform, "platform", "", "walk only this `os/arch[/variant]`, chosen by --platform-match; default: this machine's"),
+		stringFlag(&cfg.Mirror, "mirror", "", "the pull-through cache to fill, at `URL` http(s)://host[:port] (required unless --to); warm talks only to it"),
+		stringFlag(&cfg.To, "to", "", "write the images into bundle `DIR` from their --upstream registries instead (no cache needed), for nodecache cache import, serve --seed or Talos: each blob checked as written, the images listed only once all are stored; DIR is created, or must be empty or a bundle of --format to add to"),
+		stringFlag(&cfg.Format, "format", "oci", "with --to, the bundle's layout `FORMAT`: oci (an OCI image layout: skopeo oci:DIR:REF, crane, oras) or talos-flat (talosctl images cache-create --layout flat's tree, for Talos boot media and talosctl image cache-serve)"),
+		stringSliceFlag(&cfg.Upstreams, "upstream", name.DefaultUpstreamValues(), "with --to, `NAME[=URL]` of a registry to fetch from, repeatable, as serve takes it (default: serve's set): NAME as written in image references, URL where its API is reached (a bare NAME: https://NAME; Docker Hub: https://registry-1.docker.io)"),
+		stringFlag(&cfg.Platform, "platform", "", "walk only this `os/arch[/variant]`, chosen by --platform-match; default: this machine's. With --to, all keeps every platform of an index"),
 		stringFlag(&cfg.PlatformMatch, "platform-match", string(warm.PlatformMatchTransfer), "`RULE` choosing an index's manifest for --platform, as the node's runtime does: transfer (exact os/arch/variant: containerd >= 2.1, CRI-O) or only (containerd 1.7 and 2.0: platforms.Only with its fallbacks, e.g. amd64 -> 386, arm64 -> arm/v7)"),
 		durationFlag(&cfg.Wait, "wait", warm.DefaultWait, "wait this `DURATION`, by wall clock, for the mirror to answer GET /v2/ (0: one probe)"),
 		durationFlag(&cfg.Deadline, "deadline", warm.DefaultDeadline, "stop the whole run after this `DURATION`, mirror wait included (0: no deadline)"),
@@ -39,15 +43,15 @@ func warmCommand() *cli.Command {
 	}
 	return withConfig(&cli.Command{
 		Name:      "warm",
-		Usage:     "pre-fill a pull-through cache with images, for one platform only",
+		Usage:     "pre-fill a pull-through cache with images, for one platform only, or write them into a bundle (--to)",
 		ArgsUsage: "[IMAGE ...]",
 		Description: `Resolves each IMAGE through the mirror, takes from an index only the manifest for --platform
 (never attestations or other architectures), and fetches the config and every layer through the
 mirror, hashing each while streaming. IMAGE is name[:tag][@digest] (the digest wins); short names
 are normalised (nginx -> docker.io/library/nginx:latest). Flags come before IMAGE.
 
-Exit codes: 0 every image warm (at least one blob fetched, none failed); 1 an image not warm,
-the mirror not ready within --wait, or --deadline reached; 2 a flag or IMAGE refused (nothing sent).`,
+Exit codes: 0 every image warm (at least one blob fetched, none failed) or, with --to, stored;
+1 an image not warm (stored), the mirror not ready in --wait, or --deadline; 2 refused (nothing sent).`,
 		Flags: append(flags, logFlags(&lc, true)...),
 		Action: func(c *cli.Context) error {
 			if err := outputFormat(output); err != nil {
@@ -93,7 +97,7 @@ func runWarm(c *cli.Context, output string, opts warm.Options) error {
 	if err := clitext.Render(c.App.Writer, output, rep); err != nil {
 		return withCode(exitNegative, err)
 	}
-	if !rep.Warm || rep.Error != "" {
+	if !rep.Warm || rep.Error != "" || (rep.Bundle != nil && !rep.Bundle.Written) {
 		return silentExit(exitNegative)
 	}
 	return nil

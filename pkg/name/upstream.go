@@ -160,3 +160,13 @@ func DefaultUpstreams() []Upstream {
 	}
 	return out
 }
+
+// DefaultUpstreamValues returns DefaultUpstreams as --upstream values NAME=URL: the default of
+// serve's, the agent's and warm --to's --upstream flag.
+func DefaultUpstreamValues() []string {
+	var out []string
+	for _, u := range DefaultUpstreams() {
+		out = append(out, u.String())
+	}
+	return out
+}
