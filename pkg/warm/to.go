@@ -139,7 +139,7 @@ func runBundle(ctx context.Context, opts Options) (*Report, error) {
 	prog, stopBar := startProgress(ctx, &opts)
 	w := &walker{opts: &opts, prog: prog, matcher: newPlatformMatcher(opts.Platform, opts.PlatformMatch),
 		sem: make(chan struct{}, opts.Concurrency), blobs: map[string]blobOutcome{},
-		out: out, ups: ups, all: b.AllPlatforms}
+		out: out, ups: ups, all: b.AllPlatforms, stored: map[string]v1.Descriptor{}}
 	var g errgroup.Group
 	g.SetLimit(opts.Concurrency)
 	for i, ref := range opts.Images {
@@ -151,6 +151,16 @@ func runBundle(ctx context.Context, opts Options) (*Report, error) {
 	_ = g.Wait()
 	stopBar()
 
+	// Listed in the order given: the order of index.json.
+	for i, ref := range opts.Images {
+		if !rep.Images[i].Warm {
+			continue
+		}
+		img := bundle.Image{Registry: ref.Registry, Repository: ref.Repository, Tag: ref.Tag, Manifest: w.stored[ref.String()]}
+		if err := out.Add(img); err != nil {
+			rep.Images[i].Warm, rep.Images[i].Error = false, err.Error()
+		}
+	}
 	rep.Warm = true
 	for i := range rep.Images {
 		rep.Warm = rep.Warm && rep.Images[i].Warm

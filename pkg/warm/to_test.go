@@ -198,6 +198,19 @@ func TestToOCILayout(t *testing.T) {
 	if len(entries) != 3 {
 		t.Fatalf("index.json lists %d images %v, want 3", len(entries), entries)
 	}
+	ii0, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	im0, err := ii0.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{u.multi, u.solo, u.alpineRefName} {
+		if got := im0.Manifests[i].Annotations["org.opencontainers.image.ref.name"]; got != want {
+			t.Errorf("index.json entry %d is %s, want %s (the order given)", i, got, want)
+		}
+	}
 	amd64, amd64Img := mirrortest.IndexChild(t, u.idx, 0)
 	arm64, arm64Img := mirrortest.IndexChild(t, u.idx, 1)
 
@@ -790,5 +803,26 @@ func TestToResumedBlob(t *testing.T) {
 				t.Errorf("image with a resumed blob: %v", err)
 			}
 		})
+	}
+}
+
+// TestToTagNamedTwice: one tag asked as two manifests (alpine:3.20 and alpine:3.20@<another
+// image's digest>) cannot be listed under one name: that image is not stored and the bundle is
+// not written.
+func TestToTagNamedTwice(t *testing.T) {
+	t.Parallel()
+	u := newUpstreamSet(t)
+	other := mirrortest.Image(t, layerBytes, 1, "linux/amd64")
+	u.reg.PushImage(t, "library/alpine", "old", other)
+	dir := t.TempDir()
+	rep, err := toRun(t, t.Context(), dir, bundle.FormatOCI, "linux/amd64", u.ups, nil, u.alpine, "alpine:3.20@"+mustDigest(t, other).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Bundle.Written || rep.Images[0].Warm == rep.Images[1].Warm || !strings.Contains(rep.Images[0].Error+rep.Images[1].Error, "named twice") {
+		t.Fatalf("bundle %+v images %+v: want one image refused as named twice, nothing written", rep.Bundle, rep.Images)
+	}
+	if visible(dir, bundle.FormatOCI) {
+		t.Error("index.json written")
 	}
 }

@@ -293,9 +293,10 @@ type walker struct {
 
 	// With warm --to: the bundle written, a client per upstream (by name.Canonical of its
 	// name), and --platform all.
-	out *bundle.Writer
-	ups map[string]*client
-	all bool
+	out    *bundle.Writer
+	ups    map[string]*client
+	all    bool
+	stored map[string]v1.Descriptor // by Reference.String: what each image stored names
 
 	group singleflight.Group // one fetch per blobKey
 	mu    sync.Mutex
@@ -406,10 +407,9 @@ func (w *walker) fetchImage(ctx context.Context, ref Reference, walked walked, o
 	case out.BlobsFetched == 0 && out.BlobsPresent == 0:
 		out.Error = "nothing fetched: every layer is external (foreign), so the cache holds none of it"
 	case w.out != nil:
-		if err := w.out.Add(bundle.Image{Registry: ref.Registry, Repository: ref.Repository, Tag: ref.Tag, Manifest: walked.Top.descriptor()}); err != nil {
-			out.Error = err.Error()
-			return
-		}
+		w.mu.Lock()
+		w.stored[ref.String()] = walked.Top.descriptor() // listed by runBundle, in the run's order
+		w.mu.Unlock()
 		out.Warm = true
 	default:
 		out.Warm = true
