@@ -35,10 +35,10 @@ var (
 	ociLayoutKind = inputfile.Kind{Name: `an oci-layout file ({"imageLayoutVersion": "1.0.0"})`, Limit: 4 * inputfile.KiB}
 )
 
-// ociLayout writes an OCI image layout: blobs and manifests under blobs/<algorithm>/<hex>,
+// ociWriter writes an OCI image layout: blobs and manifests under blobs/<algorithm>/<hex>,
 // index.json last. In a new layout oci-layout is written first, so that what an interrupted
 // run leaves is known as a layout without index.json and resumed.
-type ociLayout struct {
+type ociWriter struct {
 	dir string
 	// index is the existing index.json's fields, "manifests" apart; entries its manifests.
 	// Both nil for a layout without index.json.
@@ -47,10 +47,10 @@ type ociLayout struct {
 	fresh   bool // no oci-layout file yet
 }
 
-// openOCI checks what DIR holds (entries) for an OCI image layout writer: nothing, or an OCI
+// openOCIWriter checks what DIR holds (entries) for an OCI image layout writer: nothing, or an OCI
 // image layout (oci-layout of version 1.0.0, index.json, if present, an image index).
-func openOCI(dir string, entries []fs.DirEntry) (*ociLayout, bool, error) {
-	l := &ociLayout{dir: dir}
+func openOCIWriter(dir string, entries []fs.DirEntry) (*ociWriter, bool, error) {
+	l := &ociWriter{dir: dir}
 	if len(entries) == 0 {
 		l.fresh = true
 		return l, false, nil
@@ -60,7 +60,7 @@ func openOCI(dir string, entries []fs.DirEntry) (*ociLayout, bool, error) {
 		has[e.Name()] = true
 	}
 	if !has[OCILayoutFile] {
-		if talosTree(entries) {
+		if isTalosTree(entries) {
 			return nil, false, refusal.Errorf("--to %s holds a Talos flat image cache (blob/, manifests/), not an OCI image layout: add to it with --format talos-flat, or give another directory", dir)
 		}
 		return nil, false, refusal.Errorf("--to %s is not empty and is not an OCI image layout (no %s file; it holds %s): want a new or empty directory, or an OCI image layout to add to", dir, OCILayoutFile, describeEntries(entries))
@@ -110,7 +110,7 @@ func truncate(b []byte, n int) string {
 	return string(b)
 }
 
-func (l *ociLayout) start(w *Writer) error {
+func (l *ociWriter) start(w *Writer) error {
 	if !l.fresh {
 		return nil
 	}
@@ -121,12 +121,12 @@ func (l *ociLayout) start(w *Writer) error {
 	return w.writeFileAtomic(filepath.Join(l.dir, OCILayoutFile), b)
 }
 
-func (l *ociLayout) blobPath(d digest.Digest) (string, error) {
+func (l *ociWriter) blobPath(d digest.Digest) (string, error) {
 	return filepath.Join(l.dir, OCIBlobsDir, d.Algorithm().String(), d.Encoded()), nil
 }
 
 // putManifest stores a manifest as a blob (image-spec image-layout.md: manifests are blobs).
-func (l *ociLayout) putManifest(w *Writer, _, _ string, d digest.Digest, body []byte) error {
+func (l *ociWriter) putManifest(w *Writer, _, _ string, d digest.Digest, body []byte) error {
 	p, _ := l.blobPath(d)
 	if err := w.writeFileAtomic(p, body); err != nil {
 		return fmt.Errorf("store manifest %s: %w", d, err)
@@ -142,7 +142,7 @@ func (l *ociLayout) putManifest(w *Writer, _, _ string, d digest.Digest, body []
 // name written now, then one entry per image — its manifest's media type, digest and size,
 // with org.opencontainers.image.ref.name and io.containerd.image.name both the image's full
 // reference (Image.Name).
-func (l *ociLayout) commit(w *Writer, images []Image) error {
+func (l *ociWriter) commit(w *Writer, images []Image) error {
 	names := map[string]bool{}
 	for _, im := range images {
 		names[im.Name()] = true
@@ -190,9 +190,9 @@ func (l *ociLayout) commit(w *Writer, images []Image) error {
 	return syncDir(l.dir)
 }
 
-// talosTree reports whether entries are those of a Talos flat image cache: only blob/ and
+// isTalosTree reports whether entries are those of a Talos flat image cache: only blob/ and
 // manifests/ directories.
-func talosTree(entries []fs.DirEntry) bool {
+func isTalosTree(entries []fs.DirEntry) bool {
 	if len(entries) == 0 {
 		return false
 	}

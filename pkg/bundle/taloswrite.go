@@ -24,7 +24,7 @@ const (
 	talosDigestDir    = "digest"
 )
 
-// talosFlatLayout writes Talos's flat image cache, as `talosctl images cache-create --layout
+// talosFlatWriter writes Talos's flat image cache, as `talosctl images cache-create --layout
 // flat` does (siderolabs/talos pkg/imager/cache/cache.go):
 //
 //   - every config and layer as blob/sha256-<hex> (processLayer, cacheImage);
@@ -39,18 +39,18 @@ const (
 // types are stored (registryd sniffs them from the manifest bytes, getManifestData). Manifests
 // are staged in the work directory and moved under manifests/ by Commit: a new tree gets its
 // manifests/ in one rename, so a tree without it is one still being written.
-type talosFlatLayout struct {
+type talosFlatWriter struct {
 	dir string
 }
 
-// openTalosFlat checks what DIR holds (entries) for a Talos flat tree writer: nothing, or only
+// openTalosFlatWriter checks what DIR holds (entries) for a Talos flat tree writer: nothing, or only
 // blob/ and manifests/ directories. existing is whether manifests/ is there.
-func openTalosFlat(dir string, entries []fs.DirEntry) (*talosFlatLayout, bool, error) {
-	l := &talosFlatLayout{dir: dir}
+func openTalosFlatWriter(dir string, entries []fs.DirEntry) (*talosFlatWriter, bool, error) {
+	l := &talosFlatWriter{dir: dir}
 	if len(entries) == 0 {
 		return l, false, nil
 	}
-	if talosTree(entries) {
+	if isTalosTree(entries) {
 		return l, slices.ContainsFunc(entries, func(e fs.DirEntry) bool { return e.Name() == talosManifestsDir }), nil
 	}
 	if slices.ContainsFunc(entries, func(e fs.DirEntry) bool { return e.Name() == OCILayoutFile }) {
@@ -59,9 +59,9 @@ func openTalosFlat(dir string, entries []fs.DirEntry) (*talosFlatLayout, bool, e
 	return nil, false, refusal.Errorf("--to %s is not empty and is not a Talos flat image cache (only %s/ and %s/; it holds %s): want a new or empty directory, or a Talos flat image cache to add to", dir, talosBlobDir, talosManifestsDir, describeEntries(entries))
 }
 
-func (l *talosFlatLayout) start(*Writer) error { return nil }
+func (l *talosFlatWriter) start(*Writer) error { return nil }
 
-func (l *talosFlatLayout) blobPath(d digest.Digest) (string, error) {
+func (l *talosFlatWriter) blobPath(d digest.Digest) (string, error) {
 	name, err := TalosDigestName(d)
 	if err != nil {
 		return "", err
@@ -75,7 +75,7 @@ func repoDir(registry, repository string) string {
 }
 
 // putManifest stages the manifest as <work>/manifests/<registry>/<repository>/digest/sha256-<hex>.
-func (l *talosFlatLayout) putManifest(w *Writer, registry, repository string, d digest.Digest, body []byte) error {
+func (l *talosFlatWriter) putManifest(w *Writer, registry, repository string, d digest.Digest, body []byte) error {
 	name, err := TalosDigestName(d)
 	if err != nil {
 		return err
@@ -91,7 +91,7 @@ func (l *talosFlatLayout) putManifest(w *Writer, registry, repository string, d 
 // moves the staged manifests under DIR/manifests: the whole tree in one rename when DIR has no
 // manifests/ yet, else file by file, digest files before reference files, each rename atomic
 // (a reference file never names a manifest not there yet).
-func (l *talosFlatLayout) commit(w *Writer, images []Image) error {
+func (l *talosFlatWriter) commit(w *Writer, images []Image) error {
 	staged := filepath.Join(w.work, talosManifestsDir)
 	for _, im := range images {
 		if im.Tag == "" {

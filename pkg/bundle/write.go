@@ -135,9 +135,9 @@ func Create(dir string, f Format) (*Writer, error) {
 	}
 	switch f {
 	case FormatTalosFlat:
-		w.l, w.existing, err = openTalosFlat(dir, entries)
+		w.l, w.existing, err = openTalosFlatWriter(dir, entries)
 	default:
-		w.l, w.existing, err = openOCI(dir, entries)
+		w.l, w.existing, err = openOCIWriter(dir, entries)
 	}
 	if err != nil {
 		return fail(err)
