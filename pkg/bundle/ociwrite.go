@@ -197,7 +197,7 @@ func isTalosTree(entries []fs.DirEntry) bool {
 		return false
 	}
 	for _, e := range entries {
-		if !e.IsDir() || (e.Name() != talosBlobDir && e.Name() != talosManifestsDir) {
+		if !e.IsDir() || (e.Name() != flatBlobDir && e.Name() != flatManifestsDir) {
 			return false
 		}
 	}

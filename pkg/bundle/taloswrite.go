@@ -18,10 +18,10 @@ import (
 // The directories of Talos's flat image cache (siderolabs/talos pkg/imager/cache/cache.go:
 // blobsDir, manifestsDir; the reference and digest directories of processImage).
 const (
-	talosBlobDir      = "blob"
-	talosManifestsDir = "manifests"
-	talosReferenceDir = "reference"
-	talosDigestDir    = "digest"
+	flatBlobDir      = "blob"
+	flatManifestsDir = "manifests"
+	flatReferenceDir = "reference"
+	flatDigestDir    = "digest"
 )
 
 // talosFlatWriter writes Talos's flat image cache, as `talosctl images cache-create --layout
@@ -51,12 +51,12 @@ func openTalosFlatWriter(dir string, entries []fs.DirEntry) (*talosFlatWriter, b
 		return l, false, nil
 	}
 	if isTalosTree(entries) {
-		return l, slices.ContainsFunc(entries, func(e fs.DirEntry) bool { return e.Name() == talosManifestsDir }), nil
+		return l, slices.ContainsFunc(entries, func(e fs.DirEntry) bool { return e.Name() == flatManifestsDir }), nil
 	}
 	if slices.ContainsFunc(entries, func(e fs.DirEntry) bool { return e.Name() == OCILayoutFile }) {
 		return nil, false, refusal.Errorf("--to %s holds an OCI image layout (%s), not a Talos flat image cache: add to it with --format oci, or give another directory", dir, OCILayoutFile)
 	}
-	return nil, false, refusal.Errorf("--to %s is not empty and is not a Talos flat image cache (only %s/ and %s/; it holds %s): want a new or empty directory, or a Talos flat image cache to add to", dir, talosBlobDir, talosManifestsDir, describeEntries(entries))
+	return nil, false, refusal.Errorf("--to %s is not empty and is not a Talos flat image cache (only %s/ and %s/; it holds %s): want a new or empty directory, or a Talos flat image cache to add to", dir, flatBlobDir, flatManifestsDir, describeEntries(entries))
 }
 
 func (l *talosFlatWriter) start(*Writer) error { return nil }
@@ -66,7 +66,7 @@ func (l *talosFlatWriter) blobPath(d digest.Digest) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(l.dir, talosBlobDir, name), nil
+	return filepath.Join(l.dir, flatBlobDir, name), nil
 }
 
 // repoDir is registry/repository's directory under manifests/.
@@ -80,7 +80,7 @@ func (l *talosFlatWriter) putManifest(w *Writer, registry, repository string, d 
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(w.work, talosManifestsDir, repoDir(registry, repository), talosDigestDir, name)
+	p := filepath.Join(w.work, flatManifestsDir, repoDir(registry, repository), flatDigestDir, name)
 	if err := w.writeFileAtomic(p, body); err != nil {
 		return fmt.Errorf("stage manifest %s: %w", d, err)
 	}
@@ -92,7 +92,7 @@ func (l *talosFlatWriter) putManifest(w *Writer, registry, repository string, d 
 // manifests/ yet, else file by file, digest files before reference files, each rename atomic
 // (a reference file never names a manifest not there yet).
 func (l *talosFlatWriter) commit(w *Writer, images []Image) error {
-	staged := filepath.Join(w.work, talosManifestsDir)
+	staged := filepath.Join(w.work, flatManifestsDir)
 	for _, im := range images {
 		if im.Tag == "" {
 			continue // named by digest only: no reference file (cache.go writes none either)
@@ -106,18 +106,18 @@ func (l *talosFlatWriter) commit(w *Writer, images []Image) error {
 			return err
 		}
 		dir := filepath.Join(staged, repoDir(im.Registry, im.Repository))
-		body, err := os.ReadFile(filepath.Join(dir, talosDigestDir, name))
+		body, err := os.ReadFile(filepath.Join(dir, flatDigestDir, name))
 		if err != nil {
 			return fmt.Errorf("image %s: its manifest %s was not stored: %w", im.Name(), d, err)
 		}
-		if err := w.writeFileAtomic(filepath.Join(dir, talosReferenceDir, im.Tag), body); err != nil {
+		if err := w.writeFileAtomic(filepath.Join(dir, flatReferenceDir, im.Tag), body); err != nil {
 			return fmt.Errorf("image %s: %w", im.Name(), err)
 		}
 	}
 	if _, err := os.Stat(staged); errors.Is(err, fs.ErrNotExist) {
 		return nil // nothing added (no image)
 	}
-	final := filepath.Join(l.dir, talosManifestsDir)
+	final := filepath.Join(l.dir, flatManifestsDir)
 	switch _, err := os.Stat(final); {
 	case errors.Is(err, fs.ErrNotExist):
 		if err := syncTree(staged); err != nil {
@@ -158,7 +158,7 @@ func mergeTree(staged, final string) error {
 		if err != nil {
 			return err
 		}
-		if filepath.Base(filepath.Dir(rel)) == talosReferenceDir {
+		if filepath.Base(filepath.Dir(rel)) == flatReferenceDir {
 			refs = append(refs, rel)
 		} else {
 			digests = append(digests, rel)
