@@ -53,16 +53,20 @@ func (b *BundleOptions) setDefaults(images []Reference) error {
 	if len(b.Upstreams) == 0 {
 		b.Upstreams = name.DefaultUpstreams()
 	}
-	known := map[string]bool{}
+	known := map[string]name.Upstream{}
 	var names []string
 	for _, u := range b.Upstreams {
-		known[name.Canonical(u.Name)] = true
+		known[name.Canonical(u.Name)] = u
 		names = append(names, u.Name)
 	}
 	for _, ref := range images {
-		if !known[name.Canonical(ref.Registry)] {
+		switch u, ok := known[name.Canonical(ref.Registry)]; {
+		case !ok:
 			errs = append(errs, refusal.Errorf("image %s: its registry %s is not an --upstream (configured: %s); add --upstream %s or --upstream %s=URL",
 				ref, ref.Registry, strings.Join(names, ", "), ref.Registry, ref.Registry))
+		case u.Offline || u.URL == nil:
+			errs = append(errs, refusal.Errorf("image %s: its upstream is --upstream %s, which is never asked; warm --to fetches from the upstream: give --upstream %s or --upstream %s=URL",
+				ref, u, u.Name, u.Name))
 		}
 	}
 	return errors.Join(errs...)
@@ -129,6 +133,9 @@ func runBundle(ctx context.Context, opts Options) (*Report, error) {
 	}
 	ups := map[string]*client{}
 	for _, u := range b.Upstreams {
+		if u.Offline || u.URL == nil {
+			continue // no image of the run is of it (setDefaults)
+		}
 		c, err := newUpstreamClient(u, &opts)
 		if err != nil {
 			return nil, err

@@ -597,6 +597,10 @@ func TestToRefused(t *testing.T) {
 			_, err := toRun(t, t.Context(), t.TempDir(), bundle.FormatOCI, "linux/amd64", u.ups[:1], nil, u.solo, "ghcr.io/siderolabs/kubelet:v1.36.2")
 			return err
 		}, "image ghcr.io/siderolabs/kubelet:v1.36.2: its registry ghcr.io is not an --upstream (configured: " + u.name + ")"},
+		{"offline upstream", func() error {
+			_, err := toRun(t, t.Context(), t.TempDir(), bundle.FormatOCI, "linux/amd64", []string{u.name + "=offline"}, nil, u.solo)
+			return err
+		}, "image " + u.solo + ": its upstream is --upstream " + u.name + "=offline, which is never asked"},
 		{"--mirror and --to", func() error {
 			_, err := warm.Config{To: t.TempDir(), Mirror: "http://127.0.0.1:5000", Concurrency: 1, BlobTimeout: time.Second}.Options([]string{u.solo})
 			return err
