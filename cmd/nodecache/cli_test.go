@@ -403,7 +403,7 @@ func TestSharedSettingsFile(t *testing.T) {
 		{"a key of no command refused", typo, []string{"warm", "--print", "nginx"}, exitUsage,
 			"", "NODECACHE_CONFIG=" + typo + ": unknown keys lsiten (did you mean listen?)"},
 		{"--config stays strict", "", []string{"warm", "--config", shared, "--print"}, exitUsage,
-			"", "--config " + shared + ": unknown keys listen, upstream-auth: keys are this command's flag names"},
+			"", "--config " + shared + ": unknown keys listen, upstream-auth (did you mean upstream?): keys are this command's flag names"},
 		// newuser2 item 13: a value refused by another command is traced to the file.
 		{"a refused value names the file it came from", serves, []string{"gen", "talos", "--mirror", "http://10.0.0.5:5000"}, exitUsage,
 			"", "give docker.io alone (serve and agent take other URLs) (--upstream: from NODECACHE_CONFIG=" + serves + ")\n"},
