@@ -131,16 +131,9 @@ func runBundle(ctx context.Context, opts Options) (*Report, error) {
 	for i, ref := range opts.Images {
 		rep.Images[i] = ImageReport{Input: ref.Input, Reference: ref.String()}
 	}
-	ups := map[string]*client{}
-	for _, u := range b.Upstreams {
-		if u.Offline || u.URL == nil {
-			continue // no image of the run is of it (setDefaults)
-		}
-		c, err := newUpstreamClient(u, &opts)
-		if err != nil {
-			return nil, err
-		}
-		ups[name.Canonical(u.Name)] = c
+	ups, err := upstreamClients(&opts)
+	if err != nil {
+		return nil, err
 	}
 
 	prog, stopBar := startProgress(ctx, &opts)
@@ -158,8 +151,37 @@ func runBundle(ctx context.Context, opts Options) (*Report, error) {
 	_ = g.Wait()
 	stopBar()
 
-	// Listed in the order given: the order of index.json.
-	for i, ref := range opts.Images {
+	w.commit(ctx, opts.Images, rep)
+	if err := out.Close(); err != nil && rep.Error == "" {
+		rep.Error = err.Error()
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	return rep, nil
+}
+
+// upstreamClients is a client for each upstream of opts.Bundle that is not offline, by
+// name.Canonical of its name.
+func upstreamClients(opts *Options) (map[string]*client, error) {
+	ups := map[string]*client{}
+	for _, u := range opts.Bundle.Upstreams {
+		if u.Offline || u.URL == nil {
+			continue // no image of the run is of it (setDefaults)
+		}
+		c, err := newUpstreamClient(u, opts)
+		if err != nil {
+			return nil, err
+		}
+		ups[name.Canonical(u.Name)] = c
+	}
+	return ups, nil
+}
+
+// commit lists every image stored in the bundle, in the order given (the order of
+// index.json), and writes it (bundle.Writer.Commit) when all of them are and the run was not
+// stopped; rep says which.
+func (w *walker) commit(ctx context.Context, images []Reference, rep *Report) {
+	out := w.out
+	for i, ref := range images {
 		if !rep.Images[i].Warm {
 			continue
 		}
@@ -183,11 +205,6 @@ func runBundle(ctx context.Context, opts Options) (*Report, error) {
 			rep.Bundle.Written = true
 		}
 	}
-	if err := out.Close(); err != nil && rep.Error == "" {
-		rep.Error = err.Error()
-	}
-	rep.Seconds = time.Since(start).Seconds()
-	return rep, nil
 }
 
 // storeManifests stores every manifest walked for ref in the bundle.
