@@ -301,3 +301,49 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestChartMaxSizePerMode (issue 26): the agent has its own cap, agent.maxSize, a share of the
+// node's disk by default (--max-size=20%); maxSize is the shared cache's alone (no cap by
+// default), and in mode=agent it is refused with a sentence naming agent.maxSize instead of
+// being ignored.
+func TestChartMaxSizePerMode(t *testing.T) {
+	t.Parallel()
+	c := loadChart(t)
+	maxSize := func(values string) []string {
+		t.Helper()
+		objs, _, err := renderValues(c, "nodecache", "nodecache", vals(t, values), false)
+		if err != nil {
+			t.Fatalf("%s: %v", values, err)
+		}
+		var got []string
+		for _, ctr := range containers(objs) {
+			for _, a := range ctr.Args {
+				if strings.HasPrefix(a, "--max-size") {
+					got = append(got, a)
+				}
+			}
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		values string
+		want   []string
+	}{
+		{`{}`, []string{"--max-size=20%"}},
+		{`{agent: {maxSize: 30GiB}}`, []string{"--max-size=30GiB"}},
+		{`{agent: {maxSize: ""}}`, nil},
+		{`{mode: shared}`, nil},
+		{`{mode: shared, maxSize: 180GiB}`, []string{"--max-size=180GiB"}},
+		{`{mode: shared, maxSize: 90%, agent: {maxSize: 5%}}`, []string{"--max-size=90%"}},
+		{`{mode: cleanup, maxSize: 30GiB}`, nil},
+	} {
+		if got := maxSize(tc.values); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.values, got, tc.want)
+		}
+	}
+	_, _, err := renderValues(c, "nodecache", "nodecache", vals(t, `{maxSize: 30GiB}`), false)
+	if err == nil || !strings.Contains(err.Error(), `maxSize "30GiB" is the shared cache's cap (mode=shared); the agent's is agent.maxSize`) ||
+		!strings.Contains(err.Error(), "--set agent.maxSize=30GiB") {
+		t.Errorf("maxSize in mode=agent: %v, want a refusal naming agent.maxSize", err)
+	}
+}

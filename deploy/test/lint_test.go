@@ -62,7 +62,6 @@ shared: {persistence: {size: lots}}`, "size"},
 		{"max-size in PiB (serve has no PiB)", `maxSize: 1PiB`, "maxSize"},
 		{"max-size share of zero", `maxSize: "0%"`, "maxSize"},
 		{"max-size with a space", `maxSize: 30 GiB`, "maxSize"},
-		{"max-size under agent", `agent: {maxSize: 30GiB}`, "maxSize"},
 		{"chain with a path", `chain: http://cache:5000/v2`, "chain"},
 		{"chain without scheme", `chain: cache:5000`, "chain"},
 		{"storage is no chart value (regional S3 tier: issue 15)", `storage: s3`, "storage"},
@@ -85,10 +84,11 @@ shared: {persistence: {size: lots}}`, "size"},
 }
 
 // TestChartMaxSizeAgreesWithServe (newuser F11): one table of maxSize values goes to the chart's
-// schema and to the binary's --max-size parser (serve with a bad --listen, which is checked
-// after --max-size, so nothing starts); both must accept or both refuse, or a value the schema
-// lets through would crash-loop the pods. The one difference allowed is named: sizes of 8 EiB
-// and more, which the pattern cannot bound and serve refuses.
+// schema, as maxSize (mode=shared) and as agent.maxSize (mode=agent), and to the binary's
+// --max-size parser (serve with a bad --listen, which is checked after --max-size, so nothing
+// starts); all must accept or all refuse, or a value the schema lets through would crash-loop
+// the pods. The one difference allowed is named: sizes of 8 EiB and more, which the pattern
+// cannot bound and serve refuses.
 func TestChartMaxSizeAgreesWithServe(t *testing.T) {
 	t.Parallel()
 	c := loadChart(t)
@@ -112,10 +112,16 @@ func TestChartMaxSizeAgreesWithServe(t *testing.T) {
 	} {
 		t.Run(tc.value, func(t *testing.T) {
 			t.Parallel()
-			_, _, err := renderValues(c, "nodecache", "nodecache", map[string]any{"maxSize": tc.value}, false)
-			schema := err == nil
-			if err != nil && !strings.Contains(err.Error(), "maxSize") {
-				t.Fatalf("render with maxSize %q failed for another reason: %v", tc.value, err)
+			schema := map[string]bool{}
+			for value, vals := range map[string]map[string]any{
+				"maxSize":       {"mode": "shared", "maxSize": tc.value},
+				"agent.maxSize": {"agent": map[string]any{"maxSize": tc.value}},
+			} {
+				_, _, err := renderValues(c, "nodecache", "nodecache", vals, false)
+				schema[value] = err == nil
+				if err != nil && !strings.Contains(err.Error(), "maxSize") {
+					t.Fatalf("render with %s %q failed for another reason: %v", value, tc.value, err)
+				}
 			}
 			out, _ := exec.Command(binary, "serve", "--root", t.TempDir(), "--listen", "127.0.0.1:99999",
 				"--max-size", tc.value).CombinedOutput()
@@ -130,8 +136,10 @@ func TestChartMaxSizeAgreesWithServe(t *testing.T) {
 			if serve != tc.accept {
 				t.Errorf("serve --max-size %q accepted=%v, want %v:\n%s", tc.value, serve, tc.accept, out)
 			}
-			if want := tc.accept || tc.overflow; schema != want {
-				t.Errorf("chart schema maxSize %q accepted=%v, want %v (serve: %v)", tc.value, schema, want, serve)
+			for value, accepted := range schema {
+				if want := tc.accept || tc.overflow; accepted != want {
+					t.Errorf("chart schema %s %q accepted=%v, want %v (serve: %v)", value, tc.value, accepted, want, serve)
+				}
 			}
 		})
 	}
