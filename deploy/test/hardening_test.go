@@ -346,4 +346,13 @@ func TestChartMaxSizePerMode(t *testing.T) {
 		!strings.Contains(err.Error(), "--set agent.maxSize=30GiB") {
 		t.Errorf("maxSize in mode=agent: %v, want a refusal naming agent.maxSize", err)
 	}
+	// Every refused value at once, each on its line: not one round trip per mistake.
+	_, _, err = renderValues(c, "nodecache", "nodecache", vals(t, `{maxSize: 30GB, upstreams: [ghcr.io/x]}`), false)
+	for _, want := range []string{"values refused:\nupstreams: --upstream: registry name \"ghcr.io/x\"",
+		"\nmaxSize: --max-size \"30GB\": decimal and short units are not accepted; did you mean 30GiB?",
+		"\nmaxSize \"30GB\" is the shared cache's cap"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("two mistakes: %v\nwant it to say %q", err, want)
+		}
+	}
 }

@@ -50,7 +50,9 @@ const wantURL = "want http://HOST[:PORT] or https://HOST[:PORT]"
 //   - user information (credentials), a query and a fragment are refused: nodecache pulls
 //     anonymously and sends no URL parts other than its own.
 //
-// Errors are *URLError.
+// Errors are *URLError. The Helm chart's checks of upstreams and chain
+// (charts/nodecache/templates/_validate.tpl) repeat these rules and messages (deploy/test
+// TestChartValueGrammar): change both.
 func ParseURL(field, s string) (*url.URL, error) {
 	refuse := func(value, format string, args ...any) (*url.URL, error) {
 		return nil, &URLError{Field: field, Value: redact(value), Reason: fmt.Sprintf(format, args...)}
