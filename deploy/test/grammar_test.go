@@ -341,4 +341,3 @@ func decide(t *testing.T, dir, creds, path, value string) (bool, string) {
 	t.Fatalf("no decider for %s", path)
 	return false, ""
 }
-
