@@ -334,12 +334,52 @@ or why not. */ -}}
 {{- toJson (dict "err" (printf "--upstream: %s" $r.err)) -}}
 {{- else -}}
 {{- if not $hasURL }}{{ $raw = ternary "https://registry-1.docker.io" (printf "https://%s" $r.name) (eq (include "nodecache.canonical" $r.name) "docker.io") }}{{ end -}}
-{{- $u := include "nodecache.parseURL" (dict "field" "URL" "s" $raw) | fromJson -}}
+{{- $word := trim $raw -}}
+{{- $u := dict -}}
+{{- if eq (lower $word) "offline" -}}
+{{- $u = dict "url" "offline" -}}
+{{- else if include "nodecache.nearOffline" $word -}}
+{{- $u = dict "err" (printf "URL %q: did you mean offline? want http://HOST[:PORT], https://HOST[:PORT], or offline (serve what the cache holds, never ask the upstream)" $word) -}}
+{{- else -}}
+{{- $u = include "nodecache.parseURL" (dict "field" "URL" "s" $raw) | fromJson -}}
+{{- end -}}
 {{- if $u.err -}}
 {{- toJson (dict "err" (printf "--upstream %s: %s" $r.name $u.err)) -}}
 {{- else -}}
 {{- toJson (dict "name" $r.name "url" $u.url) -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* pkg/name nearOffline: "true" when a URL word reads as a try at "offline" rather than a host. */ -}}
+{{- define "nodecache.nearOffline" -}}
+{{- $w := . -}}
+{{- $t := regexReplaceAll "[:/]+$" $w "" -}}
+{{- if and (ne $t $w) $t -}}
+{{- if or (eq (lower $t) "offline") (include "nodecache.nearOffline" $t) }}true{{ end -}}
+{{- else if and $w (not (regexMatch "[.:/\\[]" $w)) -}}
+{{- $lw := lower $w -}}
+{{- $letters := regexReplaceAll "[-_ ]" $lw "" -}}
+{{- if has $lw (list "off" "none" "no" "false" "disabled" "disable" "airgap" "airgapped" "air-gapped" "air-gap") -}}true
+{{- else if and (hasPrefix "o" $letters) (ne $letters "online") (le (include "nodecache.editDistance" (list $letters "offline") | int) 2) -}}true
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* The Levenshtein distance of two strings (list a b), byte-wise; len(a) when a is over 64 bytes. */ -}}
+{{- define "nodecache.editDistance" -}}
+{{- $a := index . 0 -}}{{- $b := index . 1 -}}
+{{- if gt (len $a) 64 -}}{{ len $a }}{{- else -}}
+{{- $prev := until (add1 (len $b) | int) -}}
+{{- range $i := untilStep 1 (add1 (len $a) | int) 1 -}}
+{{- $cur := list $i -}}
+{{- range $j := untilStep 1 (add1 (len $b) | int) 1 -}}
+{{- $cost := ternary 0 1 (eq (substr (sub $i 1 | int) $i $a) (substr (sub $j 1 | int) $j $b)) -}}
+{{- $cur = append $cur (min (add1 (index $prev $j)) (add1 (index $cur (sub $j 1 | int))) (add (index $prev (sub $j 1 | int)) $cost)) -}}
+{{- end -}}
+{{- $prev = $cur -}}
+{{- end -}}
+{{- last $prev -}}
 {{- end -}}
 {{- end -}}
 
