@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -345,5 +346,49 @@ func assertFile(t *testing.T, p string, want []byte) {
 	got, err := os.ReadFile(p)
 	if err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("%s changed (err %v)", p, err)
+	}
+}
+
+// TestGenWarnsClusterDNSMirror (issue 26): gen talos, containerd and crio given a Service's
+// cluster DNS name as --mirror still generate (exit 0) but warn, naming the mirror, why the
+// node cannot use it and what to give instead: the report's warning line (stderr for talos,
+// whose stdout is the patch) and its JSON warnings. An address, and any removal, get no such
+// warning.
+func TestGenWarnsClusterDNSMirror(t *testing.T) {
+	t.Parallel()
+	const svc = "http://nodecache-shared.nodecache.svc:5000"
+	want := "warning: --mirror " + svc + " names a Kubernetes cluster DNS name, which only pods resolve"
+	cmds := map[string]func(mirror string) []string{
+		"talos": func(mirror string) []string { return []string{"gen", "talos", "--mirror", mirror} },
+		"containerd": func(mirror string) []string {
+			return []string{"gen", "containerd", "--host-root", t.TempDir(), "--mirror", mirror, "--containerd-version", "2.1.0", "--log-level", "error"}
+		},
+		"crio": func(mirror string) []string {
+			return []string{"gen", "crio", "--host-root", t.TempDir(), "--mirror", mirror, "--crio-version", "1.34.0", "--no-reload", "--log-level", "error"}
+		},
+	}
+	for runtime, args := range cmds {
+		t.Run(runtime, func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := runApp(t, args(svc)...)
+			if code != 0 || !strings.Contains(stdout+stderr, want) || !strings.Contains(stdout+stderr, "NodePort") {
+				t.Errorf("%s: exit %d, want 0 and %q\nstdout:\n%s\nstderr:\n%s", svc, code, want, stdout, stderr)
+			}
+			if runtime == "talos" && (strings.Contains(stdout, "warning:") || !strings.Contains(stderr, want)) {
+				t.Errorf("gen talos: the warning is not on stderr alone (stdout is the patch):\n%s\n%s", stdout, stderr)
+			}
+			var rep struct {
+				Warnings []string `json:"warnings"`
+			}
+			runAppJSON(t, &rep, append(args(svc), "--output", "json")...)
+			if !slices.ContainsFunc(rep.Warnings, func(w string) bool { return strings.Contains(w, "names a Kubernetes cluster DNS name") }) {
+				t.Errorf("--output json: warnings %q", rep.Warnings)
+			}
+			for _, other := range [][]string{args("http://10.0.0.5:5000"), append(args(svc), "--remove")} {
+				if code, stdout, stderr := runApp(t, other...); code != 0 || strings.Contains(stdout+stderr, "cluster DNS") {
+					t.Errorf("%v: exit %d, want 0 and no cluster DNS warning\n%s\n%s", other, code, stdout, stderr)
+				}
+			}
+		})
 	}
 }

@@ -247,13 +247,13 @@ upstreams: ["docker.io=https://registry-1.docker.io", "registry.local:5000=http:
 extraArgs: ["--tag-ttl=5m", "--upstream-timeout=20s", "--log-level=debug"]
 upstreamAuth: {secretName: hub-pull, upstreams: [docker.io]}
 pullAllow: [10.0.0.0/8]
-maxSize: 30%
 chain: http://10.0.0.5:5000
 warm: {images: ["registry.k8s.io/pause:3.10.1", "nginx"]}
 metrics: {port: 9500, labels: {release: kube-prometheus-stack}, interval: 15s}
 agent:
   readiness: serving
   interval: 30s
+  maxSize: 30GiB
   runtime: containerd
   cachePath: /data/nodecache
   tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]

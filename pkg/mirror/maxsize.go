@@ -27,8 +27,9 @@ var decimalUnits = map[string]string{
 }
 
 // sizeNumber is the number of a --max-size: decimal digits with an optional fraction (no sign,
-// exponent, hex or spaces). charts/nodecache/values.schema.json's maxSize pattern accepts exactly
-// what ParseMaxSize does (deploy/test TestChartMaxSizeAgreesWithServe).
+// exponent, hex or spaces). The chart's maxSize and agent.maxSize checks
+// (charts/nodecache/templates/_validate.tpl) repeat ParseMaxSize's rules and messages but the
+// disk's (deploy/test TestChartMaxSizeAgreesWithServe, TestChartValueGrammar).
 var sizeNumber = regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
 
 // ParseMaxSize parses --max-size: a size in binary units (500MiB, 30GiB, 1.5TiB, 1024KiB, or

@@ -40,10 +40,11 @@ type ServeOptions struct {
 	// address). Default DefaultClientMaxConns.
 	ClientMaxConns int
 	// ShutdownTimeout bounds how long in-flight responses may take to finish after ctx ends.
-	// Default 5 minutes: a large blob to a slow client.
+	// Default DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
 	// FillGrace is how long blob fills that no client waits for any more may go on after the
-	// responses finished; the rest are abandoned (nothing partial is stored). Default 30 s.
+	// responses finished; the rest are abandoned (nothing partial is stored). Default
+	// DefaultFillGrace.
 	FillGrace time.Duration
 	// Handler overrides the handler served on Listen (the agent wraps the mirror). Default: the
 	// Mirror itself.
@@ -129,6 +130,21 @@ func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz htt
 // connections do not pile up.
 const DefaultIdleTimeout = 30 * time.Second
 
+// DefaultShutdownTimeout is ServeOptions.ShutdownTimeout's default, 5 minutes: a large blob to a
+// slow client finishes after the stop signal.
+const DefaultShutdownTimeout = 5 * time.Minute
+
+// DefaultFillGrace is ServeOptions.FillGrace's default, 30 seconds.
+const DefaultFillGrace = 30 * time.Second
+
+// StopGrace is the longest a serve or agent with the defaults takes from SIGTERM to its exit,
+// 330 seconds: DefaultShutdownTimeout for the responses, then DefaultFillGrace for the fills.
+// What stops nodecache must wait at least this long before it kills it: the pods'
+// terminationGracePeriodSeconds (the chart, examples/kubernetes) and the systemd unit's
+// TimeoutStopSec (examples/baremetal) are this many seconds (cmd/nodecache
+// TestStopGraceInManifests checks them); a shorter one kills responses still sending a blob.
+const StopGrace = DefaultShutdownTimeout + DefaultFillGrace
+
 // MaxHeaderBytes bounds a request's header (request line included): Go answers 431 beyond it.
 // Registry requests carry a few hundred bytes of headers.
 const MaxHeaderBytes = 64 << 10
@@ -186,10 +202,10 @@ func closeAll(ls []net.Listener) {
 // nil after a clean shutdown, an error when responses were still running at ShutdownTimeout.
 func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 	if o.ShutdownTimeout == 0 {
-		o.ShutdownTimeout = 5 * time.Minute
+		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if o.FillGrace == 0 {
-		o.FillGrace = 30 * time.Second
+		o.FillGrace = DefaultFillGrace
 	}
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = DefaultIdleTimeout

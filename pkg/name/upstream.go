@@ -37,7 +37,9 @@ func (u Upstream) String() string {
 // ParseRegistry's `registry name "ghcr.io/x": ...`, or for the URL the name and the URL error:
 // `docker.io: URL "ftp://x": scheme "ftp": want ...` (*URLError inside; credentials in the URL
 // are never echoed). A word that reads as a try at "offline" ("ofline", "off-line", "off",
-// "none", "disabled", ...) is refused naming offline, not read as a host name.
+// "none", "disabled", ...) is refused naming offline, not read as a host name. The Helm chart's
+// upstreams check (charts/nodecache/templates/_validate.tpl) repeats these rules and messages
+// (deploy/test TestChartValueGrammar): change both.
 func ParseUpstream(s string) (Upstream, error) {
 	nameStr, rawURL, hasURL := strings.Cut(strings.TrimSpace(s), "=")
 	n, err := ParseRegistry(nameStr)

@@ -50,7 +50,9 @@ const wantURL = "want http://HOST[:PORT] or https://HOST[:PORT]"
 //   - user information (credentials), a query and a fragment are refused: nodecache pulls
 //     anonymously and sends no URL parts other than its own.
 //
-// Errors are *URLError.
+// Errors are *URLError. The Helm chart's checks of upstreams and chain
+// (charts/nodecache/templates/_validate.tpl) repeat these rules and messages (deploy/test
+// TestChartValueGrammar): change both.
 func ParseURL(field, s string) (*url.URL, error) {
 	refuse := func(value, format string, args ...any) (*url.URL, error) {
 		return nil, &URLError{Field: field, Value: redact(value), Reason: fmt.Sprintf(format, args...)}
@@ -182,6 +184,30 @@ func (m Mirror) Host() string {
 		return ""
 	}
 	return m.URL.Host
+}
+
+// ClusterDNS reports whether the mirror's host is a Kubernetes cluster DNS name (the
+// Kubernetes DNS specification, kubernetes/dns docs/specification.md): SERVICE.NAMESPACE.svc or
+// POD.NAMESPACE.pod, followed by the cluster domain or not (…svc.cluster.local, …svc.k8s.example),
+// a headless Service's HOST.SERVICE.NAMESPACE.svc, or any name under the default domain
+// cluster.local. Only pods resolve such names (the cluster's DNS server is their resolver); a
+// node's runtime resolves with the node's. False for the zero Mirror, an IP address and any
+// other name (a single label too: it may be the node's own search domain's).
+func (m Mirror) ClusterDNS() bool {
+	if m.URL == nil {
+		return false
+	}
+	h := strings.ToLower(m.URL.Hostname())
+	if h == "cluster.local" || strings.HasSuffix(h, ".cluster.local") {
+		return true
+	}
+	labels := strings.Split(h, ".")
+	for i := 2; i < len(labels); i++ {
+		if labels[i] == "svc" || labels[i] == "pod" {
+			return true
+		}
+	}
+	return false
 }
 
 // Loopback reports a mirror on the node itself (localhost, *.localhost or a loopback IP): with it

@@ -94,3 +94,40 @@ func TestParseMirror(t *testing.T) {
 		t.Error("the zero Mirror is not empty")
 	}
 }
+
+// TestMirrorClusterDNS (issue 26): the Kubernetes DNS names of a Service or pod, with or without
+// the cluster domain, and anything under cluster.local are cluster DNS names; addresses, other
+// names and single labels are not.
+func TestMirrorClusterDNS(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]bool{
+		"http://nodecache-shared.nodecache.svc:5000":               true,
+		"http://nodecache-shared.nodecache.svc.cluster.local:5000": true,
+		"http://NodeCache-Shared.NodeCache.SVC.Cluster.Local:5000": true,
+		"http://nodecache-regional.nodecache.svc.k8s.example:5000": true,
+		"http://nodecache-0.nodecache-peers.nodecache.svc:5001":    true,
+		"http://10-244-1-7.nodecache.pod.cluster.local:5000":       true,
+		"http://10-244-1-7.nodecache.pod:5000":                     true,
+		"http://anything.cluster.local:5000":                       true,
+		"http://10.0.0.5:5000":                                     false,
+		"http://[fd00::5]:5000":                                    false,
+		"http://127.0.0.1:5000":                                    false,
+		"http://registry.example.com:5000":                         false,
+		"http://svc.example.com:5000":                              false,
+		"http://cache.svc:5000":                                    false, // a host named cache in a domain svc
+		"http://nodecache-shared:5000":                             false,
+		"http://nodecache.local:5000":                              false,
+		"https://registry.svc-team.example.com":                    false,
+	} {
+		m, err := name.ParseMirror(in)
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if got := m.ClusterDNS(); got != want {
+			t.Errorf("ParseMirror(%q).ClusterDNS() = %v, want %v", in, got, want)
+		}
+	}
+	if (name.Mirror{}).ClusterDNS() {
+		t.Error("the zero Mirror is a cluster DNS name")
+	}
+}

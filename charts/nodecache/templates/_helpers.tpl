@@ -63,7 +63,7 @@ prometheus.io/path: /metrics
 {{- end }}
 {{- end -}}
 
-{{/* The flags agent and serve share. */}}
+{{/* The flags agent and serve share (each has its own --max-size). */}}
 {{- define "nodecache.commonArgs" -}}
 {{- range .Values.upstreams }}
 - {{ printf "--upstream=%s" . | quote }}
@@ -75,9 +75,6 @@ prometheus.io/path: /metrics
 {{- end }}
 {{- range .Values.pullAllow }}
 - {{ printf "--pull-allow=%s" . | quote }}
-{{- end }}
-{{- with .Values.maxSize }}
-- {{ printf "--max-size=%s" . | quote }}
 {{- end }}
 {{- with .Values.chain }}
 - {{ printf "--chain=%s" . | quote }}

@@ -67,6 +67,19 @@ func (c *Common) targets() (name.Mirror, []string, map[string]string, error) {
 	return m, ups, fallbacks, err
 }
 
+// mirrorWarnings are the warnings about the mirror a runtime is pointed at (none for a
+// removal): a cluster DNS name (name.Mirror.ClusterDNS), which a node's runtime cannot resolve
+// (issue 26: the shared mode's Service name given to gen).
+func mirrorWarnings(m name.Mirror, remove bool) []string {
+	if remove || !m.ClusterDNS() {
+		return nil
+	}
+	return []string{fmt.Sprintf("--mirror %s names a Kubernetes cluster DNS name, which only pods resolve: the node's runtime "+
+		"resolves with the node's resolver, and on some CNIs cannot reach a ClusterIP from the host network either, "+
+		"so its pulls would skip the mirror. Give an address the nodes reach: the Service's NodePort "+
+		"(http://<node IP>:<nodePort>) or LoadBalancer address, or a host's IP (docs/deploy.md, \"Kubernetes: a shared cache\")", m)}
+}
+
 // host returns Host, else the view over HostRoot (a refusal naming --host-root when it is not
 // a directory).
 func (c *Common) host() (*bootstrap.Host, error) {

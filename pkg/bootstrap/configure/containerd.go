@@ -89,6 +89,7 @@ func Containerd(ctx context.Context, o ContainerdOptions) (*ContainerdReport, er
 		}
 		rep.Warnings = append([]string{fmt.Sprintf("containerd version unknown (%v); pass --containerd-version", probeErr)}, rep.Warnings...)
 	}
+	rep.Warnings = append(rep.Warnings, mirrorWarnings(m, o.Remove)...)
 	out := &ContainerdReport{Report: rep, DryRun: o.DryRun, remove: o.Remove}
 	if out.Diff, err = applyOrDiff(ctx, h, o.DryRun, o.Logger, rep.Changes); err != nil {
 		return nil, err

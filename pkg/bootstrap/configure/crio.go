@@ -74,6 +74,7 @@ func Crio(ctx context.Context, o CrioOptions) (*CrioReport, error) {
 	if probeErr != nil {
 		rep.Warnings = append([]string{fmt.Sprintf("CRI-O version unknown (%v)", probeErr)}, rep.Warnings...)
 	}
+	rep.Warnings = append(rep.Warnings, mirrorWarnings(m, o.Remove)...)
 	out := &CrioReport{Report: rep, DryRun: o.DryRun, mirror: m.String(), remove: o.Remove}
 	if out.Diff, err = applyOrDiff(ctx, h, o.DryRun, o.Logger, rep.Changes); err != nil {
 		return nil, err

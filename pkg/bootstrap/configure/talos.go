@@ -82,6 +82,7 @@ func Talos(ctx context.Context, o TalosOptions) (*TalosReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	res.Warnings = append(res.Warnings, mirrorWarnings(m, o.Remove)...)
 	rep := &TalosReport{Result: res, File: o.Out, DryRun: o.DryRun}
 	if o.Out == "" || res.NothingToRemove != "" { // nothing to remove: -o FILE is left as it is
 		return rep, nil
