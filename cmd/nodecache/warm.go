@@ -34,6 +34,7 @@ func warmCommand() *cli.Command {
 		stringFlag(&cfg.MachineConfig, "machine-config", "", "also warm what a node with this machine config `FILE` pulls (talosctl read /system/state/config.yaml, or talosctl get machineconfig -o yaml): the images it names (control-plane ones too), its Talos release's defaults for those it leaves unset (never this build's), and that release's pause and flannel"),
 		stringFlag(&cfg.InstallerImage, "installer-image", "", "also warm the Talos installer `REF` an upgrade pulls (machine.install.image, e.g. an image factory reference)"),
 		stringFlag(&cfg.ImagesFrom, "images-from", "", "also warm the references in `FILE` (one per line; # comments and blank lines skipped; - reads standard input), after --talos and before IMAGE"),
+		boolFlag(&cfg.Pin, "pin", "pin each image at the mirror once it is warm, so that eviction (--max-size, a full disk) never removes it: by tag (the pin follows the tag) or by digest as IMAGE names it. Needs nodecache serve as --mirror, accepting pins from this host (loopback, or its --allow networks); pins may hold at most 80% of serve's --max-size"),
 		boolFlag(&cfg.Print, "print", "print the normalised references that would be warmed, one per line (with --output json: with their sources), and exit; nothing is contacted and --mirror is optional"),
 		stringFlag(&output, "output", "text", "summary `FORMAT`: text or json"),
 	}
@@ -46,8 +47,9 @@ func warmCommand() *cli.Command {
 mirror, hashing each while streaming. IMAGE is name[:tag][@digest] (the digest wins); short names
 are normalised (nginx -> docker.io/library/nginx:latest). Flags come before IMAGE.
 
-Exit codes: 0 every image warm (at least one blob fetched, none failed); 1 an image not warm,
-the mirror not ready within --wait, or --deadline reached; 2 a flag or IMAGE refused (nothing sent).`,
+Exit codes: 0 every image warm (at least one blob fetched, none failed) and, with --pin, pinned;
+1 an image not warm or not pinned, the mirror not ready within --wait (or, with --pin, not
+nodecache serve), or --deadline reached; 2 a flag or IMAGE refused (nothing sent).`,
 		Flags: append(flags, logFlags(&lc, true)...),
 		Action: func(c *cli.Context) error {
 			if err := outputFormat(output); err != nil {
@@ -93,7 +95,7 @@ func runWarm(c *cli.Context, output string, opts warm.Options) error {
 	if err := clitext.Render(c.App.Writer, output, rep); err != nil {
 		return withCode(exitNegative, err)
 	}
-	if !rep.Warm || rep.Error != "" {
+	if !rep.OK() {
 		return silentExit(exitNegative)
 	}
 	return nil

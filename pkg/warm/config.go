@@ -52,6 +52,8 @@ type Config struct {
 	Stdin io.Reader
 	// Print is --print: only list the references (Options.Sources); --mirror is then optional.
 	Print bool
+	// Pin is --pin: pin each image at the mirror once it is warm (Options.Pin).
+	Pin bool
 }
 
 // Options checks c and the IMAGE arguments and returns the Options for Run. Every problem is
@@ -81,6 +83,7 @@ func (c Config) Options(args []string) (Options, error) {
 	opts.Images, opts.Sources = refs, srcs
 	errs = append(errs, refErrs...)
 	errs = append(errs, c.setLimits(&opts)...)
+	opts.Pin = c.Pin
 	if err := errors.Join(errs...); err != nil {
 		// Every problem is the user's to fix, the ones not refused on their own too (--retries,
 		// a flag-like argument, a read error of --images-from -), so the whole is one refusal.

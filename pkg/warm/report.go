@@ -38,8 +38,19 @@ type Report struct {
 	Bytes int64 `json:"bytes"`
 	// Seconds is the wall-clock duration of the run, mirror wait included (seconds).
 	Seconds float64 `json:"seconds"`
-	// Error is set when the run could not walk at all (mirror not ready) or was stopped.
+	// Error is set when the run could not walk at all (mirror not ready, or not nodecache serve
+	// with --pin) or was stopped.
 	Error string `json:"error,omitempty"`
+	// Pin is true when --pin asked for each warm image to be pinned; PinnedImages counts those
+	// pinned.
+	Pin          bool `json:"pin,omitempty"`
+	PinnedImages int  `json:"pinned_images,omitempty"`
+}
+
+// OK reports whether the run did all it was asked: every image warm, nothing stopped it, and with
+// --pin every image pinned.
+func (r *Report) OK() bool {
+	return r.Warm && r.Error == "" && (!r.Pin || r.PinnedImages == len(r.Images))
 }
 
 // ImageReport is the outcome for one image.
@@ -76,7 +87,9 @@ type ImageReport struct {
 	// Note is a remark on a warm image, e.g. a single manifest whose config names no platform
 	// (walked without a platform check).
 	Note string `json:"note,omitempty"`
-	// Error says why the image is not warm.
+	// Pinned is true when --pin pinned the image at the mirror once it was warm.
+	Pinned bool `json:"pinned,omitempty"`
+	// Error says why the image is not warm, or, with --pin, why a warm image is not pinned.
 	Error string `json:"error,omitempty"`
 }
 
@@ -138,6 +151,9 @@ func (r *Report) WriteText(w io.Writer) error {
 			}
 			fmt.Fprintf(&b, ", cache %s", strings.Join(parts, " "))
 		}
+		if im.Pinned {
+			b.WriteString(", pinned")
+		}
 		b.WriteString("\n")
 		for _, e := range im.External {
 			fmt.Fprintf(&b, "  external %s %s, not fetched: %s\n", e.Digest, clitext.Bytes(e.Size), strings.Join(e.URLs, " "))
@@ -149,8 +165,12 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "  error: %s\n", im.Error)
 		}
 	}
-	fmt.Fprintf(&b, "%d of %d images warm; %d blobs fetched, %d failed, %d external; %s in %s\n",
-		warm, len(r.Images), r.BlobsFetched, r.BlobsFailed, r.BlobsExternal, clitext.Bytes(r.Bytes), clitext.Span(seconds(r.Seconds)))
+	pinned := ""
+	if r.Pin {
+		pinned = fmt.Sprintf(" (%d pinned)", r.PinnedImages)
+	}
+	fmt.Fprintf(&b, "%d of %d images warm%s; %d blobs fetched, %d failed, %d external; %s in %s\n",
+		warm, len(r.Images), pinned, r.BlobsFetched, r.BlobsFailed, r.BlobsExternal, clitext.Bytes(r.Bytes), clitext.Span(seconds(r.Seconds)))
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
