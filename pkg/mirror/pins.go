@@ -54,7 +54,7 @@ func (m *Mirror) Pin(ctx context.Context, upstream, repository, ref string) (mir
 	if err != nil {
 		return mirrorapi.Pin{}, err
 	}
-	p, _, err := m.cache.Pin(sr, tag, d)
+	p, _, err := m.cache.Pin(ctx, sr, tag, d)
 	if errors.Is(err, cache.ErrNotCached) {
 		return mirrorapi.Pin{}, fmt.Errorf("%w: %s: the cache holds no manifest %s; nothing is fetched for a pin: pull it through the cache first, or warm and pin it with nodecache warm --pin",
 			cache.ErrNotCached, pinName(upstream, repository, ref), map[bool]string{true: "tagged " + tag, false: d.String()}[tag != ""])

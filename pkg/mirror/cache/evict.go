@@ -52,7 +52,7 @@ func (s *Store) Run(ctx context.Context) {
 		}
 		if maxSize := s.opts.MaxSize; maxSize > 0 {
 			if size, _ := s.idx.Totals(); size > maxSize {
-				s.evictTo(ctx, s.capTarget(maxSize), EvictCap)
+				s.evictTo(ctx, s.capTarget(ctx, maxSize), EvictCap)
 			}
 		}
 		select {
@@ -71,10 +71,10 @@ func (s *Store) Run(ctx context.Context) {
 
 // capTarget is the size an eviction over the cap maxSize brings the cache to: 90 % of the cap, or
 // more when the pins hold much of it — the pinned bytes plus the largest image no pin holds
-// (Index.EvictionFloor), so the image just stored is not evicted at once to make room that pins
-// hold for good (issue 24) — but never more than the cap itself.
-func (s *Store) capTarget(maxSize int64) int64 {
-	pinned, largest := s.idx.EvictionFloor()
+// (evictionFloor), so the image just pulled is not evicted at once to make room that pins hold
+// for good (issue 24) — but never more than the cap itself.
+func (s *Store) capTarget(ctx context.Context, maxSize int64) int64 {
+	pinned, largest := s.evictionFloor(ctx)
 	return min(maxSize, max(int64(float64(maxSize)*evictLowWater), pinned+largest))
 }
 
@@ -203,9 +203,11 @@ func (s *Store) DiskFull(lacked int64) {
 		if err := unix.Statfs(s.fsRoot, &st); err == nil {
 			free := int64(st.Bavail) * int64(st.Bsize) //nolint:gosec // block counts of a real file system fit in int64
 			short := lacked - free + diskFullSlack(lacked)
-			pinned, largest := s.idx.EvictionFloor()
-			if short > size-pinned {
-				s.log.Warn().Int64("blob_lacked_bytes", lacked).Int64("free_bytes", free).Int64("size_bytes", size).Int64("pinned_bytes", pinned).
+			// Called by a fill that found the disk full, without a context of its own: the
+			// manifests evictionFloor reads are small and local.
+			pinned, largest := s.evictionFloor(context.Background())
+			if stored := s.idx.PinnedBytes(); short > size-stored {
+				s.log.Warn().Int64("blob_lacked_bytes", lacked).Int64("free_bytes", free).Int64("size_bytes", size).Int64("pinned_bytes", stored).
 					Msg("disk full: the blob would not fit even with the whole cache evicted (pinned content stays); nothing evicted for it")
 				return
 			}

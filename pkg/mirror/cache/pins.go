@@ -78,19 +78,17 @@ func (x *Index) setPins(pins []Pin) {
 	}
 }
 
-// AddPin records pin p: a pin by tag (p.Tag) is of the manifest the tag names in the index now
-// (p.Digest is set to it), a pin by digest of p.Digest. When limit > 0, a pin that would take the
-// pinned bytes (PinnedBytes) above limit is refused. It returns the pin as recorded, whether it is
-// new (a pin of the same tag or digest is returned as it is, without a check), and the pinned
-// bytes with it.
+// pinContent returns what the pins would hold with p added (the images they hold now and those
+// of p; content), and p as it would be recorded: a pin by tag (p.Tag) is of the manifest the
+// tag names in the index now (p.Digest is set to it), a pin by digest of p.Digest. exists is
+// true when a pin of the same tag or digest is there already (returned as it is).
 //
-// Errors: ErrNotCached when the repository holds no such tag or manifest; ErrPinLimit (the pin
-// is not recorded).
-func (x *Index) AddPin(p Pin, limit int64) (Pin, bool, int64, error) {
+// Errors: ErrNotCached when the repository holds no such tag or manifest.
+func (x *Index) pinContent(p Pin) (c content, rec Pin, exists bool, err error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if old := x.pins[p.key()]; old != nil {
-		return *old, false, x.bytesLocked(x.heldLocked(x.protectedLocked())), nil
+		return content{}, *old, true, nil
 	}
 	r := x.repos[p.Repo]
 	if p.Tag != "" {
@@ -100,17 +98,23 @@ func (x *Index) AddPin(p Pin, limit int64) (Pin, bool, int64, error) {
 		}
 	}
 	if r == nil || p.Digest == "" || r.manifests[p.Digest] == nil {
-		return p, false, 0, ErrNotCached
+		return content{}, p, false, ErrNotCached
 	}
 	prot := x.protectedLocked()
 	x.topsLocked(p.Repo, p.Digest, prot)
-	after := x.bytesLocked(x.heldLocked(prot))
-	if limit > 0 && after > limit {
-		return p, false, after, ErrPinLimit
+	return x.contentLocked(prot, nil), p, false, nil
+}
+
+// AddPin records pin p (as pinContent returned it); it reports whether it is new.
+func (x *Index) AddPin(p Pin) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.pins[p.key()] != nil {
+		return false
 	}
 	x.pins[p.key()] = &p
 	x.pinsDirty = true
-	return p, true, after, nil
+	return true
 }
 
 // RemovePin drops the pin of tag (or, with tag "", of digest d) of repo and returns it; ok is
@@ -280,32 +284,62 @@ func (x *Index) bytesLocked(set map[digest.Digest]bool) int64 {
 	return n
 }
 
-// EvictionFloor returns the bytes the pins hold and those of the largest image no pin holds
-// (its blobs the pins hold not counted): eviction keeps room for both (issue 24), so a cap
-// nearly full of pins does not evict each image right after it was stored.
-func (x *Index) EvictionFloor() (pinned, largest int64) {
+// content is what a set of images holds, as the index records it.
+type content struct {
+	// stored is the bytes of the blobs (manifests included) the index holds, each once.
+	stored int64
+	// manifests are the manifests of the images (their repositories hold them).
+	manifests []digest.Digest
+	// missing are the digests those manifests reference that the index holds no blob of: blobs
+	// not stored yet (a pull in progress), child manifests never pulled.
+	missing map[digest.Digest]bool
+}
+
+// contentLocked returns what images hold, leaving out the digests in exclude.
+func (x *Index) contentLocked(images map[Victim]bool, exclude map[digest.Digest]bool) content {
+	c := content{missing: map[digest.Digest]bool{}}
+	all := map[digest.Digest]bool{}
+	for v := range images {
+		one := map[digest.Digest]bool{}
+		x.closureLocked(v.Repo, v.Manifest, one)
+		r := x.repos[v.Repo]
+		for d := range one {
+			if r != nil && r.manifests[d] != nil {
+				c.manifests = append(c.manifests, d)
+			}
+			all[d] = true
+		}
+	}
+	for d := range all {
+		switch {
+		case exclude[d]:
+		case x.blobs[d] != nil:
+			c.stored += x.blobs[d].Size
+		default:
+			c.missing[d] = true
+		}
+	}
+	return c
+}
+
+// floorContent returns what the pins hold, and what each image no pin holds holds besides
+// (Store.evictionFloor).
+func (x *Index) floorContent() (pinned content, images []content) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	prot := x.protectedLocked()
 	held := x.heldLocked(prot)
-	pinned = x.bytesLocked(held)
+	pinned = x.contentLocked(prot, nil)
 	for name, r := range x.repos {
 		for d := range r.manifests {
 			v := Victim{Repo: name, Manifest: d}
 			if len(r.parents[d]) > 0 || prot[v] {
 				continue
 			}
-			own := map[digest.Digest]bool{}
-			x.closureLocked(name, d, own)
-			for c := range own {
-				if held[c] {
-					delete(own, c)
-				}
-			}
-			largest = max(largest, x.bytesLocked(own))
+			images = append(images, x.contentLocked(map[Victim]bool{v: true}, held))
 		}
 	}
-	return pinned, largest
+	return pinned, images
 }
 
 // followTagLocked moves a pin of repo's tag along when the tag now names d: d is pinned as the

@@ -146,28 +146,33 @@ func (s *Store) savePins(force bool) error {
 // Pin pins tag (or, with tag "", digest d) of storage repository repo: what the cache holds of
 // the image it names now, and, for a tag, the images the tag moves to (Pin.Next). With a cap
 // (Options.MaxSize), a pin that would take the pinned bytes above MaxPinnedShare of it is
-// refused. The pins file is written before it returns; a pin that already exists is returned as
-// it is. It returns the pin and the pinned bytes with it.
+// refused; the pinned bytes are counted as the images will be once complete (heldBytes: the
+// blobs their stored manifests list count at the sizes listed, stored or not, as a pull may be
+// storing them still). The pins file is written before it returns; a pin that already exists is
+// returned as it is. It returns the pin and the pinned bytes with it.
 //
-// Errors: ErrNotReady before the index is loaded; ErrNotCached (wrapped, naming what) when
-// the repository holds no such tag or manifest; ErrPinLimit (wrapped, naming the cap and the
-// bytes); writing the pins file (the pin is then not kept).
-func (s *Store) Pin(repo, tag string, d digest.Digest) (Pin, int64, error) {
+// Errors: ErrNotReady before the index is loaded; ErrNotCached when the repository holds no such
+// tag or manifest; ErrPinLimit (wrapped, naming the cap and the bytes); writing the pins file
+// (the pin is then not kept).
+func (s *Store) Pin(ctx context.Context, repo, tag string, d digest.Digest) (Pin, int64, error) {
 	if !s.idx.IsReady() || !s.pinsLoaded.Load() {
 		return Pin{}, 0, ErrNotReady
 	}
-	var limit int64
-	if s.opts.MaxSize > 0 {
-		limit = int64(float64(s.opts.MaxSize) * MaxPinnedShare)
-	}
-	p, added, pinned, err := s.idx.AddPin(Pin{Repo: repo, Tag: tag, Digest: d, Pinned: s.opts.Clock().UTC()}, limit)
+	s.pinMu.Lock()
+	defer s.pinMu.Unlock()
+	c, p, exists, err := s.idx.pinContent(Pin{Repo: repo, Tag: tag, Digest: d, Pinned: s.opts.Clock().UTC()})
 	switch {
-	case errors.Is(err, ErrPinLimit):
-		return p, pinned, fmt.Errorf("%w: pinning it would take the pinned bytes to %s (%d bytes), above %.0f%% of the cap --max-size %s (%d bytes): unpin other images first (nodecache cache unpin) or raise --max-size",
-			ErrPinLimit, clitext.Bytes(pinned), pinned, MaxPinnedShare*100, clitext.Bytes(s.opts.MaxSize), s.opts.MaxSize)
 	case err != nil:
 		return p, 0, err
-	case !added:
+	case exists:
+		return p, s.idx.PinnedBytes(), nil
+	}
+	pinned := s.heldBytes(ctx, c)
+	if limit := int64(float64(s.opts.MaxSize) * MaxPinnedShare); s.opts.MaxSize > 0 && pinned > limit {
+		return p, pinned, fmt.Errorf("%w: pinning it would take the pinned bytes to %s (%d bytes), above %.0f%% of the cap --max-size %s (%d bytes): unpin other images first (nodecache cache unpin) or raise --max-size",
+			ErrPinLimit, clitext.Bytes(pinned), pinned, MaxPinnedShare*100, clitext.Bytes(s.opts.MaxSize), s.opts.MaxSize)
+	}
+	if !s.idx.AddPin(p) {
 		return p, pinned, nil
 	}
 	if err := s.savePins(true); err != nil {
@@ -188,6 +193,8 @@ func (s *Store) Unpin(repo, tag string, d digest.Digest) (Pin, error) {
 	if !s.idx.IsReady() || !s.pinsLoaded.Load() {
 		return Pin{}, ErrNotReady
 	}
+	s.pinMu.Lock()
+	defer s.pinMu.Unlock()
 	p, ok := s.idx.RemovePin(repo, tag, d)
 	if !ok {
 		return Pin{}, ErrNotPinned
@@ -296,4 +303,84 @@ func (s *Store) completeImages(ctx context.Context, repo string, d digest.Digest
 		images += n
 	}
 	return images, len(m.Manifests), true
+}
+
+// heldBytes is what content c comes to once its images are complete: the bytes of its blobs
+// the index holds, plus, for each blob it lacks, the size a stored manifest of it lists for it
+// (config and layers; a child manifest never pulled is not counted, nor its blobs).
+func (s *Store) heldBytes(ctx context.Context, c content) int64 {
+	n := c.stored
+	if len(c.missing) == 0 {
+		return n
+	}
+	for _, m := range c.manifests {
+		for d, size := range s.listedBlobs(ctx, m) {
+			if c.missing[d] {
+				n += size
+				delete(c.missing, d)
+			}
+		}
+	}
+	return n
+}
+
+// maxListedCache bounds the manifests listedBlobs remembers; past it, it starts over.
+const maxListedCache = 100_000
+
+// listedBlobs returns the sizes stored manifest m lists for its config and layers (an index lists
+// none), read from storage once and remembered: a manifest's content is its digest's. Nil when
+// it cannot be read or parsed.
+func (s *Store) listedBlobs(ctx context.Context, m digest.Digest) map[digest.Digest]int64 {
+	s.listedMu.Lock()
+	sizes, ok := s.listed[m]
+	s.listedMu.Unlock()
+	if ok {
+		return sizes
+	}
+	raw, err := s.driver.GetContent(ctx, BlobDataPath(m))
+	if err != nil {
+		return nil
+	}
+	type descriptor struct {
+		Digest digest.Digest `json:"digest"`
+		Size   int64         `json:"size"`
+	}
+	var doc struct {
+		Config *descriptor  `json:"config"`
+		Layers []descriptor `json:"layers"`
+	}
+	if json.Unmarshal(raw, &doc) != nil {
+		return nil
+	}
+	sizes = map[digest.Digest]int64{}
+	for _, l := range append(doc.Layers, func() []descriptor {
+		if doc.Config != nil {
+			return []descriptor{*doc.Config}
+		}
+		return nil
+	}()...) {
+		if l.Digest.Validate() == nil && l.Size >= 0 {
+			sizes[l.Digest] = l.Size
+		}
+	}
+	s.listedMu.Lock()
+	if len(s.listed) >= maxListedCache {
+		s.listed = map[digest.Digest]map[digest.Digest]int64{}
+	}
+	s.listed[m] = sizes
+	s.listedMu.Unlock()
+	return sizes
+}
+
+// evictionFloor returns the bytes the pins hold and those of the largest image no pin holds
+// (its blobs the pins hold not counted), both as they will be once complete (heldBytes: an image
+// whose pull is storing its layers counts them all). Eviction keeps room for both (issue 24), so
+// a cap nearly full of pins does not evict an image right after it was pulled.
+func (s *Store) evictionFloor(ctx context.Context) (pinned, largest int64) {
+	p, images := s.idx.floorContent()
+	pinned = s.heldBytes(ctx, p)
+	for _, c := range images {
+		largest = max(largest, s.heldBytes(ctx, c))
+	}
+	return pinned, largest
 }

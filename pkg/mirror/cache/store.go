@@ -112,6 +112,11 @@ type Store struct {
 	// file is never written before: an unread file is never overwritten).
 	pinsFileMu sync.Mutex
 	pinsLoaded atomic.Bool
+	// pinMu serialises Pin and Unpin: a pin's check against the cap and its record are one step.
+	pinMu sync.Mutex
+	// listed remembers the sizes stored manifests list for their blobs (listedBlobs).
+	listedMu sync.Mutex
+	listed   map[digest.Digest]map[digest.Digest]int64
 
 	// lockMu guards rootLock (the flock on LockPath, taken by Take, released by Close) and
 	// taken (set once Take ran).
@@ -146,7 +151,8 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{opts: opts, idx: NewIndex(), driver: driver, staging: staging, log: opts.Logger,
-		inUse: map[digest.Digest]int{}, kick: make(chan struct{}, 1), scrub: scrubState{wake: make(chan struct{}, 1)}}
+		inUse: map[digest.Digest]int{}, kick: make(chan struct{}, 1), scrub: scrubState{wake: make(chan struct{}, 1)},
+		listed: map[digest.Digest]map[digest.Digest]int64{}}
 	if opts.Kind == KindFilesystem {
 		s.fsRoot = opts.Root
 	}
