@@ -47,9 +47,9 @@ func warmCommand() *cli.Command {
 mirror, hashing each while streaming. IMAGE is name[:tag][@digest] (the digest wins); short names
 are normalised (nginx -> docker.io/library/nginx:latest). Flags come before IMAGE.
 
-Exit codes: 0 every image warm (at least one blob fetched, none failed) and, with --pin, pinned;
-1 an image not warm or not pinned, the mirror not ready within --wait (or, with --pin, not
-nodecache serve), or --deadline reached; 2 a flag or IMAGE refused (nothing sent).`,
+Exit codes: 0 every image warm (at least one blob fetched, none failed; with --pin, pinned); 1 an image not
+warm or not pinned, the mirror not ready within --wait (or not nodecache serve, with --pin), or --deadline
+reached; 2 a flag or IMAGE refused (nothing sent).`,
 		Flags: append(flags, logFlags(&lc, true)...),
 		Action: func(c *cli.Context) error {
 			if err := outputFormat(output); err != nil {
