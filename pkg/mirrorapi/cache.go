@@ -129,7 +129,8 @@ type VerifyPass struct {
 	Checked      int   `json:"checked"`
 	CheckedBytes int64 `json:"checked_bytes"`
 	// Corrupt blobs did not match; Evicted of them were removed, Unrepairable quarantined
-	// (pinned content; none before pins exist). CorruptBlobs are their digests.
+	// (meant for pinned content; none yet: damaged pinned blobs are evicted and fetched again).
+	// CorruptBlobs are their digests.
 	Corrupt      int      `json:"corrupt"`
 	Evicted      int      `json:"evicted"`
 	Unrepairable int      `json:"unrepairable"`
