@@ -208,7 +208,10 @@ func ParsePinSpec(spec string) (string, error) {
 // PinArgs is Pin (or, with unpin, Unpin) of the one spec in args (ErrInput unless there is
 // exactly one; a flag after it is named, with where it goes).
 func (c *Client) PinArgs(ctx context.Context, args []string, unpin bool) (*PinReport, error) {
-	cmd := map[bool]string{false: "pin", true: "unpin"}[unpin]
+	cmd := "pin"
+	if unpin {
+		cmd = "unpin"
+	}
 	for _, a := range args {
 		if strings.HasPrefix(a, "-") {
 			return nil, fmt.Errorf("%w: argument %q looks like a flag: flags go before UPSTREAM/REPOSITORY:TAG, e.g. nodecache cache %s --output json docker.io/library/alpine:3.20", ErrInput, a, cmd)

@@ -56,8 +56,12 @@ func (m *Mirror) Pin(ctx context.Context, upstream, repository, ref string) (mir
 	}
 	p, _, err := m.cache.Pin(ctx, sr, tag, d)
 	if errors.Is(err, cache.ErrNotCached) {
+		what := d.String()
+		if tag != "" {
+			what = "tagged " + tag
+		}
 		return mirrorapi.Pin{}, fmt.Errorf("%w: %s: the cache holds no manifest %s; nothing is fetched for a pin: pull it through the cache first, or warm and pin it with nodecache warm --pin",
-			cache.ErrNotCached, pinName(upstream, repository, ref), map[bool]string{true: "tagged " + tag, false: d.String()}[tag != ""])
+			cache.ErrNotCached, pinName(upstream, repository, ref), what)
 	}
 	if err != nil {
 		return mirrorapi.Pin{}, fmt.Errorf("pin %s: %w", pinName(upstream, repository, ref), err)
@@ -79,8 +83,9 @@ func (m *Mirror) Unpin(ctx context.Context, upstream, repository, ref string) (m
 	}
 	p, err := m.cache.Unpin(sr, tag, d)
 	if errors.Is(err, cache.ErrNotPinned) {
-		msg := fmt.Sprintf("%s: nothing is pinned by this %s", pinName(upstream, repository, ref), map[bool]string{true: "tag", false: "digest"}[tag != ""])
+		msg := pinName(upstream, repository, ref) + ": nothing is pinned by this tag"
 		if d != "" {
+			msg = pinName(upstream, repository, ref) + ": nothing is pinned by this digest"
 			if held := m.cache.PinsOf(sr, d); len(held) > 0 {
 				msg += "; the image is held by " + m.pinNames(held) + ": unpin that"
 			}
@@ -223,8 +228,12 @@ func (m *Mirror) servePins(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, code, err.Error())
 		return
 	}
-	m.log.Info().Str("method", r.Method).Str("upstream", p.Upstream).Str("repository", p.Repository).Str("tag", p.Tag).
-		Str("digest", p.Digest).Str("client", r.RemoteAddr).Msg(map[bool]string{true: "pinned on request", false: "unpinned on request"}[r.Method == http.MethodPut])
+	msg := "pinned on request"
+	if r.Method == http.MethodDelete {
+		msg = "unpinned on request"
+	}
+	m.log.Info().Str("upstream", p.Upstream).Str("repository", p.Repository).Str("tag", p.Tag).
+		Str("digest", p.Digest).Str("client", r.RemoteAddr).Msg(msg)
 	_ = json.NewEncoder(w).Encode(p)
 }
 

@@ -155,7 +155,7 @@ func TestPinsThroughDiskFull(t *testing.T) {
 		pullImage(t, h.host+"/upstream.test/team/big:v1")
 		h.waitIdle(t)
 	}
-	inv = waitInventory(t, h.host, "the unpinned image evicted for the 5 MiB one", func(inv mirrorapi.CacheInventory) bool {
+	waitInventory(t, h.host, "the unpinned image evicted for the 5 MiB one", func(inv mirrorapi.CacheInventory) bool {
 		return imageOf(inv, "team/pinned") == nil
 	})
 	if metricValue(t, h, `nodecache_evictions_total{reason="enospc"}`) <= before || metricValue(t, h, "nodecache_cache_pinned_bytes") != 0 {

@@ -195,13 +195,6 @@ func (x *Index) PinnedBytes() int64 {
 	return x.bytesLocked(x.heldLocked(x.protectedLocked()))
 }
 
-// Pinned reports whether a pin holds image m of repo.
-func (x *Index) Pinned(repo string, m digest.Digest) bool {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.protectedLocked()[Victim{Repo: repo, Manifest: m}]
-}
-
 // protectedLocked returns the images (top-level manifests of a repository) the pins hold.
 func (x *Index) protectedLocked() map[Victim]bool {
 	out := map[Victim]bool{}
@@ -388,8 +381,8 @@ func (x *Index) hasMovingPins() bool {
 	return false
 }
 
-// completeMove makes next the Digest of the pin by tag k when its Next is still next (the
-// image of its old Digest is released); it reports whether it did.
+// completeMove makes p.Next the Digest of the pin by tag p names when its Next is still p.Next
+// (the image of its old Digest is released); it reports whether it did.
 func (x *Index) completeMove(p Pin) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
