@@ -27,7 +27,7 @@ func agentCommand() *cli.Command {
 		stringFlag(&cc.CrioDir, "crio-dir", crio.DefaultCrioDir, "CRI-O drop-in `DIR` (host path)"),
 		stringFlag(&cc.MirrorCA, "mirror-ca", "", "PEM CA `FILE` of an https mirror (host path, read under --host-root; refused for http)"),
 		durationFlag(&cfg.Interval, "interval", activation.DefaultInterval, "re-evaluate activation every `DURATION` (read-only)"),
-		stringSliceFlag(&cfg.Warm, "warm", nil, "`IMAGE` to pre-fill once at start, repeatable"),
+		stringSliceFlag(&cfg.Warm, "warm", nil, "`IMAGE` to pre-fill once at start and pin (never evicted; nodecache cache unpin lets it go), repeatable"),
 		stringFlag(&cfg.Readiness, "readiness", activation.ReadinessServing, "what /readyz reports, a `MODE`: serving (the mirror can serve) or activation (and the runtime configuration is ACTIVE)"),
 		stringFlag(&cfg.ReadyFile, "ready-file", "", "`FILE` that exists exactly while /readyz would answer 200 (for exec probes)"),
 	)
@@ -39,7 +39,7 @@ func agentCommand() *cli.Command {
    1. serves the pull-through registry (serve's flags; --listen defaults to 127.0.0.1:5000);
    2. runs one gen pass for the runtime found under --host-root: containerd hosts.toml files
       and config_path, CRI-O drop-in plus one SIGHUP, Talos: prints the machine-config patch;
-   3. pre-fills --warm images once;
+   3. pre-fills --warm images once, and pins them;
    4. re-evaluates activation every --interval (read-only), serving /activez (200 only while
       ACTIVE), the gauge nodecache_runtime_config_active{runtime}, and logging only transitions,
       each with its remedy.

@@ -10,16 +10,16 @@ import (
 )
 
 func cacheCommand() *cli.Command {
-	sub := func(name, usage, args string, run func(*cli.Context, *inventory.Client) (clitext.Renderer, error), flags ...cli.Flag) *cli.Command {
+	sub := func(name, usage, args string, flags ...cli.Flag) *cli.Command {
 		var listenURL, output string
 		return withConfig(&cli.Command{Name: name, Usage: usage, ArgsUsage: args,
-			Description: "Exit codes: 0 done (verify: every blob matched); 1 not cached, a blob corrupt or unreadable (verify), serve unreachable or refused; 2 a flag or argument refused.",
+			Description: "Exit codes: 0 done (verify: every blob matched); 1 not cached (or not pinned), a blob corrupt or unreadable (verify), serve unreachable or refused (a pin over 80% of --max-size, rm of a pinned image); 2 a flag or argument refused.",
 			Flags:       append([]cli.Flag{stringFlag(&listenURL, "listen-url", "http://127.0.0.1:5000", "`URL` where nodecache serve listens"), stringFlag(&output, "output", "text", "report `FORMAT`: text or json")}, flags...),
 			Action: func(c *cli.Context) error {
 				cl, err := inventory.New(listenURL, nil)
 				if err = errors.Join(err, outputFormat(output)); err == nil {
 					var rep clitext.Renderer
-					if rep, err = run(c, cl); err == nil {
+					if rep, err = cl.Command(c.Context, name, c.Args().Slice(), c.String("rate"), c.App.ErrWriter); err == nil {
 						return withCode(exitNegative, errors.Join(clitext.Render(c.App.Writer, output, rep), inventory.Verdict(rep)))
 					}
 				}
@@ -27,17 +27,13 @@ func cacheCommand() *cli.Command {
 				return withCode(map[bool]int{true: exitUsage, false: exitNegative}[errors.Is(err, inventory.ErrInput) || errors.As(err, &usage)], err)
 			}})
 	}
-	return &cli.Command{Name: "cache", Usage: "list the images a running nodecache serve holds, evict one, or verify every stored blob",
+	return &cli.Command{Name: "cache", Usage: "list the images a running nodecache serve holds, evict one, verify every stored blob, or pin and unpin images",
 		Subcommands: []*cli.Command{
-			sub("ls", "list cached images, most recently pulled first (GET /nodecache/v1/cache: loopback and --allow networks)", "",
-				func(c *cli.Context, cl *inventory.Client) (clitext.Renderer, error) { return cl.List(c.Context) }),
-			sub("rm", "evict one image as eviction does: blobs another cached manifest references or a request uses stay (DELETE /nodecache/v1/cache/...: loopback only)", "UPSTREAM/REPOSITORY@DIGEST",
-				func(c *cli.Context, cl *inventory.Client) (clitext.Renderer, error) {
-					return cl.RemoveArgs(c.Context, c.Args().Slice())
-				}),
+			sub("ls", "list cached images, most recently pulled first, pinned ones marked (GET /nodecache/v1/cache: loopback and --allow networks)", ""),
+			sub("rm", "evict one image as eviction does: blobs another cached manifest references or a request uses stay; a pinned image is refused (unpin it first) (DELETE /nodecache/v1/cache/...: loopback only)", "UPSTREAM/REPOSITORY@DIGEST"),
 			sub("verify", "read every stored blob whole, at most --rate bytes a second, evicting each that does not match its digest (the next pull fetches it again); progress on stderr (POST /nodecache/v1/cache/verify: loopback and --allow networks)", "",
-				func(c *cli.Context, cl *inventory.Client) (clitext.Renderer, error) {
-					return cl.Verify(c.Context, c.String("rate"), 0, c.App.ErrWriter)
-				}, stringFlag(nil, "rate", "", "read at most `RATE`, bytes a second in binary units (200MiB, 1GiB/s); default: serve's --scrub-rate")),
+				stringFlag(nil, "rate", "", "read at most `RATE`, bytes a second in binary units (200MiB, 1GiB/s); default: serve's --scrub-rate")),
+			sub("pin", "pin what the cache holds of an image so that eviction (--max-size, a full disk) never removes it; a pin by tag follows the tag to the image a revalidation finds. Nothing is fetched: an image not cached is refused (nodecache warm --pin fetches and pins); pins may hold at most 80% of --max-size (PUT /nodecache/v1/cache/pins/...: loopback and --allow networks)", "UPSTREAM/REPOSITORY:TAG|UPSTREAM/REPOSITORY@DIGEST"),
+			sub("unpin", "drop a pin, by the tag or digest it was pinned by: what it held is evicted again like anything else (DELETE /nodecache/v1/cache/pins/...: loopback and --allow networks)", "UPSTREAM/REPOSITORY:TAG|UPSTREAM/REPOSITORY@DIGEST"),
 		}}
 }

@@ -38,6 +38,7 @@ func warmCommand() *cli.Command {
 		stringFlag(&cfg.MachineConfig, "machine-config", "", "also warm what a node with this machine config `FILE` pulls (talosctl read /system/state/config.yaml, or talosctl get machineconfig -o yaml): the images it names (control-plane ones too), its Talos release's defaults for those it leaves unset (never this build's), and that release's pause and flannel"),
 		stringFlag(&cfg.InstallerImage, "installer-image", "", "also warm the Talos installer `REF` an upgrade pulls (machine.install.image, e.g. an image factory reference)"),
 		stringFlag(&cfg.ImagesFrom, "images-from", "", "also warm the references in `FILE` (one per line; # comments and blank lines skipped; - reads standard input), after --talos and before IMAGE"),
+		boolFlag(&cfg.Pin, "pin", "pin each image at the mirror once it is warm, so that eviction (--max-size, a full disk) never removes it: by tag (the pin follows the tag) or by digest as IMAGE names it. Needs nodecache serve as --mirror, accepting pins from this host (loopback, or its --allow networks); pins may hold at most 80% of serve's --max-size"),
 		boolFlag(&cfg.Print, "print", "print the normalised references that would be warmed, one per line (with --output json: with their sources), and exit; nothing is contacted and --mirror is optional"),
 		stringFlag(&output, "output", "text", "summary `FORMAT`: text or json"),
 	}
@@ -50,8 +51,9 @@ func warmCommand() *cli.Command {
 mirror, hashing each while streaming. IMAGE is name[:tag][@digest] (the digest wins); short names
 are normalised (nginx -> docker.io/library/nginx:latest). Flags come before IMAGE.
 
-Exit codes: 0 every image warm (at least one blob fetched, none failed) or, with --to, stored;
-1 an image not warm (stored), the mirror not ready in --wait, or --deadline; 2 refused (nothing sent).`,
+Exit codes: 0 every image warm (at least one blob fetched, none failed; with --pin, pinned) or, with
+--to, stored; 1 an image not warm (stored) or not pinned, the mirror not ready within --wait (or not
+nodecache serve, with --pin), or --deadline reached; 2 a flag or IMAGE refused (nothing sent).`,
 		Flags: append(flags, logFlags(&lc, true)...),
 		Action: func(c *cli.Context) error {
 			if err := outputFormat(output); err != nil {
@@ -97,7 +99,7 @@ func runWarm(c *cli.Context, output string, opts warm.Options) error {
 	if err := clitext.Render(c.App.Writer, output, rep); err != nil {
 		return withCode(exitNegative, err)
 	}
-	if !rep.Warm || rep.Error != "" || (rep.Bundle != nil && !rep.Bundle.Written) {
+	if !rep.OK() {
 		return silentExit(exitNegative)
 	}
 	return nil

@@ -270,6 +270,7 @@ mode: shared
 upstreams: ["ghcr.io=https://ghcr.io", "docker.io=https://registry-1.docker.io"]
 upstreamAuth: {secretName: regcred, upstreams: [ghcr.io, docker.io]}
 pullAllow: [10.0.0.0/8, "fd00::/8"]
+allow: [10.244.0.0/16]
 maxSize: 180GiB
 warm: {images: ["ghcr.io/siderolabs/kubelet:v1.35.0"], platform: linux/arm64, talos: true}
 metrics: {dashboard: {enabled: true}}
@@ -786,7 +787,7 @@ func TestRenderedArgsAccepted(t *testing.T) {
 func TestWarmJobTargetsSharedService(t *testing.T) {
 	t.Parallel()
 	example := repoObjects(t, "examples/kubernetes/warm-job.yaml")
-	chartShared := render(t, "cache", vals(t, `{mode: shared, warm: {images: [nginx]}}`), false)
+	chartShared := render(t, "cache", vals(t, `{mode: shared, allow: [10.244.0.0/16], warm: {images: [nginx]}}`), false)
 	for name, tc := range map[string]struct{ jobs, services []object }{
 		"examples":    {example, kustomizeBuild(t, "examples/kubernetes/shared")},
 		"chart cache": {chartShared, chartShared},
@@ -904,6 +905,57 @@ func TestChartSharedCredentialsNeedPullAllow(t *testing.T) {
 		}
 		if !slices.Contains(args, "--pull-allow=10.0.0.0/16") || !slices.Contains(args, "--pull-allow=fd00::/8") {
 			t.Errorf("%s: serve's args %q lack --pull-allow for both networks", values, args)
+		}
+	}
+}
+
+// TestChartWarmJobPins (issue 24): the shared mode's warm Job pins what it warms (warm --pin), and
+// serve accepts pins from loopback and its --allow networks only, so warm.images without allow
+// fails to render, naming allow and warm.pin=false; with allow serve gets --allow and the Job
+// --pin; warm.pin=false renders a Job without --pin and needs no allow. allow reaches the
+// agent's flags too. The shared cache's `helm install` of docs/deploy.md, as written, renders.
+func TestChartWarmJobPins(t *testing.T) {
+	t.Parallel()
+	c := loadChart(t)
+	const section = "## Kubernetes: a shared cache"
+	for _, in := range docHelmInstalls(t, "docs/deploy.md", section) {
+		if _, _, err := renderValues(c, in.release, in.namespace, in.values, false); err != nil {
+			t.Errorf("docs/deploy.md %q: %q: %v", section, in.line, err)
+		}
+	}
+	for _, values := range []string{"{mode: shared, warm: {images: [nginx]}}", "{mode: shared, allow: [], warm: {talos: true}}"} {
+		_, _, err := renderValues(c, "cache", "nodecache", vals(t, values), false)
+		if err == nil || !strings.Contains(err.Error(), "the warm Job pins what it warms (nodecache warm --pin)") ||
+			!strings.Contains(err.Error(), "--set 'allow={10.244.0.0/16}'") || !strings.Contains(err.Error(), "--set warm.pin=false") {
+			t.Errorf("%s: %v; want a refusal naming allow and warm.pin=false", values, err)
+		}
+	}
+	for _, tc := range []struct {
+		values       string
+		pin, allowed bool
+	}{
+		{"{mode: shared, allow: [10.244.0.0/16, \"fd00::/8\"], warm: {images: [nginx]}}", true, true},
+		{"{mode: shared, warm: {images: [nginx], pin: false}}", false, false},
+		{"{mode: agent, allow: [10.244.0.0/16, \"fd00::/8\"], warm: {images: [nginx]}}", false, true},
+	} {
+		objs, _, err := renderValues(c, "cache", "nodecache", vals(t, tc.values), false)
+		if err != nil {
+			t.Errorf("%s: %v; want it rendered", tc.values, err)
+			continue
+		}
+		var serveArgs, warmArgs []string
+		for key, ctr := range containers(objs) {
+			if strings.HasPrefix(key, "Job/") {
+				warmArgs = append(warmArgs, ctr.Args...)
+			} else {
+				serveArgs = append(serveArgs, ctr.Args...)
+			}
+		}
+		if got := slices.Contains(warmArgs, "--pin"); got != tc.pin {
+			t.Errorf("%s: warm Job args %q: --pin %v, want %v", tc.values, warmArgs, got, tc.pin)
+		}
+		if got := slices.Contains(serveArgs, "--allow=10.244.0.0/16") && slices.Contains(serveArgs, "--allow=fd00::/8"); got != tc.allowed {
+			t.Errorf("%s: serve's args %q: --allow for both networks %v, want %v", tc.values, serveArgs, got, tc.allowed)
 		}
 	}
 }

@@ -88,6 +88,10 @@ var grammarCases = []grammarCase{
 	{"pullAllow", "fd00::/129", `--pull-allow "fd00::/129": want a CIDR such as 10.0.0.0/8 or fd00::/8`},
 	{"pullAllow", "fe80::1%eth0/64", `--pull-allow "fe80::1%eth0/64": want a CIDR such as 10.0.0.0/8 or fd00::/8`},
 	{"pullAllow", "nodes", `--pull-allow "nodes": want a CIDR such as 10.0.0.0/8 or fd00::/8`},
+	{"allow", "10.244.0.0/16", ""},
+	{"allow", "10.244.0.0/16,fd00::/8", ""},
+	{"allow", "10.244.0.1", `--allow "10.244.0.1": want a CIDR such as 10.0.0.0/8 or fd00::/8`},
+	{"allow", "pods", `--allow "pods": want a CIDR such as 10.0.0.0/8 or fd00::/8`},
 	// --max-size, the shared cache's and the agent's (pkg/mirror ParseMaxSize).
 	{"maxSize", "30GiB", ""},
 	{"maxSize", "1.5TiB", ""},
@@ -252,7 +256,7 @@ func grammarValues(path, value string) map[string]any {
 	v := map[string]any{}
 	var item any = value
 	switch path {
-	case "upstreams", "upstreamAuth.upstreams", "pullAllow", "warm.images", "extraArgs":
+	case "upstreams", "upstreamAuth.upstreams", "pullAllow", "allow", "warm.images", "extraArgs":
 		item = []any{value}
 	}
 	keys := strings.Split(path, ".")
@@ -308,6 +312,8 @@ func decide(t *testing.T, dir, creds, path, value string) (bool, string) {
 		return serve(`--listen "127.0.0.1:99999"`, "--upstream-auth", value+"="+creds)
 	case "pullAllow":
 		return serve(`--listen "127.0.0.1:99999"`, "--pull-allow", value)
+	case "allow":
+		return serve(`--listen "127.0.0.1:99999"`, "--allow", value)
 	case "maxSize", "agent.maxSize":
 		return serve(`--listen "127.0.0.1:99999"`, "--max-size", value)
 	case "chain":

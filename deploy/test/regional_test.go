@@ -178,6 +178,10 @@ func parseHelmInstall(cmd string) (helmInstall, error) {
 			if err != nil {
 				return in, err
 			}
+			// A value in single quotes (braces kept from the shell), as the pages write lists.
+			if len(s) > 1 && strings.HasPrefix(s, "'") && strings.HasSuffix(s, "'") {
+				s = s[1 : len(s)-1]
+			}
 			if err := strvals.ParseInto(s, in.values); err != nil {
 				return in, fmt.Errorf("--set %s: %w", s, err)
 			}

@@ -80,6 +80,8 @@ var (
 	Proc = Kind{Name: "a procfs file", Limit: 4 * MiB}
 	// Index is the cache's index file under --root (one entry per blob).
 	Index = Kind{Name: "the cache index file", Limit: 1 * GiB}
+	// Pins is the cache's pins file under --root (one entry per pin).
+	Pins = Kind{Name: "the cache pins file", Limit: 64 * MiB}
 	// Lock is the lock file under --root holding its owner's process id.
 	Lock = Kind{Name: "a lock file", Limit: 4 * KiB}
 	// PeerList is --peers file:PATH: one HOST:PORT a line.

@@ -48,7 +48,7 @@ type Config struct {
 	// ReadyFile exists exactly while /readyz would answer 200. Empty: none.
 	ReadyFile string
 	// Warm are the images pre-filled once after the configure pass (repeated or
-	// comma-separated).
+	// comma-separated), each pinned once warm (warm.Options.Pin): eviction never removes them.
 	Warm []string
 	// Configure are the configure pass's own settings.
 	Configure Configure
@@ -231,7 +231,8 @@ func wait(ctx context.Context, ch <-chan struct{}) bool {
 }
 
 // warmOnce pre-fills the --warm images through the agent's own mirror, for this machine's
-// platform; the outcome is logged.
+// platform, and pins them there (the images a node needs before it can run anything must not be
+// evicted before it asks: issue 24); the outcome is logged.
 func (p *plan) warmOnce(ctx context.Context) {
 	log := p.cfg.Logger
 	platform, err := warm.ParsePlatform("")
@@ -239,11 +240,16 @@ func (p *plan) warmOnce(ctx context.Context) {
 		log.Error().Err(err).Msg("warm")
 		return
 	}
-	rep, err := warm.Run(ctx, warm.Options{Mirror: p.mirrorURL, Images: p.warm, Platform: platform, Routing: warm.RoutingNS, Logger: log})
+	rep, err := warm.Run(ctx, warm.Options{Mirror: p.mirrorURL, Images: p.warm, Platform: platform, Routing: warm.RoutingNS, Logger: log, Pin: true})
 	switch {
 	case err != nil && !errors.Is(err, context.Canceled):
 		log.Error().Err(err).Msg("warm")
 	case rep != nil:
-		log.Info().Bool("warm", rep.Warm).Msg("warm finished")
+		for _, im := range rep.Images {
+			if im.Error != "" {
+				log.Warn().Str("image", im.Reference).Str("error", im.Error).Msg("warm: image not warm, or not pinned")
+			}
+		}
+		log.Info().Bool("warm", rep.Warm).Int("pinned", rep.PinnedImages).Int("images", len(rep.Images)).Msg("warm finished")
 	}
 }

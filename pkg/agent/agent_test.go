@@ -3,9 +3,12 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +19,9 @@ import (
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/mirror"
+	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // config is a valid agent Config over hostRoot, listening on a free loopback port.
@@ -158,5 +163,54 @@ func TestRunStopsWithContext(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), `"message":"nodecache agent"`) {
 		t.Errorf("no start line:\n%s", log.String())
+	}
+}
+
+// TestWarmPins (issue 24): the agent's --warm images are pinned in its own cache once warm (the
+// images a node needs before it can run anything must not be evicted before it asks): the pin
+// is listed by the agent's serve and written to its pins file. Fails when the agent warms
+// without pinning.
+func TestWarmPins(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/"+runtime.GOARCH))
+	var log mirrortest.LogBuffer
+	root := t.TempDir()
+	writeConfig(t, root, legacyConfig)
+	c := config(t, root, &log)
+	c.Mirror = ""
+	c.Configure.Migrate = true
+	c.Registry.Upstreams = []string{"upstream.test=" + up.URL.String()}
+	c.Warm = []string{"upstream.test/team/app:v1"}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, c) }()
+	defer func() {
+		cancel()
+		if err := nodecachetest.Within(t, 30*time.Second, "Run after the context ended", func() error { return <-done }); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(log.String(), `"message":"warm finished"`) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(log.String(), `"warm":true,"pinned":1,"images":1,"message":"warm finished"`) {
+		t.Fatalf("the --warm image was not warmed and pinned:\n%s", log.String())
+	}
+	resp, err := http.Get("http://" + c.Registry.Listen + mirrorapi.CachePinsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var l mirrorapi.PinList
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Pins) != 1 || l.Pins[0].Upstream != "upstream.test" || l.Pins[0].Repository != "team/app" || l.Pins[0].Tag != "v1" || l.PinnedBytes <= 0 {
+		t.Errorf("pins of the agent's serve: %+v; want upstream.test/team/app:v1", l)
+	}
+	if b, err := os.ReadFile(cache.PinsPath(c.Registry.Root)); err != nil || !strings.Contains(string(b), `"tag": "v1"`) {
+		t.Errorf("pins file: %v\n%s", err, b)
 	}
 }

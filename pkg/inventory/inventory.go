@@ -1,6 +1,7 @@
 // Package inventory is the client of serve's cache inventory (mirrorapi.CachePath): list the
-// cached images, evict one, run a verify pass over the stored blobs. `nodecache cache
-// ls|rm|verify` renders what it returns.
+// cached images, evict one, run a verify pass over the stored blobs, pin and unpin images
+// (mirrorapi.CachePinsPath). `nodecache cache ls|rm|verify|pin|unpin` renders what it returns,
+// and `nodecache warm --pin` pins through it.
 package inventory
 
 import (
@@ -30,6 +31,9 @@ var ErrNotCached = errors.New("not cached")
 
 // ErrInput marks a refused argument (listen URL, image spec).
 var ErrInput = errors.New("invalid input")
+
+// ErrNotPinned is returned by Unpin when serve holds no pin of that tag or digest (404).
+var ErrNotPinned = errors.New("not pinned")
 
 // Client talks to one serve.
 type Client struct {
@@ -139,9 +143,17 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 			// input, not the cache.
 			return fmt.Errorf("%w: %s", ErrInput, msg)
 		}
-		if resp.StatusCode == http.StatusNotFound && method == http.MethodDelete {
+		pins := strings.HasPrefix(path, mirrorapi.CachePinsPath+"/")
+		switch {
+		case resp.StatusCode == http.StatusNotFound && pins && method == http.MethodDelete:
+			return fmt.Errorf("%w: %s", ErrNotPinned, strings.TrimPrefix(msg, ErrNotPinned.Error()+": "))
+		case resp.StatusCode == http.StatusNotFound && (method == http.MethodDelete || pins):
 			// serve says "not cached: UPSTREAM/REPOSITORY@DIGEST"; say it once.
 			return fmt.Errorf("%w: %s", ErrNotCached, strings.TrimPrefix(msg, ErrNotCached.Error()+": "))
+		case resp.StatusCode == http.StatusConflict:
+			// A pin over the pinned share of the cap, a removal of a pinned image: serve's
+			// message says why and what to do.
+			return errors.New(msg)
 		}
 		return fmt.Errorf("%s %s: %s: %s", method, u.String(), resp.Status, msg)
 	}
@@ -149,6 +161,138 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 		return fmt.Errorf("%s %s: answer is not the inventory's JSON: %w", method, u.String(), err)
 	}
 	return nil
+}
+
+// Command runs `nodecache cache NAME` (ls, rm, verify, pin, unpin) with its arguments args
+// (ls and verify take none and ignore them); rate is verify's --rate, progress where verify
+// writes its progress lines. It returns the report to render. Errors: ErrInput for an unknown
+// NAME, and those of List, RemoveArgs, Verify and PinArgs.
+func (c *Client) Command(ctx context.Context, name string, args []string, rate string, progress io.Writer) (clitext.Renderer, error) {
+	switch name {
+	case "ls":
+		return c.List(ctx)
+	case "rm":
+		return c.RemoveArgs(ctx, args)
+	case "verify":
+		return c.Verify(ctx, rate, 0, progress)
+	case "pin", "unpin":
+		return c.PinArgs(ctx, args, name == "unpin")
+	}
+	return nil, fmt.Errorf("%w: unknown cache command %q: want ls, rm, verify, pin or unpin", ErrInput, name)
+}
+
+// ParsePinSpec checks "<upstream>/<repository>:<tag>" or "<upstream>/<repository>@<digest>"
+// (what `cache pin` and `cache unpin` take) and returns it. Errors wrap ErrInput.
+func ParsePinSpec(spec string) (string, error) {
+	want := "want UPSTREAM/REPOSITORY:TAG or UPSTREAM/REPOSITORY@DIGEST, e.g. docker.io/library/alpine:3.20 or docker.io/library/alpine@sha256:<64 hex digits>"
+	up, rest, ok := strings.Cut(spec, "/")
+	if !ok || up == "" || rest == "" {
+		return "", fmt.Errorf("%w: %q: %s", ErrInput, spec, want)
+	}
+	if repo, d, found := strings.Cut(rest, "@"); found {
+		if repo == "" {
+			return "", fmt.Errorf("%w: %q: no repository: %s", ErrInput, spec, want)
+		}
+		if _, err := digest.Parse(d); err != nil {
+			return "", fmt.Errorf("%w: %q: digest %q: %w", ErrInput, spec, d, err)
+		}
+		return spec, nil
+	}
+	i := strings.LastIndex(rest, ":")
+	if i <= 0 || i == len(rest)-1 || strings.Contains(rest[i:], "/") {
+		return "", fmt.Errorf("%w: %q: no tag or digest: %s", ErrInput, spec, want)
+	}
+	return spec, nil
+}
+
+// PinArgs is Pin (or, with unpin, Unpin) of the one spec in args (ErrInput unless there is
+// exactly one; a flag after it is named, with where it goes).
+func (c *Client) PinArgs(ctx context.Context, args []string, unpin bool) (*PinReport, error) {
+	cmd := "pin"
+	if unpin {
+		cmd = "unpin"
+	}
+	for _, a := range args {
+		if strings.HasPrefix(a, "-") {
+			return nil, fmt.Errorf("%w: argument %q looks like a flag: flags go before UPSTREAM/REPOSITORY:TAG, e.g. nodecache cache %s --output json docker.io/library/alpine:3.20", ErrInput, a, cmd)
+		}
+	}
+	if len(args) != 1 {
+		return nil, fmt.Errorf("%w: cache %s takes one UPSTREAM/REPOSITORY:TAG or UPSTREAM/REPOSITORY@DIGEST, got %d arguments", ErrInput, cmd, len(args))
+	}
+	if unpin {
+		return c.Unpin(ctx, args[0])
+	}
+	return c.Pin(ctx, args[0])
+}
+
+// Pin pins what serve's cache holds of the image spec names ("<upstream>/<repository>:<tag>",
+// followed as the tag moves, or "…@<digest>"); serve accepts it from loopback and its --allow
+// networks. Errors: ErrInput for a bad spec (serve's 400 too: an upstream it does not have),
+// ErrNotCached when serve does not hold it (nothing is fetched), serve's refusal (over 80% of
+// the cap: its message names the cap; 403 outside --allow) or failure; nothing listening is said
+// as List says it.
+func (c *Client) Pin(ctx context.Context, spec string) (*PinReport, error) {
+	if _, err := ParsePinSpec(spec); err != nil {
+		return nil, err
+	}
+	var p mirrorapi.Pin
+	if err := c.do(ctx, http.MethodPut, mirrorapi.CachePinsPath+"/"+spec, &p); err != nil {
+		return nil, err
+	}
+	return &PinReport{Pin: p}, nil
+}
+
+// Unpin drops serve's pin of spec (as Pin takes it, the tag or digest it was pinned by).
+// Errors: as Pin's, and ErrNotPinned (serve's message names the pins that hold the image when a
+// digest was given) instead of ErrNotCached.
+func (c *Client) Unpin(ctx context.Context, spec string) (*PinReport, error) {
+	if _, err := ParsePinSpec(spec); err != nil {
+		return nil, err
+	}
+	var p mirrorapi.Pin
+	if err := c.do(ctx, http.MethodDelete, mirrorapi.CachePinsPath+"/"+spec, &p); err != nil {
+		return nil, err
+	}
+	return &PinReport{Pin: p, Unpinned: true}, nil
+}
+
+// Pins returns serve's pins (GET mirrorapi.CachePinsPath).
+func (c *Client) Pins(ctx context.Context) (*mirrorapi.PinList, error) {
+	var l mirrorapi.PinList
+	if err := c.do(ctx, http.MethodGet, mirrorapi.CachePinsPath, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// PinReport is `cache pin`'s and `cache unpin`'s report: the pin made or dropped.
+type PinReport struct {
+	Pin      mirrorapi.Pin
+	Unpinned bool
+}
+
+// WriteJSON writes the pin as serve answered it.
+func (r *PinReport) WriteJSON(w io.Writer) error { return json.NewEncoder(w).Encode(r.Pin) }
+
+// WriteText writes one line naming the pin, its digest (and the one its tag moved to) and the
+// bytes it holds.
+func (r *PinReport) WriteText(w io.Writer) error {
+	p := r.Pin
+	name := p.Upstream + "/" + p.Repository + "@" + p.Digest
+	if p.Tag != "" {
+		name = p.Upstream + "/" + p.Repository + ":" + p.Tag + " (" + p.Digest
+		if p.Next != "" {
+			name += ", moving to " + p.Next
+		}
+		name += ")"
+	}
+	verb := "pinned"
+	if r.Unpinned {
+		verb = "unpinned"
+	}
+	_, err := fmt.Fprintf(w, "%s %s, %s\n", verb, name, clitext.Bytes(p.SizeBytes))
+	return err
 }
 
 // ErrVerifyLost is Verify's error when the pass it follows is gone from serve before its end:
@@ -263,11 +407,12 @@ func (l *Listing) WriteJSON(w io.Writer) error {
 	return enc.Encode(l.CacheInventory)
 }
 
-// WriteText writes one line per image (IMAGE, TAGS, SIZE, LAST PULLED; a tag of a child manifest
-// is marked "(child)"), then the totals.
+// WriteText writes one line per image (IMAGE, TAGS, SIZE, LAST PULLED, PINNED; a tag of a child
+// manifest is marked "(child)"), then the totals.
 func (l *Listing) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "IMAGE\tTAGS\tSIZE\tLAST PULLED")
+	fmt.Fprintln(tw, "IMAGE\tTAGS\tSIZE\tLAST PULLED\tPINNED")
+	pinned := 0
 	for _, i := range l.Images {
 		names := slices.Clone(i.Tags)
 		for _, t := range slices.Sorted(maps.Keys(i.ChildTags)) {
@@ -277,7 +422,12 @@ func (l *Listing) WriteText(w io.Writer) error {
 		if tags == "" {
 			tags = "-"
 		}
-		fmt.Fprintf(tw, "%s/%s@%s\t%s\t%s\t%s\n", i.Upstream, i.Repository, i.Digest, tags, clitext.Bytes(i.SizeBytes), i.LastPulled.Format(time.RFC3339))
+		mark := "-"
+		if i.Pinned {
+			mark = "pinned"
+			pinned++
+		}
+		fmt.Fprintf(tw, "%s/%s@%s\t%s\t%s\t%s\t%s\n", i.Upstream, i.Repository, i.Digest, tags, clitext.Bytes(i.SizeBytes), i.LastPulled.Format(time.RFC3339), mark)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -290,7 +440,8 @@ func (l *Listing) WriteText(w io.Writer) error {
 	if !l.Ready {
 		note = " (index being rebuilt from storage: images may be missing)"
 	}
-	_, err := fmt.Fprintf(w, "%d images, %d blobs, %s (%s)%s\n", len(l.Images), l.Blobs, clitext.Bytes(l.SizeBytes), limit, note)
+	_, err := fmt.Fprintf(w, "%d images, %d blobs, %s (%s); %d pinned, %s pinned%s\n", len(l.Images), l.Blobs, clitext.Bytes(l.SizeBytes), limit,
+		pinned, clitext.Bytes(l.PinnedBytes), note)
 	return err
 }
 

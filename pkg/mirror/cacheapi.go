@@ -11,6 +11,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -27,6 +28,9 @@ type cacheView interface {
 	HasManifest(repo string, d digest.Digest) bool
 	// MaxSize is the cap in bytes (0: none).
 	MaxSize() int64
+	// PinnedBytes is the bytes the pins hold; PinsOf the pins that hold an image.
+	PinnedBytes() int64
+	PinsOf(repo string, m digest.Digest) []cache.Pin
 	// EvictImage removes an image of a storage repository, returning the bytes freed.
 	EvictImage(ctx context.Context, repo string, d digest.Digest, reason string) int64
 	// StartVerify asks for a verify pass at rate bytes a second (0: the scrub rate), or
@@ -42,7 +46,7 @@ func (m *Mirror) Inventory() mirrorapi.CacheInventory { return inventory(m.cache
 // upstreams by storage key).
 func inventory(c cacheView, byKey map[string]*configured) mirrorapi.CacheInventory {
 	size, blobs := c.Totals()
-	inv := mirrorapi.CacheInventory{SizeBytes: size, MaxSizeBytes: c.MaxSize(), Blobs: blobs, Ready: c.Ready()}
+	inv := mirrorapi.CacheInventory{SizeBytes: size, MaxSizeBytes: c.MaxSize(), PinnedBytes: c.PinnedBytes(), Blobs: blobs, Ready: c.Ready()}
 	inv.Images = c.Images(func(sr string) (string, string) {
 		key, repo, _ := strings.Cut(sr, "/")
 		if up := byKey[key]; up != nil {
@@ -55,12 +59,14 @@ func inventory(c cacheView, byKey map[string]*configured) mirrorapi.CacheInvento
 
 // serveCache answers mirrorapi.CachePath: GET (loopback and --allow networks) lists the cache,
 // DELETE .../<upstream>/<repository>@<digest> (loopback only) evicts one image; and
-// mirrorapi.CacheVerifyPath (serveVerify).
+// mirrorapi.CacheVerifyPath (serveVerify) and mirrorapi.CachePinsPath (servePins).
 func (m *Mirror) serveCache(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	switch {
 	case r.URL.Path == mirrorapi.CacheVerifyPath:
 		m.serveVerify(w, r)
+	case r.URL.Path == mirrorapi.CachePinsPath || strings.HasPrefix(r.URL.Path, mirrorapi.CachePinsPath+"/"):
+		m.servePins(w, r)
 	case r.Method == http.MethodGet && r.URL.Path == mirrorapi.CachePath:
 		if !m.clients.allowed(r.RemoteAddr) {
 			m.metrics.refused.WithLabelValues(RefusedAllow).Inc()
@@ -156,6 +162,12 @@ func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string
 	}
 	if img == nil || !c.HasManifest(sr, d) {
 		writeJSONError(w, http.StatusNotFound, "not cached: "+up.Name+"/"+repo+"@"+d.String())
+		return
+	}
+	if pins := c.PinsOf(sr, d); len(pins) > 0 {
+		names := m.pinNames(pins)
+		writeJSONError(w, http.StatusConflict, fmt.Sprintf("%s/%s@%s is pinned by %s: unpin it first (nodecache cache unpin %s)",
+			up.Name, repo, d, names, strings.ReplaceAll(names, ", ", " and nodecache cache unpin ")))
 		return
 	}
 	c.EvictImage(r.Context(), sr, d, EvictAPI)

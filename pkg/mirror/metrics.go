@@ -27,6 +27,7 @@ type metrics struct {
 // cacheTotals is what the cache gauges read: a *cache.Store.
 type cacheTotals interface {
 	Totals() (size int64, blobs int)
+	PinnedBytes() int64
 }
 
 func newMetrics(reg prometheus.Registerer, idx cacheTotals, maxSize int64) (*metrics, error) {
@@ -77,6 +78,10 @@ func newMetrics(reg prometheus.Registerer, idx cacheTotals, maxSize int64) (*met
 		Name: "nodecache_cache_blobs",
 		Help: "Blob data files in the cache (manifests included).",
 	}, func() float64 { _, n := idx.Totals(); return float64(n) })
+	pinnedGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "nodecache_cache_pinned_bytes",
+		Help: "Bytes of blob and manifest data in the cache that pins hold (nodecache cache pin, warm --pin): never evicted; at most 80% of --max-size.",
+	}, func() float64 { return float64(idx.PinnedBytes()) })
 	maxGauge := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "nodecache_cache_max_size_bytes",
 		Help: "The cache's size cap in bytes (--max-size); 0 when there is none.",
@@ -91,7 +96,7 @@ func newMetrics(reg prometheus.Registerer, idx cacheTotals, maxSize int64) (*met
 	for _, f := range []string{cache.FoundByServe, cache.FoundByScrub, cache.FoundByVerify} {
 		m.corrupt.WithLabelValues(f)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.servedBytes, m.refused, m.evictedBytes, m.evictions, m.corrupt, m.firstByte, sizeGauge, blobsGauge, maxGauge, m.connections, m.connBudget} {
+	for _, c := range []prometheus.Collector{m.requests, m.servedBytes, m.refused, m.evictedBytes, m.evictions, m.corrupt, m.firstByte, sizeGauge, blobsGauge, pinnedGauge, maxGauge, m.connections, m.connBudget} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -5,15 +5,60 @@ import "time"
 // CachePath is serve's cache inventory (GET, JSON CacheInventory; same access rule as
 // ClientsPath: loopback and the --allow networks). DELETE CachePath + "/<upstream>/<repository>@<digest>"
 // evicts one image and is answered to loopback clients only (JSON CachedImage of what went,
-// 404 when it is not cached, 400 for a malformed spec or an upstream serve does not have).
+// 404 when it is not cached, 409 when a pin holds it, 400 for a malformed spec or an upstream
+// serve does not have).
 const CachePath = "/nodecache/v1/cache"
+
+// CachePinsPath is serve's pins (issue 24), answered to loopback and the --allow networks (the
+// rule of ClientsPath; 403 otherwise), 503 while the cache index is loaded or rebuilt:
+//
+//   - GET CachePinsPath: the pins, JSON PinList.
+//   - PUT CachePinsPath + "/<upstream>/<repository>:<tag>" or "…@<digest>": pin what the cache holds
+//     of that image now (a pin by tag follows the tag); 200 with the Pin. 404 when the cache holds
+//     no such tag or manifest (nothing is fetched: nodecache warm --pin fetches and pins), 409
+//     when the pinned bytes would go above 80% of the cap (--max-size; the message names it), 400
+//     for a malformed spec or an upstream serve does not have.
+//   - DELETE the same path: drop that pin; 200 with the Pin dropped, 404 when there is none.
+const CachePinsPath = CachePath + "/pins"
+
+// Pin is one pin: an upstream's repository and a tag or a digest whose image eviction never
+// removes.
+type Pin struct {
+	Upstream   string `json:"upstream"`
+	Repository string `json:"repository"`
+	// Tag is the tag pinned; "" for a pin by digest.
+	Tag string `json:"tag,omitempty"`
+	// Digest is the manifest pinned: the digest of a pin by digest; for a pin by tag, the
+	// manifest the tag named when it was pinned or when its last move completed.
+	Digest string `json:"digest"`
+	// Next is, for a pin by tag, the manifest a revalidation moved the tag to: pinned as well
+	// until its image is complete (its manifest and, for each platform image the old one held,
+	// one stored with every blob), then it becomes Digest and the old image is released.
+	Next string `json:"next,omitempty"`
+	// Pinned is when the pin was made.
+	Pinned time.Time `json:"pinned"`
+	// SizeBytes is the data of the images it holds now (each blob once).
+	SizeBytes int64 `json:"size_bytes"`
+}
+
+// PinList is the JSON document served at CachePinsPath.
+type PinList struct {
+	// PinnedBytes is the data the pins hold (each blob once); MaxSizeBytes the cap (0: none),
+	// of which pins may hold at most 80%.
+	PinnedBytes  int64 `json:"pinned_bytes"`
+	MaxSizeBytes int64 `json:"max_size_bytes"`
+	// Pins are by upstream, repository, tag, then digest.
+	Pins []Pin `json:"pins"`
+}
 
 // CacheInventory is the JSON document served at CachePath.
 type CacheInventory struct {
 	// SizeBytes is the bytes of blob and manifest data stored (uploads in progress excluded);
-	// MaxSizeBytes the cap (--max-size), 0 when there is none.
+	// MaxSizeBytes the cap (--max-size), 0 when there is none; PinnedBytes the part of SizeBytes
+	// pins hold (CachePinsPath).
 	SizeBytes    int64 `json:"size_bytes"`
 	MaxSizeBytes int64 `json:"max_size_bytes"`
+	PinnedBytes  int64 `json:"pinned_bytes"`
 	// Blobs is the number of blob data files (manifests included).
 	Blobs int `json:"blobs"`
 	// Ready is false while the index is being rebuilt from storage: Images may then be missing
@@ -42,6 +87,9 @@ type CachedImage struct {
 	// LastPulled is the last GET or HEAD (by tag or digest) of its top-level manifest or of any
 	// child manifest it references (or when it was stored).
 	LastPulled time.Time `json:"last_pulled"`
+	// Pinned is true when a pin (CachePinsPath) holds the image: eviction never removes it, and
+	// DELETE refuses it (409).
+	Pinned bool `json:"pinned,omitempty"`
 }
 
 // CacheVerifyPath starts and follows a verify pass over serve's stored blobs (loopback and the
@@ -81,7 +129,8 @@ type VerifyPass struct {
 	Checked      int   `json:"checked"`
 	CheckedBytes int64 `json:"checked_bytes"`
 	// Corrupt blobs did not match; Evicted of them were removed, Unrepairable quarantined
-	// (pinned content; none before pins exist). CorruptBlobs are their digests.
+	// (meant for pinned content; none yet: damaged pinned blobs are evicted and fetched again).
+	// CorruptBlobs are their digests.
 	Corrupt      int      `json:"corrupt"`
 	Evicted      int      `json:"evicted"`
 	Unrepairable int      `json:"unrepairable"`

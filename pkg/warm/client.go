@@ -57,6 +57,9 @@ type client struct {
 	backoff   time.Duration
 	maxDelay  time.Duration
 	log       zerolog.Logger
+	// mirrorVersion is the mirrorapi.HeaderVersion of the mirror's GET /v2/ answer (waitForMirror):
+	// "" when the mirror is not a nodecache serve.
+	mirrorVersion string
 }
 
 // endpoint returns the mirror URL for kind ("manifests" or "blobs") and id (tag or digest) of
@@ -102,6 +105,8 @@ func (c *client) do(req *http.Request, ref Reference) (*http.Response, error) {
 
 // statusError is a response the mirror answered with a status that is not a success.
 type statusError struct {
+	// Method is the request's method; "" means GET.
+	Method     string
 	URL        string
 	Status     int
 	Body       string        // the start of the body (OCI error JSON, usually)
@@ -113,7 +118,11 @@ type statusError struct {
 }
 
 func (e *statusError) Error() string {
-	msg := fmt.Sprintf("GET %s: %d %s", e.URL, e.Status, http.StatusText(e.Status))
+	method := e.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	msg := fmt.Sprintf("%s %s: %d %s", method, e.URL, e.Status, http.StatusText(e.Status))
 	if b := strings.TrimSpace(e.Body); b != "" {
 		msg += ": " + b
 	}

@@ -60,6 +60,8 @@ type Config struct {
 	Stdin io.Reader
 	// Print is --print: only list the references (Options.Sources); --mirror is then optional.
 	Print bool
+	// Pin is --pin: pin each image at the mirror once it is warm (Options.Pin).
+	Pin bool
 }
 
 // Options checks c and the IMAGE arguments and returns the Options for Run. Every problem is
@@ -99,6 +101,7 @@ func (c Config) Options(args []string) (Options, error) {
 	opts.Images, opts.Sources = refs, srcs
 	errs = append(errs, refErrs...)
 	errs = append(errs, c.setLimits(&opts)...)
+	opts.Pin = c.Pin
 	if err := errors.Join(errs...); err != nil {
 		// Every problem is the user's to fix, the ones not refused on their own too (--retries,
 		// a flag-like argument, a read error of --images-from -), so the whole is one refusal.
@@ -226,6 +229,9 @@ func (c Config) bundle() (*BundleOptions, error) {
 	var errs []error
 	if c.Mirror != "" {
 		errs = append(errs, refusal.Errorf("--mirror %s and --to %s: warm fills a mirror or writes a bundle, not both; give one", c.Mirror, c.To))
+	}
+	if c.Pin {
+		errs = append(errs, refusal.Errorf("--pin and --to %s: --pin pins images at a running nodecache serve, and a bundle has none; the images of a bundle are pinned when it is imported (nodecache cache import, serve --seed): drop --pin", c.To))
 	}
 	f, err := bundle.ParseFormat(c.Format)
 	errs = append(errs, err)

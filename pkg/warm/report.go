@@ -42,8 +42,19 @@ type Report struct {
 	Bytes int64 `json:"bytes"`
 	// Seconds is the wall-clock duration of the run, mirror wait included (seconds).
 	Seconds float64 `json:"seconds"`
-	// Error is set when the run could not walk at all (mirror not ready) or was stopped.
+	// Error is set when the run could not walk at all (mirror not ready, or not nodecache serve
+	// with --pin) or was stopped.
 	Error string `json:"error,omitempty"`
+	// Pin is true when --pin asked for each warm image to be pinned; PinnedImages counts those
+	// pinned.
+	Pin          bool `json:"pin,omitempty"`
+	PinnedImages int  `json:"pinned_images,omitempty"`
+}
+
+// OK reports whether the run did all it was asked: every image warm, nothing stopped it, and with
+// --pin every image pinned.
+func (r *Report) OK() bool {
+	return r.Warm && r.Error == "" && (!r.Pin || r.PinnedImages == len(r.Images)) && (r.Bundle == nil || r.Bundle.Written)
 }
 
 // ImageReport is the outcome for one image.
@@ -83,7 +94,9 @@ type ImageReport struct {
 	// Note is a remark on a warm image, e.g. a single manifest whose config names no platform
 	// (walked without a platform check).
 	Note string `json:"note,omitempty"`
-	// Error says why the image is not warm.
+	// Pinned is true when --pin pinned the image at the mirror once it was warm.
+	Pinned bool `json:"pinned,omitempty"`
+	// Error says why the image is not warm, or, with --pin, why a warm image is not pinned.
 	Error string `json:"error,omitempty"`
 }
 
@@ -137,7 +150,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Bundle != nil {
 		word = "stored"
 	}
-	fmt.Fprintf(&b, "%d of %d images %s; %d blobs fetched", warm, len(r.Images), word, r.BlobsFetched)
+	pinned := ""
+	if r.Pin {
+		pinned = fmt.Sprintf(" (%d pinned)", r.PinnedImages)
+	}
+	fmt.Fprintf(&b, "%d of %d images %s%s; %d blobs fetched", warm, len(r.Images), word, pinned, r.BlobsFetched)
 	if r.BlobsPresent > 0 {
 		fmt.Fprintf(&b, ", %d in the bundle already", r.BlobsPresent)
 	}
@@ -177,6 +194,9 @@ func (im *ImageReport) writeText(b *strings.Builder, state string) {
 			parts = append(parts, fmt.Sprintf("%s=%d", k, im.Cache[k]))
 		}
 		fmt.Fprintf(b, ", cache %s", strings.Join(parts, " "))
+	}
+	if im.Pinned {
+		b.WriteString(", pinned")
 	}
 	b.WriteString("\n")
 	for _, e := range im.External {

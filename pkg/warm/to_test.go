@@ -605,6 +605,10 @@ func TestToRefused(t *testing.T) {
 			_, err := warm.Config{To: t.TempDir(), Mirror: "http://127.0.0.1:5000", Concurrency: 1, BlobTimeout: time.Second}.Options([]string{u.solo})
 			return err
 		}, "warm fills a mirror or writes a bundle, not both"},
+		{"--pin and --to", func() error {
+			_, err := warm.Config{To: t.TempDir(), Pin: true, Concurrency: 1, BlobTimeout: time.Second}.Options([]string{u.solo})
+			return err
+		}, "a bundle has none; the images of a bundle are pinned when it is imported"},
 		{"--platform all without --to", func() error {
 			_, err := warm.Config{Mirror: "http://127.0.0.1:5000", Platform: "all", Concurrency: 1, BlobTimeout: time.Second}.Options([]string{u.solo})
 			return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // ErrMirrorNotReady is returned when the mirror did not answer GET /v2/ within the wait.
@@ -80,6 +81,7 @@ func (c *client) probe(ctx context.Context, target string, timeout time.Duration
 	_ = resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK, http.StatusUnauthorized:
+		c.mirrorVersion = resp.Header.Get(mirrorapi.HeaderVersion)
 		return nil
 	}
 	return fmt.Errorf("GET %s answered %d %s, want 200 or 401", target, resp.StatusCode, http.StatusText(resp.StatusCode))

@@ -31,6 +31,7 @@ import (
 	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/pkg/bundle"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
@@ -105,6 +106,13 @@ type Options struct {
 	ProgressBar bool
 	// Logger receives retries and debug detail. Default: disabled.
 	Logger zerolog.Logger
+	// Pin pins each image once it is warm, through the mirror's pin API (PUT
+	// mirrorapi.CachePinsPath; issue 24): by tag when the reference names no digest (the pin then
+	// follows the tag), else by digest. The pin holds the index and the platform's manifest warm
+	// walked and every blob they reference (with anything else the cache holds of that image).
+	// The mirror must be a nodecache serve (ErrNotNodecache otherwise, before anything is
+	// fetched) that accepts pins from this host: loopback, or its --allow networks.
+	Pin bool
 }
 
 func (o *Options) setDefaults() error {
@@ -178,9 +186,11 @@ type errDeadline struct{ d time.Duration }
 
 func (e errDeadline) Error() string { return fmt.Sprintf("--deadline %s reached", e.d) }
 
-// Run waits for the mirror, then warms every image and reports per image. The returned error is
-// only for a run that could not start: options refused (errors.Is(err, ErrRefused)) or the mirror
-// never ready (ErrMirrorNotReady); the report is non-nil either way once options are valid.
+// Run waits for the mirror, then warms every image (and pins it, with Options.Pin) and reports
+// per image. The returned error is only for a run that could not start: options refused
+// (errors.Is(err, ErrRefused)), the mirror never ready (ErrMirrorNotReady) or, with Options.Pin,
+// not a nodecache serve (ErrNotNodecache); the report is non-nil either way once options are
+// valid.
 // Images that fail, and a run stopped by the deadline or ctx, are reported with Warm false and
 // a nil error; Report.Warm is the answer.
 func Run(ctx context.Context, opts Options) (*Report, error) {
@@ -224,6 +234,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return finish(), err
 	}
 	opts.Logger.Debug().Str("waited", clitext.Span(waited)).Str("mirror", rep.Mirror).Msg("mirror ready")
+	rep.Pin = opts.Pin
+	if opts.Pin && c.mirrorVersion == "" {
+		err := fmt.Errorf("%w: %s answered GET /v2/ without the %s header, so it is not nodecache serve and keeps no pins: drop --pin, or point --mirror at nodecache serve",
+			ErrNotNodecache, opts.Mirror, mirrorapi.HeaderVersion)
+		rep.Error = err.Error()
+		for i := range rep.Images {
+			rep.Images[i].Error = "not attempted: --pin needs nodecache serve"
+		}
+		return finish(), err
+	}
 
 	prog, stopBar := startProgress(ctx, &opts)
 	w := &walker{c: c, opts: &opts, prog: prog, matcher: newPlatformMatcher(opts.Platform, opts.PlatformMatch),
@@ -242,6 +262,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep.Warm = true
 	for i := range rep.Images {
 		rep.Warm = rep.Warm && rep.Images[i].Warm
+		if rep.Images[i].Pinned {
+			rep.PinnedImages++
+		}
 	}
 	rep.countBlobs(w.blobs)
 	if ctx.Err() != nil {
@@ -413,6 +436,9 @@ func (w *walker) fetchImage(ctx context.Context, ref Reference, walked walked, o
 		out.Warm = true
 	default:
 		out.Warm = true
+		if w.opts.Pin {
+			w.pinImage(ctx, ref, out)
+		}
 	}
 }
 

@@ -76,6 +76,9 @@ prometheus.io/path: /metrics
 {{- range .Values.pullAllow }}
 - {{ printf "--pull-allow=%s" . | quote }}
 {{- end }}
+{{- range .Values.allow }}
+- {{ printf "--allow=%s" . | quote }}
+{{- end }}
 {{- with .Values.chain }}
 - {{ printf "--chain=%s" . | quote }}
 {{- end }}

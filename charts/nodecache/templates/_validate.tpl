@@ -68,6 +68,12 @@ binary or the library that decides.
 {{- $errs = append $errs (printf "pullAllow: --pull-allow %q: want a CIDR such as 10.0.0.0/8 or fd00::/8" (trim .)) -}}
 {{- end -}}
 {{- end }}{{ end }}{{ end -}}
+{{- /* --allow: repeated or comma-separated CIDRs, as --pull-allow. */ -}}
+{{- range $v.allow }}{{ range splitList "," . }}{{ if trim . -}}
+{{- if not (include "nodecache.cidr" (trim .)) -}}
+{{- $errs = append $errs (printf "allow: --allow %q: want a CIDR such as 10.0.0.0/8 or fd00::/8" (trim .)) -}}
+{{- end -}}
+{{- end }}{{ end }}{{ end -}}
 {{- /* --max-size (pkg/mirror ParseMaxSize). */ -}}
 {{- with include "nodecache.maxSize" $v.maxSize }}{{ $errs = append $errs (printf "maxSize: %s" .) }}{{ end -}}
 {{- if and (eq $v.mode "agent") $v.maxSize -}}

@@ -70,6 +70,7 @@ func (s *Store) linkLocked(ctx context.Context, repo, staging, dst string, d dig
 	stamp, _ := filestamp.Of(dst)
 	s.idx.Stored(repo, d, size, s.opts.Clock(), true, stamp)
 	s.Grew()
+	s.pinProgress()
 	return nil
 }
 
@@ -113,6 +114,7 @@ func (s *Store) CommitBlob(ctx context.Context, repo string, d digest.Digest, si
 	})
 	if err == nil {
 		s.Grew()
+		s.pinProgress()
 	}
 	return err
 }
@@ -132,6 +134,7 @@ func (s *Store) CommitManifest(repo string, d digest.Digest, size int64, refs []
 	})
 	if err == nil {
 		s.Grew()
+		s.pinProgress()
 	}
 	return err
 }
@@ -142,8 +145,12 @@ func (s *Store) Pulled(repo string, d digest.Digest) { s.idx.Touch(repo, d, s.op
 // ReadByPeer records that a member of --peers read blob d (Index.ReadByPeer).
 func (s *Store) ReadByPeer(d digest.Digest) { s.idx.ReadByPeer(d, s.opts.Clock()) }
 
-// Tagged records that tag of storage repository repo points at manifest d (Index.SetTag).
-func (s *Store) Tagged(repo, tag string, d digest.Digest) { s.idx.SetTag(repo, tag, d) }
+// Tagged records that tag of storage repository repo points at manifest d (Index.SetTag); a pin
+// of the tag follows it (settlePins completes the move).
+func (s *Store) Tagged(repo, tag string, d digest.Digest) {
+	s.idx.SetTag(repo, tag, d)
+	s.pinProgress()
+}
 
 // PurgeUploads removes distribution's uploads (_uploads directories) started before olderThan,
 // through the driver (storage.PurgeUploads); it returns the paths removed and the errors met.

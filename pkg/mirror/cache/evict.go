@@ -24,11 +24,12 @@ const evictLowWater = 0.9
 // (at most 200 deletions a second) so serving keeps the disk.
 const evictPause = 5 * time.Millisecond
 
-// Run loads the index (LoadIndex), then evicts whenever the cache is over its cap (at once when
-// it already is) or a disk-full fill asks for room (DiskFull), saves the index every
-// SaveInterval, every UploadSweepInterval removes uploads older than Options.UploadMaxAge, and
-// runs the scrub loop (verify passes, and the background scrubber with Options.ScrubInterval),
-// until ctx ends. Every goroutine it starts has stopped when it returns.
+// Run loads the pins and the index (LoadIndex), then evicts whenever the cache is over its cap
+// (at once when it already is; down to capTarget) or a disk-full fill asks for room (DiskFull),
+// settles the pins by tag whose tag moved (settlePins) as their new images are stored, saves the
+// index every SaveInterval, every UploadSweepInterval removes uploads older than
+// Options.UploadMaxAge, and runs the scrub loop (verify passes, and the background scrubber with
+// Options.ScrubInterval), until ctx ends. Every goroutine it starts has stopped when it returns.
 func (s *Store) Run(ctx context.Context) {
 	s.LoadIndex(ctx)
 	if err := s.Save(false); err != nil {
@@ -45,12 +46,13 @@ func (s *Store) Run(ctx context.Context) {
 	uploads := time.NewTicker(UploadSweepInterval)
 	defer uploads.Stop()
 	for {
+		s.settlePins(ctx)
 		if target := s.takeENOSPCTarget(); target > 0 {
 			s.evictTo(ctx, target, EvictENOSPC)
 		}
 		if maxSize := s.opts.MaxSize; maxSize > 0 {
 			if size, _ := s.idx.Totals(); size > maxSize {
-				s.evictTo(ctx, int64(float64(maxSize)*evictLowWater), EvictCap)
+				s.evictTo(ctx, s.capTarget(ctx, maxSize), EvictCap)
 			}
 		}
 		select {
@@ -67,10 +69,19 @@ func (s *Store) Run(ctx context.Context) {
 	}
 }
 
+// capTarget is the size an eviction over the cap maxSize brings the cache to: 90 % of the cap, or
+// more when the pins hold much of it — the pinned bytes plus the largest image no pin holds
+// (evictionFloor), so the image just pulled is not evicted at once to make room that pins hold
+// for good (issue 24) — but never more than the cap itself.
+func (s *Store) capTarget(ctx context.Context, maxSize int64) int64 {
+	pinned, largest := s.evictionFloor(ctx)
+	return min(maxSize, max(int64(float64(maxSize)*evictLowWater), pinned+largest))
+}
+
 // evictTo removes content until the cache holds at most target bytes, least recently used first
-// (Index.NextVictim: unreferenced blobs by when they were stored or read by a member, images by
-// when they were last pulled). It stops early when what is left is in use (being served or
-// filled) and returns the bytes it freed.
+// (Index.NextVictim: unreferenced blobs by when they were stored or read by a member, images no
+// pin holds by when they were last pulled). It stops early when what is left is pinned or in use
+// (being served or filled) and returns the bytes it freed.
 func (s *Store) evictTo(ctx context.Context, target int64, reason string) int64 {
 	skip := map[Victim]bool{}
 	var freed int64
@@ -82,8 +93,8 @@ func (s *Store) evictTo(ctx context.Context, target int64, reason string) int64 
 		}
 		v, ok := s.idx.NextVictim(skip)
 		if !ok {
-			s.log.Warn().Int64("size_bytes", size).Int64("target_bytes", target).
-				Msg("eviction stopped above its target: what is left is being served or filled")
+			s.log.Warn().Int64("size_bytes", size).Int64("target_bytes", target).Int64("pinned_bytes", s.idx.PinnedBytes()).
+				Msg("eviction stopped above its target: what is left is pinned, or being served or filled")
 			break
 		}
 		skip[v] = true
@@ -114,7 +125,7 @@ func (s *Store) evicted(reason string) {
 // EvictImage removes image manifest of repo (a storage repository name, "<upstream
 // key>/<repository>"): links first (revisions, tags, blob links), then the blob data nothing
 // references any more and nobody uses. It returns the bytes of blob data it deleted; 0 and
-// nothing done when the index does not hold the image.
+// nothing done when the index does not hold the image or a pin holds it.
 func (s *Store) EvictImage(ctx context.Context, repo string, manifest digest.Digest, reason string) int64 {
 	rm := s.idx.RemoveImage(repo, manifest)
 	if len(rm.Manifests) == 0 {
@@ -178,11 +189,12 @@ func (s *Store) deletePath(ctx context.Context, log zerolog.Logger, p string) bo
 
 // DiskFull asks the eviction loop to make room after a fill found the disk full; lacked is how
 // many more bytes the blob needed than the disk had (upstream.Options.OnDiskFull; -1: unknown).
-// The cache goes to 90 % of the bytes it holds now, or lower when the blob needs more: to what
-// leaves the blob room (with diskFullSlack) once the fill's partial staging file is gone. When
-// even an empty cache would leave the blob no room (the rest of the file system is other data,
-// or the blob is larger than it), nothing is evicted: it would empty the cache for a blob that
-// never fits.
+// The cache goes to 90 % of the bytes it holds now, or to the pinned bytes plus the largest image
+// no pin holds when that is more (as capTarget), but lower when the blob needs more: to what
+// leaves the blob room (with diskFullSlack) once the fill's partial staging file is gone. Pinned
+// content is never evicted (evictTo). When even a cache emptied of everything no pin holds would
+// leave the blob no room (the rest of the file system is other data or pins, or the blob is
+// larger than it), nothing is evicted: it would empty the cache for a blob that never fits.
 func (s *Store) DiskFull(lacked int64) {
 	size, _ := s.idx.Totals()
 	target := int64(float64(size) * evictLowWater)
@@ -191,12 +203,15 @@ func (s *Store) DiskFull(lacked int64) {
 		if err := unix.Statfs(s.fsRoot, &st); err == nil {
 			free := int64(st.Bavail) * int64(st.Bsize) //nolint:gosec // block counts of a real file system fit in int64
 			short := lacked - free + diskFullSlack(lacked)
-			if short > size {
-				s.log.Warn().Int64("blob_lacked_bytes", lacked).Int64("free_bytes", free).Int64("size_bytes", size).
-					Msg("disk full: the blob would not fit even with the whole cache evicted; nothing evicted for it")
+			// Called by a fill that found the disk full, without a context of its own: the
+			// manifests evictionFloor reads are small and local.
+			pinned, largest := s.evictionFloor(context.Background())
+			if stored := s.idx.PinnedBytes(); short > size-stored {
+				s.log.Warn().Int64("blob_lacked_bytes", lacked).Int64("free_bytes", free).Int64("size_bytes", size).Int64("pinned_bytes", stored).
+					Msg("disk full: the blob would not fit even with the whole cache evicted (pinned content stays); nothing evicted for it")
 				return
 			}
-			target = min(target, size-short)
+			target = min(max(target, pinned+largest), size-short)
 		}
 	}
 	s.useMu.Lock()

@@ -110,7 +110,7 @@ func writeFileAtomic(p string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 		return fmt.Errorf("write %s: %w", p, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), ".index-*")
+	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+"-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", p, err)
 	}
@@ -128,6 +128,23 @@ func writeFileAtomic(p string, b []byte) error {
 	}
 	if err := os.Rename(tmp.Name(), p); err != nil {
 		return fmt.Errorf("write %s: %w", p, err)
+	}
+	return nil
+}
+
+// writeFileSynced is writeFileAtomic, then an fsync of the directory, so the rename itself
+// survives a crash (the pins file: a pin is answered only once it is on disk).
+func writeFileSynced(p string, b []byte) error {
+	if err := writeFileAtomic(p, b); err != nil {
+		return err
+	}
+	dir, err := os.Open(filepath.Dir(p))
+	if err != nil {
+		return fmt.Errorf("write %s: sync its directory: %w", p, err)
+	}
+	defer dir.Close()
+	if err := dir.Sync(); err != nil {
+		return fmt.Errorf("write %s: sync its directory: %w", p, err)
 	}
 	return nil
 }

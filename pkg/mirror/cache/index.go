@@ -36,6 +36,11 @@ type Index struct {
 	refs  map[digest.Digest]int
 	dirty bool // changed since the last save
 
+	// pins are the pins (pins.go), by what they name; pinsDirty says they changed since the
+	// pins file was last written.
+	pins      map[pinKey]*Pin
+	pinsDirty bool
+
 	ready     chan struct{} // closed once the index reflects storage (loaded or rebuilt)
 	readyOnce sync.Once
 }
@@ -110,7 +115,7 @@ func (b *BlobEntry) lastUsed() time.Time {
 // NewIndex returns an empty index, not ready (Ready) until MarkReady.
 func NewIndex() *Index {
 	return &Index{repos: map[string]*repoIndex{}, blobs: map[digest.Digest]*BlobEntry{},
-		refs: map[digest.Digest]int{}, ready: make(chan struct{})}
+		refs: map[digest.Digest]int{}, pins: map[pinKey]*Pin{}, ready: make(chan struct{})}
 }
 
 // MarkReady records that the index reflects storage (loaded from its file or rebuilt); calls
@@ -382,7 +387,8 @@ func (x *Index) Touch(repo string, d digest.Digest, at time.Time) {
 	}
 }
 
-// SetTag records that tag of repo points at manifest d.
+// SetTag records that tag of repo points at manifest d. A pin of the tag follows it
+// (followTagLocked).
 func (x *Index) SetTag(repo, tag string, d digest.Digest) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -391,6 +397,7 @@ func (x *Index) SetTag(repo, tag string, d digest.Digest) {
 		r.tags[tag] = d
 		x.dirty = true
 	}
+	x.followTagLocked(repo, tag, d)
 }
 
 // HasManifest reports whether repo holds manifest d.
@@ -417,11 +424,12 @@ type Victim struct {
 // NextVictim picks, among what skip does not hold, what was used least recently: a blob no
 // manifest references (held for the members of --peers, or left by a pull that never stored its
 // manifest), by when it was stored or last read by a member, or an image (top-level manifest of
-// one repository), by when it was last pulled. Ties go to blobs, then by name. ok is false when
-// nothing is left.
+// one repository) no pin holds, by when it was last pulled. Ties go to blobs, then by name. ok
+// is false when nothing is left.
 func (x *Index) NextVictim(skip map[Victim]bool) (v Victim, ok bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	pinned := x.protectedLocked()
 	var oldest time.Time
 	consider := func(c Victim, at time.Time) {
 		if !ok || at.Before(oldest) || (at.Equal(oldest) && victimLess(c, v)) {
@@ -435,7 +443,7 @@ func (x *Index) NextVictim(skip map[Victim]bool) (v Victim, ok bool) {
 	}
 	for name, r := range x.repos {
 		for d, e := range r.manifests {
-			if c := (Victim{Repo: name, Manifest: d}); len(r.parents[d]) == 0 && !skip[c] {
+			if c := (Victim{Repo: name, Manifest: d}); len(r.parents[d]) == 0 && !skip[c] && !pinned[c] {
 				consider(c, e.LastPulled)
 			}
 		}
@@ -477,13 +485,14 @@ type Removal struct {
 // RemoveImage drops image m of repo from the index (its child manifests that no other manifest
 // of repo references, the tags pointing at any of them, the blob links of repo nothing there
 // references any more) and returns what storage must lose. Blob data stays in the index until
-// DropBlob: the caller removes it only when no request uses it.
+// DropBlob: the caller removes it only when no request uses it. An image a pin holds is not
+// removed (nothing is returned).
 func (x *Index) RemoveImage(repo string, m digest.Digest) Removal {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	out := Removal{Repo: repo}
 	r := x.repos[repo]
-	if r == nil || r.manifests[m] == nil {
+	if r == nil || r.manifests[m] == nil || x.protectedLocked()[Victim{Repo: repo, Manifest: m}] {
 		return out
 	}
 	touched := map[digest.Digest]bool{}
@@ -572,14 +581,16 @@ func (x *Index) DropBlob(d digest.Digest) int64 {
 	return b.Size
 }
 
-// Images lists the images of the index, most recently pulled first. name maps a storage
-// repository to its upstream name and repository ("" when unknown). A tag naming a child
+// Images lists the images of the index, most recently pulled first, each marked when a pin holds
+// it. name maps a storage repository to its upstream name and repository ("" when unknown). A
+// tag naming a child
 // manifest of an image (an index's "amd64" image tagged on its own) is listed in that image's
 // ChildTags: the image is what holds the child and what eviction removes with it.
 func (x *Index) Images(name func(storageRepo string) (upstream, repo string)) []mirrorapi.CachedImage {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	out := []mirrorapi.CachedImage{}
+	pinned := x.protectedLocked()
 	for sr, r := range x.repos {
 		up, repo := name(sr)
 		if up == "" {
@@ -593,7 +604,8 @@ func (x *Index) Images(name func(storageRepo string) (upstream, repo string)) []
 			if len(r.parents[d]) > 0 {
 				continue
 			}
-			img := mirrorapi.CachedImage{Upstream: up, Repository: repo, Digest: d.String(), LastPulled: e.LastPulled.UTC()}
+			img := mirrorapi.CachedImage{Upstream: up, Repository: repo, Digest: d.String(), LastPulled: e.LastPulled.UTC(),
+				Pinned: pinned[Victim{Repo: sr, Manifest: d}]}
 			img.Tags = slices.Sorted(slices.Values(tagsOf[d]))
 			x.addContent(&img, r, d, tagsOf)
 			out = append(out, img)

@@ -17,13 +17,15 @@ import (
 	"github.com/nodecache/nodecache/internal/filestamp"
 )
 
-// LoadIndex fills the index from the index file, or, when that is missing, of another version,
-// corrupt or not written at a clean shutdown, from storage (keeping the file's last-pulled
-// times where it had them). The index is ready afterwards, even when the rebuild failed (it
-// then holds what was found).
+// LoadIndex reads the pins file (loadPins), then fills the index from the index file, or, when
+// that is missing, of another version, corrupt or not written at a clean shutdown, from storage
+// (keeping the file's last-pulled times where it had them). The pins are read first and kept
+// apart from the index file, so a rebuild keeps them, and they follow the tags the index records.
+// The index is ready afterwards, even when the rebuild failed (it then holds what was found).
 func (s *Store) LoadIndex(ctx context.Context) {
 	x := s.idx
 	defer x.MarkReady()
+	s.loadPins()
 	start := time.Now()
 	p := FilePath(s.opts.Root)
 	var hints *File

@@ -63,9 +63,9 @@ type scrubState struct {
 // deletion is logged; the blob is dropped from the index anyway, so it is hashed again on its
 // next serve).
 //
-// Issue 24 (pins) brings the one exception: a pinned blob, which the upstream may no longer
-// have, is to be moved to a quarantine path instead and reported unrepairable
-// (mirrorapi.VerifyPass.Unrepairable); until then nothing is pinned and every damaged blob is
+// A pinned blob (pins.go) is evicted the same way for now, and fetched again on its next pull
+// while the upstream still has it: moving it to a quarantine path instead and reporting it
+// unrepairable (mirrorapi.VerifyPass.Unrepairable) is not done, so every damaged blob is
 // evicted.
 func (s *Store) EvictCorrupt(ctx context.Context, d digest.Digest, foundBy string) bool {
 	repos, deleted := s.removeDamaged(ctx, d)

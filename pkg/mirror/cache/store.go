@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/distribution/distribution/v3/configuration"
@@ -110,6 +111,16 @@ type Store struct {
 	// scrub is the scrub loop's state: verify passes asked for, and whether it runs.
 	scrub scrubState
 
+	// pinsFileMu serialises writes of the pins file; pinsLoaded is set once loadPins ran (the
+	// file is never written before: an unread file is never overwritten).
+	pinsFileMu sync.Mutex
+	pinsLoaded atomic.Bool
+	// pinMu serialises Pin and Unpin: a pin's check against the cap and its record are one step.
+	pinMu sync.Mutex
+	// listed remembers the sizes stored manifests list for their blobs (listedBlobs).
+	listedMu sync.Mutex
+	listed   map[digest.Digest]map[digest.Digest]int64
+
 	// lockMu guards rootLock (the flock on LockPath, taken by Take, released by Close) and
 	// taken (set once Take ran).
 	lockMu   sync.Mutex
@@ -143,7 +154,8 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{opts: opts, idx: NewIndex(), driver: driver, staging: staging, log: opts.Logger,
-		inUse: map[digest.Digest]int{}, kick: make(chan struct{}, 1), scrub: scrubState{wake: make(chan struct{}, 1)}}
+		inUse: map[digest.Digest]int{}, kick: make(chan struct{}, 1), scrub: scrubState{wake: make(chan struct{}, 1)},
+		listed: map[digest.Digest]map[digest.Digest]int64{}}
 	if opts.Kind == KindFilesystem {
 		s.fsRoot = opts.Root
 	}
@@ -334,11 +346,12 @@ func (s *Store) Save(clean bool) error {
 	return s.idx.Save(FilePath(s.opts.Root), s.opts.Clock, clean)
 }
 
-// Close writes the index file, clean, removes a temporary staging directory (in-memory
-// storage), then releases the root lock (after the write: the next process reads a clean
-// file). It returns the write's error; the rest is done anyway.
+// Close writes the index file, clean, and the pins file when the pins changed, removes a
+// temporary staging directory (in-memory storage), then releases the root lock (after the
+// writes: the next process reads a clean file). It returns the writes' errors; the rest is done
+// anyway.
 func (s *Store) Close() error {
-	err := s.Save(true)
+	err := errors.Join(s.Save(true), s.savePins(false))
 	if s.opts.Root == "" {
 		_ = os.RemoveAll(s.staging)
 	}

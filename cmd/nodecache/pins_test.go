@@ -1,0 +1,198 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
+
+	"github.com/nodecache/nodecache/internal/nodecachetest"
+	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
+)
+
+// storedBytes is what a cache stores of img: its manifest, config and layers.
+func storedBytes(t *testing.T, img v1.Image) int64 {
+	t.Helper()
+	raw, err := img.RawManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int64(len(raw)) + m.Config.Size
+	for _, l := range m.Layers {
+		n += l.Size
+	}
+	return n
+}
+
+// pull pulls ref through nc with go-containerregistry, every blob fetched and checked, and waits
+// until nc has stored what it fetched.
+func pull(t *testing.T, nc *nodecachetest.Nodecache, ref string) {
+	t.Helper()
+	r, err := name.ParseReference(nc.Host+"/"+ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := remote.Image(r, remote.WithContext(t.Context()))
+	if err == nil {
+		err = validate.Image(img)
+	}
+	if err != nil {
+		t.Fatalf("pull %s: %v", ref, err)
+	}
+	if err := nc.Mirror.WaitIdle(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitCache polls nc's inventory until ok accepts it (10 s at most).
+func waitCache(t *testing.T, nc *nodecachetest.Nodecache, what string, ok func(mirrorapi.CacheInventory) bool) mirrorapi.CacheInventory {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		inv := nc.Mirror.Inventory()
+		if ok(inv) {
+			return inv
+		}
+		if time.Now().After(deadline) {
+			b, _ := json.MarshalIndent(inv, "", "  ")
+			t.Fatalf("waited 10s for %s; inventory:\n%s", what, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func cachedRepo(inv mirrorapi.CacheInventory, repo string) *mirrorapi.CachedImage {
+	for i := range inv.Images {
+		if inv.Images[i].Repository == repo {
+			return &inv.Images[i]
+		}
+	}
+	return nil
+}
+
+// TestWarmPinKeepsImage (issue 24, "Shown by"): nodecache warm --pin puts an image into a serve
+// whose --max-size is just above what pins may hold with it (the image is 75% of the cap, pins
+// may hold 80%); four other images pulled through it after that each evict the one before
+// (least recently pulled), never the pinned image, and never the image just pulled (eviction
+// stops at the pinned bytes plus the largest unpinned image, not at 90% of the cap); cache ls
+// marks it pinned (text and JSON); cache rm of it exits 1 naming cache unpin; cache pin of one
+// more image exits 1 naming the cap; the pinned image is served with the upstream stopped; cache
+// unpin lets it go: the next pull evicts it. warm --pin against a registry that is not nodecache
+// exits 1 saying so. Fails without pins: the pinned image, least recently pulled, is evicted by
+// the second pull (and the CLI has no cache pin, unpin or warm --pin).
+func TestWarmPinKeepsImage(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	pinned := mirrortest.Image(t, 512<<10, 2, "linux/amd64")
+	up.PushImage(t, "team/pinned", "v1", pinned)
+	for i := range 6 {
+		up.PushImage(t, fmt.Sprintf("team/other%d", i), "v1", mirrortest.Image(t, 256<<10, 1, "linux/amd64"))
+	}
+	mirrortest.QuietLogrus()
+	capBytes := storedBytes(t, pinned) * 100 / 75
+	nc := nodecachetest.Start(t, nodecachetest.Options{Upstream: up, Alias: "upstream.test", Root: t.TempDir(), MaxSize: capBytes, Run: true})
+	waitCache(t, nc, "the index loaded", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+
+	code, out, errOut := runApp(t, "warm", "--pin", "--mirror", nc.URL, "--platform", "linux/amd64", "upstream.test/team/pinned:v1")
+	if code != 0 || !strings.Contains(out, ", pinned\n") || !strings.Contains(out, "1 of 1 images warm (1 pinned)") {
+		t.Fatalf("warm --pin: exit %d\n%s%s", code, out, errOut)
+	}
+	pinnedSpec := "upstream.test/team/pinned@" + digestString(t, pinned)
+	for i := range 4 {
+		repo := fmt.Sprintf("team/other%d", i)
+		pull(t, nc, "upstream.test/"+repo+":v1")
+		inv := waitCache(t, nc, "eviction under the cap", func(inv mirrorapi.CacheInventory) bool { return inv.SizeBytes <= capBytes })
+		if img := cachedRepo(inv, "team/pinned"); img == nil || !img.Pinned {
+			t.Fatalf("after pulling %s the pinned image is %+v; want it cached and pinned (images %+v)", repo, img, inv.Images)
+		}
+		if cachedRepo(inv, repo) == nil {
+			t.Fatalf("%s, just pulled, was evicted at once (images %+v): eviction went below the pinned bytes plus the largest unpinned image", repo, inv.Images)
+		}
+	}
+
+	code, out, errOut = runApp(t, "cache", "ls", "--listen-url", nc.URL)
+	if line := lineWith(out, pinnedSpec); code != 0 || !strings.HasSuffix(strings.TrimSpace(line), "pinned") || !strings.Contains(out, "; 1 pinned, ") {
+		t.Errorf("cache ls: exit %d, want the line of %s ending in pinned and the pinned total:\n%s%s", code, pinnedSpec, out, errOut)
+	}
+	var inv mirrorapi.CacheInventory
+	runAppJSON(t, &inv, "cache", "ls", "--listen-url", nc.URL, "--output", "json")
+	if img := cachedRepo(inv, "team/pinned"); img == nil || !img.Pinned || inv.PinnedBytes != storedBytes(t, pinned) || cachedRepo(inv, "team/other3").Pinned {
+		t.Errorf("cache ls --output json: %+v; want team/pinned pinned, %d pinned bytes", inv, storedBytes(t, pinned))
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		says []string
+	}{
+		{"rm of the pinned image", []string{"cache", "rm", "--listen-url", nc.URL, pinnedSpec}, 1,
+			[]string{"nodecache: " + pinnedSpec + " is pinned by upstream.test/team/pinned:v1: unpin it first (nodecache cache unpin upstream.test/team/pinned:v1)\n"}},
+		{"pin over 80% of the cap", []string{"cache", "pin", "--listen-url", nc.URL, "upstream.test/team/other3:v1"}, 1,
+			[]string{"nodecache: pin upstream.test/team/other3:v1: over the pinned share of the cap: pinning it would take the pinned bytes to ", "above 80% of the cap --max-size ", fmt.Sprintf(" (%d bytes): unpin other images first", capBytes)}},
+		{"pin of what is not cached", []string{"cache", "pin", "--listen-url", nc.URL, "upstream.test/team/other5:v1"}, 1,
+			[]string{"nodecache: not cached: upstream.test/team/other5:v1: the cache holds no manifest tagged v1; nothing is fetched for a pin: pull it through the cache first, or warm and pin it with nodecache warm --pin\n"}},
+		{"pin spec without tag or digest", []string{"cache", "pin", "--listen-url", nc.URL, "upstream.test/team/pinned"}, 2, []string{"want UPSTREAM/REPOSITORY:TAG or UPSTREAM/REPOSITORY@DIGEST"}},
+		{"pin of an upstream not configured", []string{"cache", "pin", "--listen-url", nc.URL, "team/pinned:v1"}, 2, []string{`upstream "team" is not configured here`}},
+		{"unpin flag after the spec", []string{"cache", "unpin", "--listen-url", nc.URL, "upstream.test/team/pinned:v1", "--output", "json"}, 2, []string{`argument "--output" looks like a flag`}},
+		{"unpin of what is not pinned", []string{"cache", "unpin", "--listen-url", nc.URL, "upstream.test/team/other3:v1"}, 1,
+			[]string{"nodecache: not pinned: upstream.test/team/other3:v1: nothing is pinned by this tag\n"}},
+		{"pin again", []string{"cache", "pin", "--listen-url", nc.URL, "upstream.test/team/pinned:v1"}, 0, []string{"pinned upstream.test/team/pinned:v1 (" + digestString(t, pinned) + "), "}},
+	} {
+		code, out, errOut := runApp(t, tc.args...)
+		for _, says := range tc.says {
+			if code != tc.code || !strings.Contains(out+errOut, says) {
+				t.Errorf("%s: %v: exit %d, want %d saying %q:\n%s%s", tc.name, tc.args, code, tc.code, says, out, errOut)
+			}
+		}
+	}
+
+	up.Stop()
+	pull(t, nc, "upstream.test/team/pinned:v1")
+	code, out, errOut = runApp(t, "cache", "unpin", "--listen-url", nc.URL, "upstream.test/team/pinned:v1")
+	if code != 0 || !strings.HasPrefix(out, "unpinned upstream.test/team/pinned:v1 (") {
+		t.Fatalf("cache unpin: exit %d\n%s%s", code, out, errOut)
+	}
+	up.Start(t)
+	pull(t, nc, "upstream.test/team/other4:v1")
+	waitCache(t, nc, "the unpinned image evicted", func(inv mirrorapi.CacheInventory) bool {
+		return cachedRepo(inv, "team/pinned") == nil && inv.PinnedBytes == 0 && cachedRepo(inv, "team/other4") != nil
+	})
+
+	// A mirror that is not nodecache keeps no pins.
+	stock := mirrortest.NewRegistry(t)
+	code, out, errOut = runApp(t, "warm", "--pin", "--mirror", stock.URL.String(), "--platform", "linux/amd64", "--wait", "0", "upstream.test/team/pinned:v1")
+	if code != 1 || !strings.Contains(out, "it is not nodecache serve and keeps no pins: drop --pin, or point --mirror at nodecache serve") {
+		t.Errorf("warm --pin against distribution's registry: exit %d, want 1 saying it is not nodecache serve:\n%s%s", code, out, errOut)
+	}
+}
+
+// digestString is x's digest.
+func digestString(t *testing.T, x interface{ Digest() (v1.Hash, error) }) string {
+	t.Helper()
+	d, err := x.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.String()
+}
+
+// lineWith is the first line of s that holds sub ("" when none does).
+func lineWith(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return l
+		}
+	}
+	return ""
+}
