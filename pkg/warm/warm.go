@@ -30,8 +30,8 @@ import (
 	"github.com/nodecache/nodecache/internal/buildinfo"
 	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/pkg/bundle"
-	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
+	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
