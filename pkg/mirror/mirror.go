@@ -19,6 +19,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/distribution/distribution/v3"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/pkg/bundle"
 	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
@@ -61,6 +63,14 @@ type Mirror struct {
 	// fillJoined, when set (by a test, to end the fill meanwhile), is called by a blob GET that
 	// joined a fill in flight, before it reads the fill.
 	fillJoined func()
+	// pins keeps imported images out of eviction (importer.go).
+	pins pinner
+	// openBundle opens a bundle for Options.Seed: bundle.Open; a test replaces it to hold the
+	// seed back.
+	openBundle func(ctx context.Context, dir string, opts bundle.ReadOptions) (*bundle.Reader, error)
+	// seedStatus is the seed's part of readiness (seed.go), under seedMu.
+	seedMu     sync.Mutex
+	seedStatus seedState
 }
 
 // configured is a configured upstream with its storage key and its upstream side (nil for an
@@ -98,6 +108,10 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		pull:      pullGate{allow: opts.PullAllow},
 	}
 	m.read = m.readRepository
+	m.pins, m.openBundle = noPins{}, bundle.Open
+	if opts.Seed != "" {
+		m.seedStatus.err = fmt.Errorf("seeding the cache from %s (--seed): ready once every image of it is stored", opts.Seed)
+	}
 	var err error
 	if m.cache, err = m.newStore(ctx); err != nil {
 		return nil, err
@@ -267,8 +281,12 @@ func (m *Mirror) Close() error {
 	return err
 }
 
-// Ready reports whether the mirror can serve: its storage root is writable.
+// Ready reports whether the mirror can serve: its storage root is writable, and the images of
+// Options.Seed are stored.
 func (m *Mirror) Ready(_ context.Context) error {
+	if err := m.seedReady(); err != nil {
+		return err
+	}
 	f, err := os.CreateTemp(m.fetch.StagingDir(), "ready-*")
 	if err != nil {
 		return fmt.Errorf("storage not writable: %w", err)
