@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -148,10 +149,10 @@ func talosDigest(file string) (digest.Digest, bool) {
 // manifest of its repository lists and no tag names (an image cached by digest alone).
 func (t *talosTree) images() ([]Named, error) {
 	var out []Named
-	for _, k := range slices.Sorted(mapKeys(t.repos)) {
+	for _, k := range slices.Sorted(maps.Keys(t.repos)) {
 		r := t.repos[k]
 		tagged := map[digest.Digest]bool{}
-		for _, tag := range slices.Sorted(mapKeys(r.tags)) {
+		for _, tag := range slices.Sorted(maps.Keys(r.tags)) {
 			out = append(out, Named{Registry: r.registry, Repository: r.repository, Tag: tag, Digest: r.tags[tag]})
 			tagged[r.tags[tag]] = true
 		}
@@ -194,19 +195,9 @@ func childManifests(raw []byte) []digest.Digest {
 	return out
 }
 
-func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
-
 // sortedDigests returns the keys of set, sorted.
 func sortedDigests(set map[digest.Digest]bool) []digest.Digest {
-	return slices.Sorted(mapKeys(set))
+	return slices.Sorted(maps.Keys(set))
 }
 
 // hidden reports a dot file: what a copy to other media leaves beside the tree (.DS_Store,
