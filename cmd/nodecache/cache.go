@@ -13,7 +13,7 @@ func cacheCommand() *cli.Command {
 	sub := func(name, usage, args string, run func(*cli.Context, *inventory.Client) (clitext.Renderer, error), flags ...cli.Flag) *cli.Command {
 		var listenURL, output string
 		return withConfig(&cli.Command{Name: name, Usage: usage, ArgsUsage: args,
-			Description: "Exit codes: 0 done (verify: every blob matched); 1 not cached, a blob corrupt or unreadable (verify), serve unreachable or refused; 2 a flag or argument refused.",
+			Description: "Exit codes: 0 done (verify: every blob matched); 1 not cached, a blob corrupt or unreadable (verify), a blob of the bundle missing or damaged (import: nothing stored), serve unreachable or refused; 2 a flag or argument refused (import: DIR not a bundle, --ref missing or not needed, an image of a registry serve has no --upstream for).",
 			Flags:       append([]cli.Flag{stringFlag(&listenURL, "listen-url", "http://127.0.0.1:5000", "`URL` where nodecache serve listens"), stringFlag(&output, "output", "text", "report `FORMAT`: text or json")}, flags...),
 			Action: func(c *cli.Context) error {
 				cl, err := inventory.New(listenURL, nil)
@@ -27,7 +27,7 @@ func cacheCommand() *cli.Command {
 				return withCode(map[bool]int{true: exitUsage, false: exitNegative}[errors.Is(err, inventory.ErrInput) || errors.As(err, &usage)], err)
 			}})
 	}
-	return &cli.Command{Name: "cache", Usage: "list the images a running nodecache serve holds, evict one, or verify every stored blob",
+	return &cli.Command{Name: "cache", Usage: "list the images a running nodecache serve holds, evict one, verify every stored blob, or import a bundle of images",
 		Subcommands: []*cli.Command{
 			sub("ls", "list cached images, most recently pulled first (GET /nodecache/v1/cache: loopback and --allow networks)", "",
 				func(c *cli.Context, cl *inventory.Client) (clitext.Renderer, error) { return cl.List(c.Context) }),
@@ -39,5 +39,9 @@ func cacheCommand() *cli.Command {
 				func(c *cli.Context, cl *inventory.Client) (clitext.Renderer, error) {
 					return cl.Verify(c.Context, c.String("rate"), 0, c.App.ErrWriter)
 				}, stringFlag(nil, "rate", "", "read at most `RATE`, bytes a second in binary units (200MiB, 1GiB/s); default: serve's --scrub-rate")),
+			sub("import", "store and pin the images of a bundle in DIR (an OCI image layout or a Talos image cache, detected) on serve, over HTTP: the blobs serve lacks are read and checked first, a bundle with a missing or damaged blob is refused naming it, and nothing is half-imported; progress on stderr (POST /nodecache/v1/cache/import: loopback and --allow networks)", "DIR",
+				func(c *cli.Context, cl *inventory.Client) (clitext.Renderer, error) {
+					return cl.ImportArgs(c.Context, c.Args().Slice(), c.String("ref"), c.App.ErrWriter)
+				}, stringFlag(nil, "ref", "", "name the images of an OCI image layout whose index.json does not: `REGISTRY/REPOSITORY` for one named by a tag alone (skopeo copy … oci:DIR:TAG), REGISTRY/REPOSITORY[:TAG] for one with no name (crane pull --format oci without --annotate-ref); refused for a bundle that names its images")),
 		}}
 }

@@ -1,6 +1,6 @@
 // Package inventory is the client of serve's cache inventory (mirrorapi.CachePath): list the
-// cached images, evict one, run a verify pass over the stored blobs. `nodecache cache
-// ls|rm|verify` renders what it returns.
+// cached images, evict one, run a verify pass over the stored blobs, import a bundle of images.
+// `nodecache cache ls|rm|verify|import` renders what it returns.
 package inventory
 
 import (
@@ -21,6 +21,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/pkg/bundle"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -107,13 +108,21 @@ func (c *Client) Remove(ctx context.Context, spec string) (*Removal, error) {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, out any) error {
+	return c.send(ctx, c.http, method, path, "", nil, out)
+}
+
+// send is do with a request body of contentType (none when reqBody is nil), through hc.
+func (c *Client) send(ctx context.Context, hc *http.Client, method, path, contentType string, reqBody io.Reader, out any) error {
 	u := *c.base
 	u.Path, u.RawQuery, _ = strings.Cut(path, "?")
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), reqBody)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, u.String(), err)
 	}
-	resp, err := c.http.Do(req)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := hc.Do(req)
 	var dial *net.OpError
 	if errors.As(err, &dial) && dial.Op == "dial" {
 		return fmt.Errorf("%w: is nodecache serve running at %s? (--listen-url)", dial.Err, c.base)
@@ -138,6 +147,10 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 			// serve refused the spec (an upstream it does not have) or the verify rate: the
 			// input, not the cache.
 			return fmt.Errorf("%w: %s", ErrInput, msg)
+		}
+		if resp.StatusCode == http.StatusUnprocessableEntity {
+			// serve found a blob of an import damaged or missing: nothing was stored.
+			return fmt.Errorf("%w: %s", bundle.ErrDamaged, msg)
 		}
 		if resp.StatusCode == http.StatusNotFound && method == http.MethodDelete {
 			// serve says "not cached: UPSTREAM/REPOSITORY@DIGEST"; say it once.
