@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,5 +86,13 @@ func TestServeSeed(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Join(fresh, "docker", "registry", "v2", "blobs")); len(entries) != 0 {
 		t.Errorf("blobs stored from a damaged seed: %v", entries)
+	}
+
+	// A bundle with an image of a registry serve has no upstream for is refused input: exit 2.
+	out, err := exec.Command(binary, "serve", "--root", t.TempDir(), "--listen", nodecachetest.FreeAddr(t), "--seed", seed,
+		"--upstream", "upstream.test:5000=http://"+nodecachetest.FreeAddr(t)).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitUsage || !strings.Contains(string(out), "docker.io is not an upstream of this serve (configured: upstream.test:5000): add it with serve --upstream docker.io[=URL]") {
+		t.Errorf("serve --seed with docker.io not an upstream: %v, want exit 2 naming --upstream docker.io:\n%s", err, out)
 	}
 }

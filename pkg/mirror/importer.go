@@ -22,6 +22,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // An import stores the images of a bundle (nodecache cache import over HTTP, importapi.go;
@@ -51,6 +52,12 @@ type importError struct {
 
 func (e *importError) Error() string { return e.err.Error() }
 func (e *importError) Unwrap() error { return e.err }
+
+// Is makes a refused plan (400) refused input: serve --seed exits 2 for it, as for a bundle the
+// reader refuses.
+func (e *importError) Is(target error) bool {
+	return e.status == http.StatusBadRequest && target == refusal.ErrRefused
+}
 
 // importRefused is a plan serve refuses (400).
 func importRefused(format string, args ...any) error {
