@@ -23,8 +23,7 @@ func cacheCommand() *cli.Command {
 						return withCode(exitNegative, errors.Join(clitext.Render(c.App.Writer, output, rep), inventory.Verdict(rep)))
 					}
 				}
-				usage := &exitError{}
-				return withCode(map[bool]int{true: exitUsage, false: exitNegative}[errors.Is(err, inventory.ErrInput) || errors.As(err, &usage)], err)
+				return withCode(map[bool]int{true: exitUsage, false: exitNegative}[errors.Is(err, inventory.ErrInput) || errors.As(err, new(*exitError))], err)
 			}})
 	}
 	return &cli.Command{Name: "cache", Usage: "list the images a running nodecache serve holds, evict one, verify every stored blob, or import a bundle of images",

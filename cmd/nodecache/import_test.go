@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	ncname "github.com/nodecache/nodecache/pkg/name"
@@ -41,7 +43,21 @@ func offlineServe(t *testing.T, names ...string) *nodecachetest.Nodecache {
 		}
 		ups = append(ups, u)
 	}
-	return nodecachetest.Start(t, nodecachetest.Options{Upstreams: ups, Root: t.TempDir(), Run: true})
+	nc := nodecachetest.Start(t, nodecachetest.Options{Upstreams: ups, Root: t.TempDir(), Run: true})
+	waitIndex(t, nc.Mirror)
+	return nc
+}
+
+// waitIndex waits until m's cache index is loaded (an import is answered 503 before).
+func waitIndex(t *testing.T, m *mirror.Mirror) {
+	t.Helper()
+	for range 400 {
+		if m.Inventory().Ready {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the cache index was never loaded")
 }
 
 // pull pulls ref (a reference on the serve) as linux/amd64 and reads every blob, checking each

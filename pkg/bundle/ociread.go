@@ -235,9 +235,9 @@ func entryName(dir string, i int, e v1.Descriptor, ref string, spec refSpec) (n 
 		return n, false, refusal.Errorf("%s is named %q: want a full reference REGISTRY/REPOSITORY:TAG in %s (as nodecache warm --to and crane pull --annotate-ref write it) or a tag alone (as skopeo copy … oci:DIR:TAG writes it, with --ref REGISTRY/REPOSITORY)",
 			where, refName, v1.AnnotationRefName)
 	case ref == "" && refName != "":
-		return n, true, refusal.Errorf("%s is named by the tag %q alone (as skopeo copy … oci:DIR:TAG writes it): give its registry and repository with --ref REGISTRY/REPOSITORY, e.g. --ref docker.io/library/alpine", where, refName)
+		return n, true, &refusal.Error{Err: ErrNeedsRef, Reason: fmt.Sprintf("%s is named by the tag %q alone (as skopeo copy … oci:DIR:TAG writes it): give its registry and repository with --ref REGISTRY/REPOSITORY, e.g. --ref docker.io/library/alpine", where, refName)}
 	case ref == "":
-		return n, true, refusal.Errorf("%s has no %s (as crane pull --format oci writes it without --annotate-ref): name it with --ref REGISTRY/REPOSITORY[:TAG], e.g. --ref docker.io/library/alpine:3.20", where, v1.AnnotationRefName)
+		return n, true, &refusal.Error{Err: ErrNeedsRef, Reason: fmt.Sprintf("%s has no %s (as crane pull --format oci writes it without --annotate-ref): name it with --ref REGISTRY/REPOSITORY[:TAG], e.g. --ref docker.io/library/alpine:3.20", where, v1.AnnotationRefName)}
 	case refName != "" && spec.tag != "" && spec.tag != refName:
 		return n, true, refusal.Errorf("--ref %q: %s is named by the tag %q; give --ref without a tag or with that one", ref, where, refName)
 	}

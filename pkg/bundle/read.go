@@ -130,6 +130,10 @@ type blobSource interface {
 // holds none.
 type manifestLookup func(d digest.Digest) (raw []byte, ok bool, err error)
 
+// ErrNeedsRef is matched (errors.Is) by Open's refusal of an OCI image layout entry that is
+// named by a tag alone or not at all, opened without ReadOptions.Ref.
+var ErrNeedsRef = errors.New("the bundle does not name its images")
+
 // ErrDamaged is matched (errors.Is) by every DamageError: the bundle lacks a blob or manifest
 // its images need, or holds one that does not match its digest or size.
 var ErrDamaged = errors.New("bundle damaged")

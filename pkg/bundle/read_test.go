@@ -148,6 +148,9 @@ func TestOpenOCINames(t *testing.T) {
 				if err == nil || !errors.Is(err, refusal.ErrRefused) || !strings.Contains(err.Error(), tc.says) {
 					t.Fatalf("Open(--ref %q) = %v, want a refusal saying %q", tc.ref, err, tc.says)
 				}
+				if needs := strings.HasSuffix(tc.name, "without --ref"); errors.Is(err, bundle.ErrNeedsRef) != needs {
+					t.Errorf("Open(--ref %q): errors.Is(ErrNeedsRef) = %v, want %v", tc.ref, !needs, needs)
+				}
 				return
 			}
 			if err != nil || !slices.Equal(names(r), tc.want) {

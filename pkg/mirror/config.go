@@ -97,9 +97,9 @@ type Config struct {
 	// PeersRefresh and PeerDialTimeout are --peers-refresh and --peer-dial-timeout (positive;
 	// required with --peers: the flags default to 10 s and 1 s).
 	PeersRefresh, PeerDialTimeout time.Duration
-	// Seed is --seed: a bundle directory whose images serve stores at start (Options.Seed);
-	// SeedRef is --seed-ref (Options.SeedRef). Empty: none.
-	Seed, SeedRef string
+	// Seed is --seed: a bundle directory whose images serve stores at start (Options.Seed).
+	// Empty: none.
+	Seed string
 }
 
 // Options checks c, loads the upstream credentials and CAs, and returns the registry's Options
@@ -183,11 +183,9 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 }
 
 // setSeed checks --seed (a directory: what is in it is read in the background once serve
-// runs) and --seed-ref (only with --seed), and sets them in o.
+// runs) and sets it in o.
 func (c Config) setSeed(o *Options) error {
 	switch fi, err := os.Stat(c.Seed); {
-	case c.Seed == "" && c.SeedRef != "":
-		return fmt.Errorf("--seed-ref %q needs --seed: it names the images of the --seed bundle", c.SeedRef)
 	case c.Seed == "":
 		return nil
 	case err != nil:
@@ -195,7 +193,7 @@ func (c Config) setSeed(o *Options) error {
 	case !fi.IsDir():
 		return fmt.Errorf("--seed %s: is %s, not a directory: want a bundle directory (an OCI image layout or a Talos image cache)", c.Seed, inputfile.ModeWords(fi.Mode()))
 	}
-	o.Seed, o.SeedRef = c.Seed, c.SeedRef
+	o.Seed = c.Seed
 	return nil
 }
 

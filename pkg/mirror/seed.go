@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -62,7 +63,10 @@ func (m *Mirror) runSeed(ctx context.Context, fail func(error)) {
 // (*importError), a store's.
 func (m *Mirror) seedBundle(ctx context.Context) error {
 	start := time.Now()
-	b, err := m.openBundle(ctx, m.opts.Seed, bundle.ReadOptions{Ref: m.opts.SeedRef})
+	b, err := m.openBundle(ctx, m.opts.Seed, bundle.ReadOptions{})
+	if errors.Is(err, bundle.ErrNeedsRef) {
+		return fmt.Errorf("%w; serve --seed has no --ref: import this bundle with nodecache cache import --ref into the running serve, or write it with full names (crane pull --annotate-ref)", err)
+	}
 	if err != nil {
 		return err
 	}

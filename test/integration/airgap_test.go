@@ -46,6 +46,12 @@ func TestAirGapImportContainerd(t *testing.T) {
 	}
 	const timeout = 30 * time.Second
 	nc := nodecachetest.Start(t, nodecachetest.Options{Upstreams: ups, Root: t.TempDir(), Run: true, UpstreamTimeout: timeout})
+	for i := 0; !nc.Mirror.Inventory().Ready; i++ { // an import is answered 503 until the index is loaded
+		if i == 400 {
+			t.Fatal("the cache index was never loaded")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	cl, err := inventory.New(nc.URL, nil)
 	if err != nil {
 		t.Fatal(err)
