@@ -106,12 +106,10 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		gatherer:  gatherer,
 		clients:   newClientLog(opts.ClientEvidenceAllow),
 		pull:      pullGate{allow: opts.PullAllow},
+
+		pins: noPins{}, openBundle: bundle.Open, seedStatus: seedStart(opts.Seed),
 	}
 	m.read = m.readRepository
-	m.pins, m.openBundle = noPins{}, bundle.Open
-	if opts.Seed != "" {
-		m.seedStatus.err = fmt.Errorf("seeding the cache from %s (--seed): ready once every image of it is stored", opts.Seed)
-	}
 	var err error
 	if m.cache, err = m.newStore(ctx); err != nil {
 		return nil, err

@@ -19,6 +19,14 @@ type seedState struct {
 	err error
 }
 
+// seedStart is the seed's readiness before Run: not ready while there is a seed (dir).
+func seedStart(dir string) seedState {
+	if dir == "" {
+		return seedState{}
+	}
+	return seedState{err: fmt.Errorf("seeding the cache from %s (--seed): ready once every image of it is stored", dir)}
+}
+
 // seedReady is Ready's answer about the seed: nil, or why serve is not ready.
 func (m *Mirror) seedReady() error {
 	m.seedMu.Lock()
