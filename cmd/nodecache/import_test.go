@@ -30,14 +30,14 @@ import (
 )
 
 // offlineServe starts a serve (its background work running, storage on disk) whose upstreams
-// are the registry names given, every one at an address where nothing listens: whatever it
-// serves, it serves from its cache.
+// are the registry names given, every one offline (NAME=offline): whatever it serves, it serves
+// from its cache.
 func offlineServe(t *testing.T, names ...string) *nodecachetest.Nodecache {
 	t.Helper()
 	mirrortest.QuietLogrus()
 	var ups []ncname.Upstream
 	for _, n := range names {
-		u, err := ncname.ParseUpstream(n + "=http://" + nodecachetest.FreeAddr(t))
+		u, err := ncname.ParseUpstream(n + "=" + ncname.Offline)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +117,7 @@ func layoutOf(t *testing.T, up *mirrortest.Registry, pairs ...[2]string) string 
 
 // TestCacheImportOCILayout (issue 24, Bundles in): an OCI image layout written with
 // go-containerregistry's layout package, each image named by its full reference, is imported
-// into a serve whose upstream is not there at all; the images are then pulled from it by tag
+// into a serve whose upstream is offline (and stopped); the images are then pulled from it by tag
 // and by digest, every blob checked, and cache ls lists them. Importing it again sends no blob.
 func TestCacheImportOCILayout(t *testing.T) {
 	t.Parallel()

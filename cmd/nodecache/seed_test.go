@@ -29,7 +29,7 @@ func TestServeSeed(t *testing.T) {
 	root := t.TempDir()
 	args := func(root, listen string) []string {
 		return []string{"serve", "--root", root, "--listen", listen, "--seed", seed, "--log-format", "json",
-			"--upstream", "upstream.test:5000=http://" + nodecachetest.FreeAddr(t), "--upstream", "docker.io=http://" + nodecachetest.FreeAddr(t)}
+			"--upstream", "upstream.test:5000=offline", "--upstream", "docker.io=offline"}
 	}
 	run := func(root string) (*exec.Cmd, *mirrortest.LogBuffer, string) {
 		listen := nodecachetest.FreeAddr(t)
@@ -90,7 +90,7 @@ func TestServeSeed(t *testing.T) {
 
 	// A bundle with an image of a registry serve has no upstream for is refused input: exit 2.
 	out, err := exec.Command(binary, "serve", "--root", t.TempDir(), "--listen", nodecachetest.FreeAddr(t), "--seed", seed,
-		"--upstream", "upstream.test:5000=http://"+nodecachetest.FreeAddr(t)).CombinedOutput()
+		"--upstream", "upstream.test:5000=offline").CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != exitUsage || !strings.Contains(string(out), "docker.io is not an upstream of this serve (configured: upstream.test:5000): add it with serve --upstream docker.io[=URL]") {
 		t.Errorf("serve --seed with docker.io not an upstream: %v, want exit 2 naming --upstream docker.io:\n%s", err, out)

@@ -22,17 +22,12 @@ import (
 // talosFlat is the --layout flat Talos image cache fixture (pkg/bundle/testdata/talos).
 var talosFlat = filepath.Join("..", "bundle", "testdata", "talos", "flat")
 
-// unreachable returns the upstreams names, each at a loopback address where nothing listens.
-func unreachable(t *testing.T, names ...string) []regname.Upstream {
+// offline returns the upstreams names, each offline (NAME=offline: never asked).
+func offline(t *testing.T, names ...string) []regname.Upstream {
 	t.Helper()
 	var out []regname.Upstream
 	for _, n := range names {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, parseUpstream(t, n+"=http://"+l.Addr().String()))
-		_ = l.Close()
+		out = append(out, parseUpstream(t, n+"="+regname.Offline))
 	}
 	return out
 }
@@ -42,7 +37,7 @@ func unreachable(t *testing.T, names ...string) []regname.Upstream {
 func serveSeeded(t *testing.T, seed string, gate chan struct{}) (*mirror.Mirror, string, chan error) {
 	t.Helper()
 	log := &mirrortest.LogBuffer{}
-	m, err := mirror.New(t.Context(), mirror.Options{Root: t.TempDir(), Upstreams: unreachable(t, "upstream.test:5000", "docker.io"),
+	m, err := mirror.New(t.Context(), mirror.Options{Root: t.TempDir(), Upstreams: offline(t, "upstream.test:5000", "docker.io"),
 		Seed: seed, Logger: zerolog.New(log)})
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +74,7 @@ func serveSeeded(t *testing.T, seed string, gate chan struct{}) (*mirror.Mirror,
 
 // TestSeedReadiness (issue 24, serve --seed): while the bundle is being stored, /readyz answers
 // 503 saying so and the images are not served; once it is stored, /readyz answers 200 and every
-// image of the bundle is listed and served with no upstream there.
+// image of the bundle is listed and served, its upstreams offline.
 func TestSeedReadiness(t *testing.T) {
 	t.Parallel()
 	gate := make(chan struct{})
