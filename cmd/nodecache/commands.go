@@ -28,9 +28,8 @@ func commands() []*cli.Command {
 	return cmds
 }
 
-// refuseUnknownSubcommands makes a command with subcommands show its help on stderr when called
-// bare and refuse that, and an unknown subcommand, with exit 2 (urfave/cli would exit 3, which means "status cannot
-// tell" here).
+// refuseUnknownSubcommands makes a command with subcommands show its help on stderr when called bare and refuse
+// that, and an unknown subcommand, with exit 2 (urfave/cli would exit 3, which means "status cannot tell" here).
 func refuseUnknownSubcommands(cmd *cli.Command) {
 	if len(cmd.Subcommands) == 0 || cmd.Action != nil {
 		return

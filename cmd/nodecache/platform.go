@@ -1,6 +1,8 @@
 package main
 
 import (
+	"slices"
+
 	"github.com/urfave/cli/v2"
 )
 
@@ -15,12 +17,9 @@ func guardLinuxOnly(cmds []*cli.Command, goos string) {
 		return
 	}
 	for _, c := range cmds {
-		for _, name := range linuxOnlyCommands {
-			if c.Name != name {
-				continue
-			}
+		if slices.Contains(linuxOnlyCommands, c.Name) {
 			c.Action = func(*cli.Context) error {
-				return usagef("nodecache %s is Linux only: it reads a Linux node's /proc and container runtime (this is %s; gen, warm, serve and version work here)", name, goos)
+				return usagef("nodecache %s is Linux only: it reads a Linux node's /proc and container runtime (this is %s; gen, warm, serve and version work here)", c.Name, goos)
 			}
 		}
 	}

@@ -89,6 +89,7 @@ Examples:
 			stringFlag(&cfg.S3.Endpoint, "s3-endpoint", "", "`URL` of an S3-compatible server (http(s)://HOST[:PORT]); default AWS"),
 			boolFlag(&cfg.S3.PathStyle, "s3-path-style", "address the bucket as ENDPOINT/BUCKET (most S3-compatible servers)"),
 			stringFlag(&cfg.S3.RootDirectory, "s3-root-directory", "", "key `PREFIX` inside the bucket"),
+			stringFlag(&cfg.Seed, "seed", "", "at start, store and pin the images of the bundle in `DIR` (an OCI image layout naming its images, or a Talos image cache) once the cache index is loaded; /readyz answers 503 until they are stored, blobs already stored are not read again, and a bundle with a missing or damaged blob stops serve naming it, nothing of it stored"),
 			stringFlag(&cfg.S3Profile, "s3-profile", "", "AWS shared-config `PROFILE` for the bucket's credentials (sets AWS_PROFILE); credentials otherwise come from the AWS SDK's default chain: environment, shared credentials file, IRSA, instance roles"),
 		),
 		Action: func(c *cli.Context) error {

@@ -15,9 +15,7 @@ func versionCommand() *cli.Command {
 		Description: `Text (default) is one "name  value" line each; --output json is one object:
    {"version", "commit", "go", "platform", "talos_machinery", "containerd", "distribution"}
 The library versions are the Go module versions linked into this binary.`,
-		Flags: []cli.Flag{
-			stringFlag(&output, "output", "text", "output `FORMAT`: text or json"),
-		},
+		Flags: []cli.Flag{stringFlag(&output, "output", "text", "output `FORMAT`: text or json")},
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
 				return usagef("version takes no arguments, got %q", c.Args().First())

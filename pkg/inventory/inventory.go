@@ -1,7 +1,8 @@
 // Package inventory is the client of serve's cache inventory (mirrorapi.CachePath): list the
 // cached images, evict one, run a verify pass over the stored blobs, pin and unpin images
-// (mirrorapi.CachePinsPath). `nodecache cache ls|rm|verify|pin|unpin` renders what it returns,
-// and `nodecache warm --pin` pins through it.
+// (mirrorapi.CachePinsPath), import a bundle of images. `nodecache cache
+// ls|rm|verify|pin|unpin|import` renders what it returns, and `nodecache warm --pin` pins
+// through it.
 package inventory
 
 import (
@@ -22,6 +23,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/pkg/bundle"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -111,13 +113,21 @@ func (c *Client) Remove(ctx context.Context, spec string) (*Removal, error) {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, out any) error {
+	return c.send(ctx, c.http, method, path, "", nil, out)
+}
+
+// send is do with a request body of contentType (none when reqBody is nil), through hc.
+func (c *Client) send(ctx context.Context, hc *http.Client, method, path, contentType string, reqBody io.Reader, out any) error {
 	u := *c.base
 	u.Path, u.RawQuery, _ = strings.Cut(path, "?")
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), reqBody)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, u.String(), err)
 	}
-	resp, err := c.http.Do(req)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := hc.Do(req)
 	var dial *net.OpError
 	if errors.As(err, &dial) && dial.Op == "dial" {
 		return fmt.Errorf("%w: is nodecache serve running at %s? (--listen-url)", dial.Err, c.base)
@@ -143,6 +153,10 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 			// input, not the cache.
 			return fmt.Errorf("%w: %s", ErrInput, msg)
 		}
+		if resp.StatusCode == http.StatusUnprocessableEntity {
+			// serve found a blob of an import damaged or missing: nothing was stored.
+			return fmt.Errorf("%w: %s", bundle.ErrDamaged, msg)
+		}
 		pins := strings.HasPrefix(path, mirrorapi.CachePinsPath+"/")
 		switch {
 		case resp.StatusCode == http.StatusNotFound && pins && method == http.MethodDelete:
@@ -163,22 +177,33 @@ func (c *Client) do(ctx context.Context, method, path string, out any) error {
 	return nil
 }
 
-// Command runs `nodecache cache NAME` (ls, rm, verify, pin, unpin) with its arguments args
-// (ls and verify take none and ignore them); rate is verify's --rate, progress where verify
-// writes its progress lines. It returns the report to render. Errors: ErrInput for an unknown
-// NAME, and those of List, RemoveArgs, Verify and PinArgs.
-func (c *Client) Command(ctx context.Context, name string, args []string, rate string, progress io.Writer) (clitext.Renderer, error) {
+// CommandFlags are the flags of the `nodecache cache` subcommands that take more than
+// --listen-url and --output.
+type CommandFlags struct {
+	// Rate is verify's --rate (empty: serve's --scrub-rate).
+	Rate string
+	// Ref is import's --ref (empty: the bundle names its images).
+	Ref string
+}
+
+// Command runs `nodecache cache NAME` (ls, rm, verify, pin, unpin, import) with its arguments
+// args (ls and verify take none and ignore them) and flags; progress is where verify and
+// import write their progress lines. It returns the report to render. Errors: ErrInput for an
+// unknown NAME, and those of List, RemoveArgs, Verify, PinArgs and ImportArgs.
+func (c *Client) Command(ctx context.Context, name string, args []string, flags CommandFlags, progress io.Writer) (clitext.Renderer, error) {
 	switch name {
 	case "ls":
 		return c.List(ctx)
 	case "rm":
 		return c.RemoveArgs(ctx, args)
 	case "verify":
-		return c.Verify(ctx, rate, 0, progress)
+		return c.Verify(ctx, flags.Rate, 0, progress)
 	case "pin", "unpin":
 		return c.PinArgs(ctx, args, name == "unpin")
+	case "import":
+		return c.ImportArgs(ctx, args, flags.Ref, progress)
 	}
-	return nil, fmt.Errorf("%w: unknown cache command %q: want ls, rm, verify, pin or unpin", ErrInput, name)
+	return nil, fmt.Errorf("%w: unknown cache command %q: want ls, rm, verify, pin, unpin or import", ErrInput, name)
 }
 
 // ParsePinSpec checks "<upstream>/<repository>:<tag>" or "<upstream>/<repository>@<digest>"

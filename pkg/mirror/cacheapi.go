@@ -59,7 +59,8 @@ func inventory(c cacheView, byKey map[string]*configured) mirrorapi.CacheInvento
 
 // serveCache answers mirrorapi.CachePath: GET (loopback and --allow networks) lists the cache,
 // DELETE .../<upstream>/<repository>@<digest> (loopback only) evicts one image; and
-// mirrorapi.CacheVerifyPath (serveVerify) and mirrorapi.CachePinsPath (servePins).
+// mirrorapi.CacheVerifyPath (serveVerify), mirrorapi.CachePinsPath (servePins), and
+// mirrorapi.CacheImportPath and its check (serveImport).
 func (m *Mirror) serveCache(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	switch {
@@ -67,6 +68,8 @@ func (m *Mirror) serveCache(w http.ResponseWriter, r *http.Request) {
 		m.serveVerify(w, r)
 	case r.URL.Path == mirrorapi.CachePinsPath || strings.HasPrefix(r.URL.Path, mirrorapi.CachePinsPath+"/"):
 		m.servePins(w, r)
+	case r.URL.Path == mirrorapi.CacheImportPath || r.URL.Path == mirrorapi.CacheImportCheckPath:
+		m.serveImport(w, r)
 	case r.Method == http.MethodGet && r.URL.Path == mirrorapi.CachePath:
 		if !m.clients.allowed(r.RemoteAddr) {
 			m.metrics.refused.WithLabelValues(RefusedAllow).Inc()

@@ -97,6 +97,9 @@ type Config struct {
 	// PeersRefresh and PeerDialTimeout are --peers-refresh and --peer-dial-timeout (positive;
 	// required with --peers: the flags default to 10 s and 1 s).
 	PeersRefresh, PeerDialTimeout time.Duration
+	// Seed is --seed: a bundle directory whose images serve stores at start (Options.Seed).
+	// Empty: none.
+	Seed string
 }
 
 // Options checks c, loads the upstream credentials and CAs, and returns the registry's Options
@@ -170,13 +173,28 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	if err := o.checkTimes(); err != nil {
 		return o, err
 	}
-	if err := c.setScrub(&o); err != nil {
+	if err := errors.Join(c.setScrub(&o), c.setSeed(&o)); err != nil {
 		return o, err
 	}
 	if o.Peers, err = c.peerOptions(log); err != nil {
 		return o, err
 	}
 	return o, nil
+}
+
+// setSeed checks --seed (a directory: what is in it is read in the background once serve
+// runs) and sets it in o.
+func (c Config) setSeed(o *Options) error {
+	switch fi, err := os.Stat(c.Seed); {
+	case c.Seed == "":
+		return nil
+	case err != nil:
+		return fmt.Errorf("--seed %s: %w: want a bundle directory (an OCI image layout or a Talos image cache)", c.Seed, err)
+	case !fi.IsDir():
+		return fmt.Errorf("--seed %s: is %s, not a directory: want a bundle directory (an OCI image layout or a Talos image cache)", c.Seed, inputfile.ModeWords(fi.Mode()))
+	}
+	o.Seed = c.Seed
+	return nil
 }
 
 // peerOptions checks the --peer* flags and loads the key: nil without --peers.

@@ -19,6 +19,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/distribution/distribution/v3"
@@ -29,6 +30,7 @@ import (
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/pkg/bundle"
 	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
@@ -61,6 +63,12 @@ type Mirror struct {
 	// fillJoined, when set (by a test, to end the fill meanwhile), is called by a blob GET that
 	// joined a fill in flight, before it reads the fill.
 	fillJoined func()
+	// openBundle opens a bundle for Options.Seed: bundle.Open; a test replaces it to hold the
+	// seed back.
+	openBundle func(ctx context.Context, dir string, opts bundle.ReadOptions) (*bundle.Reader, error)
+	// seedStatus is the seed's part of readiness (seed.go), under seedMu.
+	seedMu     sync.Mutex
+	seedStatus seedState
 }
 
 // configured is a configured upstream with its storage key and its upstream side (nil for an
@@ -96,6 +104,8 @@ func New(ctx context.Context, opts Options) (*Mirror, error) {
 		gatherer:  gatherer,
 		clients:   newClientLog(opts.ClientEvidenceAllow),
 		pull:      pullGate{allow: opts.PullAllow},
+
+		openBundle: bundle.Open, seedStatus: seedStart(opts.Seed),
 	}
 	m.read = m.readRepository
 	var err error
@@ -267,8 +277,12 @@ func (m *Mirror) Close() error {
 	return err
 }
 
-// Ready reports whether the mirror can serve: its storage root is writable.
+// Ready reports whether the mirror can serve: its storage root is writable, and the images of
+// Options.Seed are stored.
 func (m *Mirror) Ready(_ context.Context) error {
+	if err := m.seedReady(); err != nil {
+		return err
+	}
 	f, err := os.CreateTemp(m.fetch.StagingDir(), "ready-*")
 	if err != nil {
 		return fmt.Errorf("storage not writable: %w", err)

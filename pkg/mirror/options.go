@@ -129,6 +129,12 @@ type Options struct {
 	// Peers, when set, shares blobs and manifests by digest with the other node caches of the
 	// cluster (--peers). Nil: none.
 	Peers *PeerOptions
+	// Seed is a bundle directory on serve's filesystem (--seed: an OCI image layout that names
+	// its images, or a Talos image cache; package bundle) whose images Run stores once the cache
+	// index is loaded, pinned, as nodecache cache import does; Ready answers not ready until they
+	// are stored, and a bundle refused or damaged ends Run with the error, nothing of it stored.
+	// Blobs already stored are not read again. Empty: none.
+	Seed string
 }
 
 func (o *Options) setDefaults() error {

@@ -21,11 +21,13 @@ var ErrRootInUse = cache.ErrRootInUse
 // for the index), writes the index at most every minute, and every hour removes uploads older
 // than Options.FillTimeout (a fill writes through an upload only while it commits, so an older
 // one was left by a fill that died). With peers it keeps the membership (PeerOptions.Refresh).
-// Every goroutine it starts has stopped when it returns; the
+// With Options.Seed it stores the bundle's images once the index is loaded (Ready says not
+// ready until then). Every goroutine it starts has stopped when it returns; the
 // root lock is held until Close, which writes the index first.
 //
 // Errors: ErrRootInUse when another process holds the root (nothing was removed), an
-// unusable root; nil when ctx ends.
+// unusable root; the seed's failure (a bundle refused or damaged: nothing of it stored), which
+// ends it early; nil when ctx ends.
 func (m *Mirror) Run(ctx context.Context) error { return m.run(ctx, nil) }
 
 // run is Run; started, when set, is closed once the root is taken and swept, before the
@@ -37,6 +39,16 @@ func (m *Mirror) run(ctx context.Context, started chan<- struct{}) error {
 	if started != nil {
 		close(started)
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var seedErr error
+	seeded := make(chan struct{})
+	go func() {
+		defer close(seeded)
+		if m.opts.Seed != "" {
+			m.runSeed(ctx, func(err error) { seedErr = err; cancel() })
+		}
+	}()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -51,5 +63,6 @@ func (m *Mirror) run(ctx context.Context, started chan<- struct{}) error {
 	}()
 	m.cache.Run(ctx)
 	<-done
-	return nil
+	<-seeded
+	return seedErr
 }

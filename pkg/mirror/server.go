@@ -258,11 +258,7 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 			return nil
 		})
 	}
-	g.Go(func() error {
-		<-gctx.Done()
-		stopRun()
-		return <-runDone
-	})
+	g.Go(func() error { return awaitRun(gctx, stopRun, runDone) })
 	g.Go(func() error {
 		<-gctx.Done()
 		o.Logger.Info().Str("timeout", clitext.Span(o.ShutdownTimeout)).Msg("shutting down: finishing in-flight responses")
@@ -282,6 +278,22 @@ func Serve(ctx context.Context, m *Mirror, o ServeOptions) error {
 		return errors.Join(errs...)
 	})
 	return g.Wait()
+}
+
+// awaitRun waits for the mirror's Run (its result on runDone) while serving goes on: until ctx
+// ends, then it stops Run and returns its result; or until Run ends first, which only a failed
+// --seed does (an error, which ends serving).
+func awaitRun(ctx context.Context, stopRun func(), runDone <-chan error) error {
+	select {
+	case <-ctx.Done():
+		stopRun()
+		return <-runDone
+	case err := <-runDone:
+		if err == nil {
+			<-ctx.Done()
+		}
+		return err
+	}
 }
 
 // ForwardDistributionLogs sends distribution's logrus output to log: its error lines as errors,

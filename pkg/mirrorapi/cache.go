@@ -1,6 +1,9 @@
 package mirrorapi
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // CachePath is serve's cache inventory (GET, JSON CacheInventory; same access rule as
 // ClientsPath: loopback and the --allow networks). DELETE CachePath + "/<upstream>/<repository>@<digest>"
@@ -140,4 +143,83 @@ type VerifyPass struct {
 	// log).
 	Missing    int `json:"missing"`
 	Unreadable int `json:"unreadable"`
+}
+
+// CacheImportPath receives a bundle of images (nodecache cache import): POST, the body a tar
+// stream whose first entry is ImportPlanEntry (the ImportPlan, JSON) and whose further entries
+// are blobs, each named ImportBlobEntry(digest) and as long as the plan says. serve stages every
+// blob and checks its digest and size before anything is stored; a blob the plan lists must be
+// in the stream unless serve already stores it (CacheImportCheckPath says which). Then each image
+// is stored under its upstream and repository (blobs, then manifests, every child before its
+// index, then tags), and pinned. Answered to loopback and the --allow networks only (403
+// otherwise), as CachePath's GET: 200 with an ImportResult; 400 for a plan serve refuses (an
+// image of a registry that is not one of its upstreams, a manifest that does not parse or match
+// its digest); 422 for a blob that does not match its digest or size, or is neither sent nor
+// stored, naming it (nothing was stored); 503 while the cache index is loaded; 507 when the disk
+// is full while staging.
+const CacheImportPath = CachePath + "/import"
+
+// CacheImportCheckPath answers, for an ImportPlan POSTed as JSON, which of its blobs serve does
+// not store yet (200, ImportCheck): the ones an import must send. It checks the plan as
+// CacheImportPath does (400) and stores nothing. Same access rule as CacheImportPath.
+const CacheImportCheckPath = CacheImportPath + "/check"
+
+// ImportPlanEntry is the name of the first entry of an import's tar stream: the ImportPlan.
+const ImportPlanEntry = "plan.json"
+
+// ImportBlobEntry is the name of blob d's entry in an import's tar stream:
+// "blobs/<algorithm>/<encoded>", as in an OCI image layout.
+func ImportBlobEntry(d string) string {
+	alg, enc, _ := strings.Cut(d, ":")
+	return "blobs/" + alg + "/" + enc
+}
+
+// ImportPlan is what an import stores: the images, every manifest they reach that the bundle
+// holds, and every config and layer blob those manifests reference.
+type ImportPlan struct {
+	Images    []ImportImage    `json:"images"`
+	Manifests []ImportManifest `json:"manifests"`
+	Blobs     []ImportBlob     `json:"blobs"`
+}
+
+// ImportImage is one image of an import: the registry (serve's upstream) and repository it is
+// stored under, its tag ("" for an image imported by digest alone) and the digest of its
+// top-level manifest.
+type ImportImage struct {
+	Upstream   string `json:"upstream"`
+	Repository string `json:"repository"`
+	Tag        string `json:"tag,omitempty"`
+	Digest     string `json:"digest"`
+}
+
+// ImportManifest is one manifest of an import: digest, media type and its exact bytes
+// (base64 in JSON).
+type ImportManifest struct {
+	Digest    string `json:"digest"`
+	MediaType string `json:"media_type"`
+	Raw       []byte `json:"raw"`
+}
+
+// ImportBlob is one blob of an import: digest and size in bytes.
+type ImportBlob struct {
+	Digest string `json:"digest"`
+	Size   int64  `json:"size"`
+}
+
+// ImportCheck is CacheImportCheckPath's answer: the blobs of the plan serve does not store.
+type ImportCheck struct {
+	Missing []ImportBlob `json:"missing"`
+}
+
+// ImportResult is CacheImportPath's answer: what the import stored.
+type ImportResult struct {
+	// Images are the images stored (Upstream as serve names it), in the plan's order.
+	Images []ImportImage `json:"images"`
+	// Manifests is the number of manifests stored.
+	Manifests int `json:"manifests"`
+	// BlobsStored and BytesStored are the blobs the import carried and stored; BlobsPresent
+	// those serve already stored (linked, not sent again).
+	BlobsStored  int   `json:"blobs_stored"`
+	BytesStored  int64 `json:"bytes_stored"`
+	BlobsPresent int   `json:"blobs_present"`
 }
