@@ -166,6 +166,46 @@ func TestCacheImportOCILayout(t *testing.T) {
 	}
 }
 
+// TestCacheImportPinLimit (issue 24, Pins: a pin over 80% of --max-size is refused): an
+// import whose first image alone would take the pins above 80% of the cap still pins every
+// other image of the bundle, and the refusal names the image and the cap (exit 1). Before, the
+// first refused pin ended the import's pinning: the images after it were stored, unpinned and
+// not named, so eviction could take them although the docs say imported images are pinned.
+func TestCacheImportPinLimit(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	big := mirrortest.Image(t, 168<<10, 1, "linux/amd64")
+	up.PushImage(t, "team/big", "v1", big)
+	small := mirrortest.Image(t, 4<<10, 1, "linux/amd64")
+	up.PushImage(t, "team/small", "v1", small)
+	dir := layoutOf(t, up, [2]string{"team/big:v1", "upstream.test/team/big:v1"}, [2]string{"team/small:v1", "upstream.test/team/small:v1"})
+	up.Stop()
+
+	mirrortest.QuietLogrus()
+	u, err := ncname.ParseUpstream("upstream.test=" + ncname.Offline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const capBytes = 200 << 10 // 80% of it is below big, far above small; both fit under 90% of it, so nothing is evicted
+	nc := nodecachetest.Start(t, nodecachetest.Options{Upstreams: []ncname.Upstream{u}, Root: t.TempDir(), Run: true, MaxSize: capBytes})
+	waitIndex(t, nc.Mirror)
+	code, out, errOut := runApp(t, "cache", "import", "--listen-url", nc.URL, dir)
+	if code != 1 || !strings.Contains(errOut, "upstream.test/team/big:v1") || !strings.Contains(errOut, "above 80% of the cap --max-size") {
+		t.Errorf("cache import over the pinned share of the cap: exit %d\n%s%s\nwant exit 1 naming team/big and the cap", code, out, errOut)
+	}
+	smallDigest, _ := small.Digest()
+	pinned := map[string]bool{}
+	for _, im := range cacheLs(t, nc).Images {
+		pinned[im.Repository] = im.Pinned
+	}
+	if !pinned["team/small"] {
+		t.Errorf("cache ls after the import: team/small@%s not pinned (pins %v): every image the cap leaves room for must be pinned", smallDigest, pinned)
+	}
+	if pinned["team/big"] {
+		t.Errorf("cache ls after the import: team/big pinned above 80%% of the cap")
+	}
+}
+
 // TestCacheImportSkopeo: a layout skopeo writes with copy docker://… oci:DIR:TAG records the tag
 // alone; cache import refuses it without --ref, naming --ref (exit 2, nothing stored), and
 // imports it with --ref REGISTRY/REPOSITORY; the image is then pulled by tag and digest with

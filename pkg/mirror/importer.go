@@ -324,7 +324,7 @@ func (m *Mirror) stageBlob(st *importStaging, job *importJob, d digest.Digest, d
 // blobs alone meanwhile. When storing fails, the images it had stored are evicted again.
 //
 // Errors: 422 naming a blob that is neither staged nor stored (nothing stored); the failure
-// to store, wrapped; a pin refused, wrapped (the images stay stored).
+// to store, wrapped; every pin refused, joined (the images stay stored, the others pinned).
 func (m *Mirror) commitImport(ctx context.Context, job *importJob, st *importStaging) (mirrorapi.ImportResult, error) {
 	res := mirrorapi.ImportResult{Images: []mirrorapi.ImportImage{}}
 	for d := range job.blobs {
@@ -348,18 +348,26 @@ func (m *Mirror) commitImport(ctx context.Context, job *importJob, st *importSta
 		}
 		return mirrorapi.ImportResult{}, fmt.Errorf("%w (what the import had stored was removed again)", err)
 	}
+	// Every image is pinned by the reference it was imported under: its tag, or its digest for
+	// an image imported by digest alone (Pin, pins.go). One refused pin does not stop the others:
+	// an image over the pinned share of --max-size stays stored, unpinned, the images the cap
+	// leaves room for are pinned all the same, and the answer names each refused one (409 when
+	// every refusal is the cap's).
+	var refused []error
+	limitOnly := true
 	for _, img := range job.images {
-		// Pinned by the reference it was imported under: its tag, or its digest for an image
-		// imported by digest alone (Pin, pins.go). Over the pinned share of --max-size the image
-		// stays stored, unpinned, and the answer is 409 naming the cap.
 		if _, err := m.Pin(ctx, img.up.Name, img.repo, img.reference()); err != nil {
-			err = fmt.Errorf("%s is stored, but pinning it failed: %w", img, err)
-			if errors.Is(err, ErrPinLimit) {
-				err = &importError{status: http.StatusConflict, err: err}
-			}
-			return res, err
+			refused = append(refused, fmt.Errorf("%s is stored, but pinning it failed: %w", img, err))
+			limitOnly = limitOnly && errors.Is(err, ErrPinLimit)
+			continue
 		}
 		res.Images = append(res.Images, mirrorapi.ImportImage{Upstream: img.up.Name, Repository: img.repo, Tag: img.tag, Digest: img.digest.String()})
+	}
+	if err := errors.Join(refused...); err != nil {
+		if limitOnly {
+			err = &importError{status: http.StatusConflict, err: err}
+		}
+		return res, err
 	}
 	return res, nil
 }
