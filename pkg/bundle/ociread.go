@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/refusal"
 )
@@ -69,26 +70,25 @@ func (l ociLayout) manifest(d digest.Digest) ([]byte, bool, error) {
 
 // readIndex reads dir's oci-layout (when present: its version must be 1.x) and index.json.
 func readIndex(dir string) (*v1.Index, error) {
-	if raw, err := os.ReadFile(filepath.Join(dir, v1.ImageLayoutFile)); err == nil {
+	// Read through inputfile: a named pipe (or device) in place of a file is refused after a
+	// stat, never opened, so a bundle cannot block the import or serve --seed.
+	if raw, err := inputfile.Read(filepath.Join(dir, v1.ImageLayoutFile), ociLayoutKind); err == nil {
 		var l v1.ImageLayout
 		if json.Unmarshal(raw, &l) != nil || !strings.HasPrefix(l.Version, "1.") {
 			return nil, refusal.Errorf("bundle %s: oci-layout %q: want {\"imageLayoutVersion\": \"1.0.0\"} (OCI image layout 1.x)", dir, strings.TrimSpace(string(raw)))
 		}
+	} else if inputfile.Refused(err) {
+		return nil, err
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, v1.ImageLayoutFile), err)
 	}
 	p := filepath.Join(dir, v1.ImageIndexFile)
-	f, err := os.Open(p)
+	raw, err := inputfile.Read(p, inputfile.Kind{Name: "an OCI image index (index.json)", Limit: maxIndexJSON})
+	if inputfile.Refused(err) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, &refusal.Error{Source: "bundle " + dir, Reason: "has no readable index.json: " + err.Error() + "; " + acceptedLayouts, Err: err}
-	}
-	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, maxIndexJSON+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p, err)
-	}
-	if len(raw) > maxIndexJSON {
-		return nil, refusal.Errorf("%s is larger than %d bytes", p, maxIndexJSON)
 	}
 	var idx v1.Index
 	if err := json.Unmarshal(raw, &idx); err != nil {

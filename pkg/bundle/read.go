@@ -22,6 +22,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/refusal"
 )
@@ -519,27 +520,16 @@ func (r *Reader) Plan() mirrorapi.ImportPlan {
 // readManifestFile reads the manifest file p, at most MaxManifestBytes; ok is false when there
 // is none.
 func readManifestFile(p string) ([]byte, bool, error) {
-	f, err := os.Open(p)
-	if errors.Is(err, fs.ErrNotExist) {
+	// inputfile stats before it opens: a named pipe in a manifest's place is refused, never
+	// opened, so it cannot block the import (opening a FIFO waits for a writer).
+	raw, err := inputfile.Read(p, inputfile.Kind{Name: "a manifest (serve refuses larger ones)", Limit: MaxManifestBytes})
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return nil, false, nil
-	}
-	if err != nil {
+	case inputfile.Refused(err):
+		return nil, false, err
+	case err != nil:
 		return nil, false, fmt.Errorf("read %s: %w", p, err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, false, fmt.Errorf("read %s: %w", p, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, false, refusal.Errorf("%s is not a regular file: want the manifest's bytes", p)
-	}
-	raw, err := io.ReadAll(io.LimitReader(f, MaxManifestBytes+1))
-	if err != nil {
-		return nil, false, fmt.Errorf("read %s: %w", p, err)
-	}
-	if len(raw) > MaxManifestBytes {
-		return nil, false, refusal.Errorf("%s is larger than %d bytes: not a manifest (serve refuses larger ones)", p, MaxManifestBytes)
 	}
 	return raw, true, nil
 }

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -313,5 +315,44 @@ func TestNotABundle(t *testing.T) {
 	}
 	if _, err := bundle.Open(t.Context(), dir, bundle.ReadOptions{}); !strings.Contains(err.Error(), "want an OCI image layout") {
 		t.Errorf("Open(empty dir) = %v, want the accepted layouts", err)
+	}
+}
+
+// TestOpenFIFO: a named pipe in place of a file of an OCI image layout (index.json, oci-layout,
+// an image's manifest) is refused naming it, at once: opening a FIFO for reading waits for a
+// writer, and before this fix Open (cache import, serve --seed) blocked there for good, deaf to
+// Ctrl-C and SIGTERM. Each case gives Open 5 seconds; on a timeout it opens the pipe for
+// writing to let Open go.
+func TestOpenFIFO(t *testing.T) {
+	img := mirrortest.Image(t, 512, 1, "linux/amd64")
+	md, _ := img.Digest()
+	for _, file := range []string{"index.json", "oci-layout", "blobs/sha256/" + md.Hex} {
+		t.Run(file, func(t *testing.T) {
+			dir := writeLayout(t, img, "docker.io/library/app:v1")
+			p := filepath.Join(dir, file)
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Mkfifo(p, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				_, err := bundle.Open(t.Context(), dir, bundle.ReadOptions{})
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				if !errors.Is(err, refusal.ErrRefused) || !strings.Contains(err.Error(), "named pipe") || !strings.Contains(err.Error(), p) {
+					t.Errorf("Open with %s a named pipe = %v, want a refusal naming %s as a named pipe", file, err, p)
+				}
+			case <-time.After(5 * time.Second):
+				t.Errorf("Open with %s a named pipe still blocked after 5s: want a refusal at once", file)
+				if w, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+					w.Close()
+				}
+				<-done
+			}
+		})
 	}
 }
