@@ -324,10 +324,12 @@ func TestNotABundle(t *testing.T) {
 // Ctrl-C and SIGTERM. Each case gives Open 5 seconds; on a timeout it opens the pipe for
 // writing to let Open go.
 func TestOpenFIFO(t *testing.T) {
+	t.Parallel()
 	img := mirrortest.Image(t, 512, 1, "linux/amd64")
 	md, _ := img.Digest()
 	for _, file := range []string{"index.json", "oci-layout", "blobs/sha256/" + md.Hex} {
 		t.Run(file, func(t *testing.T) {
+			t.Parallel()
 			dir := writeLayout(t, img, "docker.io/library/app:v1")
 			p := filepath.Join(dir, file)
 			if err := os.Remove(p); err != nil {
