@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nodecache/nodecache/internal/clitext"
 	"io"
 	"maps"
 	"net/http"
@@ -137,7 +138,36 @@ func (m *Mirror) planImport(p mirrorapi.ImportPlan) (*importJob, error) {
 	if len(job.images) == 0 {
 		return nil, importRefused("the plan holds no image")
 	}
+	if err := m.checkPinRoom(job); err != nil {
+		return nil, err
+	}
 	return job, nil
+}
+
+// checkPinRoom refuses, before anything is sent or stored, an import whose blobs the cache does
+// not hold yet would take the pinned bytes above cache.MaxPinnedShare of --max-size: its
+// images could not all be pinned, and storing them would evict them again (or what else the
+// cache holds) before their pins were taken. Blobs the cache holds already are not counted (an
+// import repeated adds nothing); the pin of each image (Pin) remains the exact check.
+//
+// Errors: an *importError of status 409 naming the bytes and the cap.
+func (m *Mirror) checkPinRoom(job *importJob) error {
+	capBytes := m.cache.MaxSize()
+	if capBytes <= 0 {
+		return nil
+	}
+	var adds int64
+	for d, size := range job.blobs {
+		if !m.cache.HasBlob(d, size) {
+			adds += size
+		}
+	}
+	pinned := m.cache.PinnedBytes()
+	if limit := int64(cache.MaxPinnedShare * float64(capBytes)); pinned+adds > limit {
+		return &importError{status: http.StatusConflict, err: fmt.Errorf("%w: the bundle adds %s (%d bytes) the cache does not hold, and pins hold %s already: imported images are pinned, and pins may hold at most %.0f%% of --max-size %s (%d bytes); nothing was imported: raise --max-size, or import fewer images",
+			ErrPinLimit, clitext.Bytes(adds), adds, clitext.Bytes(pinned), cache.MaxPinnedShare*100, clitext.Bytes(capBytes), capBytes)}
+	}
+	return nil
 }
 
 // String names the image as the bundle does: UPSTREAM/REPOSITORY[:TAG]@DIGEST.
