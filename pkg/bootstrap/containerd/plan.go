@@ -358,7 +358,7 @@ func planHostsFor(fsys fs.FS, hostsDir, host string, h *hostsSpec, migratedOnly 
 // host without one): the record that the directory is nodecache's, so that --remove deletes it
 // once it is empty, and never a directory the site made. containerd reads only the per-host
 // subdirectories there.
-const DirMarker = ".nodecache-created-this-directory"
+const DirMarker = bootstrap.DirMarker
 
 // planDirMarker plans DirMarker in dir when dir does not exist yet (gen creates it), or keeps
 // the one an earlier run wrote; nothing for a directory that exists without it.
