@@ -82,7 +82,7 @@ func Crio(ctx context.Context, o CrioOptions) (*CrioReport, error) {
 	}
 	rep.Warnings = append(rep.Warnings, mirrorWarnings(m, o.Remove)...)
 	out := &CrioReport{Report: rep, DryRun: o.DryRun, mirror: m.String(), remove: o.Remove}
-	if out.Diff, err = applyOrDiff(ctx, h, o.DryRun, o.Logger, rep.Changes); err != nil {
+	if out.Diff, err = applyOrDiff(ctx, h, &o.Common, rep.Changes); err != nil {
 		return nil, err
 	}
 	var reload crio.ReloadResult
