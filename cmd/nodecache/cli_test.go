@@ -49,8 +49,8 @@ func TestCLIMessages(t *testing.T) {
 		// newuser3 item 15: was "flag needs an argument: -listen" (one dash, no hint).
 		{"flag without its value", []string{"serve", "--listen"}, `--listen needs a value, e.g. --listen ADDR (see nodecache serve --help)`},
 		{"flag of a subcommand without its value", []string{"gen", "containerd", "--mirror"}, `--mirror needs a value, e.g. --mirror URL (see nodecache gen containerd --help)`},
-		{"argument of gen talos", []string{"gen", "talos", "--mirror", "http://a:1", "extra"}, `gen talos takes no arguments, got "extra" (flags go before arguments; see nodecache gen talos --help)`},
-		{"argument of cache ls", []string{"cache", "ls", "extra"}, `cache ls takes no arguments, got "extra" (flags go before arguments; see nodecache cache ls --help)`},
+		{"argument of gen talos", []string{"gen", "talos", "--mirror", "http://a:1", "extra"}, `gen talos takes no arguments, got "extra" (see nodecache gen talos --help)`},
+		{"argument of cache ls", []string{"cache", "ls", "extra"}, `cache ls takes no arguments, got "extra" (see nodecache cache ls --help)`},
 		{"completion shell", []string{"completion", "bsh"}, `completion: shell "bsh": want bash, zsh or fish: did you mean bash?`},
 		{"completion without shell", []string{"completion"}, `completion takes one shell: bash, zsh, fish`},
 	} {

@@ -728,7 +728,8 @@ func planEmptyConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, err
 // the way out for the release at hand: 1.x has no `containerd config migrate`.
 func refuseVersion1(eff *Effective, file string) error {
 	const v2 = "add `version = 2` as its first line and name its plugin tables by their full IDs (plugins.cri -> plugins.\"io.containerd.grpc.v1.cri\")"
-	migrate := fmt.Sprintf("convert it with `containerd config migrate > %s.new` (containerd 2.x), review it, move it in place", file)
+	// Said after "on containerd 2.x" or "containerd v2.…": the release is named once.
+	migrate := fmt.Sprintf("convert it with `containerd config migrate > %s.new`, review it, move it in place", file)
 	switch {
 	case eff.DaemonAssumed:
 		return refusal.Errorf("%s has no `version` key, so containerd reads it as the deprecated version 1: on containerd 2.x %s; on 1.x %s; then run gen again", file, migrate, v2)
