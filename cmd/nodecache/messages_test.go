@@ -57,9 +57,9 @@ func TestMessages(t *testing.T) {
 		{"warm, an image's line", func(t *testing.T) string {
 			return strings.Split(render(t, &warm.Report{Images: image(1)}), "\n")[1]
 		}, "WARM     docker.io/library/alpine:3.20 (from alpine): 1 blob fetched, 0 failed, 0 B in 0s"},
-		{"cache ls, 0", listing(0, 0), "0 images, 0 blobs, 0 B (no cap)"},
-		{"cache ls, 1", listing(1, 1), "1 image, 1 blob, 0 B (no cap)"},
-		{"cache ls, 2", listing(2, 2), "2 images, 2 blobs, 0 B (no cap)"},
+		{"cache ls, 0", listing(0, 0), "0 images, 0 blobs, 0 B (no cap); 0 pinned, 0 B pinned"},
+		{"cache ls, 1", listing(1, 1), "1 image, 1 blob, 0 B (no cap); 0 pinned, 0 B pinned"},
+		{"cache ls, 2", listing(2, 2), "2 images, 2 blobs, 0 B (no cap); 0 pinned, 0 B pinned"},
 		{"cache verify, 0", verified(0), "verified 0 blobs (0 B) in 0s: clean"},
 		{"cache verify, 1", verified(1), "verified 1 blob (0 B) in 0s: clean"},
 		{"cache verify, 2", verified(2), "verified 2 blobs (0 B) in 0s: clean"},
