@@ -87,8 +87,9 @@ local-registry: $(REGISTRY)
 		'$(REGISTRY_ROOT)/data' '$(REGISTRY_LISTEN)' > '$(REGISTRY_ROOT)/config.yml'
 	OTEL_TRACES_EXPORTER=none exec $(REGISTRY) serve '$(REGISTRY_ROOT)/config.yml'
 
-# test ends with one `skip: <test>: <reason>` line per skipped test and `N passed, N failed,
-# N skipped` (internal/testsummary over `go test -json`); failing tests print their whole output.
+# test ends with one `skip: <test>: <reason>` line per skip reason (`skip: <N> tests: <reason>
+# (<tests>)` for a reason several gave) and `N passed, N failed, N skipped` (internal/testsummary
+# over `go test -json`); failing tests print their whole output.
 # TESTFLAGS=-v prints every test's output as it runs.
 test:
 	$(GO) build -o bin/testsummary ./internal/testsummary
@@ -105,8 +106,11 @@ FUZZ     ?= .
 fuzz:
 	FUZZTIME='$(FUZZTIME)' FUZZ='$(FUZZ)' GOTAGS='$(GOTAGS)' GO='$(GO)' bash .ci/fuzz
 
+# test-deploy ends like test: one skip line per reason and `N passed, N failed, N skipped`.
 test-deploy: build
-	cd deploy/test && GOWORK=off NODECACHE_BINARY=$(abspath $(BIN)) $(GO) test $(TESTFLAGS) ./...
+	$(GO) build -o bin/testsummary ./internal/testsummary
+	cd deploy/test && GOWORK=off NODECACHE_BINARY=$(abspath $(BIN)) $(abspath bin/testsummary) $(filter -v,$(TESTFLAGS)) -- \
+		$(GO) test -json $(filter-out -v,$(TESTFLAGS)) ./...
 
 # THIRD_PARTY_NOTICES.md from the modules linked into bin/nodecache (after a dependency change).
 notices: build

@@ -15,6 +15,8 @@
 #   NODECACHE_GOLANGCI_LINT   golangci-lint (what `make lint` runs; the Makefile builds the same path)
 #   NODECACHE_OCI_CONFORMANCE the OCI distribution-spec conformance suite (pkg/mirror's TestOCIConformance)
 #   NODECACHE_VERSITYGW       versitygw, an S3 gateway over a local directory (pkg/mirror's --storage s3 tests)
+#   NODECACHE_CRANE           crane, go-containerregistry's CLI (the README's offline image lines,
+#                             deploy/test's TestQuickStartOffline)
 #
 # Binaries live outside the clone and are reused across runs:
 #   ${NODECACHE_TOOLS:-$HOME/.cache/nodecache-ci}/containerd-<version>/containerd
@@ -31,6 +33,8 @@
 # with `go install` into ${NODECACHE_TOOLS}/oci-conformance-<version>/conformance.
 # versitygw is github.com/versity/versitygw/cmd/versitygw at NODECACHE_VERSITYGW_VERSION (v1.8.0),
 # built with `go install` into ${NODECACHE_TOOLS}/versitygw-<version>/versitygw.
+# crane is github.com/google/go-containerregistry/cmd/crane at NODECACHE_CRANE_VERSION (v0.22.1,
+# the go-containerregistry of go.mod and the README), in ${NODECACHE_TOOLS}/crane-<version>/crane.
 #
 # It also maps the test host names (upstream.test, registry.hub.test, auth.hub.test, cdn.test) to
 # 127.0.0.1 in /etc/hosts, once, so nothing a test dials leaves the machine, DNS included.
@@ -51,6 +55,8 @@ nodecache_build_tools() (
 	local oci="$tools/oci-conformance-$ociv/conformance"
 	local vgwv="${NODECACHE_VERSITYGW_VERSION:-v1.8.0}"
 	local vgw="$tools/versitygw-$vgwv/versitygw"
+	local cranev="${NODECACHE_CRANE_VERSION:-v0.22.1}"
+	local crane="$tools/crane-$cranev/crane"
 	local tags="no_btrfs no_devmapper no_zfs"
 	# The builds are standalone modules: never let a caller's go.work pull them into a workspace.
 	export GOWORK=off
@@ -196,6 +202,7 @@ nodecache_build_tools() (
 	start_go_tool "golangci-lint $lintv" "$lint" "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$lintv"
 	start_go_tool "oci conformance $ociv" "$oci" "github.com/opencontainers/distribution-spec/conformance@$ociv"
 	start_go_tool "versitygw $vgwv" "$vgw" "github.com/versity/versitygw/cmd/versitygw@$vgwv"
+	start_go_tool "crane $cranev" "$crane" "github.com/google/go-containerregistry/cmd/crane@$cranev"
 
 	local failed=0 i
 	for i in "${!pids[@]}"; do
@@ -246,6 +253,9 @@ nodecache_build_tools() (
 		fi
 		if [[ -x "$vgw" ]]; then
 			printf 'export NODECACHE_VERSITYGW=%q\n' "$vgw"
+		fi
+		if [[ -x "$crane" ]]; then
+			printf 'export NODECACHE_CRANE=%q\n' "$crane"
 		fi
 	} >"$env.tmp"
 	mv -f "$env.tmp" "$env"

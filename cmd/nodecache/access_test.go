@@ -103,7 +103,7 @@ exit 1
 // 1.1 and plain HTTP are refused; a key without a certificate is a usage error (exit 2).
 func TestServeTLS(t *testing.T) {
 	t.Parallel()
-	curl := runtimetest.Binary(t, runtimetest.EnvCurl)
+	curl := runtimetest.Find(t, runtimetest.Curl)
 	up := mirrortest.NewRegistry(t)
 	dir := t.TempDir()
 	ca := mirrortest.NewCA(t)

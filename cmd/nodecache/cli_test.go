@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 )
 
@@ -49,8 +50,8 @@ func TestCLIMessages(t *testing.T) {
 		// newuser3 item 15: was "flag needs an argument: -listen" (one dash, no hint).
 		{"flag without its value", []string{"serve", "--listen"}, `--listen needs a value, e.g. --listen ADDR (see nodecache serve --help)`},
 		{"flag of a subcommand without its value", []string{"gen", "containerd", "--mirror"}, `--mirror needs a value, e.g. --mirror URL (see nodecache gen containerd --help)`},
-		{"argument of gen talos", []string{"gen", "talos", "--mirror", "http://a:1", "extra"}, `gen talos takes no arguments, got "extra" (flags go before arguments; see nodecache gen talos --help)`},
-		{"argument of cache ls", []string{"cache", "ls", "extra"}, `cache ls takes no arguments, got "extra" (flags go before arguments; see nodecache cache ls --help)`},
+		{"argument of gen talos", []string{"gen", "talos", "--mirror", "http://a:1", "extra"}, `gen talos takes no arguments, got "extra" (see nodecache gen talos --help)`},
+		{"argument of cache ls", []string{"cache", "ls", "extra"}, `cache ls takes no arguments, got "extra" (see nodecache cache ls --help)`},
 		{"completion shell", []string{"completion", "bsh"}, `completion: shell "bsh": want bash, zsh or fish: did you mean bash?`},
 		{"completion without shell", []string{"completion"}, `completion takes one shell: bash, zsh, fish`},
 	} {
@@ -71,14 +72,7 @@ func TestCLIMessages(t *testing.T) {
 // skipped with the reason (and fails under CI=true, where .ci/build-tools.sh installs it).
 func needShell(t *testing.T, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s not installed (.ci/build-tools.sh installs it): %v", name, err)
-		}
-		t.Skipf("%s not installed (apt-get install %s): %v", name, name, err)
-	}
-	return p
+	return runtimetest.Find(t, runtimetest.Tool{Name: name, Install: "apt-get install " + name})
 }
 
 // TestCompletionScripts: `nodecache completion bash|zsh|fish` prints scripts that complete
@@ -184,13 +178,7 @@ func TestLogFormat(t *testing.T) {
 // config.toml without a final newline ("\ No newline at end of file") and new hosts.toml files.
 func TestDryRunDiffPatches(t *testing.T) {
 	t.Parallel()
-	patch, err := exec.LookPath("patch")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("patch not installed (.ci/build-tools.sh installs it): %v", err)
-		}
-		t.Skipf("patch not installed (apt-get install patch): %v", err)
-	}
+	patch := runtimetest.Find(t, runtimetest.Patch)
 	config := "version = 2\n[plugins.\"io.containerd.grpc.v1.cri\".containerd]\n  snapshotter = \"overlayfs\""
 	files := map[string]string{"/etc/containerd/config.toml": config}
 	dry, real := bootstraptest.HostRoot(t, files), bootstraptest.HostRoot(t, files)

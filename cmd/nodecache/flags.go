@@ -67,7 +67,7 @@ func withConfig(cmd *cli.Command) *cli.Command {
 	cmd.Action = func(c *cli.Context) error { return origins.Explain(action(c)) }
 	cmd.Before = func(c *cli.Context) error {
 		if !takesArgs && c.Args().Present() {
-			return usagef("%s takes no arguments, got %q (flags go before arguments; see %s --help)", strings.TrimPrefix(c.Command.HelpName, "nodecache "), c.Args().First(), c.Command.HelpName)
+			return usagef("%s takes no arguments, got %q (see %s --help)", strings.TrimPrefix(c.Command.HelpName, "nodecache "), c.Args().First(), c.Command.HelpName)
 		}
 		if err := clitext.EnvError(c, cmd.Flags); err != nil {
 			return usagef("%v", err)

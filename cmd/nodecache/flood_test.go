@@ -27,10 +27,7 @@ import (
 // accept failed with "too many open files" and the blob requests timed out.
 func TestConnectionFlood(t *testing.T) {
 	t.Parallel()
-	prlimit, err := exec.LookPath("prlimit")
-	if err != nil {
-		runtimetest.Unavailable(t, "prlimit (util-linux) is not on $PATH: it lowers serve's descriptor limit")
-	}
+	prlimit := runtimetest.Find(t, runtimetest.Prlimit) // it lowers serve's descriptor limit
 	up := mirrortest.NewRegistry(t)
 	img := mirrortest.Image(t, mirrortest.MiB, 2, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", img)

@@ -49,7 +49,7 @@ func genAction[R clitext.Renderer](common *configure.Common, output *string, lc 
 		if err != nil {
 			return err
 		}
-		common.Logger = log
+		common.Logger, common.Reported = log, true
 		rep, err := run(c)
 		if err != nil {
 			return err

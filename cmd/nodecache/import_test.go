@@ -217,7 +217,7 @@ func TestCacheImportPinLimit(t *testing.T) {
 // the upstream stopped.
 func TestCacheImportSkopeo(t *testing.T) {
 	t.Parallel()
-	skopeo := runtimetest.LookPath(t, runtimetest.EnvSkopeo, "skopeo")
+	skopeo := runtimetest.Find(t, runtimetest.Skopeo)
 	up := mirrortest.NewRegistry(t)
 	img := mirrortest.Image(t, 4096, 2, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", img)

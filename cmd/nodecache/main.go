@@ -32,18 +32,9 @@ func main() {
 
 func newApp() *cli.App {
 	return &cli.App{
-		Name:  "nodecache",
-		Usage: "pull container images through a cache on the node itself, and prove that the node really does",
-		Description: `nodecache is one binary with six commands:
-   serve   an embedded pull-through OCI registry for many upstreams on one port
-   gen     machine-config patches and runtime files that point Talos, containerd or CRI-O at it
-   warm    pre-fill a pull-through cache with the images a worker needs, for its platform only
-   status  tell from runtime evidence whether the runtime's mirror configuration is active
-   agent   serve + gen + status in one process, for a hostNetwork DaemonSet
-   cache   list what a running serve holds (--max-size evicts least recently pulled images), evict one
-
-Exit codes: 0 success, 1 ran but the answer is negative or the work failed,
-2 usage or input refused (nothing was changed), 3 status cannot tell.`,
+		Name:                 "nodecache",
+		Usage:                "pull container images through a cache on the node itself, and prove that the node really does",
+		Description:          clitext.AppDescription,
 		Version:              buildinfo.Version(),
 		EnableBashCompletion: true,
 		Suggest:              true,

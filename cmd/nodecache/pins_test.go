@@ -105,7 +105,7 @@ func TestWarmPinKeepsImage(t *testing.T) {
 	waitCache(t, nc, "the index loaded", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
 
 	code, out, errOut := runApp(t, "warm", "--pin", "--mirror", nc.URL, "--platform", "linux/amd64", "upstream.test/team/pinned:v1")
-	if code != 0 || !strings.Contains(out, ", pinned\n") || !strings.Contains(out, "1 of 1 images warm (1 pinned)") {
+	if code != 0 || !strings.Contains(out, ", pinned\n") || !strings.Contains(out, "1 of 1 image warm (1 pinned)") {
 		t.Fatalf("warm --pin: exit %d\n%s%s", code, out, errOut)
 	}
 	pinnedSpec := "upstream.test/team/pinned@" + digestString(t, pinned)

@@ -89,3 +89,23 @@ func TestBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestCount: 0, 1 and 2 of every noun nodecache counts in a message (issue 26: "1 images",
+// "1 blobs fetched").
+func TestCount(t *testing.T) {
+	t.Parallel()
+	for noun, plural := range map[string]string{
+		"image": "images", "blob": "blobs", "attempt": "attempts", "probe": "probes", "answer": "answers",
+		"argument": "arguments", "byte": "bytes", "registry": "registries", "process": "processes",
+		"test": "tests", "day": "days", "box": "boxes", "match": "matches",
+	} {
+		for n, want := range map[int]string{0: "0 " + plural, 1: "1 " + noun, 2: "2 " + plural} {
+			if got := Count(n, noun); got != want {
+				t.Errorf("Count(%d, %q) = %q, want %q", n, noun, got, want)
+			}
+		}
+	}
+	if got := Count(int64(-1), "byte"); got != "-1 bytes" {
+		t.Errorf("Count(-1, byte) = %q", got)
+	}
+}

@@ -2,6 +2,16 @@ package clitext
 
 import "github.com/urfave/cli/v2"
 
+// AppDescription is `nodecache --help`'s description. It names no command and counts none: the
+// COMMANDS list below it, made from the commands themselves, is the one list (issue 26: "six
+// commands" over a list of eight).
+const AppDescription = `One binary: serve a pull-through cache, point the node's runtime at it (gen), pre-fill it
+(warm), and prove from runtime evidence that the node really pulls through it (status, agent).
+'nodecache COMMAND --help' tells what each command does and accepts.
+
+Exit codes: 0 success, 1 ran but the answer is negative or the work failed,
+2 usage or input refused (nothing was changed), 3 status cannot tell.`
+
 // DidYouMean is ": did you mean X?" for the name of names closest to typed (Suggest), else
 // ";": the separator before the list of accepted names.
 func DidYouMean(typed string, names []string) string {

@@ -2,8 +2,9 @@
 // built by .ci/build-tools.sh, each with its own root, state, socket and config.toml, reached over
 // the CRI API exactly as the kubelet reaches them.
 //
-// Tests that need a tool call Binary (or Unavailable) so that a missing tool skips with the
-// reason on a developer machine and fails when CI=true (docs/contracts.md, "Test plumbing").
+// Tests that need a tool call Binary (a pinned build), Find (a program any machine may have on
+// $PATH) or Unavailable, so that a missing tool skips with the reason on a developer machine and
+// fails when CI=true (docs/contracts.md, "Test plumbing").
 package runtimetest
 
 import (
@@ -75,16 +76,43 @@ func Binary(t testing.TB, envVar string) string {
 	return p
 }
 
-// LookPath returns the executable from envVar when set, else name from $PATH; missing means
-// Unavailable.
+// Tool is a program tests run that any machine may have on $PATH (a Debian package), unlike the
+// pinned builds Binary finds: Name on $PATH, or the path in Env (when Env is not empty and set),
+// which .ci/build-tools.sh exports; Install says how to get it.
+type Tool struct{ Name, Env, Install string }
+
+// Tools tests run. .ci/build-tools.sh installs each (as root) from Debian; a shell is
+// Tool{Name: "zsh", Install: "apt-get install zsh"}.
+var (
+	Skopeo  = Tool{Name: "skopeo", Env: EnvSkopeo, Install: "apt-get install skopeo"}
+	Curl    = Tool{Name: "curl", Env: EnvCurl, Install: "apt-get install curl"}
+	Patch   = Tool{Name: "patch", Install: "apt-get install patch"}
+	Prlimit = Tool{Name: "prlimit", Install: "apt-get install util-linux"}
+)
+
+// LookPath is Find for the tool with the variable envVar and the name name (a Debian package of
+// that name).
 func LookPath(t testing.TB, envVar, name string) string {
 	t.Helper()
-	if os.Getenv(envVar) != "" {
-		return Binary(t, envVar)
+	return Find(t, Tool{Name: name, Env: envVar, Install: "apt-get install " + name})
+}
+
+// Find returns the executable of tool: $Env when set (then it must name an executable file),
+// else Name on $PATH. A missing tool is Unavailable, always in these words (so that the test
+// summary counts the tests it stops as one reason): "<name> not found: set <Env> to its path or
+// put it on $PATH (<Install>; .ci/build-tools.sh installs it)".
+func Find(t testing.TB, tool Tool) string {
+	t.Helper()
+	if tool.Env != "" && os.Getenv(tool.Env) != "" {
+		return Binary(t, tool.Env)
 	}
-	p, err := exec.LookPath(name)
+	p, err := exec.LookPath(tool.Name)
 	if err != nil {
-		Unavailable(t, "%s is not set and %s is not on $PATH: %s", envVar, name, buildHint)
+		where := "put it on $PATH"
+		if tool.Env != "" {
+			where = "set " + tool.Env + " to its path or put it on $PATH"
+		}
+		Unavailable(t, "%s not found: %s (%s; .ci/build-tools.sh installs it)", tool.Name, where, tool.Install)
 		return ""
 	}
 	return p
@@ -98,9 +126,14 @@ func RequireRoot(t testing.TB) {
 	}
 }
 
+// HostsLine is the /etc/hosts line that maps every name tests dial to loopback; .ci/build-tools.sh
+// adds exactly this line (TestHostsLineIsBuildTools).
+const HostsLine = "127.0.0.1 upstream.test registry.hub.test auth.hub.test cdn.test"
+
 // RequireLoopbackName stops the test (Unavailable) unless /etc/hosts maps name to a loopback
-// address. It reads the file instead of resolving, so a missing entry never becomes a DNS query
-// that leaves the machine. .ci/build-tools.sh adds the test names (upstream.test, …).
+// address, saying the line to add (HostsLine), in the same words for every name. It reads the
+// file instead of resolving, so a missing entry never becomes a DNS query that leaves the
+// machine.
 func RequireLoopbackName(t testing.TB, name string) {
 	t.Helper()
 	b, err := os.ReadFile("/etc/hosts")
@@ -109,7 +142,7 @@ func RequireLoopbackName(t testing.TB, name string) {
 		return
 	}
 	if !hostsMapsToLoopback(b, name) {
-		Unavailable(t, "/etc/hosts does not map %s to a loopback address: %s", name, buildHint)
+		Unavailable(t, "/etc/hosts does not map the test names to loopback: add the line %q to /etc/hosts (.ci/build-tools.sh adds it)", HostsLine)
 	}
 }
 

@@ -1,7 +1,8 @@
 // Command testsummary runs `go test -json …` and prints what a reader of `go test` needs: the
 // `ok`/`FAIL` line of every package, the complete output of every failing test and of every
-// build that failed, and at the end one `skip: <test>: <reason>` line per skipped test followed by
-// exactly `N passed, N failed, N skipped`.
+// build that failed, and at the end one `skip: <test>: <reason>` line per skip reason (`skip: <N>
+// tests: <reason> (<tests>)` for a reason several tests gave) followed by exactly `N passed,
+// N failed, N skipped`.
 //
 // Usage (what `make test` runs):
 //
@@ -307,8 +308,37 @@ func (s *summary) finish() {
 	if len(s.failedList) > 0 || len(s.skips) > 0 {
 		fmt.Fprintln(s.w)
 	}
-	for _, sk := range s.skips {
-		fmt.Fprintf(s.w, "skip: %s: %s\n", sk.name, sk.reason)
+	for _, g := range groupSkips(s.skips) {
+		fmt.Fprintln(s.w, g)
 	}
 	fmt.Fprintf(s.w, "%d passed, %d failed, %d skipped\n", s.passed, len(s.failedList), len(s.skips))
+}
+
+// groupSkips is one line per skip reason, in the order the reasons first came: `skip: <test>:
+// <reason>` for a reason one test gave, `skip: <N> tests: <reason> (<test>, <test>, <test> and
+// <N-3> more)` for one that several gave — 50 tests stopped by one missing daemon are one line.
+func groupSkips(skips []skipped) []string {
+	var order []string
+	names := map[string][]string{}
+	for _, sk := range skips {
+		if _, seen := names[sk.reason]; !seen {
+			order = append(order, sk.reason)
+		}
+		names[sk.reason] = append(names[sk.reason], sk.name)
+	}
+	const shown = 3
+	lines := make([]string, 0, len(order))
+	for _, reason := range order {
+		n := names[reason]
+		if len(n) == 1 {
+			lines = append(lines, fmt.Sprintf("skip: %s: %s", n[0], reason))
+			continue
+		}
+		list := strings.Join(n[:min(len(n), shown)], ", ")
+		if len(n) > shown {
+			list += fmt.Sprintf(" and %d more", len(n)-shown)
+		}
+		lines = append(lines, fmt.Sprintf("skip: %d tests: %s (%s)", len(n), reason, list))
+	}
+	return lines
 }

@@ -3,9 +3,13 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/nodecache/nodecache/internal/runtimetest"
 )
 
 // writeModule writes a throwaway module whose tests pass, fail, skip (with and without a reason,
@@ -34,6 +38,16 @@ func TestTable(t *testing.T) {
 				t.Skip("y is not here")
 			}
 		})
+	}
+}
+
+func TestSameOne(t *testing.T) { t.Skip("the same thing is missing") }
+
+func TestSameTwo(t *testing.T) { t.Skip("the same thing is missing") }
+
+func TestMany(t *testing.T) {
+	for _, n := range []string{"1", "2", "3", "4", "5"} {
+		t.Run(n, func(t *testing.T) { t.Skip("many are missing") })
 	}
 }
 `,
@@ -105,7 +119,10 @@ func TestRunRealGoTest(t *testing.T) {
 				"skip: example.test/sum/a.TestSkipBare: no reason given",
 				"skip: example.test/sum/a.TestSkipMultiline: line one line two",
 				"skip: example.test/sum/a.TestTable/y: y is not here",
-				"3 passed, 0 failed, 4 skipped",
+				// Issue 26: one line per reason, with a count.
+				"skip: 2 tests: the same thing is missing (example.test/sum/a.TestSameOne, example.test/sum/a.TestSameTwo)",
+				"skip: 5 tests: many are missing (example.test/sum/a.TestMany/1, example.test/sum/a.TestMany/2, example.test/sum/a.TestMany/3 and 2 more)",
+				"4 passed, 0 failed, 11 skipped",
 			},
 			wantContains: []string{"ok  \texample.test/sum/a"},
 		},
@@ -114,8 +131,8 @@ func TestRunRealGoTest(t *testing.T) {
 			withFailures: true,
 			wantCode:     1,
 			wantTail: []string{
-				"skip: example.test/sum/a.TestTable/y: y is not here",
-				"4 passed, 2 failed, 4 skipped",
+				"skip: 5 tests: many are missing (example.test/sum/a.TestMany/1, example.test/sum/a.TestMany/2, example.test/sum/a.TestMany/3 and 2 more)",
+				"5 passed, 2 failed, 11 skipped",
 			},
 			wantContains: []string{
 				"context for the reader", "boom: want 1, got 2", "--- FAIL: TestFails",
@@ -197,5 +214,22 @@ func TestSkipReason(t *testing.T) {
 				t.Fatalf("skipReason = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestMakeTargetsSummarize (issue 26): `make test` and `make test-deploy` both run their go test
+// through this summary (`make test-deploy` printed neither its skips nor a count line before).
+// make -n prints the recipes without running them.
+func TestMakeTargetsSummarize(t *testing.T) {
+	t.Parallel()
+	makeTool := runtimetest.Find(t, runtimetest.Tool{Name: "make", Install: "apt-get install make"})
+	for _, target := range []string{"test", "test-deploy"} {
+		out, err := exec.Command(makeTool, "-n", "-C", filepath.Join("..", ".."), target).CombinedOutput()
+		if err != nil {
+			t.Fatalf("make -n %s: %v\n%s", target, err, out)
+		}
+		if !regexp.MustCompile(`(?m)bin/testsummary .*-- \\?\s*\S*go test -json `).Match(out) {
+			t.Errorf("make %s does not run go test -json through bin/testsummary:\n%s", target, out)
+		}
 	}
 }

@@ -25,6 +25,17 @@ type Applier struct {
 	// Logger receives one line per file written, removed or restored. Default: disabled
 	// (the zero Logger writes nothing).
 	Logger zerolog.Logger
+	// Reported means the caller prints every change itself (gen's report lines): the lines
+	// above are then logged at debug level instead of info, so that a change is told once.
+	Reported bool
+}
+
+// event starts the log line of a change: info, or debug when the caller reports the changes.
+func (a Applier) event() *zerolog.Event {
+	if a.Reported {
+		return a.Logger.Debug()
+	}
+	return a.Logger.Info()
 }
 
 // HostPath joins a host path to the root.
@@ -155,7 +166,7 @@ func (a Applier) apply(c Change) error {
 			// Only an empty directory goes; anything else in it (a user's certificates) stays.
 			_ = os.Remove(filepath.Dir(target))
 		}
-		a.Logger.Info().Str("file", c.Path).Msg("file removed")
+		a.event().Str("file", c.Path).Msg("file removed")
 	case ActionRestore:
 		if err := os.Rename(a.HostPath(c.Backup), target); err != nil {
 			return fmt.Errorf("restore %s from %s: %w", c.Path, c.Backup, err)
@@ -163,7 +174,7 @@ func (a Applier) apply(c Change) error {
 		if err := syncDir(filepath.Dir(target)); err != nil {
 			return fmt.Errorf("restore %s: %w", c.Path, err)
 		}
-		a.Logger.Info().Str("file", c.Path).Str("backup", c.Backup).Msg("file restored from backup")
+		a.event().Str("file", c.Path).Str("backup", c.Backup).Msg("file restored from backup")
 	default:
 		return fmt.Errorf("apply %s: unknown action %q", c.Path, c.Action)
 	}
@@ -189,7 +200,7 @@ func (a Applier) write(c Change, target string) error {
 			if err := WriteFileAtomic(bak, c.Old, mode, uid, gid); err != nil {
 				return fmt.Errorf("back up %s to %s: %w", c.Path, c.Backup, err)
 			}
-			a.Logger.Info().Str("file", c.Backup).Msg("backup written")
+			a.event().Str("file", c.Backup).Msg("backup written")
 		} else if err != nil {
 			return fmt.Errorf("back up %s: %w", c.Path, err)
 		}
@@ -200,7 +211,7 @@ func (a Applier) write(c Change, target string) error {
 	if err := WriteFileAtomic(target, c.New, mode, uid, gid); err != nil {
 		return fmt.Errorf("write %s: %w", c.Path, err)
 	}
-	a.Logger.Info().Str("file", c.Path).Str("action", string(c.Action)).Msg("file written")
+	a.event().Str("file", c.Path).Str("action", string(c.Action)).Msg("file written")
 	return nil
 }
 

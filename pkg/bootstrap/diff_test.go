@@ -7,20 +7,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodecache/nodecache/internal/runtimetest"
 )
 
 // needPatch returns the path of GNU patch; without it the test is skipped with the reason
 // (and fails under CI=true, where .ci/build-tools.sh installs it).
 func needPatch(t *testing.T) string {
 	t.Helper()
-	p, err := exec.LookPath("patch")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("patch not installed (.ci/build-tools.sh installs it): %v", err)
-		}
-		t.Skipf("patch not installed (apt-get install patch): %v", err)
-	}
-	return p
+	return runtimetest.Find(t, runtimetest.Patch)
 }
 
 // TestDiffAppliesWithPatch: every --dry-run diff is a unified diff that `patch -p1` applies

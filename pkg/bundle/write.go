@@ -20,6 +20,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
 
+	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
@@ -292,7 +293,7 @@ func (b *BlobFile) Write(p []byte) (int, error) {
 		return 0, b.err
 	}
 	if b.n+int64(len(p)) > b.size {
-		b.err = fmt.Errorf("blob %s: more than its %d bytes", b.want, b.size)
+		b.err = fmt.Errorf("blob %s: more than its %s", b.want, clitext.Count(b.size, "byte"))
 		return 0, b.err
 	}
 	n, err := b.f.Write(p)
@@ -331,7 +332,7 @@ func (b *BlobFile) Commit() error {
 	case b.err != nil:
 		return b.err
 	case b.n != b.size:
-		return fmt.Errorf("blob %s: wrote %d of its %d bytes", b.want, b.n, b.size)
+		return fmt.Errorf("blob %s: wrote %d of its %s", b.want, b.n, clitext.Count(b.size, "byte"))
 	}
 	if got := digest.NewDigest(b.want.Algorithm(), b.h); got != b.want {
 		return fmt.Errorf("blob %s: digest mismatch: the bytes written hash to %s", b.want, got)

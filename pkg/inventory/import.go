@@ -28,7 +28,7 @@ func (c *Client) ImportArgs(ctx context.Context, args []string, ref string, prog
 		}
 	}
 	if len(args) != 1 {
-		return nil, fmt.Errorf("%w: cache import takes one bundle DIR (an OCI image layout or a Talos image cache), got %d arguments", ErrInput, len(args))
+		return nil, fmt.Errorf("%w: cache import takes one bundle DIR (an OCI image layout or a Talos image cache), got %s", ErrInput, clitext.Count(len(args), "argument"))
 	}
 	return c.Import(ctx, args[0], ref, progress)
 }
@@ -74,12 +74,12 @@ func (c *Client) Import(ctx context.Context, dir, ref string, progress io.Writer
 		bytesWanted += mb.Size
 	}
 	wanted := func(bl bundle.Blob) bool { return want[bl.Digest] }
-	say("%s (%s): %d images, %d manifests, %d blobs; serve lacks %d of them (%s): checking them",
-		dir, b.Kind, len(b.Images), len(b.Manifests), len(b.Blobs), len(want), clitext.Bytes(bytesWanted))
+	say("%s (%s): %s, %s, %s; serve lacks %d of them (%s): checking them", dir, b.Kind, clitext.Count(len(b.Images), "image"),
+		clitext.Count(len(b.Manifests), "manifest"), clitext.Count(len(b.Blobs), "blob"), len(want), clitext.Bytes(bytesWanted))
 	if err := b.Check(ctx, wanted); err != nil {
 		return nil, err
 	}
-	say("sending %d blobs (%s) to %s", len(want), clitext.Bytes(bytesWanted), c.base)
+	say("sending %s (%s) to %s", clitext.Count(len(want), "blob"), clitext.Bytes(bytesWanted), c.base)
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeImport(ctx, pw, body, b, wanted)) }()
 	defer pr.Close()
@@ -138,7 +138,7 @@ func (i *Imported) WriteText(w io.Writer) error {
 			return err
 		}
 	}
-	_, err := fmt.Fprintf(w, "%d images, %d manifests; %d blobs stored (%s), %d already stored\n",
-		len(i.Images), i.Manifests, i.BlobsStored, clitext.Bytes(i.BytesStored), i.BlobsPresent)
+	_, err := fmt.Fprintf(w, "%s, %s; %s stored (%s), %d already stored\n", clitext.Count(len(i.Images), "image"),
+		clitext.Count(i.Manifests, "manifest"), clitext.Count(i.BlobsStored, "blob"), clitext.Bytes(i.BytesStored), i.BlobsPresent)
 	return err
 }

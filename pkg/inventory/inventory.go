@@ -91,7 +91,7 @@ func (c *Client) RemoveArgs(ctx context.Context, args []string) (*Removal, error
 		}
 	}
 	if len(args) != 1 {
-		return nil, fmt.Errorf("%w: cache rm takes one UPSTREAM/REPOSITORY@DIGEST (as cache ls lists it), got %d arguments", ErrInput, len(args))
+		return nil, fmt.Errorf("%w: cache rm takes one UPSTREAM/REPOSITORY@DIGEST (as cache ls lists it), got %s", ErrInput, clitext.Count(len(args), "argument"))
 	}
 	return c.Remove(ctx, args[0])
 }
@@ -243,7 +243,7 @@ func (c *Client) PinArgs(ctx context.Context, args []string, unpin bool) (*PinRe
 		}
 	}
 	if len(args) != 1 {
-		return nil, fmt.Errorf("%w: cache %s takes one UPSTREAM/REPOSITORY:TAG or UPSTREAM/REPOSITORY@DIGEST, got %d arguments", ErrInput, cmd, len(args))
+		return nil, fmt.Errorf("%w: cache %s takes one UPSTREAM/REPOSITORY:TAG or UPSTREAM/REPOSITORY@DIGEST, got %s", ErrInput, cmd, clitext.Count(len(args), "argument"))
 	}
 	if unpin {
 		return c.Unpin(ctx, args[0])
@@ -363,7 +363,7 @@ func (c *Client) Verify(ctx context.Context, rate string, poll time.Duration, pr
 		}
 	}
 	if p.State != mirrorapi.VerifyDone {
-		return nil, fmt.Errorf("%w: pass %d is %s after %d of %d blobs (serve is stopping?); %d corrupt so far", ErrVerifyLost, p.ID, p.State, p.Checked, p.Blobs, p.Corrupt)
+		return nil, fmt.Errorf("%w: pass %d is %s after %d of %s (serve is stopping?); %d corrupt so far", ErrVerifyLost, p.ID, p.State, p.Checked, clitext.Count(p.Blobs, "blob"), p.Corrupt)
 	}
 	return &Verification{VerifyPass: p}, nil
 }
@@ -378,7 +378,7 @@ func (v *Verification) Clean() bool { return v.Corrupt == 0 && v.Unreadable == 0
 // clean, how many blobs were corrupt or unreadable; nil for any other report.
 func Verdict(r clitext.Renderer) error {
 	if v, ok := r.(*Verification); ok && !v.Clean() {
-		return fmt.Errorf("%d of %d blobs corrupt, %d unreadable", v.Corrupt, v.Checked, v.Unreadable)
+		return fmt.Errorf("%d of %s corrupt, %d unreadable", v.Corrupt, clitext.Count(v.Checked, "blob"), v.Unreadable)
 	}
 	return nil
 }
@@ -403,7 +403,7 @@ func (v *Verification) WriteText(w io.Writer) error {
 	if v.Missing > 0 {
 		verdict += fmt.Sprintf("; %d gone meanwhile", v.Missing)
 	}
-	if _, err := fmt.Fprintf(w, "verified %d blobs (%s) in %s: %s\n", v.Checked, clitext.Bytes(v.CheckedBytes), clitext.Span(took), verdict); err != nil {
+	if _, err := fmt.Fprintf(w, "verified %s (%s) in %s: %s\n", clitext.Count(v.Checked, "blob"), clitext.Bytes(v.CheckedBytes), clitext.Span(took), verdict); err != nil {
 		return err
 	}
 	for _, d := range v.CorruptBlobs {
@@ -419,7 +419,7 @@ func ProgressLine(p mirrorapi.VerifyPass) string {
 	if p.Blobs == 0 && p.Checked == 0 {
 		return fmt.Sprintf("verify: pass %d started, at most %s a second", p.ID, clitext.Bytes(p.RateBytes))
 	}
-	return fmt.Sprintf("verify: %d/%d blobs, %s of %s, %d corrupt", p.Checked, p.Blobs, clitext.Bytes(p.CheckedBytes), clitext.Bytes(p.SizeBytes), p.Corrupt)
+	return fmt.Sprintf("verify: %d/%s, %s of %s, %d corrupt", p.Checked, clitext.Count(p.Blobs, "blob"), clitext.Bytes(p.CheckedBytes), clitext.Bytes(p.SizeBytes), p.Corrupt)
 }
 
 // Listing is `cache ls`'s report.
@@ -465,7 +465,7 @@ func (l *Listing) WriteText(w io.Writer) error {
 	if !l.Ready {
 		note = " (index being rebuilt from storage: images may be missing)"
 	}
-	_, err := fmt.Fprintf(w, "%d images, %d blobs, %s (%s); %d pinned, %s pinned%s\n", len(l.Images), l.Blobs, clitext.Bytes(l.SizeBytes), limit,
+	_, err := fmt.Fprintf(w, "%s, %s, %s (%s); %d pinned, %s pinned%s\n", clitext.Count(len(l.Images), "image"), clitext.Count(l.Blobs, "blob"), clitext.Bytes(l.SizeBytes), limit,
 		pinned, clitext.Bytes(l.PinnedBytes), note)
 	return err
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/internal/filestamp"
 	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
@@ -230,7 +231,7 @@ func (r *repository) serveLocal(ctx context.Context, blobs distribution.BlobStor
 		}
 	}
 	if (check.Size >= 0 && desc.Size != check.Size) || (desc.Size == 0 && desc.Digest.Algorithm().FromBytes(nil) != desc.Digest) {
-		r.evictDamaged(ctx, desc.Digest, desc.Size, fmt.Sprintf("its data is not its verified size (%d bytes)", check.Size))
+		r.evictDamaged(ctx, desc.Digest, desc.Size, fmt.Sprintf("its data is not its verified size (%s)", clitext.Count(check.Size, "byte")))
 		return errDamaged
 	}
 	if req.Method == http.MethodHead && !check.Verified && check.Size < 0 {

@@ -251,7 +251,7 @@ func TestTagsListClients(t *testing.T) {
 		t.Errorf("crane ls: %d tags, %v; want %d", len(got), err, len(tags))
 	}
 
-	skopeo := runtimetest.LookPath(t, runtimetest.EnvSkopeo, "skopeo")
+	skopeo := runtimetest.Find(t, runtimetest.Skopeo)
 	out, err := exec.CommandContext(t.Context(), skopeo, "list-tags", "--tls-verify=false", "docker://"+repo).Output()
 	var listed struct{ Tags []string }
 	if err != nil || json.Unmarshal(out, &listed) != nil || !slices.Equal(listed.Tags, tags) {

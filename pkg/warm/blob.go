@@ -99,7 +99,7 @@ func (c *client) getBlob(ctx context.Context, ref Reference, desc v1.Descriptor,
 		}
 		switch {
 		case have < desc.Size:
-			return fmt.Errorf("read blob %s: body ended after %d of %d bytes: %w", want, have, desc.Size, errBrokenStream)
+			return fmt.Errorf("read blob %s: body ended after %d of %s: %w", want, have, clitext.Count(desc.Size, "byte"), errBrokenStream)
 		case have > desc.Size:
 			reset()
 			return permanent(fmt.Errorf("blob %s: body is longer than the manifest's size %d", want, desc.Size))
@@ -128,7 +128,7 @@ func readError(want digest.Digest, have, size int64, err error) error {
 	if pe := (*permanentError)(nil); errors.As(err, &pe) {
 		return pe
 	}
-	return fmt.Errorf("read blob %s after %d of %d bytes: %w: %w", want, have, size, errBrokenStream, err)
+	return fmt.Errorf("read blob %s after %d of %s: %w: %w", want, have, clitext.Count(size, "byte"), errBrokenStream, err)
 }
 
 // contentRangeStart reads the first byte position of "bytes START-END/TOTAL".

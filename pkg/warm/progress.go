@@ -63,7 +63,7 @@ func blobLine(ev blobEvent) string {
 	case ev.Present:
 		return fmt.Sprintf("present  %s %s %s (in the bundle already, verified)", ev.Image, shortDigest(ev.Digest), clitext.Bytes(ev.Size))
 	case ev.Err != nil:
-		return fmt.Sprintf("FAILED   %s %s %s after %d attempts in %s: %v", ev.Image, shortDigest(ev.Digest), clitext.Bytes(ev.Size), ev.Attempts, clitext.Span(ev.Took), ev.Err)
+		return fmt.Sprintf("FAILED   %s %s %s after %s in %s: %v", ev.Image, shortDigest(ev.Digest), clitext.Bytes(ev.Size), clitext.Count(ev.Attempts, "attempt"), clitext.Span(ev.Took), ev.Err)
 	}
 	s := fmt.Sprintf("fetched  %s %s %s in %s", ev.Image, shortDigest(ev.Digest), clitext.Bytes(ev.Size), clitext.Span(ev.Took))
 	if ev.Attempts > 1 {

@@ -154,7 +154,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Pin {
 		pinned = fmt.Sprintf(" (%d pinned)", r.PinnedImages)
 	}
-	fmt.Fprintf(&b, "%d of %d images %s%s; %d blobs fetched", warm, len(r.Images), word, pinned, r.BlobsFetched)
+	fmt.Fprintf(&b, "%d of %s %s%s; %s fetched", warm, clitext.Count(len(r.Images), "image"), word, pinned, clitext.Count(r.BlobsFetched, "blob"))
 	if r.BlobsPresent > 0 {
 		fmt.Fprintf(&b, ", %d in the bundle already", r.BlobsPresent)
 	}
@@ -179,7 +179,7 @@ func (im *ImageReport) writeText(b *strings.Builder, state string) {
 	if im.Platform != "" {
 		fmt.Fprintf(b, " %s", im.Platform)
 	}
-	fmt.Fprintf(b, ": %d blobs fetched", im.BlobsFetched)
+	fmt.Fprintf(b, ": %s fetched", clitext.Count(im.BlobsFetched, "blob"))
 	if im.BlobsPresent > 0 {
 		fmt.Fprintf(b, ", %d in the bundle already", im.BlobsPresent)
 	}

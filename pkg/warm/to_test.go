@@ -142,7 +142,7 @@ func mustDigest(t *testing.T, x interface{ Digest() (v1.Hash, error) }) v1.Hash 
 // CI) with a throw-away HOME and returns its output.
 func skopeo(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
-	bin := runtimetest.Binary(t, runtimetest.EnvSkopeo)
+	bin := runtimetest.Find(t, runtimetest.Skopeo)
 	cmd := exec.CommandContext(t.Context(), bin, append([]string{"--insecure-policy"}, args...)...)
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
 	return cmd.CombinedOutput()

@@ -58,8 +58,8 @@ func (c *client) waitForMirror(ctx context.Context, wait, probeTimeout, interval
 	if ctx.Err() != nil {
 		last = fmt.Errorf("%w (%w)", last, context.Cause(ctx))
 	}
-	return waited, fmt.Errorf("%w: %s gave no registry answer to GET /v2/ in %s (%d probes; last: %w)",
-		ErrMirrorNotReady, c.base, clitext.Span(waited), probes, last)
+	return waited, fmt.Errorf("%w: %s gave no registry answer to GET /v2/ in %s (%s; last: %w)",
+		ErrMirrorNotReady, c.base, clitext.Span(waited), clitext.Count(probes, "probe"), last)
 }
 
 // probe sends one GET /v2/ bounded by timeout.

@@ -426,7 +426,7 @@ func (w *walker) fetchImage(ctx context.Context, ref Reference, walked walked, o
 	}
 	switch {
 	case len(errs) > 0:
-		out.Error = fmt.Sprintf("%d of %d blobs failed; first: %s", len(errs), len(todo), describe(ctx, errs[0]))
+		out.Error = fmt.Sprintf("%d of %s failed; first: %s", len(errs), clitext.Count(len(todo), "blob"), describe(ctx, errs[0]))
 	case out.BlobsFetched == 0 && out.BlobsPresent == 0:
 		out.Error = "nothing fetched: every layer is external (foreign), so the cache holds none of it"
 	case w.out != nil:

@@ -208,7 +208,7 @@ func TestHTTPSMirrorContainerd(t *testing.T) {
 // the CA gen wrote under the certs directory.
 func TestHTTPSMirrorSkopeo(t *testing.T) {
 	t.Parallel()
-	skopeo := runtimetest.Binary(t, runtimetest.EnvSkopeo)
+	skopeo := runtimetest.Find(t, runtimetest.Skopeo)
 	runtimetest.RequireLoopbackName(t, upstreamName)
 
 	upstream := appUpstream(t, 4096, 2)

@@ -30,7 +30,7 @@ import (
 func TestAirGap(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd24)
-	skopeo := runtimetest.LookPath(t, runtimetest.EnvSkopeo, "skopeo")
+	skopeo := runtimetest.Find(t, runtimetest.Skopeo)
 	mirrortest.QuietLogrus()
 
 	up := mirrortest.NewRegistry(t)

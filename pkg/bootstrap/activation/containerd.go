@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
@@ -437,7 +438,11 @@ func (e *evaluator) judgeHosts(ctx context.Context, rep RuntimeReport, rt string
 	switch {
 	case len(bad) > 0:
 		rep.State = NotActive
-		rep.Reason = fmt.Sprintf("%d of %d registries do not go through the mirror (%s): %s", len(bad), len(verdicts), upstreamNames(bad), bad[0].Reason)
+		verb := "do"
+		if len(bad) == 1 {
+			verb = "does"
+		}
+		rep.Reason = fmt.Sprintf("%d of %s %s not go through the mirror (%s): %s", len(bad), clitext.Count(len(verdicts), "registry"), verb, upstreamNames(bad), bad[0].Reason)
 		if len(bad) > 1 {
 			rep.Reason += "; …"
 		}

@@ -47,6 +47,11 @@ type Common struct {
 	Remove bool
 	// Logger receives one line per file written and the probes' failures. Default: disabled.
 	Logger zerolog.Logger
+	// Reported means the caller prints the report (gen): each file written, removed or
+	// restored, and each SIGHUP sent, is then logged at debug level, not info, so that on a
+	// terminal a change shows once (issue 26). The agent, which prints no report, leaves it
+	// false.
+	Reported bool
 }
 
 // targets parses Mirror (required unless Remove, or when given; name.ParseMirror), Upstreams
@@ -89,12 +94,14 @@ func (c *Common) host() (*bootstrap.Host, error) {
 	return bootstrap.NewHost(bootstrap.HostOptions{Root: c.HostRoot})
 }
 
-// applyOrDiff renders the unified diff of changes (dryRun) or applies them on h.
-func applyOrDiff(ctx context.Context, h *bootstrap.Host, dryRun bool, log zerolog.Logger, changes []bootstrap.Change) (string, error) {
-	if dryRun {
+// applyOrDiff renders the unified diff of changes (c.DryRun) or applies them on h (c.Logger, c.Reported).
+func applyOrDiff(ctx context.Context, h *bootstrap.Host, c *Common, changes []bootstrap.Change) (string, error) {
+	if c.DryRun {
 		return bootstrap.Diff(changes)
 	}
-	return "", h.Applier(log).Apply(ctx, changes)
+	a := h.Applier(c.Logger)
+	a.Reported = c.Reported
+	return "", a.Apply(ctx, changes)
 }
 
 // release is the runtime's release: the one given on the command line, read by parse (flag

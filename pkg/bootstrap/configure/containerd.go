@@ -61,9 +61,6 @@ func Containerd(ctx context.Context, o ContainerdOptions) (*ContainerdReport, er
 	if err != nil {
 		return nil, err
 	}
-	if probeErr != nil && !o.Remove {
-		o.Logger.Warn().Err(probeErr).Msg("containerd version unknown")
-	}
 	opts := containerd.Options{Mirror: m, Upstreams: ups, Fallbacks: fallbacks, Config: o.Config, CertsDir: o.CertsDir,
 		MirrorCA: o.MirrorCA, Migrate: o.Migrate, Daemon: daemon}
 	fsys := h.FS()
@@ -79,19 +76,21 @@ func Containerd(ctx context.Context, o ContainerdOptions) (*ContainerdReport, er
 	}
 	rep, err := plan(fsys, opts)
 	if err != nil {
+		if probeErr != nil && !o.Remove {
+			// The refusal (a missing config.toml, say) does not tell why the version is unknown.
+			o.Logger.Warn().Err(probeErr).Msg("containerd version unknown")
+		}
 		return nil, err
 	}
 	// A removal needs the version only to recognise a config file it restores from its backup;
-	// deleting its own files (or finding nothing) does not depend on it.
+	// deleting its own files (or finding nothing) does not depend on it. The warning is the
+	// report's, not a log line too.
 	if probeErr != nil && (!o.Remove || slices.ContainsFunc(rep.Changes, func(c bootstrap.Change) bool { return c.Action == bootstrap.ActionRestore })) {
-		if o.Remove {
-			o.Logger.Warn().Err(probeErr).Msg("containerd version unknown")
-		}
 		rep.Warnings = append([]string{fmt.Sprintf("containerd version unknown (%v); pass --containerd-version", probeErr)}, rep.Warnings...)
 	}
 	rep.Warnings = append(rep.Warnings, mirrorWarnings(m, o.Remove)...)
 	out := &ContainerdReport{Report: rep, DryRun: o.DryRun, remove: o.Remove}
-	if out.Diff, err = applyOrDiff(ctx, h, o.DryRun, o.Logger, rep.Changes); err != nil {
+	if out.Diff, err = applyOrDiff(ctx, h, &o.Common, rep.Changes); err != nil {
 		return nil, err
 	}
 	if !o.Remove && !rep.RestartRequired {

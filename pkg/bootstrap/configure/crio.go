@@ -37,7 +37,8 @@ type CrioReport struct {
 	remove bool
 }
 
-// Crio runs the CRI-O pass: version (given or asked of the running CRI-O; unknown writes no auto_reload drop-in),
+// Crio runs the CRI-O pass: version (given or asked of the running CRI-O; unknown writes no
+// auto_reload drop-in; a removal asks nothing, since what is nodecache's is found on disk),
 // plan or plan-remove, apply or diff, then one best-effort SIGHUP to crio when something
 // changed (never evidence that CRI-O uses the mirror).
 func Crio(ctx context.Context, o CrioOptions) (*CrioReport, error) {
@@ -49,9 +50,14 @@ func Crio(ctx context.Context, o CrioOptions) (*CrioReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, probeErr, err := release(ctx, h, o.Logger, activation.RuntimeCRIO, "--crio-version", o.Version, activation.DefaultCRIOSocket, crio.ParseRelease)
-	if err != nil {
-		return nil, err
+	// A removal finds what is nodecache's on disk: the version decides nothing there, so an
+	// unknown one is no warning (a given one is still checked).
+	var v crio.Release
+	var probeErr error
+	if !o.Remove || o.Version != "" {
+		if v, probeErr, err = release(ctx, h, o.Logger, activation.RuntimeCRIO, "--crio-version", o.Version, activation.DefaultCRIOSocket, crio.ParseRelease); err != nil {
+			return nil, err
+		}
 	}
 	opts := crio.Options{Mirror: m, Upstreams: ups, Fallbacks: fallbacks, RegistriesDir: o.RegistriesDir, CrioDir: o.CrioDir, Version: v}
 	fsys := h.FS()
@@ -76,7 +82,7 @@ func Crio(ctx context.Context, o CrioOptions) (*CrioReport, error) {
 	}
 	rep.Warnings = append(rep.Warnings, mirrorWarnings(m, o.Remove)...)
 	out := &CrioReport{Report: rep, DryRun: o.DryRun, mirror: m.String(), remove: o.Remove}
-	if out.Diff, err = applyOrDiff(ctx, h, o.DryRun, o.Logger, rep.Changes); err != nil {
+	if out.Diff, err = applyOrDiff(ctx, h, &o.Common, rep.Changes); err != nil {
 		return nil, err
 	}
 	var reload crio.ReloadResult
@@ -111,7 +117,7 @@ func (r *CrioReport) WriteTextSplit(out, summary io.Writer) error {
 		release = "crio (version unknown)"
 	}
 	if r.remove {
-		t.printf("%s: removing nodecache's drop-ins and CA copies\n", release)
+		t.printf("crio: removing nodecache's drop-ins, CA copies and the directories gen created\n")
 	} else {
 		t.printf("%s: mirror %s for %s\n", release, r.mirror, strings.Join(r.Upstreams, ", "))
 	}

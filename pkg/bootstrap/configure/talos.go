@@ -111,7 +111,7 @@ func Talos(ctx context.Context, o TalosOptions) (*TalosReport, error) {
 	if rep.Changes, err = bootstrap.ResolveChanges(fsys, []bootstrap.Change{ch}); err != nil {
 		return nil, err
 	}
-	if rep.diff, err = applyOrDiff(ctx, local, o.DryRun, o.Logger, rep.Changes); err != nil {
+	if rep.diff, err = applyOrDiff(ctx, local, &o.Common, rep.Changes); err != nil {
 		return nil, err
 	}
 	return rep, nil

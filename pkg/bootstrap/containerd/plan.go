@@ -358,7 +358,7 @@ func planHostsFor(fsys fs.FS, hostsDir, host string, h *hostsSpec, migratedOnly 
 // host without one): the record that the directory is nodecache's, so that --remove deletes it
 // once it is empty, and never a directory the site made. containerd reads only the per-host
 // subdirectories there.
-const DirMarker = ".nodecache-created-this-directory"
+const DirMarker = bootstrap.DirMarker
 
 // planDirMarker plans DirMarker in dir when dir does not exist yet (gen creates it), or keeps
 // the one an earlier run wrote; nothing for a directory that exists without it.
@@ -728,7 +728,8 @@ func planEmptyConfig(fsys fs.FS, eff *Effective, opts Options) (*configPlan, err
 // the way out for the release at hand: 1.x has no `containerd config migrate`.
 func refuseVersion1(eff *Effective, file string) error {
 	const v2 = "add `version = 2` as its first line and name its plugin tables by their full IDs (plugins.cri -> plugins.\"io.containerd.grpc.v1.cri\")"
-	migrate := fmt.Sprintf("convert it with `containerd config migrate > %s.new` (containerd 2.x), review it, move it in place", file)
+	// Said after "on containerd 2.x" or "containerd v2.…": the release is named once.
+	migrate := fmt.Sprintf("convert it with `containerd config migrate > %s.new`, review it, move it in place", file)
 	switch {
 	case eff.DaemonAssumed:
 		return refusal.Errorf("%s has no `version` key, so containerd reads it as the deprecated version 1: on containerd 2.x %s; on 1.x %s; then run gen again", file, migrate, v2)

@@ -212,7 +212,8 @@ func autoReloadDropIn() ([]byte, error) {
 	return append([]byte(mirrorapi.ManagedMarker+"\n# Reload registries.conf.d on change (CRI-O >= 1.30, read at start).\n"), body...), nil
 }
 
-// Plan computes the drop-ins for the host seen through fsys. It writes nothing.
+// Plan computes the drop-ins for the host seen through fsys, and a bootstrap.DirMarker in each
+// directory they create. It writes nothing.
 func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	if err := opts.checkPaths(); err != nil {
 		return nil, err
@@ -261,6 +262,17 @@ func Plan(fsys fs.FS, opts Options) (*Report, error) {
 	for _, p := range v1 {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s is in the deprecated v1 format ([registries.search] ...): CRI-O >= 1.36 refuses it; convert it to v2 (unqualified-search-registries, [[registry]])", p))
 	}
+	// The directories the files land in that gen creates get a marker, so --remove takes them
+	// out again.
+	var dirs []string
+	for _, c := range rep.Changes {
+		dirs = append(dirs, path.Dir(c.Path))
+	}
+	markers, err := bootstrap.PlanDirMarkers(fsys, dirMarker, dirs...)
+	if err != nil {
+		return nil, err
+	}
+	rep.Changes = append(markers, rep.Changes...)
 	// Write what symbolic links (a linked drop-in directory) lead to, never the links.
 	if rep.Changes, err = bootstrap.ResolveChanges(fsys, rep.Changes); err != nil {
 		return nil, err
@@ -334,9 +346,13 @@ func planCRIOFiles(fsys fs.FS, opts Options, rep *Report) error {
 	return nil
 }
 
+// dirMarker is the bootstrap.DirMarker gen crio writes into each directory it creates.
+var dirMarker = []byte(mirrorapi.ManagedMarker + "\n# `nodecache gen crio` created this directory; `gen crio --remove` deletes it when it is empty.\n")
+
 // PlanRemove removes our drop-ins and every CA copy we wrote
-// (<CertsDir>/<host:port>/nodecache-mirror-ca.crt, its directory too when then empty); only
-// files starting with mirrorapi.ManagedMarker. It needs no Mirror: what is ours is found on disk.
+// (<CertsDir>/<host:port>/nodecache-mirror-ca.crt, its directory too when then empty), then
+// every directory gen created (bootstrap.DirMarker) once it is empty; only files starting with
+// mirrorapi.ManagedMarker. It needs no Mirror and no Version: what is ours is found on disk.
 func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 	if err := opts.checkPaths(); err != nil {
 		return nil, err
@@ -370,7 +386,9 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 			rep.Warnings = append(rep.Warnings, b+": not TOML: containers/image refuses the whole registries configuration, so every CRI-O pull fails until it is fixed or removed")
 		}
 	}
+	var dirs []string
 	for _, tg := range targets {
+		dirs = append(dirs, path.Dir(tg.path))
 		c, ok, note, err := bootstrap.PlanRemoveOwned(fsys, tg.path, tg.prune)
 		if err != nil {
 			return nil, err
@@ -382,7 +400,12 @@ func PlanRemove(fsys fs.FS, opts Options) (*Report, error) {
 			rep.Changes = append(rep.Changes, c)
 		}
 	}
-	var err error
+	// Last: the directories gen created, once what is in them is gone.
+	markers, err := bootstrap.PlanRemoveDirMarkers(fsys, append(dirs, opts.CertsDir)...)
+	if err != nil {
+		return nil, err
+	}
+	rep.Changes = append(rep.Changes, markers...)
 	if rep.Changes, err = bootstrap.ResolveChanges(fsys, rep.Changes); err != nil {
 		return nil, err
 	}

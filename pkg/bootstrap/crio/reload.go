@@ -24,7 +24,8 @@ type ReloadResult struct {
 // Reload sends one SIGHUP to each process named exactly "crio" in the host's process table
 // (h's proc root: this process's pid namespace, so a pod needs hostPID). Failures are recorded,
 // not returned: the drop-in is in place either way and auto_reload_registries or the next start
-// picks it up.
+// picks it up. Its log lines are debug lines: the caller reports the result (gen's report, the
+// agent's summary line), so that it is told once.
 func Reload(h *bootstrap.Host, log zerolog.Logger) ReloadResult {
 	procs, err := h.Processes("crio")
 	if err != nil {
@@ -34,11 +35,11 @@ func Reload(h *bootstrap.Host, log zerolog.Logger) ReloadResult {
 	for _, p := range procs {
 		if err := syscall.Kill(p.PID, syscall.SIGHUP); err != nil {
 			res.Error = fmt.Sprintf("SIGHUP to crio pid %d: %v", p.PID, err)
-			log.Warn().Int("pid", p.PID).Err(err).Msg("SIGHUP to crio failed")
+			log.Debug().Int("pid", p.PID).Err(err).Msg("SIGHUP to crio failed")
 			continue
 		}
 		res.PIDs = append(res.PIDs, p.PID)
-		log.Info().Int("pid", p.PID).Msg("sent SIGHUP to crio to reload registries (best effort; not activation evidence)")
+		log.Debug().Int("pid", p.PID).Msg("sent SIGHUP to crio to reload registries (best effort; not activation evidence)")
 	}
 	if len(res.PIDs) == 0 && res.Error == "" {
 		res.Skipped = "no process named crio"

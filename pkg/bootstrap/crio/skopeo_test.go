@@ -8,28 +8,18 @@ import (
 	"testing"
 
 	"github.com/nodecache/nodecache/internal/nodecachetest"
+	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/crio"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
-// skopeoBinary finds skopeo: $NODECACHE_SKOPEO (set by .ci/build-tools.sh), else $PATH. Missing:
-// skip with the reason, or fail when CI=true.
+// skopeoBinary finds skopeo (runtimetest.Find): $NODECACHE_SKOPEO, else $PATH; missing, the test
+// skips with the reason, or fails when CI=true.
 func skopeoBinary(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("NODECACHE_SKOPEO"); p != "" {
-		return p
-	}
-	p, err := exec.LookPath("skopeo")
-	if err != nil {
-		msg := "skopeo not found (Debian package skopeo; or set NODECACHE_SKOPEO)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return p
+	return runtimetest.Find(t, runtimetest.Skopeo)
 }
 
 // TestSkopeoPullsThroughNodecache: skopeo, a real containers/image client, given the generated

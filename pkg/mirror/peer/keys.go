@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/internal/filestamp"
 	"github.com/nodecache/nodecache/internal/inputfile"
 )
@@ -95,7 +96,7 @@ func readKeys(path string) (filestamp.Stamp, [][]byte, error) {
 		case len(key) == 0:
 			continue
 		case len(key) < MinKeyLen:
-			return filestamp.Stamp{}, nil, fmt.Errorf("peer key file %s, line %d: the key is %d bytes; want at least %d", path, n+1, len(key), MinKeyLen)
+			return filestamp.Stamp{}, nil, fmt.Errorf("peer key file %s, line %d: the key is %s; want at least %d", path, n+1, clitext.Count(len(key), "byte"), MinKeyLen)
 		case len(keys) == 2:
 			return filestamp.Stamp{}, nil, fmt.Errorf("peer key file %s, line %d: a third key; want one key, or two during a rotation (one a line)", path, n+1)
 		}

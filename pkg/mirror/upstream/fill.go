@@ -421,7 +421,7 @@ func (f *Fill) download(ctx context.Context) error {
 			select {
 			case <-time.After(retryDelay(stalled)):
 			case <-ctx.Done():
-				return fmt.Errorf("fill timeout or abandoned after %d attempts: %w (last error: %w)", attempt, ctx.Err(), lastErr)
+				return fmt.Errorf("fill timeout or abandoned after %s: %w (last error: %w)", clitext.Count(attempt, "attempt"), ctx.Err(), lastErr)
 			}
 		}
 		progressed, err := f.downloadOnce(ctx, file, h)
@@ -430,7 +430,7 @@ func (f *Fill) download(ctx context.Context) error {
 		}
 		lastErr = err
 		if ctx.Err() != nil {
-			return fmt.Errorf("fill timeout or abandoned after %d attempts: %w (last error: %w)", attempt+1, ctx.Err(), err)
+			return fmt.Errorf("fill timeout or abandoned after %s: %w (last error: %w)", clitext.Count(attempt+1, "attempt"), ctx.Err(), err)
 		}
 		if progressed {
 			stalled, short = 0, 0
@@ -445,14 +445,14 @@ func (f *Fill) download(ctx context.Context) error {
 			return f.shortBody(err, short)
 		}
 		if stalled >= maxStalledAttempts {
-			return f.shortBody(fmt.Errorf("giving up after %d attempts in a row without a byte (%d attempts in all): %w", stalled, attempt+1, err), short)
+			return f.shortBody(fmt.Errorf("giving up after %s in a row without a byte (%s in all): %w", clitext.Count(stalled, "attempt"), clitext.Count(attempt+1, "attempt"), err), short)
 		}
 		r.f.log.Warn().Err(err).Str("upstream", r.Name).Str("digest", f.desc.Digest.String()).
 			Int64("offset", f.written).Bool("progressed", progressed).Int("attempt", attempt+1).Msg("blob stream broke; resuming")
 		r.f.metrics.resumes.WithLabelValues(r.Name).Inc()
 	}
 	if f.size < 0 || f.written != f.size {
-		return fmt.Errorf("got %d of %d bytes: %w", f.written, f.size, lastErr)
+		return fmt.Errorf("got %d of %s: %w", f.written, clitext.Count(f.size, "byte"), lastErr)
 	}
 	if got := digest.NewDigest(f.desc.Digest.Algorithm(), h); got != f.desc.Digest {
 		r.f.metrics.mismatches.WithLabelValues(r.Name, KindBlob, f.tierOr()).Inc()
@@ -505,7 +505,7 @@ func (f *Fill) shortBody(err error, short int) error {
 	if short == 0 {
 		return err
 	}
-	return fmt.Errorf("upstream %s: blob %s: %w (%d answers in a row): %w", f.remote.Name, f.desc.Digest, ErrShortBody, short, err)
+	return fmt.Errorf("upstream %s: blob %s: %w (%s in a row): %w", f.remote.Name, f.desc.Digest, ErrShortBody, clitext.Count(short, "answer"), err)
 }
 
 // downloadOnce makes one upstream request for the rest of the blob (all of it, or with Range
@@ -547,7 +547,7 @@ func (f *Fill) downloadOnce(ctx context.Context, file *os.File, h hash.Hash) (pr
 	}
 	if total >= 0 && total != f.size {
 		if f.size >= 0 && f.written > 0 {
-			return false, fmt.Errorf("upstream %s: blob %s: %d bytes announced, %d expected", r.Name, f.desc.Digest, total, f.size)
+			return false, fmt.Errorf("upstream %s: blob %s: %s announced, %d expected", r.Name, f.desc.Digest, clitext.Count(total, "byte"), f.size)
 		}
 		f.setSize(total)
 	}
