@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 
+	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
@@ -169,4 +173,70 @@ func TestCacheVerify(t *testing.T) {
 			t.Errorf("%v: exit %d, want %d saying %q:\n%s%s", tc.args, code, tc.code, tc.says, out, errOut)
 		}
 	}
+}
+
+// TestCacheLsUnreferenced (issue 26): a blob fetched by digest alone is counted in cache ls's
+// totals but under no image; ls says so on a line of its own ("unreferenced blobs: 1, …"; was
+// "0 images, 1 blob, 4.0 KiB" and nothing else), and JSON carries unreferenced_blobs and
+// unreferenced_bytes. Once the image that names it is pulled, the line goes.
+func TestCacheLsUnreferenced(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 4096, 1, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ld, _ := layers[0].Digest()
+	lsize, _ := layers[0].Size()
+	mirrortest.QuietLogrus()
+	nc := nodecachetest.Start(t, nodecachetest.Options{Upstream: up, Alias: "upstream.test", Root: t.TempDir(), Run: true})
+	resp, err := http.Get(nc.URL + "/v2/upstream.test/team/app/blobs/" + ld.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET the layer by digest: %s", resp.Status)
+	}
+	if err := nc.Mirror.WaitIdle(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runApp(t, "cache", "ls", "--listen-url", nc.URL)
+	want := fmt.Sprintf("unreferenced blobs: 1, %s (no cached manifest names them; evicted first)", clitext.Bytes(lsize))
+	if code != 0 || !strings.Contains(out, "0 images, 1 blob, ") || !strings.Contains(out, want) {
+		t.Errorf("cache ls after a blob GET: exit %d, want 0 images, 1 blob and %q:\n%s%s", code, want, out, errOut)
+	}
+	var inv mirrorapi.CacheInventory
+	if code, out, _ = runApp(t, "cache", "ls", "--listen-url", nc.URL, "--output", "json"); code != 0 || json.Unmarshal([]byte(out), &inv) != nil {
+		t.Fatalf("cache ls --output json: exit %d\n%s", code, out)
+	}
+	if inv.UnreferencedBlobs != 1 || inv.UnreferencedBytes != lsize {
+		t.Errorf("cache ls --output json: unreferenced %d blobs, %d bytes; want 1, %d", inv.UnreferencedBlobs, inv.UnreferencedBytes, lsize)
+	}
+	r, err := name.ParseReference(nc.Host+"/upstream.test/team/app:v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validateRemote(t, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Mirror.WaitIdle(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ = runApp(t, "cache", "ls", "--listen-url", nc.URL); code != 0 || strings.Contains(out, "unreferenced") || !strings.Contains(out, "1 image, ") {
+		t.Errorf("cache ls after the image was pulled: exit %d, want 1 image and no unreferenced line:\n%s", code, out)
+	}
+}
+
+// validateRemote pulls r and reads every blob (validate.Image).
+func validateRemote(t *testing.T, r name.Reference) error {
+	t.Helper()
+	pulled, err := remote.Image(r, remote.WithContext(t.Context()))
+	if err != nil {
+		return err
+	}
+	return validate.Image(pulled)
 }

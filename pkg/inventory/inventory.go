@@ -465,9 +465,17 @@ func (l *Listing) WriteText(w io.Writer) error {
 	if !l.Ready {
 		note = " (index being rebuilt from storage: images may be missing)"
 	}
-	_, err := fmt.Fprintf(w, "%s, %s, %s (%s); %d pinned, %s pinned%s\n", clitext.Count(len(l.Images), "image"), clitext.Count(l.Blobs, "blob"), clitext.Bytes(l.SizeBytes), limit,
-		pinned, clitext.Bytes(l.PinnedBytes), note)
-	return err
+	if _, err := fmt.Fprintf(w, "%s, %s, %s (%s); %d pinned, %s pinned%s\n", clitext.Count(len(l.Images), "image"), clitext.Count(l.Blobs, "blob"), clitext.Bytes(l.SizeBytes), limit,
+		pinned, clitext.Bytes(l.PinnedBytes), note); err != nil {
+		return err
+	}
+	if l.UnreferencedBlobs > 0 {
+		// Counted in the totals above but under no image: say so, or the totals look wrong.
+		if _, err := fmt.Fprintf(w, "unreferenced blobs: %d, %s (no cached manifest names them; evicted first)\n", l.UnreferencedBlobs, clitext.Bytes(l.UnreferencedBytes)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Removal is `cache rm`'s report.

@@ -20,6 +20,8 @@ import (
 type cacheView interface {
 	// Totals are the bytes and the number of blobs stored.
 	Totals() (size int64, blobs int)
+	// Unreferenced are the blobs no stored manifest references and their bytes.
+	Unreferenced() (blobs int, size int64)
 	// Ready reports whether the index is loaded (else Totals and Images are partial).
 	Ready() bool
 	// Images lists the stored images, storage repositories named by name.
@@ -47,6 +49,7 @@ func (m *Mirror) Inventory() mirrorapi.CacheInventory { return inventory(m.cache
 func inventory(c cacheView, byKey map[string]*configured) mirrorapi.CacheInventory {
 	size, blobs := c.Totals()
 	inv := mirrorapi.CacheInventory{SizeBytes: size, MaxSizeBytes: c.MaxSize(), PinnedBytes: c.PinnedBytes(), Blobs: blobs, Ready: c.Ready()}
+	inv.UnreferencedBlobs, inv.UnreferencedBytes = c.Unreferenced()
 	inv.Images = c.Images(func(sr string) (string, string) {
 		key, repo, _ := strings.Cut(sr, "/")
 		if up := byKey[key]; up != nil {

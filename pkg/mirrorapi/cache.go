@@ -64,6 +64,11 @@ type CacheInventory struct {
 	PinnedBytes  int64 `json:"pinned_bytes"`
 	// Blobs is the number of blob data files (manifests included).
 	Blobs int `json:"blobs"`
+	// UnreferencedBlobs and UnreferencedBytes are the part of Blobs and SizeBytes no stored
+	// manifest references (a blob fetched by digest alone, one held for --peers members, a pull
+	// whose manifest was never stored): listed under no image, and evicted first.
+	UnreferencedBlobs int   `json:"unreferenced_blobs"`
+	UnreferencedBytes int64 `json:"unreferenced_bytes"`
 	// Ready is false while the index is being rebuilt from storage: Images may then be missing
 	// some.
 	Ready bool `json:"ready"`

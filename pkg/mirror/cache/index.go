@@ -415,6 +415,21 @@ func (x *Index) Totals() (size int64, blobs int) {
 	return x.size, len(x.blobs)
 }
 
+// UnreferencedTotals counts the blob data files no manifest references and no repository holds as a
+// manifest (a raw blob GET, blobs held for the members of --peers, a pull that never stored its
+// manifest), and their size in bytes: eviction removes them first, least recently used first.
+func (x *Index) UnreferencedTotals() (blobs int, size int64) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for d, b := range x.blobs {
+		if x.refs[d] <= 0 {
+			blobs++
+			size += b.Size
+		}
+	}
+	return blobs, size
+}
+
 // Victim is what eviction removes next: an unreferenced blob (Repo == "") or an image.
 type Victim struct {
 	Repo     string        // storage repository; "" for an unreferenced blob

@@ -187,6 +187,9 @@ func (s *Store) Driver() storagedriver.StorageDriver { return s.driver }
 // it) and the number of blobs, as the index counts them.
 func (s *Store) Totals() (size int64, blobs int) { return s.idx.Totals() }
 
+// Unreferenced is Index.UnreferencedTotals: the blobs no stored manifest references, and their bytes.
+func (s *Store) Unreferenced() (blobs int, size int64) { return s.idx.UnreferencedTotals() }
+
 // Ready reports whether the index is loaded or rebuilt (before that, Totals and Images speak
 // of a part of the cache only, and eviction waits).
 func (s *Store) Ready() bool { return s.idx.IsReady() }
