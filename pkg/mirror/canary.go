@@ -117,6 +117,8 @@ func (c *canary) serve(w http.ResponseWriter, r *http.Request, rt route) {
 		}
 	case kindTags:
 		body, mediaType = []byte(`{"name":"`+mirrorapi.CanaryRepository+`","tags":["latest"]}`+"\n"), "application/json"
+	case kindReferrers: // nothing refers to the canary image
+		body, mediaType = []byte(`{"schemaVersion":2,"mediaType":"`+mirrorapi.MediaTypeOCIIndex+`","manifests":[]}`), mirrorapi.MediaTypeOCIIndex
 	}
 	if body == nil {
 		errNotFound("MANIFEST_UNKNOWN", fmt.Sprintf("%s has no %s %s", mirrorapi.CanaryRepository, rt.kind, rt.ref)).write(w)

@@ -413,7 +413,7 @@ func (m *Mirror) serveRegistry(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// readRepository answers a read of rt's repository (manifest, blob or tag list) and returns how it was
+// readRepository answers a read of rt's repository (manifest, blob, tag list or referrers list) and returns how it was
 // answered. Every answer carries distribution's API version header, as the registry it
 // stores for answers.
 //
@@ -436,6 +436,8 @@ func (m *Mirror) readRepository(ctx context.Context, w http.ResponseWriter, r *h
 		return repo.serveBlob(ctx, w, r, rt.ref)
 	case kindTags:
 		return repo.serveTags(ctx, w, r)
+	case kindReferrers:
+		return repo.serveReferrers(ctx, w, r, rt.ref)
 	}
 	return outcome{}, errNotFound("NAME_UNKNOWN", "not a registry read API path: "+r.URL.Path)
 }

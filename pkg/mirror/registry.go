@@ -63,6 +63,11 @@ type handlerCache interface {
 	Pulled(repo string, d digest.Digest)
 	ReadByPeer(d digest.Digest)
 	Tagged(repo, tag string, d digest.Digest)
+	// PutReferrers stores the referrers list of a cached subject manifest (cache.ErrNoSubject:
+	// not cached); Referrers reads it; DropReferrers deletes it.
+	PutReferrers(ctx context.Context, repo string, subject digest.Digest, b []byte) error
+	Referrers(ctx context.Context, repo string, subject digest.Digest) ([]byte, bool)
+	DropReferrers(ctx context.Context, repo string, subject digest.Digest)
 }
 
 // repository is one repository of one upstream as one request reads it: what distribution's

@@ -97,13 +97,10 @@ func (m *Mirror) resolve(r *http.Request) (route, *apiError) {
 	if kind == kindBase {
 		return rt, nil
 	}
-	if kind == kindReferrers {
-		return rt, errNotFound("UNSUPPORTED", "the referrers API is not served by this cache")
-	}
 	if kind == kindManifest && !tagOrDigestRe.MatchString(ref) {
 		return rt, errNoRoute("invalid tag or digest " + quote(ref) + ": a tag is [A-Za-z0-9_][A-Za-z0-9._-]{0,127}, a digest algorithm:hex")
 	}
-	if kind == kindBlob && !digestRe.MatchString(ref) {
+	if (kind == kindBlob || kind == kindReferrers) && !digestRe.MatchString(ref) {
 		return rt, errNoRoute("invalid digest " + quote(ref))
 	}
 	if rt.up == nil && len(comps) > 1 {
