@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
@@ -20,10 +22,8 @@ import (
 const EnvOCIConformance = "NODECACHE_OCI_CONFORMANCE"
 
 // conformanceExceptions are the conformance tests allowed to fail, each with its reason; every
-// other pull and discovery test must pass.
-var conformanceExceptions = map[string]string{
-	"referrers": "the referrers API is not served by this cache yet (a later issue): 404 UNSUPPORTED",
-}
+// other pull and discovery test must pass. None is left.
+var conformanceExceptions = map[string]string{}
 
 // conformanceLeaf is one test of the suite's "Test results" tree (its stdout report).
 type conformanceLeaf struct{ name, status, detail string }
@@ -66,8 +66,12 @@ func conformanceLeaves(out string) []conformanceLeaf {
 // TestOCIConformance runs the OCI distribution-spec conformance suite in its read-only mode
 // (OCI_API_PUSH=false, every delete API off) against nodecache three ways — ?ns= (through a
 // front that appends it, as containerd sends it), the /v2/<upstream>/ path prefix, and the
-// default upstream — over content seeded into a real distribution registry upstream. Every pull
-// and discovery test passes; the only exception allowed is the referrers API.
+// default upstream — over content seeded into a real distribution registry upstream, whose
+// referrers nodecache reads through the referrers tag schema (distribution 3.1.2 has no
+// referrers API); and a fourth way, by path prefix, over the same content seeded into
+// go-containerregistry's registry with the referrers API. Every pull and discovery test passes,
+// the referrers tests included (OCI_RO_DATA_REFERRERS: the image a cosign-shaped signature
+// refers to).
 func TestOCIConformance(t *testing.T) {
 	t.Parallel()
 	bin := runtimetest.Binary(t, EnvOCIConformance)
@@ -84,9 +88,22 @@ func TestOCIConformance(t *testing.T) {
 		manifests = append(manifests, d.Digest.String())
 	}
 	blobs := mirrortest.BlobDigests(t, img)
+	subject, err := partialDescriptor(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig := artifact(t, cosignSigType, "application/vnd.dev.cosign.simplesigning.v1+json", `{"critical":{}}`, subject)
+	manifests = append(manifests, digestOf(t, sig))
+	pushRef(t, up.Addr, repo, "", sig) // and the referrers tag schema's index
+	withAPI := newReferrersUpstream(t, 1)
+	pushRef(t, withAPI.host, repo, "v1", img)
+	if err := remote.WriteIndex(ref(t, withAPI.host+"/"+repo+":multi"), idx); err != nil {
+		t.Fatal(err)
+	}
+	pushRef(t, withAPI.host, repo, "", sig)
 
 	h := newHarness(t, mirror.Options{
-		Upstreams:       []regname.Upstream{upstreamFor(t, "upstream.test", up)},
+		Upstreams:       []regname.Upstream{upstreamFor(t, "upstream.test", up), withAPI.upstream(t, "refs.test")},
 		DefaultUpstream: "upstream.test",
 	})
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -101,6 +118,7 @@ func TestOCIConformance(t *testing.T) {
 		{"ns", front.Listener.Addr().String(), repo},
 		{"path prefix", h.host, "upstream.test/" + repo},
 		{"default upstream", h.host, repo},
+		{"referrers API upstream", h.host, "refs.test/" + repo},
 	} {
 		dir := t.TempDir()
 		cmd := exec.CommandContext(t.Context(), bin)
@@ -115,14 +133,18 @@ func TestOCIConformance(t *testing.T) {
 			"OCI_RO_DATA_TAGS=v1 multi",
 			"OCI_RO_DATA_MANIFESTS="+strings.Join(manifests, " "),
 			"OCI_RO_DATA_BLOBS="+strings.Join(blobs, " "),
+			"OCI_RO_DATA_REFERRERS="+subject.Digest.String(),
 		)
 		start := time.Now()
-		out, _ := cmd.Output() // exit 1 for the referrers failure; judged by the report
-		passed, skipped := 0, 0
+		out, _ := cmd.Output() // judged by the report
+		passed, skipped, referrers := 0, 0, 0
 		for _, leaf := range conformanceLeaves(string(out)) {
 			switch leaf.status {
 			case "Pass":
 				passed++
+				if strings.Contains(strings.ToLower(leaf.name), "referrers") {
+					referrers++
+				}
 			case "Disabled", "Skip":
 				skipped++
 			default:
@@ -134,6 +156,9 @@ func TestOCIConformance(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d conformance tests passed, %d skipped (push and delete are off), in %s", way.name, passed, skipped, time.Since(start).Round(time.Millisecond))
+		if referrers < 2 {
+			t.Errorf("%s: %d referrers conformance tests passed, want the empty one and the read-only subject's:\n%s", way.name, referrers, out)
+		}
 		if passed < 25 {
 			t.Errorf("%s: only %d conformance tests passed; the read-only pull and discovery tests did not run:\n%s", way.name, passed, out)
 		}
