@@ -150,17 +150,26 @@ func artifact(t *testing.T, artifactType, layerType string, payload string, subj
 	return mutate.Subject(img, subject).(v1.Image)
 }
 
+// referrersAnswer is an answer to a referrers request: its status, headers and Content-Length,
+// and the digests its index lists, sorted.
+type referrersAnswer struct {
+	StatusCode    int
+	Header        http.Header
+	ContentLength int64
+}
+
 // referrersList GETs (or HEADs) the referrers of subject through h at path prefix p
 // ("/v2/<upstream>/<repo>") with query, and returns the answer and its descriptors' digests.
-func referrersList(t *testing.T, h *harness, method, p, subject, query string) (*http.Response, []string) {
+func referrersList(t *testing.T, h *harness, method, p, subject, query string) (referrersAnswer, []string) {
 	t.Helper()
 	u := fmtURL(h, p+"/referrers/"+subject)
 	if query != "" {
 		u += "?" + query // escaped by the caller
 	}
 	resp, body := get(t, method, u, nil)
+	ans := referrersAnswer{resp.StatusCode, resp.Header, resp.ContentLength}
 	if resp.StatusCode != http.StatusOK || method == http.MethodHead {
-		return resp, nil
+		return ans, nil
 	}
 	var idx v1.IndexManifest
 	if err := json.Unmarshal(body, &idx); err != nil {
@@ -174,7 +183,7 @@ func referrersList(t *testing.T, h *harness, method, p, subject, query string) (
 		out = append(out, d.Digest.String())
 	}
 	slices.Sort(out)
-	return resp, out
+	return ans, out
 }
 
 func layerBytes(l v1.Layer) ([]byte, error) {
