@@ -81,8 +81,8 @@ var errLocal = errors.New("local staging file")
 // error and matches errLocal.
 type localError struct{ error }
 
-func (e localError) Unwrap() error     { return e.error }
-func (localError) Is(target error) bool { return target == errLocal } //nolint:errorlint // the sentinel itself
+func (e localError) Unwrap() error      { return e.error }
+func (localError) Is(target error) bool { return target == errLocal }
 
 // errStalled marks a blob stream that stopped moving for the upstream timeout.
 var errStalled = errors.New("stalled")
