@@ -50,7 +50,15 @@ func freePort(t *testing.T) string {
 // to _bucket, _sum and _count).
 func scrapeRunningNodecache(t *testing.T) map[string][]string {
 	t.Helper()
-	upstream := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	// Its manifest answers carry Docker Hub's rate limit header, so the rate limit gauge is
+	// exposed too.
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.URL.Path, "/manifests/") {
+			w.Header().Set("RateLimit-Remaining", "97;w=21600")
+		}
+		reg.ServeHTTP(w, r)
+	}))
 	t.Cleanup(upstream.Close)
 	src, err := name.ParseReference(strings.TrimPrefix(upstream.URL, "http://")+"/team/app:v1", name.Insecure)
 	if err != nil {
@@ -289,7 +297,8 @@ func queries(t *testing.T) map[string]string {
 func TestPromQL(t *testing.T) {
 	t.Parallel()
 	series := scrapeRunningNodecache(t)
-	for _, must := range []string{"nodecache_requests_total", "nodecache_served_bytes_total", "nodecache_upstream_fetched_bytes_total", "nodecache_runtime_config_active", "nodecache_cache_size_bytes", "nodecache_evictions_total", "nodecache_upstream_resumes_total", "nodecache_digest_mismatches_total", "nodecache_peers"} {
+	for _, must := range []string{"nodecache_requests_total", "nodecache_served_bytes_total", "nodecache_upstream_fetched_bytes_total", "nodecache_runtime_config_active", "nodecache_cache_size_bytes", "nodecache_evictions_total", "nodecache_upstream_resumes_total", "nodecache_digest_mismatches_total", "nodecache_peers",
+		"nodecache_upstream_failures_total", "nodecache_upstream_last_success_timestamp_seconds", "nodecache_upstream_ratelimit_remaining"} {
 		if _, ok := series[must]; !ok {
 			t.Fatalf("the running nodecache exposes no %s after pulls: the check below would be too weak; exposed: %v", must, slices.Sorted(maps.Keys(series)))
 		}

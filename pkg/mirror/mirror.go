@@ -38,7 +38,7 @@ import (
 )
 
 // Mirror is the pull-through registry. It is an http.Handler serving the registry API under
-// /v2/, /healthz, /readyz, /metrics and /nodecache/v1/clients.
+// /v2/, /healthz, /readyz, /metrics, /nodecache/v1/clients and the other /nodecache/v1/ endpoints.
 type Mirror struct {
 	opts            Options
 	log             zerolog.Logger
@@ -320,6 +320,9 @@ func (m *Mirror) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case mirrorapi.PeersPath:
 		m.servePeers(w, r)
+		return
+	case mirrorapi.UpstreamsPath:
+		m.serveUpstreams(w, r)
 		return
 	case mirrorapi.ClientsPath:
 		if !m.clients.allowed(r.RemoteAddr) {

@@ -234,6 +234,7 @@ func Evaluate(ctx context.Context, opts Options) (*Report, error) {
 	}
 	e.traffic(ctx, rts)
 	e.peers(ctx)
+	e.upstreams(ctx)
 	if opts.Canary {
 		for i := range rts {
 			if rts[i].State != NotApplicable {

@@ -90,6 +90,9 @@ type client struct {
 	// nil: unbounded. onBusy, when set, counts the requests that got none in time.
 	slots  chan struct{}
 	onBusy func()
+	// health, when set, is told of the failures of a shared tier or a member that the next
+	// tier then answered, and of the upstream's rate limit.
+	health *health
 }
 
 type repoTransport struct {
@@ -120,7 +123,14 @@ func newClient(up Registry, base http.RoundTripper, timeout time.Duration, userA
 		return nil, fmt.Errorf("upstream %s: transport cache: %w", up.Name, err)
 	}
 	seen := &atomic.Bool{}
-	base = noDowngrade{next: boundedPing{next: base}}
+	c := &client{}
+	// The upstream's own manifest answers, 429s included, tell its rate limit.
+	base = rateLimitRecorder{host: up.URL.Host, next: base, record: func(values []string) {
+		if c.health != nil {
+			c.health.rateLimit(up.Name, values)
+		}
+	}}
+	base = redirectMark{next: noDowngrade{next: boundedPing{next: base}}}
 	base = retryAfterRecorder{nodecacheDetector{name: up.Name, host: up.URL.Host, self: instanceID, seen: seen, next: base}}
 	if up.Credentials != nil {
 		base = credentialGuard{name: up.Name, upstream: up.URL, next: base}
@@ -128,11 +138,12 @@ func newClient(up Registry, base http.RoundTripper, timeout time.Duration, userA
 	if up.URL.Scheme == "http" {
 		base = plainHTTPOnly{host: up.URL.Host, next: base}
 	}
-	return &client{
+	*c = client{
 		up: up, reg: reg, base: base, timeout: timeout, userAgent: userAgent,
 		now: now, repos: repos, creds: up.Credentials,
 		chain: ch, instanceID: instanceID, nodecache: seen,
-	}, nil
+	}
+	return c, nil
 }
 
 // plainHTTPOnly refuses https requests to an http:// upstream's own host. go-containerregistry
@@ -323,10 +334,18 @@ func (c *client) exchange(ctx context.Context, method, repo, kind, ref string, h
 				reportTier(ctx, TierShared)
 				return resp, err
 			}
+			c.noteFailure(TierShared, err)
 		}
 	}
 	reportTier(ctx, c.directTier())
 	return c.doDirect(ctx, op, method, repo, kind, ref, hdr, want)
+}
+
+// noteFailure tells health of a failure of tier that the next tier answers in its place.
+func (c *client) noteFailure(tier string, err error) {
+	if c.health != nil {
+		c.health.record(c.up.Name, tier, err)
+	}
 }
 
 // directTier is the tier of the upstream URL: shared when it announced itself as a nodecache.

@@ -363,6 +363,9 @@ func (f *Fill) run() {
 		return
 	}
 	r.f.metrics.observe(r.Name, f.tierOr(), KindBlob, start, err)
+	if r.f.fillCtx.Err() == nil { // not abandoned by Close or Drain
+		r.f.health.record(r.Name, f.tierOr(), err)
+	}
 	if err != nil {
 		log.WithLevel(fillErrorLevel(err)).Err(err).Int64("bytes", f.written).Msg("blob fill failed; nothing cached")
 		f.finish(err)
@@ -405,7 +408,7 @@ func (f *Fill) download(ctx context.Context) error {
 	if !f.private {
 		var err error
 		if file, err = os.OpenFile(f.path, os.O_WRONLY, 0); err != nil {
-			return fmt.Errorf("open staging file: %w", err)
+			return fmt.Errorf("open staging file: %w", localError{err})
 		}
 		defer file.Close()
 	}
@@ -463,7 +466,7 @@ func (f *Fill) download(ctx context.Context) error {
 		return nil
 	}
 	if err := file.Sync(); err != nil {
-		return fmt.Errorf("sync staging file: %w", err)
+		return fmt.Errorf("sync staging file: %w", localError{err})
 	}
 	return nil
 }
@@ -585,7 +588,7 @@ func (f *Fill) copyFrom(ctx context.Context, cancel context.CancelFunc, file *os
 				from := max(0, skipUntil-pos)
 				stall.Stop() // a fill that cannot be stored may wait for its readers
 				if err := f.store(ctx, file, chunk[from:], pos+from); err != nil {
-					return progressed, fmt.Errorf("write staging file: %w", err)
+					return progressed, fmt.Errorf("write staging file: %w", localError{err})
 				}
 				f.keepHashState(h, pos)
 				f.advance(int64(n) - from)
@@ -621,7 +624,7 @@ func (f *Fill) copyFrom(ctx context.Context, cancel context.CancelFunc, file *os
 func streamError(ctx context.Context, rerr error, pos int64, timeout time.Duration) error {
 	switch {
 	case ctx.Err() != nil:
-		return fmt.Errorf("upstream stream stalled for %s at byte %d: %w", clitext.Span(timeout), pos, rerr)
+		return fmt.Errorf("upstream stream %w for %s at byte %d: %w", errStalled, clitext.Span(timeout), pos, rerr)
 	case errors.Is(rerr, io.ErrUnexpectedEOF):
 		return fmt.Errorf("upstream stream broke at byte %d: %w: %w", pos, errEarlyEnd, rerr)
 	}

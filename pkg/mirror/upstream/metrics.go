@@ -22,6 +22,9 @@ type metrics struct {
 	refusedTargets  *prometheus.CounterVec // upstream, reason
 	busy            *prometheus.CounterVec // upstream
 	spillBytes      prometheus.Gauge
+	failures        *prometheus.CounterVec // upstream, tier, reason (health.go)
+	lastSuccess     *prometheus.GaugeVec   // upstream, tier
+	rateLimit       *prometheus.GaugeVec   // upstream
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -59,8 +62,21 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "nodecache_fill_spill_bytes",
 			Help: "Bytes held in memory for blob fills that could not be stored (the disk was full) and for clients' own streams of them; bounded by a fixed budget (64 MiB).",
 		}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodecache_upstream_failures_total",
+			Help: "Upstream exchanges (tag and blob HEADs, manifest GETs, whole blob fills, tag lists; and each failed attempt at a shared tier or a peer before the next tier) that failed, by tier (upstream, shared, peer) and reason: dns, connect, tls, timeout, http_401, http_403, http_429, http_5xx, redirect_host (a host the upstream redirected to could not be reached), too_large, not_manifest, digest_mismatch, short_body, bad_range, refused_target, other. An upstream's 404 is not a failure.",
+		}, []string{"upstream", "tier", "reason"}),
+		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodecache_upstream_last_success_timestamp_seconds",
+			Help: "When an upstream exchange of this upstream and tier last ended well (Unix time in seconds); absent before the first.",
+		}, []string{"upstream", "tier"}),
+		rateLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodecache_upstream_ratelimit_remaining",
+			Help: "Pulls the upstream's latest manifest answer said remain in its rate limit window (Docker Hub's ratelimit-remaining header); absent while its answers carry no such header.",
+		}, []string{"upstream"}),
 	}
-	for _, c := range []prometheus.Collector{m.upstreamBytes, m.upstreamSeconds, m.fillsInFlight, m.resumes, m.mismatches, m.refusedTargets, m.busy, m.spillBytes} {
+	for _, c := range []prometheus.Collector{m.upstreamBytes, m.upstreamSeconds, m.fillsInFlight, m.resumes, m.mismatches, m.refusedTargets, m.busy, m.spillBytes,
+		m.failures, m.lastSuccess, m.rateLimit} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -79,6 +95,13 @@ func (m *metrics) initUpstream(upstream string, peers bool) {
 			m.mismatches.WithLabelValues(upstream, kind, TierPeer)
 		}
 	}
+}
+
+// done ends one exchange of kind with upstream, answered by tier: its duration
+// (nodecache_upstream_fetch_duration_seconds) and its health (health.go).
+func (f *Fetcher) done(upstream, tier, kind string, start time.Time, err error) {
+	f.metrics.observe(upstream, tier, kind, start, err)
+	f.health.record(upstream, tier, err)
 }
 
 func (m *metrics) observe(upstream, tier, kind string, start time.Time, err error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -292,6 +293,7 @@ func (c *client) sendPeer(ctx context.Context, op, method, repo, kind string, d 
 				c.peers.Health.Done(m.ID, true) // no connection
 			}
 			c.peers.Logger.Warn().Str("peer", m.ID).Str("addr", m.Addr).Str("op", op).Err(err).Msg("peer did not answer; asking the next member or the upstream")
+			c.noteFailure(TierPeer, &Error{Upstream: c.up.Name, Op: op, Err: err})
 		}
 		return nil, nil, false
 	}
@@ -320,6 +322,8 @@ func (c *client) sendPeer(ctx context.Context, op, method, repo, kind string, d 
 		return nil, &Error{Upstream: c.up.Name, Op: op, Status: resp.StatusCode, RetryAfter: resp.Header.Get("Retry-After")}, true
 	}
 	c.peers.Health.Done(m.ID, true)
+	c.noteFailure(TierPeer, &Error{Upstream: c.up.Name, Op: op, Status: resp.StatusCode,
+		Err: fmt.Errorf("peer %s answered HTTP %d %s", m.ID, resp.StatusCode, code)})
 	c.peers.Logger.Warn().Str("peer", m.ID).Str("addr", m.Addr).Str("op", op).Int("status", resp.StatusCode).Str("code", code).
 		Msg("peer failed; asking the next member or the upstream")
 	return nil, nil, false

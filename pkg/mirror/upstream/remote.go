@@ -47,8 +47,16 @@ type tiered[T any] struct {
 	tier string
 }
 
-// blobStat is BlobStat's exchange, with the tier that answered.
+// blobStat is BlobStat's exchange, with the tier that answered; its end (not a HEAD refused as a
+// hint) is what the upstream's health counts.
 func (r *Remote) blobStat(ctx context.Context, repo string, dgst digest.Digest, probe bool) (v1.Descriptor, string, error) {
+	desc, tier, err := r.statBlob(ctx, repo, dgst, probe)
+	r.f.health.record(r.Name, tier, err)
+	return desc, tier, err
+}
+
+// statBlob is blobStat's HEAD and, when needed, its probe.
+func (r *Remote) statBlob(ctx context.Context, repo string, dgst digest.Digest, probe bool) (v1.Descriptor, string, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.f.exchangeTimeout())
 	defer cancel()
 	ctx, tier := trackTier(ctx)
@@ -116,36 +124,11 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 		defer cancel()
 		ctx, tier := trackTier(withPeerMemory(ctx))
 		start := time.Now()
-		resp, err := r.client.do(ctx, http.MethodGet, repo, "manifests", ref,
-			http.Header{"Accept": {mirrorapi.ManifestAccept}}, http.StatusOK)
-		r.f.metrics.observe(r.Name, tier(), KindManifest, start, err)
+		m, err := r.getManifest(ctx, repo, ref, want, tier)
+		r.f.done(r.Name, tier(), KindManifest, start, err)
 		if err != nil {
 			return Manifest{}, err
 		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(io.LimitReader(resp.Body, MaxManifestBytes+1))
-		if err != nil {
-			return Manifest{}, r.client.classify("read manifest "+ref, err)
-		}
-		if len(body) > MaxManifestBytes {
-			return Manifest{}, fmt.Errorf("upstream %s: manifest %s is larger than %d bytes: %w", r.Name, ref, MaxManifestBytes, ErrManifestTooLarge)
-		}
-		r.f.metrics.upstreamBytes.WithLabelValues(r.Name, tier()).Add(float64(len(body)))
-		// The digest is that of the bytes received; a digest asked for must match it.
-		if want != "" {
-			if got := want.Algorithm().FromBytes(body); got != want {
-				r.f.metrics.mismatches.WithLabelValues(r.Name, KindManifest, tier()).Inc()
-				r.f.distrustPeers(ctx)
-				return Manifest{}, fmt.Errorf("upstream %s: manifest %s: content digest %s does not match %s: %w", r.Name, ref, got, want, ErrDigestMismatch)
-			}
-		} else {
-			want = digest.FromBytes(body)
-		}
-		ct, err := ManifestType(resp.Header.Get("Content-Type"), body)
-		if err != nil {
-			return Manifest{}, fmt.Errorf("upstream %s: manifest %s: %w", r.Name, ref, err)
-		}
-		m := Manifest{Raw: body, Digest: want, MediaType: ct, Tier: tier()}
 		kept, err := keep(context.WithoutCancel(ctx), m)
 		if err != nil {
 			return Manifest{}, err
@@ -157,6 +140,40 @@ func (r *Remote) Manifest(ctx context.Context, repo, ref string, want digest.Dig
 		return Manifest{}, false, err
 	}
 	return v.(Manifest), !leader, nil
+}
+
+// getManifest is Manifest's exchange: the GET, its body read and checked (size, digest, media
+// type), tier being where it came from.
+func (r *Remote) getManifest(ctx context.Context, repo, ref string, want digest.Digest, tier func() string) (Manifest, error) {
+	resp, err := r.client.do(ctx, http.MethodGet, repo, "manifests", ref,
+		http.Header{"Accept": {mirrorapi.ManifestAccept}}, http.StatusOK)
+	if err != nil {
+		return Manifest{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxManifestBytes+1))
+	if err != nil {
+		return Manifest{}, r.client.classify("read manifest "+ref, err)
+	}
+	if len(body) > MaxManifestBytes {
+		return Manifest{}, fmt.Errorf("upstream %s: manifest %s is larger than %d bytes: %w", r.Name, ref, MaxManifestBytes, ErrManifestTooLarge)
+	}
+	r.f.metrics.upstreamBytes.WithLabelValues(r.Name, tier()).Add(float64(len(body)))
+	// The digest is that of the bytes received; a digest asked for must match it.
+	if want != "" {
+		if got := want.Algorithm().FromBytes(body); got != want {
+			r.f.metrics.mismatches.WithLabelValues(r.Name, KindManifest, tier()).Inc()
+			r.f.distrustPeers(ctx)
+			return Manifest{}, fmt.Errorf("upstream %s: manifest %s: content digest %s does not match %s: %w", r.Name, ref, got, want, ErrDigestMismatch)
+		}
+	} else {
+		want = digest.FromBytes(body)
+	}
+	ct, err := ManifestType(resp.Header.Get("Content-Type"), body)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("upstream %s: manifest %s: %w", r.Name, ref, err)
+	}
+	return Manifest{Raw: body, Digest: want, MediaType: ct, Tier: tier()}, nil
 }
 
 // TagAnswer is what the upstream says a tag names now.
@@ -186,6 +203,7 @@ func (r *Remote) Tag(ctx context.Context, repo, tag string, keep KeepFunc) (TagA
 			// A HEAD refused (401, 403, 404, 405, ...) is only a hint: the GET is the truth.
 			return r.tagByGet(ctx, repo, tag, keep)
 		}
+		r.f.health.record(r.Name, tier(), err)
 		if err != nil {
 			return nil, err
 		}

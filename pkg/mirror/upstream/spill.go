@@ -320,6 +320,9 @@ func (f *Fill) startPassThrough(ctx context.Context) (*Fill, error) {
 			err = fmt.Errorf("the client went away: %w", err) // not the upstream's failure
 		} else {
 			r.f.metrics.observe(r.Name, p.tierOr(), KindBlob, start, err)
+			if r.f.fillCtx.Err() == nil {
+				r.f.health.record(r.Name, p.tierOr(), err)
+			}
 		}
 		if err != nil && ctx.Err() == nil {
 			r.f.log.WithLevel(fillErrorLevel(err)).Err(err).Str("upstream", r.Name).Str("repository", f.repo).

@@ -124,6 +124,14 @@ func (r *Remote) listTags(ctx context.Context, repo string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), TagListTimeout)
 	defer cancel()
 	defer context.AfterFunc(r.f.fillCtx, cancel)()
+	ctx, tier := trackTier(ctx)
+	tags, err := r.listPages(ctx, repo)
+	r.f.health.record(r.Name, tier(), err)
+	return tags, err
+}
+
+// listPages is listTags' fetch of every page.
+func (r *Remote) listPages(ctx context.Context, repo string) ([]string, error) {
 	seen := map[string]struct{}{}
 	var out []string
 	budget := int64(MaxTagListBytes)

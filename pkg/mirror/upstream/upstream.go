@@ -154,6 +154,7 @@ type Fetcher struct {
 	fresh   *lru.Cache[string, time.Time] // nil when TagTTL is 0
 	chain   *chain                        // nil without Options.Chain
 	peers   *peerTier                     // nil without Options.Peers
+	health  *health                       // failures, successes, rate limits (health.go)
 	owned   []*http.Transport             // the guarded transports New made, one per upstream
 
 	// tagLists keeps tag listings for TagTTL (taglist.go).
@@ -199,6 +200,7 @@ func New(ctx context.Context, regs []Registry, opts Options) (*Fetcher, error) {
 		metrics: met,
 		chain:   ch,
 		peers:   newPeerTier(opts.Peers, opts.Timeout, opts.Chain != nil, opts.Clock),
+		health:  newHealth(opts.Clock, opts.Logger, met),
 	}
 	if opts.TagTTL > 0 {
 		// A plain LRU bounds the memory and starts no goroutine (golang-lru's expirable LRU
@@ -294,8 +296,17 @@ func (f *Fetcher) addRemote(reg Registry, dialer *net.Dialer) error {
 	c.peers = f.peers
 	c.slots = make(chan struct{}, opts.Concurrency)
 	c.onBusy = f.metrics.busy.WithLabelValues(reg.Name).Inc
+	c.health = f.health
 	f.remotes[reg.Name] = &Remote{Registry: reg, f: f, client: c}
 	f.metrics.initUpstream(reg.Name, f.peers != nil)
+	tiers := []string{TierUpstream}
+	if f.chain != nil {
+		tiers = append(tiers, TierShared)
+	}
+	if f.peers != nil {
+		tiers = append(tiers, TierPeer)
+	}
+	f.health.add(reg.Name, tiers...)
 	return nil
 }
 
@@ -396,10 +407,12 @@ func (f *Fetcher) Drain(ctx context.Context) int {
 	return n
 }
 
-// Close abandons the fills in flight and waits until they stopped.
+// Close abandons the fills in flight and waits until they stopped, and logs the upstream
+// failures the rate-limited log has not told yet.
 func (f *Fetcher) Close() error {
 	f.abandon()
 	err := f.fills.wait(context.Background())
+	f.health.flush()
 	if f.chain != nil && f.chain.own != nil {
 		f.chain.own.CloseIdleConnections()
 	}
