@@ -297,6 +297,11 @@ func TestReferrersAPI(t *testing.T) {
 	if !strings.Contains(h.logs.String(), "serving the cached referrers list") {
 		t.Errorf("the stale answer was not logged:\n%s", h.logs.String())
 	}
+	// A listing is an upstream exchange like any (issue 25, upstream health): the stopped
+	// upstream's refusals are counted as connect failures.
+	if n := failures(t, h, "refs.test", "connect"); n < 2 {
+		t.Errorf(`nodecache_upstream_failures_total{upstream="refs.test",reason="connect"} = %v after two referrers listings of a stopped upstream, want >= 2`, n)
+	}
 }
 
 // TestReferrersTagSchema (issue 25): an upstream without the referrers API (distribution 3.1.2,
@@ -338,6 +343,12 @@ func TestReferrersTagSchema(t *testing.T) {
 	resp, got = referrersList(t, h, http.MethodGet, prefix, bareDigest, "")
 	if resp.StatusCode != http.StatusOK || len(got) != 0 {
 		t.Fatalf("no referrers tag: %d %v, want 200 with an empty index", resp.StatusCode, got)
+	}
+	// An upstream without the API answers 404: a normal answer, not an upstream failure.
+	for _, reason := range []string{"other", "http_5xx", "connect"} {
+		if n := failures(t, h, "upstream.test", reason); n != 0 {
+			t.Errorf("no referrers API: nodecache_upstream_failures_total{reason=%q} = %v, want 0 (the 404 is the answer)", reason, n)
+		}
 	}
 	resp, got = referrersList(t, h, http.MethodGet, prefix, subject.Digest.String(), "artifactType="+url.QueryEscape(sbomType))
 	if resp.StatusCode != http.StatusOK || len(got) != 0 || resp.Header.Get("OCI-Filters-Applied") != "artifactType" {

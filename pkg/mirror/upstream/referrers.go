@@ -90,7 +90,7 @@ func (r *Remote) Referrers(ctx context.Context, repo string, subject digest.Dige
 		ctx, tier := trackTier(ctx)
 		start := time.Now()
 		list, err := r.listReferrers(ctx, repo, subject)
-		r.f.metrics.observe(r.Name, tier(), KindReferrers, start, err)
+		r.f.done(r.Name, tier(), KindReferrers, start, err) // duration and health (health.go)
 		list.Tier = tier()
 		return list, err
 	})
