@@ -60,3 +60,29 @@ func TestAlertUpstreamNoSuccess(t *testing.T) {
 	}, "\n")
 	promqltest.RunTest(t, script, promqltest.NewTestEngine(t, false, 0, promqltest.DefaultMaxSamplesPerQuery))
 }
+
+// TestAlertUpstreamFailingNot404 (issue 25): NodecacheUpstreamFailing reads
+// nodecache_upstream_fetch_duration_seconds, where an upstream's 404 is result="not_found" (the
+// answer to a client's question): an upstream answering mostly 404s (a node retrying a mistyped
+// image) does not fire, one whose fetches mostly fail does.
+func TestAlertUpstreamFailingNot404(t *testing.T) {
+	t.Parallel()
+	expr, _, _ := alertRule(t, "NodecacheUpstreamFailing")
+	expr = strings.Join(strings.Fields(expr), " ")
+	const count = `nodecache_upstream_fetch_duration_seconds_count{instance=%q,job="nodecache",upstream="docker.io",tier="upstream",kind="manifest",result=%q}`
+	c := func(instance, result string) string { return fmt.Sprintf(count, instance, result) }
+	script := strings.Join([]string{
+		"load 1m",
+		// Ten 404s a minute and one success: no failure at all.
+		"  " + c("typo", "not_found") + " 0+10x20",
+		"  " + c("typo", "ok") + " 0+1x20",
+		// Ten errors a minute and one success.
+		"  " + c("down", "error") + " 0+10x20",
+		"  " + c("down", "ok") + " 0+1x20",
+		"",
+		"eval instant at 20m " + expr,
+		`  {instance="down",upstream="docker.io"} 0.9090909090909091`,
+		"",
+	}, "\n")
+	promqltest.RunTest(t, script, promqltest.NewTestEngine(t, false, 0, promqltest.DefaultMaxSamplesPerQuery))
+}

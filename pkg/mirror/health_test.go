@@ -275,6 +275,13 @@ func TestUpstreamHealth(t *testing.T) {
 			t.Errorf("good.test: the 404 counted as %s (%v)", r, got)
 		}
 	}
+	// ... nor an error in the fetch durations the alert NodecacheUpstreamFailing reads.
+	if got := metricValue(t, h, `nodecache_upstream_fetch_duration_seconds_count{kind="manifest",result="error",tier="upstream",upstream="good.test"}`); got > 0 {
+		t.Errorf(`good.test: the 404 counted as result="error" in nodecache_upstream_fetch_duration_seconds (%v), want result="not_found"`, got)
+	}
+	if got := metricValue(t, h, `nodecache_upstream_fetch_duration_seconds_count{kind="manifest",result="not_found",tier="upstream",upstream="good.test"}`); got < 1 {
+		t.Errorf(`good.test: nodecache_upstream_fetch_duration_seconds{result="not_found"} = %v after a 404, want >= 1`, got)
+	}
 	if got := metricValue(t, h, `nodecache_upstream_last_success_timestamp_seconds{tier="upstream",upstream="good.test"}`); got != float64(clock.Now().Unix()) {
 		t.Errorf("good.test last success %v, want %d", got, clock.Now().Unix())
 	}

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,9 +105,16 @@ func (f *Fetcher) done(upstream, tier, kind string, start time.Time, err error) 
 	f.health.record(upstream, tier, err)
 }
 
+// observe records one exchange in nodecache_upstream_fetch_duration_seconds, its result "ok",
+// "not_found" (the upstream answered 404: an answer to the client's question, not a failure of
+// the upstream, issue 25) or "error".
 func (m *metrics) observe(upstream, tier, kind string, start time.Time, err error) {
 	result := "ok"
-	if err != nil {
+	var ue *Error
+	switch {
+	case errors.As(err, &ue) && ue.NotFound():
+		result = "not_found"
+	case err != nil:
 		result = "error"
 	}
 	m.upstreamSeconds.WithLabelValues(upstream, tier, kind, result).Observe(time.Since(start).Seconds())
