@@ -143,14 +143,15 @@ func (r *ContainerdReport) WriteJSON(w io.Writer) error { return writeJSON(w, r)
 func (r *ContainerdReport) WriteText(w io.Writer) error { return r.WriteTextSplit(w, w) }
 
 // WriteTextSplit is WriteText with a dry run's diff alone on out, so that out is a unified diff
-// `patch -p1` applies under the host root, and everything else on summary.
+// `patch -p1` applies under the host root, and everything else on summary; the warnings go to
+// summary in a real run too (out is then the report).
 func (r *ContainerdReport) WriteTextSplit(out, summary io.Writer) error {
 	t := &textWriter{w: out}
 	t.printf("%s", r.Diff)
 	t.w = summaryWriter(out, summary, r.DryRun)
 	if r.remove && len(r.Changes) == 0 {
 		t.printf("containerd: nothing to remove (no file of nodecache's, no config edit of its)\n")
-		t.warnings(r.Warnings)
+		t.warningsTo(summary, r.Warnings)
 		return t.err
 	}
 	assumed := ""
@@ -170,7 +171,7 @@ func (r *ContainerdReport) WriteTextSplit(out, summary io.Writer) error {
 		}
 	}
 	t.changes(r.Changes, r.DryRun)
-	t.warnings(r.Warnings)
+	t.warningsTo(summary, r.Warnings)
 	if r.RestartReason != "" {
 		t.printf("restart_required: true (%s)\n", r.RestartReason)
 	} else {
