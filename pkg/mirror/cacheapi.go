@@ -143,15 +143,7 @@ func (m *Mirror) serveVerify(w http.ResponseWriter, r *http.Request) {
 func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string) {
 	const want = "want " + mirrorapi.CachePath + "/<upstream>/<repository>@<digest> or …/<repository>:<tag> as cache ls lists it, e.g. …/docker.io/library/alpine@sha256:... or …/docker.io/library/alpine:3.20"
 	upName, rest, ok1 := strings.Cut(spec, "/")
-	repo, ref, ok2 := splitPinRef(rest)
-	byTag := !strings.Contains(rest, "@")
-	var d digest.Digest
-	if !byTag {
-		var err error
-		if d, err = digest.Parse(ref); err != nil {
-			ok2 = false
-		}
-	}
+	repo, ref, d, byTag, ok2 := splitCacheRef(rest)
 	if !ok1 || !ok2 || upName == "" {
 		writeJSONError(w, http.StatusBadRequest, want)
 		return
@@ -183,14 +175,7 @@ func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string
 	}
 	if byTag {
 		named = up.Name + "/" + repo + ":" + ref
-		for _, i := range images {
-			if slices.Contains(i.Tags, ref) {
-				d = digest.Digest(i.Digest)
-			} else if child, ok := i.ChildTags[ref]; ok && d == "" {
-				d = digest.Digest(child)
-			}
-		}
-		if d == "" {
+		if d = tagged(images, ref); d == "" {
 			writeJSONError(w, http.StatusNotFound, "not cached: "+named+" (no cached image has that tag; cache ls lists the tags)")
 			return
 		}
@@ -220,6 +205,33 @@ func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string
 	m.log.Info().Str("upstream", up.Name).Str("repository", repo).Str("digest", d.String()).
 		Str("client", r.RemoteAddr).Msg("image evicted on request")
 	_ = json.NewEncoder(w).Encode(img)
+}
+
+// splitCacheRef splits "<repository>@<digest>" (d parsed) or "<repository>:<tag>" (byTag);
+// ok is false when it is neither or the digest does not parse.
+func splitCacheRef(s string) (repo, ref string, d digest.Digest, byTag, ok bool) {
+	repo, ref, ok = splitPinRef(s)
+	if byTag = !strings.Contains(s, "@"); ok && !byTag {
+		var err error
+		d, err = digest.Parse(ref)
+		ok = err == nil
+	}
+	return repo, ref, d, byTag, ok
+}
+
+// tagged is the manifest tag points at in a repository's inventory rows: the image whose own
+// tag it is, else the child manifest a child tag names; "" when no row has it.
+func tagged(images []mirrorapi.CachedImage, tag string) digest.Digest {
+	var child digest.Digest
+	for _, i := range images {
+		if slices.Contains(i.Tags, tag) {
+			return digest.Digest(i.Digest)
+		}
+		if c, ok := i.ChildTags[tag]; ok && child == "" {
+			child = digest.Digest(c)
+		}
+	}
+	return child
 }
 
 // childMessage is the refusal of a removal of named, a child manifest of the cached images
