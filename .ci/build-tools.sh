@@ -172,12 +172,13 @@ nodecache_build_tools() (
 	}
 
 	# skopeo (CRI-O's client library), curl (the TLS listener tests), patch (gen --dry-run
-	# diffs are applied with it) and zsh and fish (the completion scripts run in them), from
-	# Debian.
+	# diffs are applied with it), zsh and fish (the completion scripts run in them), ip and nft
+	# (TestContainerdDialTimeoutFallsBack: a network namespace whose mirror drops SYNs), from
+	# Debian: command:package.
 	ensure_skopeo() {
 		local missing=() tool
-		for tool in skopeo curl patch zsh fish; do
-			command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+		for tool in skopeo curl patch zsh fish ip:iproute2 nft:nftables; do
+			command -v "${tool%%:*}" >/dev/null 2>&1 || missing+=("${tool#*:}")
 		done
 		if ((${#missing[@]} == 0)); then
 			return 0

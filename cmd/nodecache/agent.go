@@ -25,6 +25,7 @@ func agentCommand() *cli.Command {
 		boolFlag(&cc.NoReload, "no-reload", "do not send CRI-O the best-effort SIGHUP after writing its drop-in"),
 		stringFlag(&cc.RegistriesDir, "registries-dir", crio.DefaultRegistriesDir, "containers/image drop-in `DIR` (host path)"),
 		stringFlag(&cc.CrioDir, "crio-dir", crio.DefaultCrioDir, "CRI-O drop-in `DIR` (host path)"),
+		durationFlag(&cc.DialTimeout, "dial-timeout", containerd.DefaultDialTimeout, "containerd: dial_timeout of every [host] in hosts.toml, the `DURATION` a connection may take before containerd tries the next host (>= 2.1; 1.7 ignores it)"),
 		stringFlag(&cc.MirrorCA, "mirror-ca", "", "PEM CA `FILE` of an https mirror (host path, read under --host-root; refused for http)"),
 		durationFlag(&cfg.Interval, "interval", activation.DefaultInterval, "re-evaluate activation every `DURATION` (read-only)"),
 		stringSliceFlag(&cfg.Warm, "warm", nil, "`IMAGE` to pre-fill once at start and pin (never evicted; nodecache cache unpin lets it go), repeatable"),

@@ -13,7 +13,7 @@ func cacheCommand() *cli.Command {
 	sub := func(name, usage, args string, flags ...cli.Flag) *cli.Command {
 		var listenURL, output string
 		return withConfig(&cli.Command{Name: name, Usage: usage, ArgsUsage: args,
-			Description: "Exit codes: 0 done (verify: every blob matched); 1 not cached (or not pinned), a blob corrupt or unreadable (verify), a blob of the bundle missing or damaged (import: nothing stored), serve unreachable or refused (a pin over 80% of --max-size, rm of a pinned image); 2 a flag or argument refused (import: DIR not a bundle, --ref missing or not needed, an image of a registry serve has no --upstream for).",
+			Description: "Exit codes: 0 done (verify: every blob matched); 1 not cached (or not pinned), a blob corrupt or unreadable (verify), a blob of the bundle missing or damaged (import: nothing stored), serve unreachable or refused (a pin over 80% of --max-size, rm of a pinned image or of a platform manifest of a cached index); 2 a flag or argument refused (import: DIR not a bundle, --ref missing or not needed, an image of a registry serve has no --upstream for).",
 			Flags:       append([]cli.Flag{stringFlag(&listenURL, "listen-url", "http://127.0.0.1:5000", "`URL` where nodecache serve listens"), stringFlag(&output, "output", "text", "report `FORMAT`: text or json")}, flags...),
 			Action: func(c *cli.Context) error {
 				cl, err := inventory.New(listenURL, nil)
@@ -29,7 +29,7 @@ func cacheCommand() *cli.Command {
 	return &cli.Command{Name: "cache", Usage: "list the images a running nodecache serve holds, evict one, verify every stored blob, pin and unpin images, or import a bundle of images",
 		Subcommands: []*cli.Command{
 			sub("ls", "list cached images, most recently pulled first, pinned ones marked (GET /nodecache/v1/cache: loopback and --allow networks)", ""),
-			sub("rm", "evict one image as eviction does: blobs another cached manifest references or a request uses stay; a pinned image is refused (unpin it first) (DELETE /nodecache/v1/cache/...: loopback only)", "UPSTREAM/REPOSITORY@DIGEST"),
+			sub("rm", "evict one image as eviction does: blobs another cached manifest references or a request uses stay; a pinned image is refused (unpin it first) (DELETE /nodecache/v1/cache/...: loopback only)", "UPSTREAM/REPOSITORY@DIGEST|UPSTREAM/REPOSITORY:TAG"),
 			sub("verify", "read every stored blob whole, at most --rate bytes a second, evicting each that does not match its digest (the next pull fetches it again); progress on stderr (POST /nodecache/v1/cache/verify: loopback and --allow networks)", "",
 				stringFlag(nil, "rate", "", "read at most `RATE`, bytes a second in binary units (200MiB, 1GiB/s); default: serve's --scrub-rate")),
 			sub("pin", "pin what the cache holds of an image so that eviction (--max-size, a full disk) never removes it; a pin by tag follows the tag to the image a revalidation finds. Nothing is fetched: an image not cached is refused (nodecache warm --pin fetches and pins); pins may hold at most 80% of --max-size (PUT /nodecache/v1/cache/pins/...: loopback and --allow networks)", "UPSTREAM/REPOSITORY:TAG|UPSTREAM/REPOSITORY@DIGEST"),

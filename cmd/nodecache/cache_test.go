@@ -57,14 +57,14 @@ func TestCacheLsRm(t *testing.T) {
 		code int
 		says string
 	}{
-		{"no digest", []string{"cache", "rm", "--listen-url", nc.URL, "upstream.test/team/app:v1"}, 2, "UPSTREAM/REPOSITORY@DIGEST"},
+		{"no digest or tag", []string{"cache", "rm", "--listen-url", nc.URL, "upstream.test/team/app"}, 2, "UPSTREAM/REPOSITORY@DIGEST or UPSTREAM/REPOSITORY:TAG"},
 		{"bad digest", []string{"cache", "rm", "--listen-url", nc.URL, "upstream.test/team/app@sha256:12"}, 2, "digest"},
 		{"no argument", []string{"cache", "rm", "--listen-url", nc.URL}, 2, "takes one"},
 		{"flag after the argument (newuser F16)", []string{"cache", "rm", "--listen-url", nc.URL, spec, "--output", "json"}, 2,
-			`argument "--output" looks like a flag: flags go before UPSTREAM/REPOSITORY@DIGEST, e.g. nodecache cache rm --output json `},
+			`argument "--output" looks like a flag: flags go before UPSTREAM/REPOSITORY@DIGEST (or :TAG), e.g. nodecache cache rm --output json `},
 		// Exit 2, the spec refused (newuser3 item 15: was exit 1; the upstream was left out).
 		{"upstream not configured", []string{"cache", "rm", "--listen-url", nc.URL, "team/app@" + d.String()}, 2,
-			`nodecache: invalid input: upstream "team" is not configured here (configured: upstream.test): want UPSTREAM/REPOSITORY@DIGEST`},
+			`nodecache: invalid input: upstream "team" is not configured here (configured: upstream.test): want UPSTREAM/REPOSITORY@DIGEST or UPSTREAM/REPOSITORY:TAG`},
 		{"listen url", []string{"cache", "ls", "--listen-url", "127.0.0.1:5000"}, 2, "--listen-url"},
 		{"listen url port (newuser2 item 6)", []string{"cache", "ls", "--listen-url", "http://127.0.0.1:99999"}, 2, `--listen-url "http://127.0.0.1:99999": port 99999 is out of range: want 1 to 65535`},
 		{"output", []string{"cache", "ls", "--listen-url", nc.URL, "--output", "yaml"}, 2, "--output"},
@@ -239,4 +239,55 @@ func validateRemote(t *testing.T, r name.Reference) error {
 		return err
 	}
 	return validate.Image(pulled)
+}
+
+// TestCacheRmChildAndTag (issue 26): cache rm of a platform manifest of a cached index, by
+// digest or by a tag that points at it, exits 1 naming the index and the removal that works
+// (was "not cached"); cache rm of a tag ls shows on the image's row evicts the image; a tag no
+// cached image has is "not cached", naming the tag.
+func TestCacheRmChildAndTag(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	idx := mirrortest.MultiPlatformIndex(t, 4096, 1)
+	up.PushIndex(t, "team/multi", "v1", idx)
+	child, childImg := mirrortest.IndexChild(t, idx, 0)
+	up.PushImage(t, "team/multi", "amd64", childImg)
+	mirrortest.QuietLogrus()
+	nc := nodecachetest.Start(t, nodecachetest.Options{Upstream: up, Alias: "upstream.test", Root: t.TempDir(), Run: true})
+	for _, tag := range []string{"v1", "amd64"} {
+		r, err := name.ParseReference(nc.Host+"/upstream.test/team/multi:"+tag, name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := validateRemote(t, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Mirror.WaitIdle(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := idx.Digest()
+	index := "upstream.test/team/multi@" + id.String()
+	holder := fmt.Sprintf(" is a platform manifest of upstream.test/team/multi:v1 (index %s), not an image of its own: remove the index (nodecache cache rm %s)", id, index)
+	for _, tc := range []struct {
+		name string
+		spec string
+		code int
+		says string
+	}{
+		{"child by digest", "upstream.test/team/multi@" + child.String(), 1, "nodecache: upstream.test/team/multi@" + child.String() + holder},
+		{"child tag", "upstream.test/team/multi:amd64", 1, "nodecache: upstream.test/team/multi:amd64 (" + child.String() + ")" + holder},
+		{"unknown tag", "upstream.test/team/multi:v9", 1, "nodecache: not cached: upstream.test/team/multi:v9 (no cached image has that tag; cache ls lists the tags)\n"},
+		{"bad tag", "upstream.test/team/multi:", 2, `no tag or digest: want UPSTREAM/REPOSITORY@DIGEST or UPSTREAM/REPOSITORY:TAG`},
+		{"index by its tag", "upstream.test/team/multi:v1", 0, "evicted " + index},
+		{"again", "upstream.test/team/multi:v1", 1, "nodecache: not cached: upstream.test/team/multi:v1 (no cached image has that tag"},
+	} {
+		code, out, errOut := runApp(t, "cache", "rm", "--listen-url", nc.URL, tc.spec)
+		if code != tc.code || !strings.Contains(out+errOut, tc.says) {
+			t.Errorf("%s: cache rm %s: exit %d, want %d saying %q:\n%s%s", tc.name, tc.spec, code, tc.code, tc.says, out, errOut)
+		}
+	}
+	if code, out, _ := runApp(t, "cache", "ls", "--listen-url", nc.URL); code != 0 || !strings.HasPrefix(strings.Split(out, "\n")[1], "0 images") {
+		t.Errorf("cache ls after rm of the index: exit %d, want 0 images:\n%s", code, out)
+	}
 }

@@ -112,6 +112,7 @@ byte; --remove gives the file back.`,
 			stringFlag(&o.CertsDir, "certs-dir", containerd.DefaultCertsDir, "the single `DIR` written into config_path when it has to be set"),
 			stringFlag(&o.Version, "containerd-version", "", "containerd `VERSION` whose rules apply (default: asked of the running containerd on its socket, else read from the build information of its executable or of the containerd binary under --host-root; nothing is run)"),
 			boolFlag(&o.Migrate, "migrate", "move legacy registry.mirrors (and 1.x configs.<host>.tls) into hosts.toml and remove them, instead of refusing"),
+			durationFlag(&o.DialTimeout, "dial-timeout", containerd.DefaultDialTimeout, "dial_timeout of every [host] in hosts.toml: containerd tries the next host (at last the registry) when a connection takes this `DURATION`, instead of 30 s per request when the mirror drops SYNs (down, firewalled, a full accept queue); read by containerd >= 2.1, ignored by 1.7"),
 		),
 		Action: genAction(&o.Common, &output, &lc, func(c *cli.Context) (*configure.ContainerdReport, error) { return configure.Containerd(c.Context, o) }),
 	})

@@ -351,8 +351,8 @@ func assertFile(t *testing.T, p string, want []byte) {
 
 // TestGenWarnsClusterDNSMirror (issue 26): gen talos, containerd and crio given a Service's
 // cluster DNS name as --mirror still generate (exit 0) but warn, naming the mirror, why the
-// node cannot use it and what to give instead: the report's warning line (stderr for talos,
-// whose stdout is the patch) and its JSON warnings. An address, and any removal, get no such
+// node cannot use it and what to give instead: the report's warning line, on stderr (stdout is
+// the patch, the diff or the report), and its JSON warnings. An address, and any removal, get no such
 // warning.
 func TestGenWarnsClusterDNSMirror(t *testing.T) {
 	t.Parallel()
@@ -374,8 +374,16 @@ func TestGenWarnsClusterDNSMirror(t *testing.T) {
 			if code != 0 || !strings.Contains(stdout+stderr, want) || !strings.Contains(stdout+stderr, "NodePort") {
 				t.Errorf("%s: exit %d, want 0 and %q\nstdout:\n%s\nstderr:\n%s", svc, code, want, stdout, stderr)
 			}
-			if runtime == "talos" && (strings.Contains(stdout, "warning:") || !strings.Contains(stderr, want)) {
-				t.Errorf("gen talos: the warning is not on stderr alone (stdout is the patch):\n%s\n%s", stdout, stderr)
+			// Every runtime, dry run or not: stdout is the patch, diff or report; the warning is
+			// on stderr alone (issue 26: containerd and crio wrote it to stdout).
+			if strings.Contains(stdout, "warning:") || !strings.Contains(stderr, want) {
+				t.Errorf("gen %s: the warning is not on stderr alone:\nstdout:\n%s\nstderr:\n%s", runtime, stdout, stderr)
+			}
+			if runtime != "talos" {
+				code, stdout, stderr := runApp(t, append(args(svc), "--dry-run")...)
+				if code != 0 || strings.Contains(stdout, "warning:") || !strings.Contains(stderr, want) {
+					t.Errorf("gen %s --dry-run: exit %d, want 0 and the warning on stderr alone:\nstdout:\n%s\nstderr:\n%s", runtime, code, stdout, stderr)
+				}
 			}
 			var rep struct {
 				Warnings []string `json:"warnings"`

@@ -72,8 +72,8 @@ func TestMessages(t *testing.T) {
 		{"cache verify progress, 2", func(*testing.T) string {
 			return inventory.ProgressLine(mirrorapi.VerifyPass{Checked: 1, Blobs: 2})
 		}, "verify: 1/2 blobs, 0 B of 0 B, 0 corrupt"},
-		{"cache rm, 0 arguments", cliError("cache", "rm"), "invalid input: cache rm takes one UPSTREAM/REPOSITORY@DIGEST (as cache ls lists it), got 0 arguments"},
-		{"cache rm, 2 arguments", cliError("cache", "rm", "a", "b"), "invalid input: cache rm takes one UPSTREAM/REPOSITORY@DIGEST (as cache ls lists it), got 2 arguments"},
+		{"cache rm, 0 arguments", cliError("cache", "rm"), "invalid input: cache rm takes one UPSTREAM/REPOSITORY@DIGEST or UPSTREAM/REPOSITORY:TAG (as cache ls lists it), got 0 arguments"},
+		{"cache rm, 2 arguments", cliError("cache", "rm", "a", "b"), "invalid input: cache rm takes one UPSTREAM/REPOSITORY@DIGEST or UPSTREAM/REPOSITORY:TAG (as cache ls lists it), got 2 arguments"},
 		{"argument of a command without any", cliError("gen", "crio", "--mirror", "http://a:1", "extra"), `gen crio takes no arguments, got "extra" (see nodecache gen crio --help)`},
 		{"argument of version", cliError("version", "x"), `version takes no arguments, got "x"`},
 		{"config without version, containerd known", cliError("gen", "containerd", "--host-root", v1Config, "--mirror", "http://10.0.0.5:5000", "--containerd-version", "2.4.2"),

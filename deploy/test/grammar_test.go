@@ -128,6 +128,11 @@ var grammarCases = []grammarCase{
 	{"agent.interval", "1 m", `--interval "1 m": want a duration such as 500ms, 30s, 5m or 1h30m`},
 	{"agent.interval", "0s", `want a positive duration such as 30s or 1m (default 1m0s)`},
 	{"agent.interval", "-1m", `want a positive duration such as 30s or 1m (default 1m0s)`},
+	{"agent.dialTimeout", "2s", ""},
+	{"agent.dialTimeout", "750ms", ""},
+	{"agent.dialTimeout", "2", `--dial-timeout "2": want a duration such as 500ms, 30s, 5m or 1h30m`},
+	{"agent.dialTimeout", "0", `want a positive duration such as 2s, 500ms or 1m (default 2s)`},
+	{"agent.dialTimeout", "-2s", `want a positive duration such as 2s, 500ms or 1m (default 2s)`},
 	{"peers.refresh", "500ms", ""},
 	{"peers.refresh", "10", `--peers-refresh "10": want a duration such as 500ms, 30s, 5m or 1h30m`},
 	{"peers.refresh", "0s", `--peers-refresh 0s and --peer-dial-timeout 1s: want positive durations such as 10s and 1s`},
@@ -245,8 +250,8 @@ func TestChartValueGrammar(t *testing.T) {
 	if strings.Contains(schema, `"pattern"`) {
 		t.Errorf("values.schema.json has a pattern again: Helm prints it as a raw regular expression; check the value in _validate.tpl")
 	}
-	if len(paths) < 23 {
-		t.Errorf("grammarCases cover %d values, want the 22 the schema once matched with a pattern and agent.maxSize", len(paths))
+	if len(paths) < 24 {
+		t.Errorf("grammarCases cover %d values, want the 22 the schema once matched with a pattern, agent.maxSize and agent.dialTimeout", len(paths))
 	}
 }
 
@@ -322,8 +327,9 @@ func decide(t *testing.T, dir, creds, path, value string) (bool, string) {
 		return serve(`--listen "127.0.0.1:99999"`, "--storage", "s3", "--s3-bucket", "b", "--s3-endpoint", value)
 	case "extraArgs":
 		return serve(`--listen "127.0.0.1:99999"`, value)
-	case "agent.interval":
-		out, _ := exec.CommandContext(t.Context(), binary, "agent", "--root", root, "--host-root", filepath.Join(dir, "missing"), "--interval", value).CombinedOutput()
+	case "agent.interval", "agent.dialTimeout":
+		flag := map[string]string{"agent.interval": "--interval", "agent.dialTimeout": "--dial-timeout"}[path]
+		out, _ := exec.CommandContext(t.Context(), binary, "agent", "--root", root, "--host-root", filepath.Join(dir, "missing"), flag, value).CombinedOutput()
 		return strings.Contains(string(out), "--host-root"), string(out)
 	case "peers.refresh", "peers.dialTimeout":
 		flag := map[string]string{"peers.refresh": "--peers-refresh", "peers.dialTimeout": "--peer-dial-timeout"}[path]

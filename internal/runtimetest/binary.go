@@ -88,6 +88,7 @@ var (
 	Curl    = Tool{Name: "curl", Env: EnvCurl, Install: "apt-get install curl"}
 	Patch   = Tool{Name: "patch", Install: "apt-get install patch"}
 	Prlimit = Tool{Name: "prlimit", Install: "apt-get install util-linux"}
+	IP      = Tool{Name: "ip", Install: "apt-get install iproute2"}
 )
 
 // LookPath is Find for the tool with the variable envVar and the name name (a Debian package of

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
+	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/refusal"
@@ -72,6 +73,9 @@ type Configure struct {
 	RegistriesDir, CrioDir string
 	// MirrorCA is the host path of an https mirror's PEM CA (--mirror-ca).
 	MirrorCA string
+	// DialTimeout is --dial-timeout, containerd's dial_timeout in every [host] of the
+	// hosts.toml files (configure.ContainerdOptions.DialTimeout). Positive.
+	DialTimeout time.Duration
 }
 
 // plan is a checked Config.
@@ -93,6 +97,9 @@ func check(c Config) (*plan, error) {
 	var errs []error
 	if c.Interval <= 0 {
 		errs = append(errs, fmt.Errorf("--interval %s: want a positive duration such as 30s or 1m (default %s)", c.Interval, activation.DefaultInterval))
+	}
+	if c.Configure.DialTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--dial-timeout %s: %s", c.Configure.DialTimeout, containerd.DialTimeoutWant))
 	}
 	switch c.Readiness {
 	case activation.ReadinessServing, activation.ReadinessActivation:

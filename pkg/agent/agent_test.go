@@ -18,6 +18,7 @@ import (
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
+	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
@@ -34,7 +35,7 @@ func config(t *testing.T, hostRoot string, log *mirrortest.LogBuffer) Config {
 		Mirror:    "http://10.0.0.5:5000",
 		Interval:  time.Minute,
 		Readiness: activation.ReadinessServing,
-		Configure: Configure{ContainerdVersion: "1.7.27"},
+		Configure: Configure{ContainerdVersion: "1.7.27", DialTimeout: containerd.DefaultDialTimeout},
 		Logger:    zerolog.New(log),
 		Stdout:    log,
 	}
@@ -89,6 +90,7 @@ func TestConfigureMigrate(t *testing.T) {
 				writeConfig(t, root, legacyConfig)
 			}
 			c.Configure.Migrate = tc.migrate
+			c.Configure.DialTimeout = 750 * time.Millisecond
 			p, err := check(c)
 			if err != nil {
 				t.Fatal(err)
@@ -97,9 +99,14 @@ func TestConfigureMigrate(t *testing.T) {
 			if !strings.Contains(log.String(), tc.logged) {
 				t.Errorf("log does not say %q:\n%s", tc.logged, log.String())
 			}
-			_, err = os.Stat(filepath.Join(root, "etc/containerd/certs.d/docker.io/hosts.toml"))
+			hosts, err := os.ReadFile(filepath.Join(root, "etc/containerd/certs.d/docker.io/hosts.toml"))
 			if got := err == nil; got != tc.hosts {
 				t.Errorf("hosts.toml written: %v, want %v (log:\n%s)", got, tc.hosts, log.String())
+			}
+			// issue 25: every [host] the agent writes (the mirror's, the migrated mirror's) has
+			// --dial-timeout as its dial_timeout.
+			if n, d := strings.Count(string(hosts), "[host."), strings.Count(string(hosts), "dial_timeout = '750ms'"); tc.hosts && (n != 2 || d != n) {
+				t.Errorf("hosts.toml has %d [host] tables and %d dial_timeout = '750ms', want 2 of each:\n%s", n, d, hosts)
 			}
 			data, _ := os.ReadFile(cfgFile)
 			if migrated := !bytes.Equal(data, []byte(legacyConfig)); !tc.absent && migrated != tc.migrate {
@@ -120,6 +127,8 @@ func TestCheckRefusals(t *testing.T) {
 		want string
 	}{
 		{"interval", func(c *Config) { c.Interval = 0 }, "--interval 0s: want a positive duration"},
+		{"dial timeout", func(c *Config) { c.Configure.DialTimeout = -time.Second }, "--dial-timeout -1s: want a positive duration such as 2s, 500ms or 1m"},
+		{"dial timeout zero", func(c *Config) { c.Configure.DialTimeout = 0 }, "--dial-timeout 0s: want a positive duration"},
 		{"readiness", func(c *Config) { c.Readiness = "soon" }, `--readiness "soon": want serving`},
 		{"runtime", func(c *Config) { c.Status.Runtime = "docker" }, `--runtime "docker": want auto, containerd, crio or talos`},
 		{"host root", func(c *Config) { c.Status.HostRoot = filepath.Join(root, "missing") }, "does not exist"},

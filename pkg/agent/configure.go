@@ -54,7 +54,7 @@ func (p *plan) configure(ctx context.Context) {
 	if is(activation.RuntimeContainerd) {
 		if exists(cfg) || exists(o.ContainerdSocket) {
 			p.containerd(ctx, configure.ContainerdOptions{Common: common, Config: cfg, CertsDir: cc.CertsDir,
-				Version: cc.ContainerdVersion, Migrate: cc.Migrate, Socket: o.ContainerdSocket})
+				Version: cc.ContainerdVersion, Migrate: cc.Migrate, Socket: o.ContainerdSocket, DialTimeout: cc.DialTimeout})
 		} else {
 			absent = append(absent, fmt.Sprintf("containerd (neither its config %s nor its socket %s exists)", cfg, o.ContainerdSocket))
 		}

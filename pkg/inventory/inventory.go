@@ -67,16 +67,27 @@ func (c *Client) List(ctx context.Context) (*Listing, error) {
 	return &Listing{CacheInventory: inv}, nil
 }
 
-// ParseSpec checks "<upstream>/<repository>@<digest>" and returns it with the digest parsed.
-// Errors wrap ErrInput.
+// ParseSpec checks what `cache rm` takes, "<upstream>/<repository>@<digest>" or
+// "<upstream>/<repository>:<tag>" (a tag `cache ls` shows), and returns it. Errors wrap
+// ErrInput.
 func ParseSpec(spec string) (string, error) {
-	up, rest, ok1 := strings.Cut(spec, "/")
-	repo, d, ok2 := strings.Cut(rest, "@")
-	if !ok1 || !ok2 || up == "" || repo == "" {
-		return "", fmt.Errorf("%w: %q: want UPSTREAM/REPOSITORY@DIGEST as `nodecache cache ls` lists it, e.g. docker.io/library/alpine@sha256:<64 hex digits>", ErrInput, spec)
+	const want = "want UPSTREAM/REPOSITORY@DIGEST or UPSTREAM/REPOSITORY:TAG as `nodecache cache ls` lists it, e.g. docker.io/library/alpine@sha256:<64 hex digits> or docker.io/library/alpine:3.20"
+	up, rest, ok := strings.Cut(spec, "/")
+	if !ok || up == "" || rest == "" {
+		return "", fmt.Errorf("%w: %q: %s", ErrInput, spec, want)
 	}
-	if _, err := digest.Parse(d); err != nil {
-		return "", fmt.Errorf("%w: %q: digest %q: %w", ErrInput, spec, d, err)
+	if repo, d, found := strings.Cut(rest, "@"); found {
+		if repo == "" {
+			return "", fmt.Errorf("%w: %q: no repository: %s", ErrInput, spec, want)
+		}
+		if _, err := digest.Parse(d); err != nil {
+			return "", fmt.Errorf("%w: %q: digest %q: %w", ErrInput, spec, d, err)
+		}
+		return spec, nil
+	}
+	i := strings.LastIndex(rest, ":")
+	if i <= 0 || i == len(rest)-1 || strings.Contains(rest[i:], "/") {
+		return "", fmt.Errorf("%w: %q: no tag or digest: %s", ErrInput, spec, want)
 	}
 	return spec, nil
 }
@@ -87,19 +98,19 @@ func ParseSpec(spec string) (string, error) {
 func (c *Client) RemoveArgs(ctx context.Context, args []string) (*Removal, error) {
 	for _, a := range args {
 		if strings.HasPrefix(a, "-") {
-			return nil, fmt.Errorf("%w: argument %q looks like a flag: flags go before UPSTREAM/REPOSITORY@DIGEST, e.g. nodecache cache rm --output json docker.io/library/alpine@sha256:<64 hex digits>", ErrInput, a)
+			return nil, fmt.Errorf("%w: argument %q looks like a flag: flags go before UPSTREAM/REPOSITORY@DIGEST (or :TAG), e.g. nodecache cache rm --output json docker.io/library/alpine:3.20", ErrInput, a)
 		}
 	}
 	if len(args) != 1 {
-		return nil, fmt.Errorf("%w: cache rm takes one UPSTREAM/REPOSITORY@DIGEST (as cache ls lists it), got %s", ErrInput, clitext.Count(len(args), "argument"))
+		return nil, fmt.Errorf("%w: cache rm takes one UPSTREAM/REPOSITORY@DIGEST or UPSTREAM/REPOSITORY:TAG (as cache ls lists it), got %s", ErrInput, clitext.Count(len(args), "argument"))
 	}
 	return c.Remove(ctx, args[0])
 }
 
-// Remove evicts the image spec ("<upstream>/<repository>@<digest>"); serve accepts it from
-// loopback only. Errors: ErrInput for a bad spec (serve's 400 too: an upstream it does not
-// have), ErrNotCached ("not cached: SPEC"), serve's
-// refusal or failure; when nothing answers at the listen URL, the error asks whether serve runs
+// Remove evicts the image spec ("<upstream>/<repository>@<digest>", or ":<tag>" with a tag of
+// an image's row); serve accepts it from loopback only. Errors: ErrInput for a bad spec
+// (serve's 400 too: an upstream it does not have), ErrNotCached ("not cached: SPEC"), serve's
+// refusal (a pinned image; a child manifest of a cached index, naming the index) or failure; when nothing answers at the listen URL, the error asks whether serve runs
 // there (--listen-url), as List's does.
 func (c *Client) Remove(ctx context.Context, spec string) (*Removal, error) {
 	if _, err := ParseSpec(spec); err != nil {

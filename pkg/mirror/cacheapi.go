@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"github.com/opencontainers/go-digest"
@@ -28,6 +29,8 @@ type cacheView interface {
 	Images(name func(storageRepo string) (upstream, repo string)) []mirrorapi.CachedImage
 	// HasManifest reports whether manifest d is stored in storage repository repo.
 	HasManifest(repo string, d digest.Digest) bool
+	// Holders are the images of repo that hold manifest d as a child manifest.
+	Holders(repo string, d digest.Digest) []digest.Digest
 	// MaxSize is the cap in bytes (0: none).
 	MaxSize() int64
 	// PinnedBytes is the bytes the pins hold; PinsOf the pins that hold an image.
@@ -61,7 +64,7 @@ func inventory(c cacheView, byKey map[string]*configured) mirrorapi.CacheInvento
 }
 
 // serveCache answers mirrorapi.CachePath: GET (loopback and --allow networks) lists the cache,
-// DELETE .../<upstream>/<repository>@<digest> (loopback only) evicts one image; and
+// DELETE .../<upstream>/<repository>@<digest> or …:<tag> (loopback only) evicts one image; and
 // mirrorapi.CacheVerifyPath (serveVerify), mirrorapi.CachePinsPath (servePins), and
 // mirrorapi.CacheImportPath and its check (serveImport).
 func (m *Mirror) serveCache(w http.ResponseWriter, r *http.Request) {
@@ -88,7 +91,7 @@ func (m *Mirror) serveCache(w http.ResponseWriter, r *http.Request) {
 		m.deleteImage(w, r, strings.TrimPrefix(r.URL.Path, mirrorapi.CachePath+"/"))
 	default:
 		w.Header().Set("Allow", "GET, DELETE")
-		writeJSONError(w, http.StatusMethodNotAllowed, "want GET "+mirrorapi.CachePath+" or DELETE "+mirrorapi.CachePath+"/<upstream>/<repository>@<digest>")
+		writeJSONError(w, http.StatusMethodNotAllowed, "want GET "+mirrorapi.CachePath+" or DELETE "+mirrorapi.CachePath+"/<upstream>/<repository>@<digest> (or :<tag>)")
 	}
 }
 
@@ -133,13 +136,16 @@ func (m *Mirror) serveVerify(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// deleteImage evicts the image named by spec, "<upstream>/<repository>@<digest>".
+// deleteImage evicts the image named by spec, "<upstream>/<repository>@<digest>" or
+// "<upstream>/<repository>:<tag>" with a tag cache ls shows (an image's own tag). A child
+// manifest of a cached index (by digest, or by a tag that points at it) is no image of its own:
+// 409 naming the index that holds it (issue 26: it was "not cached").
 func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string) {
+	const want = "want " + mirrorapi.CachePath + "/<upstream>/<repository>@<digest> or …/<repository>:<tag> as cache ls lists it, e.g. …/docker.io/library/alpine@sha256:... or …/docker.io/library/alpine:3.20"
 	upName, rest, ok1 := strings.Cut(spec, "/")
-	repo, dgst, ok2 := strings.Cut(rest, "@")
-	d, err := digest.Parse(dgst)
-	if !ok1 || !ok2 || repo == "" || err != nil {
-		writeJSONError(w, http.StatusBadRequest, "want "+mirrorapi.CachePath+"/<upstream>/<repository>@<digest>, e.g. .../docker.io/library/alpine@sha256:...")
+	repo, ref, d, byTag, ok2 := splitCacheRef(rest)
+	if !ok1 || !ok2 || upName == "" {
+		writeJSONError(w, http.StatusBadRequest, want)
 		return
 	}
 	var up *configured
@@ -151,7 +157,7 @@ func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string
 	if up == nil {
 		// The spec is wrong, not the cache (400: the CLI's input refused, exit 2); often the
 		// upstream was left out (library/app@…).
-		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("upstream %q is not configured here (configured: %s): want UPSTREAM/REPOSITORY@DIGEST as cache ls lists it, e.g. docker.io/library/alpine@sha256:...", upName, m.upstreamList()))
+		writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("upstream %q is not configured here (configured: %s): want UPSTREAM/REPOSITORY@DIGEST or UPSTREAM/REPOSITORY:TAG as cache ls lists it, e.g. docker.io/library/alpine@sha256:...", upName, m.upstreamList()))
 		return
 	}
 	var c cacheView = m.cache
@@ -160,14 +166,33 @@ func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string
 		return
 	}
 	sr := up.storageKey + "/" + repo
-	var img *mirrorapi.CachedImage
+	named := up.Name + "/" + repo + "@" + d.String()
+	var images []mirrorapi.CachedImage
 	for _, i := range inventory(c, m.byKey).Images {
-		if i.Upstream == up.Name && i.Repository == repo && i.Digest == d.String() {
+		if i.Upstream == up.Name && i.Repository == repo {
+			images = append(images, i)
+		}
+	}
+	if byTag {
+		named = up.Name + "/" + repo + ":" + ref
+		if d = tagged(images, ref); d == "" {
+			writeJSONError(w, http.StatusNotFound, "not cached: "+named+" (no cached image has that tag; cache ls lists the tags)")
+			return
+		}
+		named += " (" + d.String() + ")"
+	}
+	var img *mirrorapi.CachedImage
+	for _, i := range images {
+		if i.Digest == d.String() {
 			img = &i
 		}
 	}
 	if img == nil || !c.HasManifest(sr, d) {
-		writeJSONError(w, http.StatusNotFound, "not cached: "+up.Name+"/"+repo+"@"+d.String())
+		if holders := c.Holders(sr, d); len(holders) > 0 {
+			writeJSONError(w, http.StatusConflict, childMessage(named, up.Name, repo, holders, images))
+			return
+		}
+		writeJSONError(w, http.StatusNotFound, "not cached: "+named)
 		return
 	}
 	if pins := c.PinsOf(sr, d); len(pins) > 0 {
@@ -180,6 +205,55 @@ func (m *Mirror) deleteImage(w http.ResponseWriter, r *http.Request, spec string
 	m.log.Info().Str("upstream", up.Name).Str("repository", repo).Str("digest", d.String()).
 		Str("client", r.RemoteAddr).Msg("image evicted on request")
 	_ = json.NewEncoder(w).Encode(img)
+}
+
+// splitCacheRef splits "<repository>@<digest>" (d parsed) or "<repository>:<tag>" (byTag);
+// ok is false when it is neither or the digest does not parse.
+func splitCacheRef(s string) (repo, ref string, d digest.Digest, byTag, ok bool) {
+	repo, ref, ok = splitPinRef(s)
+	if byTag = !strings.Contains(s, "@"); ok && !byTag {
+		var err error
+		d, err = digest.Parse(ref)
+		ok = err == nil
+	}
+	return repo, ref, d, byTag, ok
+}
+
+// tagged is the manifest tag points at in a repository's inventory rows: the image whose own
+// tag it is, else the child manifest a child tag names; "" when no row has it.
+func tagged(images []mirrorapi.CachedImage, tag string) digest.Digest {
+	var child digest.Digest
+	for _, i := range images {
+		if slices.Contains(i.Tags, tag) {
+			return digest.Digest(i.Digest)
+		}
+		if c, ok := i.ChildTags[tag]; ok && child == "" {
+			child = digest.Digest(c)
+		}
+	}
+	return child
+}
+
+// childMessage is the refusal of a removal of named, a child manifest of the cached images
+// holders of upName/repo (images: that repository's rows, for their tags): it names each index,
+// by its tag where it has one, and the removal that works.
+func childMessage(named, upName, repo string, holders []digest.Digest, images []mirrorapi.CachedImage) string {
+	var idx []string
+	for _, h := range holders {
+		ref := upName + "/" + repo + "@" + h.String()
+		for _, i := range images {
+			if i.Digest == h.String() && len(i.Tags) > 0 {
+				ref = upName + "/" + repo + ":" + i.Tags[0] + " (index " + h.String() + ")"
+			}
+		}
+		idx = append(idx, ref)
+	}
+	of := "a platform manifest of " + idx[0]
+	if len(idx) > 1 {
+		of = "a platform manifest of each of " + strings.Join(idx, ", ")
+	}
+	return fmt.Sprintf("%s is %s, not an image of its own: remove the index (nodecache cache rm %s/%s@%s), which takes its platforms with it",
+		named, of, upName, repo, holders[0])
 }
 
 func remoteLoopback(remoteAddr string) bool {

@@ -7,9 +7,10 @@ import (
 
 // CachePath is serve's cache inventory (GET, JSON CacheInventory; same access rule as
 // ClientsPath: loopback and the --allow networks). DELETE CachePath + "/<upstream>/<repository>@<digest>"
-// evicts one image and is answered to loopback clients only (JSON CachedImage of what went,
-// 404 when it is not cached, 409 when a pin holds it, 400 for a malformed spec or an upstream
-// serve does not have).
+// (or ":<tag>", a tag of an image's row) evicts one image and is answered to loopback clients
+// only (JSON CachedImage of what went, 404 when it is not cached, 409 when a pin holds it or it
+// is a child manifest of a cached index, naming the index; 400 for a malformed spec or an
+// upstream serve does not have).
 const CachePath = "/nodecache/v1/cache"
 
 // CachePinsPath is serve's pins (issue 24), answered to loopback and the --allow networks (the

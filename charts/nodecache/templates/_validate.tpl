@@ -87,7 +87,7 @@ binary or the library that decides.
 {{- end -}}
 {{- /* Durations of nodecache's flags (Go's time.ParseDuration), positive. */ -}}
 {{- $durationsOK := true -}}
-{{- range $d := list (list "agent.interval" "--interval" $v.agent.interval) (list "peers.refresh" "--peers-refresh" $v.peers.refresh) (list "peers.dialTimeout" "--peer-dial-timeout" $v.peers.dialTimeout) -}}
+{{- range $d := list (list "agent.interval" "--interval" $v.agent.interval) (list "agent.dialTimeout" "--dial-timeout" $v.agent.dialTimeout) (list "peers.refresh" "--peers-refresh" $v.peers.refresh) (list "peers.dialTimeout" "--peer-dial-timeout" $v.peers.dialTimeout) -}}
 {{- if not (include "nodecache.duration" (index $d 2 | toString)) -}}
 {{- $durationsOK = false -}}
 {{- $errs = append $errs (printf "%s: %s %q: want a duration such as 500ms, 30s, 5m or 1h30m" (index $d 0) (index $d 1) (index $d 2 | toString)) -}}
@@ -96,6 +96,9 @@ binary or the library that decides.
 {{- if $durationsOK -}}
 {{- if eq (include "nodecache.duration" $v.agent.interval) "nonpositive" -}}
 {{- $errs = append $errs (printf "agent.interval: --interval %s: want a positive duration such as 30s or 1m (default 1m0s)" $v.agent.interval) -}}
+{{- end -}}
+{{- if eq (include "nodecache.duration" $v.agent.dialTimeout) "nonpositive" -}}
+{{- $errs = append $errs (printf "agent.dialTimeout: --dial-timeout %s: want a positive duration such as 2s, 500ms or 1m (default 2s): how long containerd waits for a connection to a [host] before it tries the next" $v.agent.dialTimeout) -}}
 {{- end -}}
 {{- if or (eq (include "nodecache.duration" $v.peers.refresh) "nonpositive") (eq (include "nodecache.duration" $v.peers.dialTimeout) "nonpositive") -}}
 {{- $errs = append $errs (printf "peers.refresh, peers.dialTimeout: --peers-refresh %s and --peer-dial-timeout %s: want positive durations such as 10s and 1s" $v.peers.refresh $v.peers.dialTimeout) -}}

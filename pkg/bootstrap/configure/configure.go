@@ -184,5 +184,15 @@ func (t *textWriter) warnings(ws []string) {
 	}
 }
 
+// warningsTo writes the warning lines to w (a report's summary writer: stderr for gen, dry run
+// or not, so that stdout holds the report, the diff or the patch alone; issue 26), then goes on
+// writing where it did.
+func (t *textWriter) warningsTo(w io.Writer, ws []string) {
+	prev := t.w
+	t.w = w
+	t.warnings(ws)
+	t.w = prev
+}
+
 // Refused reports whether err means the input was refused and nothing was changed.
 func Refused(err error) bool { return errors.Is(err, bootstrap.ErrRefused) }

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 )
 
 // TestContainerdDryRun: a dry run plans, renders the diff and the report as text and JSON, and
@@ -23,7 +26,7 @@ func TestContainerdDryRun(t *testing.T) {
 	}
 	rep, err := Containerd(t.Context(), ContainerdOptions{
 		Common:  Common{Mirror: "http://10.0.0.5:5000", Upstreams: []string{"docker.io"}, HostRoot: root, DryRun: true},
-		Version: "1.7.27",
+		Version: "1.7.27", DialTimeout: containerd.DefaultDialTimeout,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +59,7 @@ func TestContainerdDryRun(t *testing.T) {
 		t.Fatalf("dry run wrote the hosts directory: %v", err)
 	}
 	// Once applied, a dry run says the files are unchanged, not "would unchanged" (newuser3 item 15).
-	opts := ContainerdOptions{Common: Common{Mirror: "http://10.0.0.5:5000", Upstreams: []string{"docker.io"}, HostRoot: root}, Version: "1.7.27"}
+	opts := ContainerdOptions{Common: Common{Mirror: "http://10.0.0.5:5000", Upstreams: []string{"docker.io"}, HostRoot: root}, Version: "1.7.27", DialTimeout: containerd.DefaultDialTimeout}
 	if _, err := Containerd(t.Context(), opts); err != nil {
 		t.Fatal(err)
 	}
@@ -93,15 +96,23 @@ func TestRefusals(t *testing.T) {
 			return err
 		}, "--mirror"},
 		{"containerd version", func() error {
-			_, err := Containerd(t.Context(), ContainerdOptions{Common: good, Version: "latest"})
+			_, err := Containerd(t.Context(), ContainerdOptions{Common: good, Version: "latest", DialTimeout: containerd.DefaultDialTimeout})
 			return err
 		}, `--containerd-version: version "latest": want MAJOR.MINOR[.PATCH]`},
+		{"dial timeout", func() error {
+			_, err := Containerd(t.Context(), ContainerdOptions{Common: good, Version: "2.4.2", DialTimeout: -time.Second})
+			return err
+		}, `--dial-timeout -1s: want a positive duration such as 2s, 500ms or 1m (default 2s)`},
+		{"dial timeout zero", func() error {
+			_, err := Containerd(t.Context(), ContainerdOptions{Common: good, Version: "2.4.2"})
+			return err
+		}, `--dial-timeout 0s: want a positive duration`},
 		{"crio version", func() error {
 			_, err := Crio(t.Context(), CrioOptions{Common: good, Version: "x"})
 			return err
 		}, `--crio-version: version "x": want MAJOR.MINOR[.PATCH], e.g. 1.34.1`},
 		{"containerd version with junk", func() error {
-			_, err := Containerd(t.Context(), ContainerdOptions{Common: good, Version: "2.0.junk"})
+			_, err := Containerd(t.Context(), ContainerdOptions{Common: good, Version: "2.0.junk", DialTimeout: containerd.DefaultDialTimeout})
 			return err
 		}, `--containerd-version: version "2.0.junk": want MAJOR.MINOR[.PATCH], e.g. 2.4.2`},
 		{"host root", func() error {

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"time"
 
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
+	"github.com/nodecache/nodecache/pkg/refusal"
 )
 
 // ContainerdOptions configure Containerd.
@@ -26,6 +28,11 @@ type ContainerdOptions struct {
 	// Socket is the socket the running containerd is asked for its version on. Default: the
 	// grpc address of Config (activation.ContainerdSocket).
 	Socket string
+	// DialTimeout is --dial-timeout, written as dial_timeout in every [host] of the hosts.toml
+	// files (containerd.Options.DialTimeout). Required positive unless Remove: the flag defaults
+	// to containerd.DefaultDialTimeout; 0 or less is refused (containerd would take "0s" as no
+	// bound at all: the kernel's SYN retries, about 2 minutes).
+	DialTimeout time.Duration
 }
 
 // ContainerdReport is the outcome of Containerd: the plan's report plus the restart evidence
@@ -49,6 +56,9 @@ func Containerd(ctx context.Context, o ContainerdOptions) (*ContainerdReport, er
 	if err != nil {
 		return nil, err
 	}
+	if o.DialTimeout <= 0 && !o.Remove {
+		return nil, refusal.Errorf("--dial-timeout %s: %s", o.DialTimeout, containerd.DialTimeoutWant)
+	}
 	h, err := o.host()
 	if err != nil {
 		return nil, err
@@ -62,7 +72,7 @@ func Containerd(ctx context.Context, o ContainerdOptions) (*ContainerdReport, er
 		return nil, err
 	}
 	opts := containerd.Options{Mirror: m, Upstreams: ups, Fallbacks: fallbacks, Config: o.Config, CertsDir: o.CertsDir,
-		MirrorCA: o.MirrorCA, Migrate: o.Migrate, Daemon: daemon}
+		MirrorCA: o.MirrorCA, Migrate: o.Migrate, Daemon: daemon, DialTimeout: o.DialTimeout}
 	fsys := h.FS()
 	if opts.MirrorCA != "" && !o.Remove && !m.HTTP() {
 		// Read here for a message that names the file under --host-root; Plan checks it again.
@@ -133,14 +143,15 @@ func (r *ContainerdReport) WriteJSON(w io.Writer) error { return writeJSON(w, r)
 func (r *ContainerdReport) WriteText(w io.Writer) error { return r.WriteTextSplit(w, w) }
 
 // WriteTextSplit is WriteText with a dry run's diff alone on out, so that out is a unified diff
-// `patch -p1` applies under the host root, and everything else on summary.
+// `patch -p1` applies under the host root, and everything else on summary; the warnings go to
+// summary in a real run too (out is then the report).
 func (r *ContainerdReport) WriteTextSplit(out, summary io.Writer) error {
 	t := &textWriter{w: out}
 	t.printf("%s", r.Diff)
 	t.w = summaryWriter(out, summary, r.DryRun)
 	if r.remove && len(r.Changes) == 0 {
 		t.printf("containerd: nothing to remove (no file of nodecache's, no config edit of its)\n")
-		t.warnings(r.Warnings)
+		t.warningsTo(summary, r.Warnings)
 		return t.err
 	}
 	assumed := ""
@@ -160,7 +171,7 @@ func (r *ContainerdReport) WriteTextSplit(out, summary io.Writer) error {
 		}
 	}
 	t.changes(r.Changes, r.DryRun)
-	t.warnings(r.Warnings)
+	t.warningsTo(summary, r.Warnings)
 	if r.RestartReason != "" {
 		t.printf("restart_required: true (%s)\n", r.RestartReason)
 	} else {

@@ -107,7 +107,8 @@ func (r *CrioReport) WriteJSON(w io.Writer) error { return writeJSON(w, r) }
 // what happened to the reload and restart_required.
 func (r *CrioReport) WriteText(w io.Writer) error { return r.WriteTextSplit(w, w) }
 
-// WriteTextSplit is WriteText with a dry run's diff alone on out (a patch), the rest on summary.
+// WriteTextSplit is WriteText with a dry run's diff alone on out (a patch), the rest on summary;
+// the warnings go to summary in a real run too (out is then the report).
 func (r *CrioReport) WriteTextSplit(out, summary io.Writer) error {
 	t := &textWriter{w: out}
 	t.printf("%s", r.Diff)
@@ -122,7 +123,7 @@ func (r *CrioReport) WriteTextSplit(out, summary io.Writer) error {
 		t.printf("%s: mirror %s for %s\n", release, r.mirror, strings.Join(r.Upstreams, ", "))
 	}
 	t.changes(r.Changes, r.DryRun)
-	t.warnings(r.Warnings)
+	t.warningsTo(summary, r.Warnings)
 	switch reload := r.Reload; {
 	case reload == nil:
 	case len(reload.PIDs) > 0:

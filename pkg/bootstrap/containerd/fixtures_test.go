@@ -381,6 +381,11 @@ func checkHosts(t *testing.T, reg *mirrortest.Registry, root, hostsDir string, u
 		if !rh[0].Capabilities.Has(docker.HostCapabilityPull) || !rh[0].Capabilities.Has(docker.HostCapabilityResolve) || rh[0].Capabilities.Has(docker.HostCapabilityPush) {
 			t.Fatalf("%s: mirror capabilities %v, want pull+resolve", n, rh[0].Capabilities)
 		}
+		// dial_timeout read back (issue 25): containerd gives a [host] its own client only for
+		// TLS settings, headers or a dial_timeout; the http mirror has none but the last.
+		if rh[0].Client == nil || rh[0].Client == rh[1].Client {
+			t.Fatalf("%s: the mirror shares the registry's HTTP client: containerd read no dial_timeout for it", n)
+		}
 		wantUp := strings.TrimPrefix(name.RegistryURL(n), "https://")
 		if rh[1].Host != wantUp || rh[1].Scheme != "https" {
 			t.Fatalf("%s: fallback %s://%s, want https://%s", n, rh[1].Scheme, rh[1].Host, wantUp)

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/pelletier/go-toml/v2"
 
@@ -44,7 +45,25 @@ type hostEntry struct {
 	SkipVerify *bool `toml:"skip_verify,omitempty"`
 	// OverridePath uses the URL path as the API root instead of appending /v2.
 	OverridePath bool `toml:"override_path,omitempty"`
+	// DialTimeout bounds the TCP connect to this host, as a Go duration string ("2s",
+	// time.ParseDuration's grammar, which containerd parses it with): when it passes, containerd
+	// tries the next host instead of waiting for the 30 s bound of containerd's default dialer
+	// (docker.DefaultHTTPTransport). containerd reads it from 2.1.0 (containerd PR #11106,
+	// hostFileConfig.DialTimeout in core/remotes/docker/config); 1.7 ignores the key, so it is
+	// written for every release. Only [host] tables carry it: the server, tried last, keeps
+	// containerd's default.
+	DialTimeout string `toml:"dial_timeout,omitempty"`
 }
+
+// DefaultDialTimeout is Options.DialTimeout's default and `--dial-timeout`'s: long enough for a
+// connect across a data centre (milliseconds), short enough that a mirror that drops SYNs (a
+// host that is down, a firewall, a listener whose accept queue is full) costs each request of a
+// pull seconds, not the ~30 s a dial otherwise waits before containerd falls back (issue 25).
+const DefaultDialTimeout = 2 * time.Second
+
+// dialTimeout is d as hosts.toml's dial_timeout value (time.Duration.String, which
+// time.ParseDuration reads back exactly).
+func dialTimeout(d time.Duration) string { return d.String() }
 
 // migratedNote is the comment line of a hosts.toml that holds settings --migrate moved out of
 // config.toml: gen never removes such a file as stale (only --remove does, when it restores
@@ -93,8 +112,8 @@ func hostTable(h hostEntry) ([]byte, error) {
 
 // mirrorEntry is the [host] table for the nodecache mirror: pull and resolve, a CA for an https
 // mirror when given, nothing TLS-related for http.
-func mirrorEntry(m name.Mirror, caPath string) hostEntry {
-	h := hostEntry{URL: m.String(), Capabilities: []string{"pull", "resolve"}}
+func mirrorEntry(m name.Mirror, caPath string, dial time.Duration) hostEntry {
+	h := hostEntry{URL: m.String(), Capabilities: []string{"pull", "resolve"}, DialTimeout: dialTimeout(dial)}
 	if !m.HTTP() {
 		h.CA = caPath
 	}
@@ -102,8 +121,9 @@ func mirrorEntry(m name.Mirror, caPath string) hostEntry {
 }
 
 // legacyEndpointEntries turns legacy mirrors endpoints for a host into [host] tables in order,
-// skipping the server itself (it is tried last anyway) and duplicates.
-func legacyEndpointEntries(server string, endpoints []string, tls map[string]TLSConfig) ([]hostEntry, error) {
+// skipping the server itself (it is tried last anyway) and duplicates; each gets dial as its
+// dial_timeout, as every [host] gen writes.
+func legacyEndpointEntries(server string, endpoints []string, tls map[string]TLSConfig, dial time.Duration) ([]hostEntry, error) {
 	var out []hostEntry
 	seen := map[string]bool{strings.TrimSuffix(server, "/"): true}
 	for _, ep := range endpoints {
@@ -116,7 +136,7 @@ func legacyEndpointEntries(server string, endpoints []string, tls map[string]TLS
 			continue
 		}
 		seen[norm] = true
-		h := hostEntry{URL: norm, Capabilities: []string{"pull", "resolve"}}
+		h := hostEntry{URL: norm, Capabilities: []string{"pull", "resolve"}, DialTimeout: dialTimeout(dial)}
 		if t, ok := tls[u.Host]; ok && u.Scheme == "https" {
 			applyTLS(&h.CA, &h.Client, &h.SkipVerify, t)
 		}

@@ -18,6 +18,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/pelletier/go-toml/v2"
 
@@ -52,6 +53,11 @@ type Options struct {
 	// Migrate moves legacy registry.mirrors (and, for 1.x, configs.<host>.tls) into hosts.toml
 	// files and removes those tables, instead of refusing them.
 	Migrate bool
+	// DialTimeout is written as dial_timeout in every [host] table of the hosts.toml files gen
+	// writes (the mirror's, and the legacy mirrors --migrate moves): how long containerd waits
+	// for a connection before it tries the next host (hostEntry.DialTimeout). 0:
+	// DefaultDialTimeout; negative is refused. Unused by PlanRemove.
+	DialTimeout time.Duration
 }
 
 // checkPaths refuses host paths that are not one absolute path (a relative one would be taken
@@ -63,8 +69,15 @@ func (o *Options) checkPaths() error {
 	if o.Config != "" && !path.IsAbs(o.Config) {
 		return refusal.Errorf("--containerd-config: want an absolute file path, e.g. %s; got %q", DefaultConfig, o.Config)
 	}
+	if o.DialTimeout < 0 {
+		return refusal.Errorf("--dial-timeout %s: %s", o.DialTimeout, DialTimeoutWant)
+	}
 	return nil
 }
+
+// DialTimeoutWant is what --dial-timeout accepts (DefaultDialTimeout is its default), for the
+// refusals of a value that is not positive.
+const DialTimeoutWant = "want a positive duration such as 2s, 500ms or 1m (default 2s): how long containerd waits for a connection to a [host] before it tries the next"
 
 func (o *Options) setDefaults() {
 	if o.Config == "" {
@@ -72,6 +85,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.CertsDir == "" {
 		o.CertsDir = DefaultCertsDir
+	}
+	if o.DialTimeout == 0 {
+		o.DialTimeout = DefaultDialTimeout
 	}
 	o.Config = path.Clean("/" + o.Config)
 	o.CertsDir = path.Clean("/" + o.CertsDir)
@@ -249,14 +265,14 @@ func hostsToWrite(eff *Effective, opts Options, rep *Report) (*hostsSet, error) 
 		if fb, ok := opts.Fallbacks[n]; ok {
 			h.file.Server = fb
 		}
-		h.hosts = append(h.hosts, mirrorEntry(opts.Mirror, opts.MirrorCA))
+		h.hosts = append(h.hosts, mirrorEntry(opts.Mirror, opts.MirrorCA, opts.DialTimeout))
 	}
 	if !opts.Migrate {
 		return hs, nil
 	}
 	for _, host := range slices.Sorted(maps.Keys(eff.Registry.Mirrors)) {
 		h := hs.add(host)
-		entries, err := legacyEndpointEntries(h.file.Server, eff.Registry.Mirrors[host], eff.Registry.ConfigsTLS)
+		entries, err := legacyEndpointEntries(h.file.Server, eff.Registry.Mirrors[host], eff.Registry.ConfigsTLS, opts.DialTimeout)
 		if err != nil {
 			return nil, refusal.Errorf("--migrate: registry.mirrors.%q: %v", host, err)
 		}

@@ -158,7 +158,7 @@ func TestSiteHostsDirectoryAdopted(t *testing.T) {
 			// Everything but our lines is the user's, in order.
 			var kept []string
 			for _, l := range strings.SplitAfter(string(got), "\n") {
-				if !strings.Contains(l, "nodecache") && !strings.Contains(l, "10.0.0.5") && !strings.HasPrefix(l, "capabilities") && l != "\n" {
+				if !strings.Contains(l, "nodecache") && !strings.Contains(l, "10.0.0.5") && !strings.HasPrefix(l, "capabilities") && !strings.HasPrefix(l, "dial_timeout") && l != "\n" {
 					kept = append(kept, l)
 				}
 			}

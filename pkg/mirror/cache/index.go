@@ -408,6 +408,39 @@ func (x *Index) HasManifest(repo string, d digest.Digest) bool {
 	return r != nil && r.manifests[d] != nil
 }
 
+// Holders returns the images of storage repository repo (its top-level manifests, as Images
+// lists them) that hold manifest d as a child manifest — a platform's image of an index, or an
+// index inside one — directly or through nested indexes, sorted. None when d is not stored in
+// repo or is an image itself.
+func (x *Index) Holders(repo string, d digest.Digest) []digest.Digest {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	r := x.repos[repo]
+	if r == nil || r.manifests[d] == nil {
+		return nil
+	}
+	var out []digest.Digest
+	seen := map[digest.Digest]bool{d: true}
+	stack := slices.Clone(r.parents[d])
+	for len(stack) > 0 {
+		p := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		if len(r.parents[p]) == 0 {
+			if r.manifests[p] != nil {
+				out = append(out, p)
+			}
+			continue
+		}
+		stack = append(stack, r.parents[p]...)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Totals are the stored bytes and blob data files.
 func (x *Index) Totals() (size int64, blobs int) {
 	x.mu.Lock()

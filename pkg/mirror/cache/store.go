@@ -202,6 +202,10 @@ func (s *Store) Images(name func(storageRepo string) (upstream, repo string)) []
 // HasManifest reports whether manifest d is stored in storage repository repo.
 func (s *Store) HasManifest(repo string, d digest.Digest) bool { return s.idx.HasManifest(repo, d) }
 
+// Holders returns the images of storage repository repo that hold manifest d as a child
+// manifest (Index.Holders).
+func (s *Store) Holders(repo string, d digest.Digest) []digest.Digest { return s.idx.Holders(repo, d) }
+
 // FilesystemRoot is the filesystem storage root blob data lives under, "" when storage is not
 // local files (s3, memory).
 func (s *Store) FilesystemRoot() string { return s.fsRoot }
