@@ -103,13 +103,15 @@ func fillThenStop(t *testing.T) offlineFixture {
 }
 
 // offlineGet sends method url with the OCI manifest Accept headers and reads the answer (status,
-// headers, body), failing the test when it took a quarter of a second or more: an offline
-// upstream is answered from the cache or refused at once, never after an upstream timeout.
+// headers, body), failing the test when it took half the harness's upstream timeout (3 s) or
+// more: an offline upstream is answered from the cache or refused at once, never after an
+// upstream timeout. (A quarter of a second failed under CI load at 0.30 s; the dial count the
+// tests also check is the exact guard.)
 func offlineGet(t *testing.T, method, url string) (int, http.Header, []byte) {
 	t.Helper()
 	start := time.Now()
 	resp, body := get(t, method, url, manifestAccept)
-	if took := time.Since(start); took >= 250*time.Millisecond {
+	if took := time.Since(start); took >= 1500*time.Millisecond {
 		t.Fatalf("%s %s took %s: want an answer at once", method, url, took)
 	}
 	return resp.StatusCode, resp.Header, body
