@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
@@ -159,7 +160,7 @@ func serveTLS(t *testing.T, upstream *mirrortest.Registry, ca *mirrortest.CA) (s
 func TestHTTPSMirrorContainerd(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd24)
-	nodecacheBin := nodecacheBinary(t)
+	nodecacheBin := servetest.Binary(t)
 
 	upstream := appUpstream(t, 64*1024, 2)
 	host := upstreamHost(t, upstream)

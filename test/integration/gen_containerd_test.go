@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
@@ -160,7 +161,7 @@ func TestGenContainerdCommandAndRemove(t *testing.T) {
 		t.Run("containerd-"+v.name, func(t *testing.T) {
 			t.Parallel()
 			bin := requireContainerd(t, v.env)
-			nodecacheBin := nodecacheBinary(t)
+			nodecacheBin := servetest.Binary(t)
 
 			nc := startAppNodecache(t, 64*1024, 1)
 			host := nc.UpstreamHost
@@ -236,7 +237,7 @@ func runNodecacheJSON(t *testing.T, bin string, args []string, out any) {
 // loaded; no daemon starts, so no root is needed.
 func TestGenContainerdNativeSchema(t *testing.T) {
 	t.Parallel()
-	nodecacheBin := nodecacheBinary(t)
+	nodecacheBin := servetest.Binary(t)
 	for _, v := range runtimetest.Containerds() {
 		for _, existing := range []string{"none", "empty"} {
 			t.Run("containerd-"+v.Name+"-"+existing, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
@@ -28,7 +29,7 @@ func TestGenContainerdAdoptsSiteDirectory(t *testing.T) {
 		t.Run(form, func(t *testing.T) {
 			t.Parallel()
 			bin := requireContainerd(t, runtimetest.EnvContainerd24)
-			nodecacheBin := nodecacheBinary(t)
+			nodecacheBin := servetest.Binary(t)
 
 			nc := startAppNodecache(t, 32*1024, 1)
 			upstream, host := nc.Upstream, nc.UpstreamHost

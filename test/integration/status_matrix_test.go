@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
@@ -45,7 +45,7 @@ type genReport struct {
 func TestStatusMatrixRealContainerd(t *testing.T) {
 	t.Parallel()
 	eachContainerd(t, func(t *testing.T, bin string) {
-		ncBin := nodecacheBinary(t)
+		ncBin := servetest.Binary(t)
 
 		nc := startAppNodecache(t, 4096, 2)
 		host := nc.UpstreamHost
@@ -209,14 +209,7 @@ func TestAgentMatrixRealContainerd(t *testing.T) {
 		hostRoot, nodeDir := shortTempDir(t), shortTempDir(t)
 		linkHostPath(t, hostRoot, nodeDir)
 		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{Dir: nodeDir})
-		listen, metricsListen := nodecachetest.FreeAddr(t), nodecachetest.FreeAddr(t)
-		a := startAgent(t, listen, metricsListen, "agent",
-			"--host-root", hostRoot, "--runtime", "containerd",
-			"--containerd-config", c.ConfigFile(), "--containerd-socket", c.Socket(),
-			"--certs-dir", filepath.Join(nodeDir, "certs.d"),
-			"--listen", listen, "--metrics-listen", metricsListen, "--root", t.TempDir(),
-			"--upstream", upstreamName+"="+upstream.URL.String(),
-			"--interval", "1s", "--readiness", "activation")
+		a := startAgent(t, c, hostRoot, nodeDir, upstream)
 		ctx := t.Context()
 		expect := func(step string, active bool) {
 			t.Helper()
@@ -316,7 +309,7 @@ func TestStatusPermissionDeniedRealContainerd(t *testing.T) {
 	}
 	// The test binary's own directory is root's; nobody runs a copy.
 	ncBin := filepath.Join(dir, "nodecache")
-	b, err := os.ReadFile(nodecacheBinary(t))
+	b, err := os.ReadFile(servetest.Binary(t))
 	if err != nil {
 		t.Fatal(err)
 	}

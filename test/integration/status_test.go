@@ -4,13 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +15,7 @@ import (
 
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
@@ -25,36 +23,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// nodecacheBinary builds cmd/nodecache once per test process.
-func nodecacheBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nodecache-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "nodecache")
-		_, file, _, _ := runtime.Caller(0)
-		repo := filepath.Join(filepath.Dir(file), "..", "..")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/nodecache")
-		cmd.Dir = repo
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/nodecache: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
 
 // statusResult is `nodecache status --output json` and its exit code.
 type statusResult struct {
@@ -86,7 +54,7 @@ func runStatus(t *testing.T, c *runtimetest.Containerd, extra ...string) statusR
 	t.Helper()
 	args := append([]string{"status", "--runtime", "containerd", "--containerd-config", c.ConfigFile(),
 		"--containerd-socket", c.Socket(), "--output", "json"}, extra...)
-	cmd := exec.CommandContext(t.Context(), nodecacheBinary(t), args...)
+	cmd := exec.CommandContext(t.Context(), servetest.Binary(t), args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -386,7 +354,7 @@ func TestStatusRefusalsProcess(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			out, err := exec.CommandContext(t.Context(), nodecacheBinary(t), tc.args...).CombinedOutput()
+			out, err := exec.CommandContext(t.Context(), servetest.Binary(t), tc.args...).CombinedOutput()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != tc.code || !strings.Contains(string(out), tc.says) {
 				t.Fatalf("exit %v, want %d saying %q; output:\n%s", err, tc.code, tc.says, out)
