@@ -116,13 +116,7 @@ func TestPinsThroughDiskFull(t *testing.T) {
 	}
 	up.PushImage(t, "team/big", "v1", mirrortest.Image(t, 5<<20, 1, "linux/amd64"))
 	h := newHarness(t, mirror.Options{Root: root, Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	h.run(t)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("nodecache log:\n%s", h.logs.String())
-		}
-	})
-	waitInventory(t, h.host, "the index loaded", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	h.runReady(t)
 	warmPin(t, h, "upstream.test/team/pinned:v1")
 	h.waitIdle(t)
 
@@ -201,8 +195,7 @@ func TestPinsSurviveLostIndex(t *testing.T) {
 	}
 
 	h = newHarness(t, opts)
-	h.run(t)
-	waitInventory(t, h.host, "the index rebuilt", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	h.runReady(t)
 	if !strings.Contains(h.logs.String(), "cache index rebuilt from storage") {
 		t.Fatalf("the index was not rebuilt:\n%s", h.logs.String())
 	}
@@ -231,8 +224,7 @@ func TestPinsSurviveLostIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	h = newHarness(t, opts)
-	h.run(t)
-	waitInventory(t, h.host, "the index loaded", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	h.runReady(t)
 	if l := pinList(t, h); len(l.Pins) != 0 {
 		t.Errorf("pins from a damaged pins file: %+v", l.Pins)
 	}
@@ -331,13 +323,7 @@ func TestPinFollowsTag(t *testing.T) {
 	v1a := mirrortest.Image(t, 256<<10, 2, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", v1a)
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	h.run(t)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("nodecache log:\n%s", h.logs.String())
-		}
-	})
-	waitInventory(t, h.host, "the index loaded", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	h.runReady(t)
 	warmPin(t, h, "upstream.test/team/app:v1")
 	h.waitIdle(t)
 	dA := digestOf(t, v1a)
