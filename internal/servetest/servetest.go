@@ -11,8 +11,10 @@ package servetest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -74,6 +76,29 @@ func Binary(t testing.TB) string {
 		t.Fatal(build.err)
 	}
 	return build.path
+}
+
+// Result is how a nodecache command that ran to its end ended.
+type Result struct {
+	// Exit is the exit code; Stdout and Stderr what it wrote.
+	Exit           int
+	Stdout, Stderr []byte
+}
+
+// Run runs the nodecache binary (Binary) with args to its end, within the test's context, and
+// returns its exit code and output. The test fails when the command could not run or did not
+// exit by itself (killed by a signal).
+func Run(t testing.TB, args ...string) Result {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), Binary(t), args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && (!errors.As(err, &ee) || ee.ExitCode() < 0) {
+		t.Fatalf("nodecache %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.Bytes(), stderr.Bytes())
+	}
+	return Result{Exit: cmd.ProcessState.ExitCode(), Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
 }
 
 // Process is a running nodecache process with its output (stdout and stderr together).

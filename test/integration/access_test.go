@@ -16,7 +16,6 @@ import (
 
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
-	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
@@ -160,7 +159,6 @@ func serveTLS(t *testing.T, upstream *mirrortest.Registry, ca *mirrortest.CA) (s
 func TestHTTPSMirrorContainerd(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd24)
-	nodecacheBin := servetest.Binary(t)
 
 	upstream := appUpstream(t, 64*1024, 2)
 	host := upstreamHost(t, upstream)
@@ -180,7 +178,7 @@ func TestHTTPSMirrorContainerd(t *testing.T) {
 		RestartRequired bool   `json:"restart_required"`
 		HostsDir        string `json:"hosts_dir"`
 	}
-	runNodecacheJSON(t, nodecacheBin, []string{"gen", "containerd", "--mirror", mirrorURL, "--mirror-ca", caFile,
+	runNodecacheJSON(t, []string{"gen", "containerd", "--mirror", mirrorURL, "--mirror-ca", caFile,
 		"--upstream", host, "--containerd-config", c.ConfigFile(), "--certs-dir", certs,
 		"--containerd-version", c.Version(), "--output", "json"}, &rep)
 	hostsToml := readFile(t, filepath.Join(rep.HostsDir, name.HostDir(host), "hosts.toml"))

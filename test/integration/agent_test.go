@@ -17,6 +17,7 @@ import (
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/internal/servetest"
+	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
 
@@ -301,4 +302,80 @@ func logged(a *agentProc, msg, key string, value any) bool {
 		}
 	}
 	return false
+}
+
+// TestAgentMatrixRealContainerd: the agent's /activez and readiness (--readiness activation)
+// follow the same steps on 2.4, 2.3 and 1.7: NOT active after its gen pass; ACTIVE once
+// containerd is restarted right after it; on 2.3 a config changed at the daemon's start tick is
+// NOT active again, a /v2/ ping from containerd's user agent changes nothing, and a CRI pull
+// through the agent's mirror makes it ACTIVE (2.4 and 1.7 say what they loaded and stay ACTIVE).
+func TestAgentMatrixRealContainerd(t *testing.T) {
+	t.Parallel()
+	eachContainerd(t, func(t *testing.T, bin string) {
+		upstream := appUpstream(t, 4096, 1)
+
+		// Short directories: the socket under the host root must fit a unix socket path.
+		hostRoot, nodeDir := shortTempDir(t), shortTempDir(t)
+		linkHostPath(t, hostRoot, nodeDir)
+		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{Dir: nodeDir})
+		a := startAgent(t, c, hostRoot, nodeDir, upstream)
+		ctx := t.Context()
+		expect := func(step string, active bool) {
+			t.Helper()
+			want := http.StatusServiceUnavailable
+			if active {
+				want = http.StatusOK
+			}
+			a.waitFor(t, step, func() string {
+				for _, u := range []string{a.url + "/activez", a.url + "/readyz", a.murl + "/readyz"} {
+					if code, body := get(ctx, u); code != want {
+						return fmt.Sprintf("%s %d %q, want %d", u, code, body, want)
+					}
+				}
+				return ""
+			})
+			t.Logf("%s: /activez and /readyz %d", step, want)
+		}
+
+		// 1. The gen pass: NOT active until containerd restarts.
+		a.waitFor(t, "the gen pass", func() string {
+			if logged(a, "gen containerd", "restart_required", true) {
+				return ""
+			}
+			return "no gen containerd line with restart_required"
+		})
+		expect("after the gen pass", false)
+
+		// 2. Restart right away: ACTIVE.
+		c.Restart(t)
+		expect("gen then restart", true)
+
+		// 3. config.toml changed at the daemon's start tick.
+		h, err := bootstrap.NewHost(bootstrap.HostOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := h.Process(c.PID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(c.ConfigFile(), p.Start, p.Start); err != nil {
+			t.Fatal(err)
+		}
+		is23 := c.Major() == 2 && strings.HasPrefix(c.Version(), "2.3")
+		expect("config at the start tick", !is23)
+
+		// 4. A ping from containerd's user agent proves nothing.
+		runtimeRequest(t, http.MethodGet, a.url+"/v2/", c.UserAgent())
+		time.Sleep(3 * time.Second) // three intervals
+		expect("after a /v2/ ping", !is23)
+
+		// 5. A CRI pull through the agent's mirror: ACTIVE.
+		pctx, cancel := context.WithTimeout(ctx, pullTimeout)
+		defer cancel()
+		if _, err := c.PullImage(pctx, upstreamName+"/team/app:v1"); err != nil {
+			t.Fatalf("CRI pull: %v", err)
+		}
+		expect("after a CRI pull", true)
+	})
 }

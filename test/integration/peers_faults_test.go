@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -127,9 +126,8 @@ func TestPeersKeyIsTheGate(t *testing.T) {
 // node listed, its id.
 func checkStatusPeers(t *testing.T, node peerNode, id string) {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), servetest.Binary(t), "status", "--host-root", t.TempDir(),
-		"--mirror", node.URL, "--output", "json")
-	out, _ := cmd.Output() // the exit code is the verdict's (not applicable here)
+	// The exit code is the verdict's (not applicable here).
+	out := servetest.Run(t, "status", "--host-root", t.TempDir(), "--mirror", node.URL, "--output", "json").Stdout
 	var rep activation.Report
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("status output is not the JSON report: %v\n%s", err, out)

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/internal/servetest"
-	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
@@ -45,7 +43,6 @@ type genReport struct {
 func TestStatusMatrixRealContainerd(t *testing.T) {
 	t.Parallel()
 	eachContainerd(t, func(t *testing.T, bin string) {
-		ncBin := servetest.Binary(t)
 
 		nc := startAppNodecache(t, 4096, 2)
 		host := nc.UpstreamHost
@@ -57,7 +54,7 @@ func TestStatusMatrixRealContainerd(t *testing.T) {
 
 		// 1. gen, then restart at once.
 		var rep genReport
-		runNodecacheJSON(t, ncBin, genArgs, &rep)
+		runNodecacheJSON(t, genArgs, &rep)
 		genDone := time.Now()
 		if !rep.RestartRequired || rep.ConfigPath != certs {
 			t.Fatalf("gen: %+v, want restart_required and config_path %s", rep, certs)
@@ -107,7 +104,7 @@ func TestStatusMatrixRealContainerd(t *testing.T) {
 		c.Start(t)
 		r = runStatus(t, c, "--mirror", nc.URL)
 		expectState(t, "config 50ms before start", r, activation.Active, 0)
-		runNodecacheJSON(t, ncBin, genArgs, &rep)
+		runNodecacheJSON(t, genArgs, &rep)
 		if rep.RestartRequired || rep.RestartReason != "" {
 			t.Fatalf("gen after a config written 50 ms before the start: %+v, want no restart", rep)
 		}
@@ -117,7 +114,7 @@ func TestStatusMatrixRealContainerd(t *testing.T) {
 		if err := os.Chtimes(c.ConfigFile(), start, start); err != nil {
 			t.Fatal(err)
 		}
-		runNodecacheJSON(t, ncBin, genArgs, &rep)
+		runNodecacheJSON(t, genArgs, &rep)
 		if !rep.RestartRequired || !strings.Contains(rep.RestartReason, "cannot tell which came first") {
 			t.Fatalf("gen with config.toml at the start tick: %+v, want restart_required (cannot tell)", rep)
 		}
@@ -193,82 +190,6 @@ func runtimeRequest(t *testing.T, method, url, ua string) {
 	if resp.StatusCode < 400 && method != http.MethodGet {
 		t.Fatalf("%s %s answered %d, want an error", method, url, resp.StatusCode)
 	}
-}
-
-// TestAgentMatrixRealContainerd: the agent's /activez and readiness (--readiness activation)
-// follow the same steps on 2.4, 2.3 and 1.7: NOT active after its gen pass; ACTIVE once
-// containerd is restarted right after it; on 2.3 a config changed at the daemon's start tick is
-// NOT active again, a /v2/ ping from containerd's user agent changes nothing, and a CRI pull
-// through the agent's mirror makes it ACTIVE (2.4 and 1.7 say what they loaded and stay ACTIVE).
-func TestAgentMatrixRealContainerd(t *testing.T) {
-	t.Parallel()
-	eachContainerd(t, func(t *testing.T, bin string) {
-		upstream := appUpstream(t, 4096, 1)
-
-		// Short directories: the socket under the host root must fit a unix socket path.
-		hostRoot, nodeDir := shortTempDir(t), shortTempDir(t)
-		linkHostPath(t, hostRoot, nodeDir)
-		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{Dir: nodeDir})
-		a := startAgent(t, c, hostRoot, nodeDir, upstream)
-		ctx := t.Context()
-		expect := func(step string, active bool) {
-			t.Helper()
-			want := http.StatusServiceUnavailable
-			if active {
-				want = http.StatusOK
-			}
-			a.waitFor(t, step, func() string {
-				for _, u := range []string{a.url + "/activez", a.url + "/readyz", a.murl + "/readyz"} {
-					if code, body := get(ctx, u); code != want {
-						return fmt.Sprintf("%s %d %q, want %d", u, code, body, want)
-					}
-				}
-				return ""
-			})
-			t.Logf("%s: /activez and /readyz %d", step, want)
-		}
-
-		// 1. The gen pass: NOT active until containerd restarts.
-		a.waitFor(t, "the gen pass", func() string {
-			if logged(a, "gen containerd", "restart_required", true) {
-				return ""
-			}
-			return "no gen containerd line with restart_required"
-		})
-		expect("after the gen pass", false)
-
-		// 2. Restart right away: ACTIVE.
-		c.Restart(t)
-		expect("gen then restart", true)
-
-		// 3. config.toml changed at the daemon's start tick.
-		h, err := bootstrap.NewHost(bootstrap.HostOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := h.Process(c.PID())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(c.ConfigFile(), p.Start, p.Start); err != nil {
-			t.Fatal(err)
-		}
-		is23 := c.Major() == 2 && strings.HasPrefix(c.Version(), "2.3")
-		expect("config at the start tick", !is23)
-
-		// 4. A ping from containerd's user agent proves nothing.
-		runtimeRequest(t, http.MethodGet, a.url+"/v2/", c.UserAgent())
-		time.Sleep(3 * time.Second) // three intervals
-		expect("after a /v2/ ping", !is23)
-
-		// 5. A CRI pull through the agent's mirror: ACTIVE.
-		pctx, cancel := context.WithTimeout(ctx, pullTimeout)
-		defer cancel()
-		if _, err := c.PullImage(pctx, upstreamName+"/team/app:v1"); err != nil {
-			t.Fatalf("CRI pull: %v", err)
-		}
-		expect("after a CRI pull", true)
-	})
 }
 
 // shortTempDir is a temporary directory with a short path (unix socket paths are limited to

@@ -1,11 +1,8 @@
 package integration
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -54,20 +51,10 @@ func runStatus(t *testing.T, c *runtimetest.Containerd, extra ...string) statusR
 	t.Helper()
 	args := append([]string{"status", "--runtime", "containerd", "--containerd-config", c.ConfigFile(),
 		"--containerd-socket", c.Socket(), "--output", "json"}, extra...)
-	cmd := exec.CommandContext(t.Context(), servetest.Binary(t), args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	res := statusResult{Raw: stdout.String()}
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		res.Exit = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("nodecache %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	if err := json.Unmarshal(stdout.Bytes(), &res.Report); err != nil {
-		t.Fatalf("status output is not the JSON report: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	out := servetest.Run(t, args...)
+	res := statusResult{Exit: out.Exit, Raw: string(out.Stdout)}
+	if err := json.Unmarshal(out.Stdout, &res.Report); err != nil {
+		t.Fatalf("status output is not the JSON report: %v\nstdout:\n%s\nstderr:\n%s", err, out.Stdout, out.Stderr)
 	}
 	if res.Exit != res.Report.State.ExitCode() {
 		t.Fatalf("exit %d does not match state %s\n%s", res.Exit, res.Report.State, res.Raw)
@@ -354,10 +341,9 @@ func TestStatusRefusalsProcess(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			out, err := exec.CommandContext(t.Context(), servetest.Binary(t), tc.args...).CombinedOutput()
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != tc.code || !strings.Contains(string(out), tc.says) {
-				t.Fatalf("exit %v, want %d saying %q; output:\n%s", err, tc.code, tc.says, out)
+			r := servetest.Run(t, tc.args...)
+			if out := string(r.Stdout) + string(r.Stderr); r.Exit != tc.code || !strings.Contains(out, tc.says) {
+				t.Fatalf("exit %d, want %d saying %q; output:\n%s", r.Exit, tc.code, tc.says, out)
 			}
 		})
 	}
