@@ -17,7 +17,7 @@ import (
 // uploaded again: in one bucket a blob is stored once. The staging file handed to the commit
 // does not exist, so an upload would fail.
 //
-// Not parallel: the AWS SDK takes the bucket's credentials from the environment (NewS3).
+//nolint:paralleltest // mirrortest.NewS3 puts the bucket's credentials in the environment (t.Setenv)
 func TestCommitLinkedInSharedBucket(t *testing.T) {
 	s3 := mirrortest.NewS3(t)
 	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 4096)

@@ -16,6 +16,8 @@ import (
 // replica that stored it (the size it verified), and by a replica started afterwards (its index
 // rebuilt from the bucket takes the size from the manifest). A byte flipped in the object cuts
 // the first serve of a replica that has not hashed it yet; the next GET gets the right bytes.
+//
+//nolint:paralleltest // mirrortest.NewS3 puts the bucket's credentials in the environment (t.Setenv)
 func TestS3DamagedObject(t *testing.T) {
 	s3 := mirrortest.NewS3(t)
 
