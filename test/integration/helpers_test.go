@@ -16,6 +16,7 @@ import (
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // pullTimeout bounds one CRI pull of a small test image.
@@ -133,6 +134,27 @@ func appUpstream(t *testing.T, layerSize int64, layers int) *mirrortest.Registry
 func startAppNodecache(t *testing.T, layerSize int64, layers int) *nodecachetest.Nodecache {
 	t.Helper()
 	return startNodecache(t, appUpstream(t, layerSize, layers))
+}
+
+// appNodecacheAndContainerd starts a nodecache in front of an upstream with team/app:v1
+// (startAppNodecache, two 4 KiB layers) and containerd bin on its defaults; certs is where gen
+// is to write hosts.toml files, certs.d in the daemon's directory (nothing there yet).
+func appNodecacheAndContainerd(t *testing.T, bin string) (nc *nodecachetest.Nodecache, c *runtimetest.Containerd, certs string) {
+	t.Helper()
+	nc = startAppNodecache(t, 4096, 2)
+	c = runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
+	return nc, c, filepath.Join(c.Dir(), "certs.d")
+}
+
+// managedNodecache starts a nodecache in front of a new, empty upstream (startNodecache) and
+// writes the hosts.toml gen writes for it (the managed marker, then nc as the mirror of its
+// upstream) in certs, in the directory dir names for the upstream's host (name.HostDir, or the
+// host:port form containerd 1.7 reads).
+func managedNodecache(t *testing.T, certs string, dir func(host string) string) *nodecachetest.Nodecache {
+	t.Helper()
+	nc := startNodecache(t, nil)
+	writeHostsToml(t, filepath.Join(certs, dir(nc.UpstreamHost), "hosts.toml"), mirrorapi.ManagedMarker+"\n", nc.UpstreamHost, nc.URL)
+	return nc
 }
 
 // criPull pulls ref through c's CRI image service, giving up after pullTimeout.

@@ -16,7 +16,6 @@ import (
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
-	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
@@ -43,11 +42,8 @@ type genReport struct {
 func TestStatusMatrixRealContainerd(t *testing.T) {
 	t.Parallel()
 	eachContainerd(t, func(t *testing.T, bin string) {
-
-		nc := startAppNodecache(t, 4096, 2)
+		nc, c, certs := appNodecacheAndContainerd(t, bin)
 		host := nc.UpstreamHost
-		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
-		certs := filepath.Join(c.Dir(), "certs.d")
 		genArgs := []string{"gen", "containerd", "--mirror", nc.URL, "--upstream", host,
 			"--containerd-config", c.ConfigFile(), "--certs-dir", certs, "--output", "json"}
 		is23 := c.Major() == 2 && strings.HasPrefix(c.Version(), "2.3")
@@ -158,11 +154,10 @@ func TestStatusMatrixRealContainerd(t *testing.T) {
 func TestStatusCRIPluginFailedRealContainerd17(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd17)
-	nc := startNodecache(t, nil)
-	host := nc.UpstreamHost
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs.d")
-	writeHostsToml(t, filepath.Join(certs, host, "hosts.toml"), mirrorapi.ManagedMarker+"\n", host, nc.URL)
+	nc := managedNodecache(t, certs, func(host string) string { return host }) // 1.7 reads host:port
+	host := nc.UpstreamHost
 	c := runtimetest.NewContainerd(t, bin, runtimetest.ContainerdConfig{Dir: dir, ConfigPath: certs,
 		AppendTOML: fmt.Sprintf("\n[plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"%s\"]\n  endpoint = [\"%s\"]\n", host, nc.URL)})
 	c.StartWithoutCRI(t)
@@ -210,11 +205,9 @@ func shortTempDir(t *testing.T) string {
 func TestStatusPermissionDeniedRealContainerd(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd24)
-	nc := startNodecache(t, nil)
-	host := nc.UpstreamHost
 	dir := shortTempDir(t)
 	certs := filepath.Join(dir, "certs.d")
-	writeHostsToml(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), mirrorapi.ManagedMarker+"\n", host, nc.URL)
+	host := managedNodecache(t, certs, name.HostDir).UpstreamHost
 	c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{Dir: dir, ConfigPath: certs})
 	// Everything readable by others except the socket (containerd makes it 0660 root:root).
 	for _, p := range []string{dir, certs, filepath.Join(certs, name.HostDir(host))} {

@@ -143,10 +143,8 @@ func afterTwoSeconds() {
 func TestStatusRealContainerd(t *testing.T) {
 	t.Parallel()
 	eachContainerd(t, func(t *testing.T, bin string) {
-		nc := startAppNodecache(t, 4096, 2)
+		nc, c, certs := appNodecacheAndContainerd(t, bin)
 		host := nc.UpstreamHost
-		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
-		certs := filepath.Join(c.Dir(), "certs.d")
 
 		// 1. No config_path: 2.x reads its default two-directory list (ignored in transfer
 		// mode), 1.7 reads no hosts.toml at all.
@@ -223,10 +221,8 @@ func TestStatusRealContainerd(t *testing.T) {
 func TestStatusRealContainerdList(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd24)
-	nc := startNodecache(t, nil)
-	host := nc.UpstreamHost
 	certs := t.TempDir()
-	writeHostsToml(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), mirrorapi.ManagedMarker+"\n", host, nc.URL)
+	nc := managedNodecache(t, certs, name.HostDir)
 	c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs + ":/etc/docker/certs.d"})
 	r := runStatus(t, c, "--mirror", nc.URL)
 	expectState(t, "list config_path", r, activation.NotActive, pendingAny)
