@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
@@ -155,11 +156,10 @@ func TestCertificateReload(t *testing.T) {
 	}
 }
 
-// TestRefusedByAddress: a registry request from an address outside --pull-allow and a
-// client-evidence request from outside loopback and --allow are refused with 403 and counted by
-// reason; an allowed network is served.
-func TestRefusedByAddress(t *testing.T) {
-	t.Parallel()
+// addressMirror is a mirror with --pull-allow 10.0.0.0/8 and --allow 192.168.0.0/16 in front of
+// an upstream it never reaches: for the refusals by client address.
+func addressMirror(t *testing.T) *Mirror {
+	t.Helper()
 	mirrortest.QuietLogrus()
 	m, err := New(t.Context(), Options{
 		Upstreams:           []name.Upstream{{Name: "ghcr.io", URL: &url.URL{Scheme: "https", Host: "ghcr.io"}}},
@@ -170,6 +170,31 @@ func TestRefusedByAddress(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+// serveFrom is m's answer to method path from the client address from (host:port).
+func serveFrom(m *Mirror, method, path, from string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, nil)
+	req.RemoteAddr = from
+	rec := httptest.NewRecorder()
+	m.ServeHTTP(rec, req)
+	return rec
+}
+
+// metricsText is m's /metrics in the Prometheus text format.
+func metricsText(m *Mirror) string {
+	rec := httptest.NewRecorder()
+	m.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	return rec.Body.String()
+}
+
+// TestRefusedByAddress: a registry request from an address outside --pull-allow and a
+// client-evidence request from outside loopback and --allow are refused with 403 and counted by
+// reason; an allowed network is served.
+func TestRefusedByAddress(t *testing.T) {
+	t.Parallel()
+	m := addressMirror(t)
 	for _, tc := range []struct {
 		from, path string
 		want       int
@@ -185,19 +210,41 @@ func TestRefusedByAddress(t *testing.T) {
 		{"203.0.113.7:4000", "/healthz", 200},
 		{"203.0.113.7:4000", "/metrics", 200},
 	} {
-		req := httptest.NewRequest(http.MethodGet, tc.path, nil)
-		req.RemoteAddr = tc.from
-		rec := httptest.NewRecorder()
-		m.ServeHTTP(rec, req)
-		if rec.Code != tc.want {
+		if rec := serveFrom(m, http.MethodGet, tc.path, tc.from); rec.Code != tc.want {
 			t.Errorf("GET %s from %s: %d, want %d: %s", tc.path, tc.from, rec.Code, tc.want, rec.Body)
 		}
 	}
-	rec := httptest.NewRecorder()
-	m.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	metrics := metricsText(m)
 	for _, want := range []string{`nodecache_refused_total{reason="pull_allow"} 3`, `nodecache_refused_total{reason="allow"} 2`} {
-		if !strings.Contains(rec.Body.String(), want+"\n") {
+		if !strings.Contains(metrics, want+"\n") {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+}
+
+// TestPinsByAddress (issue 24): pin, unpin and the pin list are accepted from loopback and the
+// --allow networks only, the rule of /nodecache/v1/clients (a --pull-allow network is not
+// enough): 403 otherwise, counted as reason="allow"; an accepted request goes on to the cache
+// (503 here: the index is not loaded, as before Run).
+func TestPinsByAddress(t *testing.T) {
+	t.Parallel()
+	m := addressMirror(t)
+	spec := mirrorapi.CachePinsPath + "/ghcr.io/team/app:v1"
+	refused := 0
+	for _, from := range []string{"203.0.113.7:4000", "10.1.2.3:4000", "192.168.1.1:4000", "127.0.0.1:4000", "[::1]:4000"} {
+		for _, rq := range []struct{ method, path string }{{http.MethodPut, spec}, {http.MethodDelete, spec}, {http.MethodGet, mirrorapi.CachePinsPath}} {
+			rec := serveFrom(m, rq.method, rq.path, from)
+			want := http.StatusServiceUnavailable
+			if !strings.HasPrefix(from, "192.168.") && !strings.HasPrefix(from, "127.") && from != "[::1]:4000" {
+				want = http.StatusForbidden
+				refused++
+			}
+			if rec.Code != want || want == http.StatusForbidden && !strings.Contains(rec.Body.String(), "loopback and the --allow networks only") {
+				t.Errorf("%s %s from %s: %d %s, want %d", rq.method, rq.path, from, rec.Code, rec.Body, want)
+			}
+		}
+	}
+	if want := `nodecache_refused_total{reason="allow"} ` + "6\n"; refused != 6 || !strings.Contains(metricsText(m), want) {
+		t.Errorf("refused %d; metrics lack %q", refused, want)
 	}
 }

@@ -142,8 +142,7 @@ func (a *atRest) restart(t *testing.T) {
 	t.Helper()
 	a.h.close(t)
 	a.h = newHarness(t, a.opts)
-	a.h.run(t)
-	waitInventory(t, a.h.host, "the index loaded", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	a.h.runReady(t)
 }
 
 func (a *atRest) layerPath() string { return blobDataPath(a.root, a.layer) }
@@ -247,8 +246,7 @@ func TestDamagedBlobAfterIndexRebuild(t *testing.T) {
 	damages[1].apply(t, a.layerPath())
 	damages[1].apply(t, blobDataPath(a.root, lone))
 	a.h = newHarness(t, a.opts)
-	a.h.run(t)
-	waitInventory(t, a.h.host, "the index rebuilt", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	a.h.runReady(t)
 
 	got := judgedGet(t, a.layerURL(), nil)
 	neverWrong(t, "GET of the truncated layer", got, a.data)
@@ -275,8 +273,7 @@ func TestDamagedBlobAfterIndexRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.h = newHarness(t, a.opts)
-	a.h.run(t)
-	waitInventory(t, a.h.host, "the index rebuilt", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	a.h.runReady(t)
 	got = judgedGet(t, loneURL(), nil)
 	neverWrong(t, "GET of the truncated blob no manifest references", got, loneData)
 	if !got.cut {

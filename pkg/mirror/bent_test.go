@@ -137,18 +137,7 @@ func TestBlobWithoutLength(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 3*mirrortest.MiB, mirror.Options{})
 	data, dgst := f.data, f.digest
-	f.up.Intercept("", "/blobs/", func(_ http.Handler, w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodHead {
-			w.WriteHeader(http.StatusMethodNotAllowed)
-			return
-		}
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.WriteHeader(http.StatusOK)
-		for b := data; len(b) > 0; b = b[min(len(b), 64<<10):] { // flushed pieces: chunked, no length
-			_, _ = w.Write(b[:min(len(b), 64<<10)])
-			w.(http.Flusher).Flush()
-		}
-	})
+	f.withoutLength(0)
 	url := f.url()
 	resp, body := get(t, http.MethodGet, url, nil)
 	if resp.StatusCode != http.StatusOK || !bytes.Equal(body, data) || resp.Header.Get("Docker-Content-Digest") != dgst {

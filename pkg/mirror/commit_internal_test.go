@@ -17,12 +17,9 @@ import (
 // uploaded again: in one bucket a blob is stored once. The staging file handed to the commit
 // does not exist, so an upload would fail.
 //
-// Not parallel: the AWS SDK takes the bucket's credentials from the environment (t.Setenv).
+//nolint:paralleltest // mirrortest.NewS3 puts the bucket's credentials in the environment (t.Setenv)
 func TestCommitLinkedInSharedBucket(t *testing.T) {
 	s3 := mirrortest.NewS3(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", s3.SecretKey)
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 4096)
 	layers, err := img.Layers()
 	if err != nil {

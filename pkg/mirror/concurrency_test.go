@@ -44,6 +44,16 @@ func newHeldUpstream(t *testing.T) *heldUpstream {
 // upstream timeout, so a held upstream answer holds its slot as long as the test wants.
 func longHeaderTransport() *http.Transport { return testTransport(time.Minute) }
 
+// oneSlotMirror is nodecache in front of u with --upstream-concurrency 1 and --upstream-timeout
+// timeout, whose transport waits for held response headers (longHeaderTransport).
+func (u *heldUpstream) oneSlotMirror(t *testing.T, timeout time.Duration) *harness {
+	t.Helper()
+	return newHarness(t, mirror.Options{
+		Upstreams:       []regname.Upstream{upstreamFor(t, "upstream.test", u.up)},
+		UpstreamTimeout: timeout, UpstreamConcurrency: 1, Transport: longHeaderTransport(),
+	})
+}
+
 // TestUpstreamConcurrency (issue 23, connections): with --upstream-concurrency 1, a request for
 // an upstream whose one slot is taken by a request still waiting for the upstream's response
 // headers waits --upstream-timeout for it, then gets 429 with Retry-After, and is never sent
@@ -53,10 +63,7 @@ func TestUpstreamConcurrency(t *testing.T) {
 	t.Parallel()
 	const timeout = time.Second
 	u := newHeldUpstream(t)
-	h := newHarness(t, mirror.Options{
-		Upstreams:       []regname.Upstream{upstreamFor(t, "upstream.test", u.up)},
-		UpstreamTimeout: timeout, UpstreamConcurrency: 1, Transport: longHeaderTransport(),
-	})
+	h := u.oneSlotMirror(t, timeout)
 	first := make(chan int, 1)
 	go func() {
 		resp, _ := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/a/manifests/"+u.a), manifestAccept)
@@ -108,10 +115,7 @@ func TestChainPassesConcurrency429On(t *testing.T) {
 	t.Parallel()
 	const timeout = time.Second
 	u := newHeldUpstream(t)
-	shared := newHarness(t, mirror.Options{
-		Upstreams:       []regname.Upstream{upstreamFor(t, "upstream.test", u.up)},
-		UpstreamTimeout: timeout, UpstreamConcurrency: 1, Transport: longHeaderTransport(),
-	})
+	shared := u.oneSlotMirror(t, timeout)
 	direct := mirrortest.NewRegistry(t) // what the node reaches when it goes around the shared tier
 	node := newHarness(t, mirror.Options{
 		Upstreams:       []regname.Upstream{upstreamFor(t, "upstream.test", direct)},

@@ -182,11 +182,6 @@ func diskFullUpstream(t *testing.T, layerBytes int) (*harness, *mirrortest.Regis
 	}
 	h := newHarness(t, mirror.Options{Root: root, Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	h.run(t)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("nodecache log:\n%s", h.logs.String())
-		}
-	})
 	up.ResetRequests()
 	return h, up, fmt.Sprintf("http://%s/v2/upstream.test/team/big/blobs/%s", h.host, d), data
 }

@@ -266,8 +266,7 @@ func TestEvictionRacingFillLosesNothing(t *testing.T) {
 	t.Parallel()
 	up := mirrortest.NewRegistry(t)
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	h.run(t)
-	waitInventory(t, h.host, "the index", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	h.runReady(t)
 	const rounds = 6
 	for i := range rounds {
 		img := mirrortest.Image(t, 256<<10, 3, "linux/amd64")

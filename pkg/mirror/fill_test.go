@@ -41,6 +41,24 @@ func newBlobFixture(t *testing.T, layerBytes int64, opts mirror.Options) *blobFi
 
 func (f *blobFixture) url() string { return fmtURL(f.h, "/v2/upstream.test/team/app/blobs/"+f.digest) }
 
+// withoutLength makes f's upstream state the blob's size nowhere: HEAD is refused (405) and GET
+// streams the blob chunked, in flushed 64 KiB pieces, pause before each.
+func (f *blobFixture) withoutLength(pause time.Duration) {
+	f.up.Intercept("", "/blobs/", func(_ http.Handler, w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead {
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusOK)
+		for b := f.data; len(b) > 0; b = b[min(len(b), 64<<10):] {
+			time.Sleep(pause)
+			_, _ = w.Write(b[:min(len(b), 64<<10)])
+			w.(http.Flusher).Flush()
+		}
+	})
+}
+
 func TestCacheHeaderMissThenHit(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 256<<10, mirror.Options{})
@@ -431,14 +449,8 @@ func TestRunLeavesFillsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	f.h.run(t)
-	waitInventory(t, f.h.host, "the index loaded (Run took the root)", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
-	second := getBlobAsync(t, f.url())
-	<-joined
-	release()
-	body, err := io.ReadAll(resp.Body)
-	blobAnswer{resp.StatusCode, resp.Header.Get(mirrorapi.HeaderCache), body, err}.check(t, "the client that started the fill", f.data, mirrorapi.CacheMiss)
-	(<-second).check(t, "the client that joined it", f.data, mirrorapi.CacheCoalesced)
+	f.h.runReady(t)
+	checkFillAndJoiner(t, f, resp, joined, release, "the client that joined it", mirrorapi.CacheCoalesced)
 	f.h.waitIdle(t)
 	d, _ := v1.NewHash(f.digest)
 	if _, err := os.Stat(blobDataPath(root, d)); err != nil {
@@ -447,6 +459,20 @@ func TestRunLeavesFillsInFlight(t *testing.T) {
 	if n := f.up.Count(http.MethodGet, "/blobs/"); n != 1 {
 		t.Errorf("upstream blob GETs: %d, want 1", n)
 	}
+}
+
+// checkFillAndJoiner: while resp, the answer to the client that started a fill of f's blob, is
+// held (holdBlobHalf), a second client GETs the blob; once it joined the fill (joined closed),
+// release lets the upstream go on. The first client must get the whole blob as a miss, the
+// joiner (named joiner) the whole blob with X-Nodecache-Cache joinerCache.
+func checkFillAndJoiner(t *testing.T, f *blobFixture, resp *http.Response, joined <-chan struct{}, release func(), joiner, joinerCache string) {
+	t.Helper()
+	second := getBlobAsync(t, f.url())
+	<-joined
+	release()
+	body, err := io.ReadAll(resp.Body)
+	blobAnswer{resp.StatusCode, resp.Header.Get(mirrorapi.HeaderCache), body, err}.check(t, "the client that started the fill", f.data, mirrorapi.CacheMiss)
+	(<-second).check(t, joiner, f.data, joinerCache)
 }
 
 // TestJoinAsFillEnds (issue 23): a client that joined a fill in flight and reads it only once the
@@ -474,8 +500,7 @@ func TestJoinAsFillEnds(t *testing.T) {
 				root, size = tmpfsRoot(t, "2m"), 3*mirrortest.MiB
 			}
 			f := newBlobFixture(t, size, mirror.Options{Root: root})
-			f.h.run(t)
-			waitInventory(t, f.h.host, "the index loaded", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+			f.h.runReady(t)
 			release := holdBlobHalf(t, f)
 			joined := make(chan struct{})
 			f.h.m.OnFillJoined(func() {
@@ -489,12 +514,7 @@ func TestJoinAsFillEnds(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
-			second := getBlobAsync(t, f.url())
-			<-joined
-			release()
-			body, err := io.ReadAll(resp.Body)
-			blobAnswer{resp.StatusCode, resp.Header.Get(mirrorapi.HeaderCache), body, err}.check(t, "the client that started the fill", f.data, mirrorapi.CacheMiss)
-			(<-second).check(t, "the client that joined it as it ended", f.data, tc.cache)
+			checkFillAndJoiner(t, f, resp, joined, release, "the client that joined it as it ended", tc.cache)
 			f.h.waitIdle(t)
 			if !strings.Contains(f.h.logs.String(), "over before it read it; answered again") {
 				t.Errorf("no log line of a request answered again: it did not find the fill over\n%s", f.h.logs.String())

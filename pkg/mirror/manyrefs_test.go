@@ -104,8 +104,7 @@ func TestManyRefManifestsDoNotStallPulls(t *testing.T) {
 
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), UpstreamTimeout: 30 * time.Second,
 		Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	h.run(t)
-	waitInventory(t, h.host, "the index ready", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	h.runReady(t)
 
 	// What a cold 3-layer pull takes on this machine now, with nothing else going on: the
 	// bounds below are about the delay the eight add (at most a second), not the machine's

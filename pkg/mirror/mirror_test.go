@@ -32,6 +32,7 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
+	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	regname "github.com/nodecache/nodecache/pkg/name"
 )
 
@@ -121,6 +122,9 @@ func newHarness(t *testing.T, opts mirror.Options) *harness {
 	t.Cleanup(func() {
 		h.srv.Close()
 		_ = m.Close()
+		if t.Failed() {
+			t.Logf("nodecache log:\n%s", h.logs.String())
+		}
 	})
 	return h
 }
@@ -155,6 +159,14 @@ func (h *harness) run(t *testing.T) {
 	var once sync.Once
 	h.stopRun = func() { once.Do(func() { cancel(); <-done }) }
 	t.Cleanup(h.stopRun)
+}
+
+// runReady is run, then a wait until the cache index is loaded (read, or rebuilt from storage):
+// the inventory says Ready.
+func (h *harness) runReady(t *testing.T) {
+	t.Helper()
+	h.run(t)
+	waitInventory(t, h.host, "the cache index loaded", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
 }
 
 // close stops the mirror's background work and serving, and closes the mirror (a clean

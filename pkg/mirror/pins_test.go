@@ -116,13 +116,7 @@ func TestPinsThroughDiskFull(t *testing.T) {
 	}
 	up.PushImage(t, "team/big", "v1", mirrortest.Image(t, 5<<20, 1, "linux/amd64"))
 	h := newHarness(t, mirror.Options{Root: root, Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	h.run(t)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("nodecache log:\n%s", h.logs.String())
-		}
-	})
-	waitInventory(t, h.host, "the index loaded", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	h.runReady(t)
 	warmPin(t, h, "upstream.test/team/pinned:v1")
 	h.waitIdle(t)
 
@@ -164,6 +158,17 @@ func TestPinsThroughDiskFull(t *testing.T) {
 	}
 }
 
+// twoImages starts an upstream that holds team/a:v1 and team/b:v1, linux/amd64 images of one
+// layer of layerBytes bytes each, and returns it with the two images.
+func twoImages(t *testing.T, layerBytes int64) (up *mirrortest.Registry, a, b v1.Image) {
+	t.Helper()
+	up = mirrortest.NewRegistry(t)
+	a, b = mirrortest.Image(t, layerBytes, 1, "linux/amd64"), mirrortest.Image(t, layerBytes, 1, "linux/amd64")
+	up.PushImage(t, "team/a", "v1", a)
+	up.PushImage(t, "team/b", "v1", b)
+	return up, a, b
+}
+
 // TestPinsSurviveLostIndex (issue 24): pins live in their own file, so a serve restarted with its
 // index file deleted (rebuilt from storage) still has them — one by tag, one by digest — and
 // under the cap still evicts everything but them. A damaged pins file is moved aside, named in
@@ -171,11 +176,7 @@ func TestPinsThroughDiskFull(t *testing.T) {
 // restart and the pinned images are evicted.
 func TestPinsSurviveLostIndex(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	a := mirrortest.Image(t, 256<<10, 1, "linux/amd64")
-	b := mirrortest.Image(t, 256<<10, 1, "linux/amd64")
-	up.PushImage(t, "team/a", "v1", a)
-	up.PushImage(t, "team/b", "v1", b)
+	up, a, b := twoImages(t, 256<<10)
 	for i := range 3 {
 		up.PushImage(t, fmt.Sprintf("team/other%d", i), "v1", mirrortest.Image(t, 512<<10, 1, "linux/amd64"))
 	}
@@ -201,8 +202,7 @@ func TestPinsSurviveLostIndex(t *testing.T) {
 	}
 
 	h = newHarness(t, opts)
-	h.run(t)
-	waitInventory(t, h.host, "the index rebuilt", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	h.runReady(t)
 	if !strings.Contains(h.logs.String(), "cache index rebuilt from storage") {
 		t.Fatalf("the index was not rebuilt:\n%s", h.logs.String())
 	}
@@ -231,8 +231,7 @@ func TestPinsSurviveLostIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	h = newHarness(t, opts)
-	h.run(t)
-	waitInventory(t, h.host, "the index loaded", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	h.runReady(t)
 	if l := pinList(t, h); len(l.Pins) != 0 {
 		t.Errorf("pins from a damaged pins file: %+v", l.Pins)
 	}
@@ -248,11 +247,7 @@ func TestPinsSurviveLostIndex(t *testing.T) {
 // images. Fails without the feature: the pin API does not exist and DELETE evicts.
 func TestPinLimitAndRemoval(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	a := mirrortest.Image(t, 512<<10, 1, "linux/amd64")
-	b := mirrortest.Image(t, 512<<10, 1, "linux/amd64")
-	up.PushImage(t, "team/a", "v1", a)
-	up.PushImage(t, "team/b", "v1", b)
+	up, a, _ := twoImages(t, 512<<10)
 	capBytes := imageBytes(t, a) * 100 / 45 // a is 45% of the cap, a and b together about 90%
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), MaxSize: capBytes, Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	h.run(t)
@@ -331,13 +326,7 @@ func TestPinFollowsTag(t *testing.T) {
 	v1a := mirrortest.Image(t, 256<<10, 2, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", v1a)
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
-	h.run(t)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("nodecache log:\n%s", h.logs.String())
-		}
-	})
-	waitInventory(t, h.host, "the index loaded", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	h.runReady(t)
 	warmPin(t, h, "upstream.test/team/app:v1")
 	h.waitIdle(t)
 	dA := digestOf(t, v1a)

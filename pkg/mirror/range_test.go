@@ -116,20 +116,7 @@ func TestBoundedRangeOnColdBlob(t *testing.T) {
 func TestBoundedRangeWithoutSize(t *testing.T) {
 	t.Parallel()
 	f := newBlobFixture(t, 1*mirrortest.MiB, mirror.Options{})
-	data := f.data
-	f.up.Intercept("", "/blobs/", func(_ http.Handler, w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodHead {
-			w.WriteHeader(http.StatusMethodNotAllowed)
-			return
-		}
-		w.Header().Set("Content-Type", "application/octet-stream")
-		w.WriteHeader(http.StatusOK)
-		for b := data; len(b) > 0; b = b[min(len(b), 64<<10):] { // flushed pieces: chunked, no length
-			time.Sleep(5 * time.Millisecond)
-			_, _ = w.Write(b[:min(len(b), 64<<10)])
-			w.(http.Flusher).Flush()
-		}
-	})
+	f.withoutLength(5 * time.Millisecond)
 	resp, body := get(t, http.MethodGet, f.url(), http.Header{"Range": {"bytes=0-1023"}})
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("bounded Range, no size stated: %d with %d bytes; want 503", resp.StatusCode, len(body))

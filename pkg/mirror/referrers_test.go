@@ -419,8 +419,7 @@ func TestReferrersEvictedWithSubject(t *testing.T) {
 	}
 	root := t.TempDir()
 	h := newHarness(t, mirror.Options{Root: root, MaxSize: 1 << 20, Upstreams: []regname.Upstream{up.upstream(t, "refs.test")}})
-	h.run(t)
-	waitInventory(t, h.host, "the index loaded", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	h.runReady(t)
 	listFile := func(s v1.Descriptor) string {
 		return filepath.Join(root, filepath.FromSlash(cache.ReferrersPath("refs.test/"+repo, digest.Digest(s.Digest.String()))))
 	}

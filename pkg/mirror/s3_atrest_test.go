@@ -16,11 +16,10 @@ import (
 // replica that stored it (the size it verified), and by a replica started afterwards (its index
 // rebuilt from the bucket takes the size from the manifest). A byte flipped in the object cuts
 // the first serve of a replica that has not hashed it yet; the next GET gets the right bytes.
+//
+//nolint:paralleltest // mirrortest.NewS3 puts the bucket's credentials in the environment (t.Setenv)
 func TestS3DamagedObject(t *testing.T) {
 	s3 := mirrortest.NewS3(t)
-	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", s3.SecretKey)
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 256<<10)
 	layer, data := mirrortest.LayerBlob(t, img, 0)
@@ -44,8 +43,7 @@ func TestS3DamagedObject(t *testing.T) {
 	a.waitIdle(t)
 
 	b := s3Replica(t, s3, up)
-	b.run(t)
-	waitInventory(t, b.host, "B's index rebuilt from the bucket", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
+	b.runReady(t)
 	damages[1].apply(t, s3.ObjectPath(key))
 	if got := get(b); got.status != http.StatusOK || got.cut || got.cache != mirrorapi.CacheMiss {
 		t.Fatalf("B, truncated object: %d %s (cut %v); want the right bytes as a miss", got.status, got.cache, got.cut)

@@ -61,11 +61,6 @@ func getBlob(t *testing.T, h *harness, d string) string {
 //nolint:paralleltest // the subtests are steps in order over one bucket and one upstream (stopped and restarted)
 func TestS3SharedBucket(t *testing.T) {
 	s3 := mirrortest.NewS3(t)
-	// The AWS SDK's default credential chain: the environment first. No instance metadata
-	// lookup may leave the machine.
-	t.Setenv("AWS_ACCESS_KEY_ID", s3.AccessKey)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", s3.SecretKey)
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 
 	up := mirrortest.NewRegistry(t)
 	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 6*mirrortest.MiB, 2, "linux/amd64"))

@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/internal/servetest"
 )
 
 // Environment variables the suite reads (docs/contracts.md, "Test plumbing").
@@ -67,7 +68,7 @@ func TestFaults(t *testing.T) {
 	if !full {
 		fmt.Printf("faults: NOT A FULL RUN: %s=%s; kinds left out: %s\n", envKinds, os.Getenv(envKinds), strings.Join(leftOut(kinds), ","))
 	}
-	bin := nodecacheBinary(t)
+	bin := servetest.Binary(t)
 	tl := newTally()
 	// toxiproxy's toxics log through zerolog's global logger (a trace line per interrupted
 	// bandwidth pipe, hundreds a run): only their warnings and errors go to the output.

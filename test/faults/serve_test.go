@@ -1,24 +1,19 @@
 package faults
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodecache/nodecache/internal/servetest"
 )
 
 // Settings of every serve the suite starts.
@@ -31,28 +26,6 @@ const (
 	// readyWithin bounds a start (an index rebuild after a kill included).
 	readyWithin = 30 * time.Second
 )
-
-// nodecacheBinary returns $NODECACHE_BINARY (make test-faults passes bin/nodecache), else builds
-// cmd/nodecache once into a temporary directory.
-func nodecacheBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("NODECACHE_BINARY"); p != "" {
-		if !filepath.IsAbs(p) {
-			t.Fatalf("NODECACHE_BINARY=%s: must be an absolute path", p)
-		}
-		return p
-	}
-	_, file, _, _ := runtime.Caller(0)
-	repo := filepath.Join(filepath.Dir(file), "..", "..")
-	bin := filepath.Join(t.TempDir(), "nodecache")
-	cmd := exec.CommandContext(t.Context(), "go", "build", "-tags", "containers_image_openpgp,exclude_graphdriver_btrfs", "-o", bin, "./cmd/nodecache")
-	cmd.Dir = repo
-	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/nodecache: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // serveProc is one `nodecache serve` process of a case: its root, listen address and upstream
 // stay the same across restarts.
@@ -68,18 +41,12 @@ type serveProc struct {
 
 func newServe(t *testing.T, bin, root, upstreamURL, logPath string) *serveProc {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	listen := l.Addr().String()
-	_ = l.Close()
-	s := &serveProc{bin: bin, root: root, listen: listen, upstreamURL: upstreamURL, logPath: logPath}
+	s := &serveProc{bin: bin, root: root, listen: servetest.FreeAddr(t, "127.0.0.1"), upstreamURL: upstreamURL, logPath: logPath}
 	t.Cleanup(func() {
 		s.stop()
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
-			t.Logf("serve log (%s), last lines:\n%s", logPath, tail(b, 40))
+			t.Logf("serve log (%s), last lines:\n%s", logPath, servetest.Tail(b, 40))
 		}
 	})
 	return s
@@ -178,35 +145,12 @@ func (s *serveProc) alive(ctx context.Context) string {
 
 // get is a GET of path on serve within d: status and body.
 func (s *serveProc) get(ctx context.Context, path string, d time.Duration) (int, string) {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url()+path, nil)
-	if err != nil {
-		return 0, err.Error()
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return servetest.Get(ctx, s.url()+path, d)
 }
 
 // metric returns the value of the unlabelled sample name from serve's /metrics.
 func (s *serveProc) metric(ctx context.Context, name string) (float64, error) {
-	code, body := s.get(ctx, "/metrics", 10*time.Second)
-	if code != http.StatusOK {
-		return 0, fmt.Errorf("/metrics: %d %s", code, body)
-	}
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			return strconv.ParseFloat(v, 64)
-		}
-	}
-	return 0, fmt.Errorf("/metrics has no %s", name)
+	return servetest.Metric(ctx, s.url()+"/metrics", name)
 }
 
 // waitQuiet waits until serve has no blob fill in flight (within d): nothing is being written
@@ -234,23 +178,5 @@ func (s *serveProc) peakRSS() (int64, error) {
 	if cmd == nil {
 		return 0, errors.New("serve is not running")
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, errors.New("no VmHWM in /proc/<pid>/status")
-}
-
-func tail(b []byte, lines int) string {
-	ls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(ls) > lines {
-		ls = ls[len(ls)-lines:]
-	}
-	return strings.Join(ls, "\n")
+	return servetest.PeakRSS(cmd.Process.Pid)
 }

@@ -159,7 +159,6 @@ func serveTLS(t *testing.T, upstream *mirrortest.Registry, ca *mirrortest.CA) (s
 func TestHTTPSMirrorContainerd(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd24)
-	nodecacheBin := nodecacheBinary(t)
 
 	upstream := appUpstream(t, 64*1024, 2)
 	host := upstreamHost(t, upstream)
@@ -179,7 +178,7 @@ func TestHTTPSMirrorContainerd(t *testing.T) {
 		RestartRequired bool   `json:"restart_required"`
 		HostsDir        string `json:"hosts_dir"`
 	}
-	runNodecacheJSON(t, nodecacheBin, []string{"gen", "containerd", "--mirror", mirrorURL, "--mirror-ca", caFile,
+	runNodecacheJSON(t, []string{"gen", "containerd", "--mirror", mirrorURL, "--mirror-ca", caFile,
 		"--upstream", host, "--containerd-config", c.ConfigFile(), "--certs-dir", certs,
 		"--containerd-version", c.Version(), "--output", "json"}, &rep)
 	hostsToml := readFile(t, filepath.Join(rep.HostsDir, name.HostDir(host), "hosts.toml"))

@@ -1,15 +1,12 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -19,82 +16,43 @@ import (
 
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/internal/servetest"
+	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
 
 // agentWait bounds each wait for the agent to reach a state (its --interval is 1 s).
 const agentWait = 60 * time.Second
 
-// agentProc is a running `nodecache agent` process with its JSON log.
+// agentProc is a running `nodecache agent` process.
 type agentProc struct {
-	cmd  *exec.Cmd
+	*servetest.Process
 	url  string // http://<--listen>
 	murl string // http://<--metrics-listen>
-	log  *mirrortest.LogBuffer
-	done chan struct{}
-	err  error // set when done is closed
 }
 
-// startAgent runs the nodecache binary with args; the process is stopped (SIGTERM, then SIGKILL)
-// when the test ends and its log is quoted when the test failed.
-func startAgent(t *testing.T, listen, metricsListen string, args ...string) *agentProc {
+// startAgent runs `nodecache agent` next to c, whose files under nodeDir it sees under hostRoot
+// (linkHostPath): gen for containerd with certs.d in nodeDir, a mirror in front of upstream
+// (upstreamName) on free loopback ports, a pass every second, readiness by activation; extra
+// flags follow. The process is stopped when the test ends.
+func startAgent(t *testing.T, c *runtimetest.Containerd, hostRoot, nodeDir string, upstream *mirrortest.Registry, extra ...string) *agentProc {
 	t.Helper()
-	a := &agentProc{url: "http://" + listen, murl: "http://" + metricsListen, log: &mirrortest.LogBuffer{}, done: make(chan struct{})}
-	a.cmd = exec.Command(nodecacheBinary(t), args...)
-	a.cmd.Stdout, a.cmd.Stderr = a.log, a.log
-	a.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := a.cmd.Start(); err != nil {
-		t.Fatalf("start nodecache agent: %v", err)
-	}
-	go func() {
-		a.err = a.cmd.Wait()
-		close(a.done)
-	}()
-	t.Cleanup(func() {
-		_ = a.stop() // a test that cares how the agent ended stops it itself and checks
-		if t.Failed() {
-			t.Logf("nodecache agent log:\n%s", a.log.String())
-		}
-	})
-	return a
-}
-
-// stop sends SIGTERM and waits (SIGKILL after 30 s); it returns the exit error.
-func (a *agentProc) stop() error {
-	select {
-	case <-a.done:
-		return a.err
-	default:
-	}
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-a.done:
-	case <-time.After(30 * time.Second):
-		_ = a.cmd.Process.Kill()
-		<-a.done
-	}
-	return a.err
-}
-
-// lines returns the agent's JSON log lines so far (other output is skipped).
-func (a *agentProc) lines() []map[string]any {
-	var out []map[string]any
-	sc := bufio.NewScanner(strings.NewReader(a.log.String()))
-	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) == nil {
-			out = append(out, m)
-		}
-	}
-	return out
+	listen, metricsListen := nodecachetest.FreeAddr(t), nodecachetest.FreeAddr(t)
+	args := append([]string{"agent",
+		"--host-root", hostRoot, "--runtime", "containerd",
+		"--containerd-config", c.ConfigFile(), "--containerd-socket", c.Socket(),
+		"--certs-dir", filepath.Join(nodeDir, "certs.d"),
+		"--listen", listen, "--metrics-listen", metricsListen, "--root", t.TempDir(),
+		"--upstream", upstreamName + "=" + upstream.URL.String(),
+		"--interval", "1s", "--readiness", "activation"}, extra...)
+	return &agentProc{Process: servetest.Start(t, args...), url: "http://" + listen, murl: "http://" + metricsListen}
 }
 
 // requests returns the access-log lines of the agent's mirror.
 func (a *agentProc) requests(t *testing.T) []nodecachetest.AccessLine {
 	t.Helper()
 	var out []nodecachetest.AccessLine
-	for _, m := range a.lines() {
+	for _, m := range a.Lines() {
 		if m["message"] != "request" {
 			continue
 		}
@@ -108,21 +66,9 @@ func (a *agentProc) requests(t *testing.T) []nodecachetest.AccessLine {
 	return out
 }
 
-// get returns the status code and body of GET url (0 when the request failed).
+// get returns the status code and body of GET url within 5 s (0 when the request failed).
 func get(ctx context.Context, url string) (int, string) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return 0, err.Error()
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return servetest.Get(ctx, url, 5*time.Second)
 }
 
 // waitFor polls cond every 200 ms until it returns "" (met) or agentWait passes, then fails the
@@ -136,8 +82,8 @@ func (a *agentProc) waitFor(t *testing.T, what string, cond func() string) {
 			return
 		}
 		select {
-		case <-a.done:
-			t.Fatalf("waiting for %s: the agent exited (%v); last: %s", what, a.err, why)
+		case <-a.Done():
+			t.Fatalf("waiting for %s: the agent exited (%v); last: %s", what, a.Err(), why)
 		default:
 		}
 		if time.Now().After(deadline) {
@@ -215,28 +161,13 @@ func TestAgentRealContainerd(t *testing.T) {
 	}
 	pid := c.PID()
 	readyFile := filepath.Join(t.TempDir(), "ready")
-	listen, metricsListen := nodecachetest.FreeAddr(t), nodecachetest.FreeAddr(t)
-
-	a := startAgent(t, listen, metricsListen, "agent",
-		"--host-root", hostRoot,
-		"--runtime", "containerd",
-		"--containerd-config", c.ConfigFile(),
-		"--containerd-socket", c.Socket(),
-		"--certs-dir", filepath.Join(nodeDir, "certs.d"),
-		"--listen", listen,
-		"--metrics-listen", metricsListen,
-		"--root", t.TempDir(),
-		"--upstream", upstreamName+"="+upstream.URL.String(),
-		"--interval", "1s",
-		"--readiness", "activation",
-		"--ready-file", readyFile,
-		"--warm", upstreamName+"/team/warm:v1",
-	)
+	a := startAgent(t, c, hostRoot, nodeDir, upstream,
+		"--ready-file", readyFile, "--warm", upstreamName+"/team/warm:v1")
 	ctx := t.Context()
 
 	// 1. Gen pass done, containerd not restarted: NOT active everywhere.
 	a.waitFor(t, "the gen pass", func() string {
-		for _, l := range a.lines() {
+		for _, l := range a.Lines() {
 			if l["message"] == "gen containerd" {
 				if l["restart_required"] != true || !strings.Contains(fmt.Sprint(l["remedy"]), "restart containerd or cycle the node") {
 					t.Fatalf("gen containerd line %v: want restart_required and the remedy", l)
@@ -298,7 +229,7 @@ func TestAgentRealContainerd(t *testing.T) {
 	}
 
 	// 3. The operator restarts containerd: ACTIVE without restarting the agent.
-	agentPID := a.cmd.Process.Pid
+	agentPID := a.Pid()
 	c.Restart(t)
 	pid = c.PID()
 	a.waitFor(t, "/activez 200", func() string {
@@ -328,7 +259,7 @@ func TestAgentRealContainerd(t *testing.T) {
 	if !logged(a, "runtime activation changed", "state", "active") {
 		t.Fatalf("no transition line to active")
 	}
-	if a.cmd.Process.Pid != agentPID {
+	if a.Pid() != agentPID {
 		t.Fatalf("agent restarted")
 	}
 
@@ -355,7 +286,7 @@ func TestAgentRealContainerd(t *testing.T) {
 	if n := strings.Count(c.Log(), "=== runtimetest: start #"); n != 2 {
 		t.Fatalf("containerd started %d times, want 2 (the test's own start and restart)", n)
 	}
-	if err := a.stop(); err != nil {
+	if err := a.Stop(); err != nil {
 		t.Fatalf("agent exit after SIGTERM: %v", err)
 	}
 	if _, err := os.Stat(readyFile); !errors.Is(err, os.ErrNotExist) {
@@ -365,10 +296,86 @@ func TestAgentRealContainerd(t *testing.T) {
 
 // logged reports whether the agent logged a line with message msg and key == value.
 func logged(a *agentProc, msg, key string, value any) bool {
-	for _, l := range a.lines() {
+	for _, l := range a.Lines() {
 		if l["message"] == msg && l[key] == value {
 			return true
 		}
 	}
 	return false
+}
+
+// TestAgentMatrixRealContainerd: the agent's /activez and readiness (--readiness activation)
+// follow the same steps on 2.4, 2.3 and 1.7: NOT active after its gen pass; ACTIVE once
+// containerd is restarted right after it; on 2.3 a config changed at the daemon's start tick is
+// NOT active again, a /v2/ ping from containerd's user agent changes nothing, and a CRI pull
+// through the agent's mirror makes it ACTIVE (2.4 and 1.7 say what they loaded and stay ACTIVE).
+func TestAgentMatrixRealContainerd(t *testing.T) {
+	t.Parallel()
+	eachContainerd(t, func(t *testing.T, bin string) {
+		upstream := appUpstream(t, 4096, 1)
+
+		// Short directories: the socket under the host root must fit a unix socket path.
+		hostRoot, nodeDir := shortTempDir(t), shortTempDir(t)
+		linkHostPath(t, hostRoot, nodeDir)
+		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{Dir: nodeDir})
+		a := startAgent(t, c, hostRoot, nodeDir, upstream)
+		ctx := t.Context()
+		expect := func(step string, active bool) {
+			t.Helper()
+			want := http.StatusServiceUnavailable
+			if active {
+				want = http.StatusOK
+			}
+			a.waitFor(t, step, func() string {
+				for _, u := range []string{a.url + "/activez", a.url + "/readyz", a.murl + "/readyz"} {
+					if code, body := get(ctx, u); code != want {
+						return fmt.Sprintf("%s %d %q, want %d", u, code, body, want)
+					}
+				}
+				return ""
+			})
+			t.Logf("%s: /activez and /readyz %d", step, want)
+		}
+
+		// 1. The gen pass: NOT active until containerd restarts.
+		a.waitFor(t, "the gen pass", func() string {
+			if logged(a, "gen containerd", "restart_required", true) {
+				return ""
+			}
+			return "no gen containerd line with restart_required"
+		})
+		expect("after the gen pass", false)
+
+		// 2. Restart right away: ACTIVE.
+		c.Restart(t)
+		expect("gen then restart", true)
+
+		// 3. config.toml changed at the daemon's start tick.
+		h, err := bootstrap.NewHost(bootstrap.HostOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := h.Process(c.PID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(c.ConfigFile(), p.Start, p.Start); err != nil {
+			t.Fatal(err)
+		}
+		is23 := c.Major() == 2 && strings.HasPrefix(c.Version(), "2.3")
+		expect("config at the start tick", !is23)
+
+		// 4. A ping from containerd's user agent proves nothing.
+		runtimeRequest(t, http.MethodGet, a.url+"/v2/", c.UserAgent())
+		time.Sleep(3 * time.Second) // three intervals
+		expect("after a /v2/ ping", !is23)
+
+		// 5. A CRI pull through the agent's mirror: ACTIVE.
+		pctx, cancel := context.WithTimeout(ctx, pullTimeout)
+		defer cancel()
+		if _, err := c.PullImage(pctx, upstreamName+"/team/app:v1"); err != nil {
+			t.Fatalf("CRI pull: %v", err)
+		}
+		expect("after a CRI pull", true)
+	})
 }

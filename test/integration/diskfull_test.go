@@ -1,19 +1,14 @@
 package integration
 
 import (
-	"bufio"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
@@ -70,32 +66,10 @@ func TestDiskFullMemoryBounded(t *testing.T) {
 	}
 	up.PushImage(t, "team/big", "v1", img)
 
-	listen := net.JoinHostPort("127.0.0.1", freePort(t, "127.0.0.1"))
-	logPath := filepath.Join(t.TempDir(), "serve.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(nodecacheBinary(t), "serve", "--listen", listen, "--root", root,
-		"--upstream", up.Addr+"="+up.URL.String(), "--default-upstream", up.Addr)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		_ = cmd.Wait()
-		_ = logFile.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("serve log:\n%s", tail(b, 40))
-		}
-	})
-	base := "http://" + listen
-	waitReady(t, base+"/readyz", 60*time.Second)
-	t.Logf("serve ready: peak RSS %d MiB", peakRSS(t, cmd.Process.Pid)>>20)
+	srv := servetest.StartServe(t, servetest.ServeOptions{Upstream: up, Root: root})
+	t.Logf("serve ready: peak RSS %d MiB", srv.PeakRSS(t)>>20)
 
-	blobURL := fmt.Sprintf("%s/v2/%s/team/big/blobs/%s", base, up.Addr, ld)
+	blobURL := fmt.Sprintf("%s/v2/%s/team/big/blobs/%s", srv.URL, up.Addr, ld)
 	for i := range 2 {
 		start := time.Now()
 		resp, err := http.Get(blobURL)
@@ -106,7 +80,7 @@ func TestDiskFullMemoryBounded(t *testing.T) {
 		n, err := io.Copy(h, resp.Body)
 		_ = resp.Body.Close()
 		got := "sha256:" + hex.EncodeToString(h.Sum(nil))
-		hwm := peakRSS(t, cmd.Process.Pid)
+		hwm := srv.PeakRSS(t)
 		t.Logf("GET %d: %d, %s=%q, %d bytes in %s; serve's peak RSS %d MiB", i+1, resp.StatusCode,
 			mirrorapi.HeaderCache, resp.Header.Get(mirrorapi.HeaderCache), n, time.Since(start).Round(time.Millisecond), hwm>>20)
 		if resp.StatusCode != http.StatusOK || err != nil || got != ld.String() {
@@ -116,69 +90,10 @@ func TestDiskFullMemoryBounded(t *testing.T) {
 			t.Fatalf("GET %d of a 150 MiB layer on a full 8 MiB root: serve's peak RSS is %d MiB, want under %d MiB", i+1, hwm>>20, rssBound>>20)
 		}
 	}
-	if v := metricLine(t, base+"/metrics", "nodecache_fill_spill_bytes"); v != "0" {
-		t.Errorf("nodecache_fill_spill_bytes after the GETs: %s, want 0", v)
+	if v, err := servetest.Metric(t.Context(), srv.URL+"/metrics", "nodecache_fill_spill_bytes"); err != nil || v != 0 {
+		t.Errorf("nodecache_fill_spill_bytes after the GETs: %v (%v), want 0", v, err)
 	}
 	if _, err := os.Stat(filepath.Join(root, "docker/registry/v2/blobs/sha256", ld.Hex[:2], ld.Hex, "data")); err == nil {
 		t.Errorf("a blob larger than the file system was stored")
 	}
-}
-
-// metricLine is the value of the series named series (no labels) at url, "" when absent.
-func metricLine(t *testing.T, url, series string) string {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, series+" "); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-// waitReady polls url until it answers 200.
-func waitReady(t *testing.T, url string, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(url)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("%s did not answer 200 within %s", url, within)
-}
-
-// peakRSS is the peak resident set size (bytes) of process pid: VmHWM in /proc/<pid>/status.
-func peakRSS(t *testing.T, pid int) int64 {
-	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				t.Fatalf("VmHWM %q: %v", v, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmHWM in /proc/%d/status", pid)
-	return 0
 }

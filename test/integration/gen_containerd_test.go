@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	bcontainerd "github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
@@ -160,7 +161,6 @@ func TestGenContainerdCommandAndRemove(t *testing.T) {
 		t.Run("containerd-"+v.name, func(t *testing.T) {
 			t.Parallel()
 			bin := requireContainerd(t, v.env)
-			nodecacheBin := nodecacheBinary(t)
 
 			nc := startAppNodecache(t, 64*1024, 1)
 			host := nc.UpstreamHost
@@ -178,7 +178,7 @@ func TestGenContainerdCommandAndRemove(t *testing.T) {
 				ConfigPath      string `json:"config_path"`
 				HostsDir        string `json:"hosts_dir"`
 			}
-			runNodecacheJSON(t, nodecacheBin, args, &rep)
+			runNodecacheJSON(t, args, &rep)
 			if !rep.RestartRequired || rep.ConfigPath != certs || rep.HostsDir != certs {
 				t.Fatalf("gen containerd: restart_required %v, config_path %q, hosts_dir %q; want true, %q, %q",
 					rep.RestartRequired, rep.ConfigPath, rep.HostsDir, certs, certs)
@@ -191,7 +191,7 @@ func TestGenContainerdCommandAndRemove(t *testing.T) {
 			}
 			checkAccessLog(t, nc.Requests(t), c.UserAgent(), host)
 
-			runNodecacheJSON(t, nodecacheBin, append(args, "--remove"), &rep)
+			runNodecacheJSON(t, append(args, "--remove"), &rep)
 			if !rep.RestartRequired {
 				t.Errorf("gen containerd --remove: restart_required false, want true (config.toml restored)")
 			}
@@ -213,18 +213,16 @@ func TestGenContainerdCommandAndRemove(t *testing.T) {
 	}
 }
 
-// runNodecacheJSON runs the nodecache binary with args, requires exit 0 and decodes its stdout
+// runNodecacheJSON runs the nodecache binary with args (servetest.Run), requires exit 0 and decodes its stdout
 // into out.
-func runNodecacheJSON(t *testing.T, bin string, args []string, out any) {
+func runNodecacheJSON(t *testing.T, args []string, out any) {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), bin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("nodecache %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	r := servetest.Run(t, args...)
+	if r.Exit != 0 {
+		t.Fatalf("nodecache %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.Exit, r.Stdout, r.Stderr)
 	}
-	if err := json.Unmarshal(stdout.Bytes(), out); err != nil {
-		t.Fatalf("nodecache %s: stdout is not JSON: %v\n%s", strings.Join(args, " "), err, stdout.String())
+	if err := json.Unmarshal(r.Stdout, out); err != nil {
+		t.Fatalf("nodecache %s: stdout is not JSON: %v\n%s", strings.Join(args, " "), err, r.Stdout)
 	}
 }
 
@@ -236,7 +234,6 @@ func runNodecacheJSON(t *testing.T, bin string, args []string, out any) {
 // loaded; no daemon starts, so no root is needed.
 func TestGenContainerdNativeSchema(t *testing.T) {
 	t.Parallel()
-	nodecacheBin := nodecacheBinary(t)
 	for _, v := range runtimetest.Containerds() {
 		for _, existing := range []string{"none", "empty"} {
 			t.Run("containerd-"+v.Name+"-"+existing, func(t *testing.T) {
@@ -259,7 +256,7 @@ func TestGenContainerdNativeSchema(t *testing.T) {
 				var rep struct {
 					Schema int `json:"schema"`
 				}
-				runNodecacheJSON(t, nodecacheBin, []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000",
+				runNodecacheJSON(t, []string{"gen", "containerd", "--host-root", root, "--mirror", "http://10.0.0.5:5000",
 					"--upstream", "docker.io", "--containerd-version", version, "--output", "json", "--log-level", "error"}, &rep)
 				cfg := filepath.Join(root, "etc/containerd/config.toml")
 				dump := exec.CommandContext(t.Context(), bin, "--config", cfg, "config", "dump")

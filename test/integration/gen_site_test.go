@@ -28,7 +28,6 @@ func TestGenContainerdAdoptsSiteDirectory(t *testing.T) {
 		t.Run(form, func(t *testing.T) {
 			t.Parallel()
 			bin := requireContainerd(t, runtimetest.EnvContainerd24)
-			nodecacheBin := nodecacheBinary(t)
 
 			nc := startAppNodecache(t, 32*1024, 1)
 			upstream, host := nc.Upstream, nc.UpstreamHost
@@ -56,7 +55,7 @@ func TestGenContainerdAdoptsSiteDirectory(t *testing.T) {
 				EditedFile string             `json:"edited_file"`
 				Changes    []bootstrap.Change `json:"changes"`
 			}
-			runNodecacheJSON(t, nodecacheBin, args, &rep)
+			runNodecacheJSON(t, args, &rep)
 			// config.toml stays as it is (its single config_path is used); only the user's file
 			// changes. (restart_required may still be reported by the start-time rule, since
 			// the harness wrote config.toml just before starting containerd.)
@@ -103,7 +102,7 @@ func TestGenContainerdAdoptsSiteDirectory(t *testing.T) {
 			var rm struct {
 				Changes []bootstrap.Change `json:"changes"`
 			}
-			runNodecacheJSON(t, nodecacheBin, append(args[:len(args)-2:len(args)-2], "--remove", "--output", "json"), &rm)
+			runNodecacheJSON(t, append(args[:len(args)-2:len(args)-2], "--remove", "--output", "json"), &rm)
 			if got := readFile(t, userFile); got != userHosts {
 				t.Fatalf("after --remove:\n%s\nwant the user's file byte for byte:\n%s", got, userHosts)
 			}

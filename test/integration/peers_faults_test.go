@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/rs/zerolog"
 
+	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirror/peer"
@@ -76,10 +76,7 @@ func nodeID(t *testing.T, addr string, keys *peer.Keys) string {
 // (its id in Via) gets 508.
 func TestPeersKeyIsTheGate(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 4096, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
-	_, blobs := imageDigests(t, img)
+	up, _, blobs := appImage(t, 4096, 1)
 	c := startPeerCluster(t, up, 2, peerClusterOptions{})
 	node := c.nodes[0]
 	keys := loadKeys(t, c.keyFile)
@@ -105,7 +102,7 @@ func TestPeersKeyIsTheGate(t *testing.T) {
 	if resp, body := peerGet(t, node.peerListen, peer.IDPath, loadKeys(t, otherFile), ""); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("id request with another key: %d %s, want 401", resp.StatusCode, body)
 	}
-	waitForMetric(t, "http://"+node.listen+"/metrics", `nodecache_refused_total{reason="peer_key"} 3`, 10*time.Second)
+	servetest.WaitMetric(t, node.URL+"/metrics", `nodecache_refused_total{reason="peer_key"} 3`, 10*time.Second)
 	resp, body := peerGet(t, node.peerListen, path, keys, "")
 	if resp.StatusCode != http.StatusOK || digest.FromBytes(body).String() != blobs[1].String() {
 		t.Fatalf("signed request: %d, %d bytes of digest %s; want 200 with blob %s", resp.StatusCode, len(body), digest.FromBytes(body), blobs[1])
@@ -116,7 +113,7 @@ func TestPeersKeyIsTheGate(t *testing.T) {
 		t.Errorf("a request that already passed the node: %d %s, want 508", resp.StatusCode, body)
 	}
 	// A member's requests are not evidence of this node's runtime: no client was seen.
-	resp, body = peerGet(t, node.listen, mirrorapi.ClientsPath, nil, "")
+	resp, body = peerGet(t, node.Listen, mirrorapi.ClientsPath, nil, "")
 	var ev mirrorapi.ClientEvidence
 	if err := json.Unmarshal(body, &ev); err != nil || resp.StatusCode != http.StatusOK || len(ev.Clients) != 0 {
 		t.Errorf("client evidence after peer requests only: %d %s; want no client", resp.StatusCode, body)
@@ -129,9 +126,8 @@ func TestPeersKeyIsTheGate(t *testing.T) {
 // node listed, its id.
 func checkStatusPeers(t *testing.T, node peerNode, id string) {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), nodecacheBinary(t), "status", "--host-root", t.TempDir(),
-		"--mirror", "http://"+node.listen, "--output", "json")
-	out, _ := cmd.Output() // the exit code is the verdict's (not applicable here)
+	// The exit code is the verdict's (not applicable here).
+	out := servetest.Run(t, "status", "--host-root", t.TempDir(), "--mirror", node.URL, "--output", "json").Stdout
 	var rep activation.Report
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("status output is not the JSON report: %v\n%s", err, out)
@@ -147,9 +143,7 @@ func checkStatusPeers(t *testing.T, node peerNode, id string) {
 // cache-only probe), the others from their owners.
 func TestPeersMemberAdded(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 256<<10, 5, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
+	up, _, _ := appImage(t, 256<<10, 5)
 	c := startPeerCluster(t, up, 3, peerClusterOptions{listed: 2})
 	pullEverywhere(t, c.nodes[:2], "team/app:v1")
 
@@ -223,10 +217,7 @@ func winningID(t *testing.T, ids []string, ds []digest.Digest) string {
 // (26 s, for a loaded CI machine).
 func TestPeersHangingMember(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 64<<10, 3, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
-	manifest, blobs := imageDigests(t, img)
+	up, manifest, blobs := appImage(t, 64<<10, 3)
 	c := startPeerCluster(t, up, 2, peerClusterOptions{upstreamTimeout: "2s"})
 	keys := loadKeys(t, c.keyFile)
 	ids := []string{nodeID(t, c.nodes[0].peerListen, keys), nodeID(t, c.nodes[1].peerListen, keys)}
@@ -234,13 +225,13 @@ func TestPeersHangingMember(t *testing.T) {
 	for _, b := range blobs {
 		ds = append(ds, digest.Digest(b.String()))
 	}
-	hangAddr := net.JoinHostPort("127.0.0.20", freePort(t, "127.0.0.20"))
+	hangAddr := servetest.FreeAddr(t, "127.0.0.20")
 	blackholeMember(t, hangAddr, winningID(t, ids, ds), keys)
 	c.list(t, 2, hangAddr)
 	c.waitLive(t, 2, 2)
 
 	start := time.Now()
-	if err := pullAll(c.nodes[0].listen + "/team/app:v1"); err != nil {
+	if err := pullAll(c.nodes[0].Listen + "/team/app:v1"); err != nil {
 		t.Fatalf("pull with a hanging owner: %v", err)
 	}
 	took := time.Since(start)
@@ -285,10 +276,7 @@ func lyingMember(t *testing.T, addr, id string, keys *peer.Keys, up *mirrortest.
 // the upstream, without asking that member again.
 func TestPeersWrongBytesMember(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 64<<10, 2, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
-	_, blobs := imageDigests(t, img)
+	up, _, blobs := appImage(t, 64<<10, 2)
 	c := startPeerCluster(t, up, 1, peerClusterOptions{})
 	keys := loadKeys(t, c.keyFile)
 	node := c.nodes[0]
@@ -296,53 +284,43 @@ func TestPeersWrongBytesMember(t *testing.T) {
 	for _, b := range blobs {
 		ds = append(ds, digest.Digest(b.String()))
 	}
-	liarAddr := net.JoinHostPort("127.0.0.21", freePort(t, "127.0.0.21"))
+	liarAddr := servetest.FreeAddr(t, "127.0.0.21")
 	lies := lyingMember(t, liarAddr, winningID(t, []string{nodeID(t, node.peerListen, keys)}, ds), keys, up)
 	c.list(t, 1, liarAddr)
 	c.waitLive(t, 1, 1)
 
-	if err := pullAll(node.listen + "/team/app:v1"); err == nil {
+	if err := pullAll(node.Listen + "/team/app:v1"); err == nil {
 		t.Fatal("a pull through a member that flips bytes succeeded; want the broken transfer a bad upstream gives")
 	}
 	if lies.Load() == 0 {
 		t.Fatal("the lying member served no blob: the test did not test it")
 	}
 	for _, b := range blobs {
-		path := filepath.Join(node.root, "docker/registry/v2/blobs/sha256", b.Hex[:2], b.Hex, "data")
+		path := filepath.Join(node.Root, "docker/registry/v2/blobs/sha256", b.Hex[:2], b.Hex, "data")
 		if _, err := os.Stat(path); err == nil {
-			checkStored(t, node.root, b) // stored only if right
+			checkStored(t, node.Root, b) // stored only if right
 		}
 	}
-	waitForMetricAtLeast(t, "http://"+node.listen+"/metrics", `nodecache_digest_mismatches_total{kind="blob",tier="peer",upstream="`+up.Addr+`"}`, 1)
+	waitForMetricAtLeast(t, node.URL+"/metrics", `nodecache_digest_mismatches_total{kind="blob",tier="peer",upstream="`+up.Addr+`"}`, 1)
 	served := lies.Load()
-	if err := pullAll(node.listen + "/team/app:v1"); err != nil {
+	if err := pullAll(node.Listen + "/team/app:v1"); err != nil {
 		t.Fatalf("the pull after a member served wrong bytes: %v", err)
 	}
 	if n := lies.Load(); n != served {
 		t.Errorf("the member that served wrong bytes was asked again (%d blob GETs, %d before)", n, served)
 	}
 	for _, b := range blobs {
-		checkStored(t, node.root, b)
+		checkStored(t, node.Root, b)
 	}
 }
 
-// waitForMetricAtLeast polls url until series has a value of at least min.
+// waitForMetricAtLeast polls url (30 s at most) until series has a value of at least min.
 func waitForMetricAtLeast(t *testing.T, url, series string, min float64) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		resp, err := http.Get(url)
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			for _, l := range strings.Split(string(b), "\n") {
-				var v float64
-				if rest, ok := strings.CutPrefix(l, series+" "); ok {
-					if _, err := fmt.Sscan(rest, &v); err == nil && v >= min {
-						return
-					}
-				}
-			}
+		if v, err := servetest.Metric(t.Context(), url, series); err == nil && v >= min {
+			return
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -355,10 +333,7 @@ func waitForMetricAtLeast(t *testing.T, url, series string, min float64) {
 // never the dead owner), both store the layer, and the upstream sends the layer at most twice.
 func TestPeersOwnerKilledMidFill(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 64<<20, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
-	_, blobs := imageDigests(t, img)
+	up, _, blobs := appImage(t, 64<<20, 1)
 	layer := blobs[1]
 	c := startPeerCluster(t, up, 3, peerClusterOptions{})
 	keys := loadKeys(t, c.keyFile)
@@ -381,7 +356,7 @@ func TestPeersOwnerKilledMidFill(t *testing.T) {
 
 	done := make(chan error, len(others))
 	for _, nd := range others {
-		go func() { done <- pullAll(nd.listen + "/team/app:v1") }()
+		go func() { done <- pullAll(nd.Listen + "/team/app:v1") }()
 	}
 	for deadline := time.Now().Add(time.Minute); up.Count(http.MethodGet, "/blobs/"+layer.String()) == 0; {
 		if time.Now().After(deadline) {
@@ -390,7 +365,7 @@ func TestPeersOwnerKilledMidFill(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(2 * time.Second)
-	if err := c.nodes[owner].cmd.Process.Kill(); err != nil {
+	if err := c.nodes[owner].Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	for range others {
@@ -404,6 +379,6 @@ func TestPeersOwnerKilledMidFill(t *testing.T) {
 		t.Errorf("the upstream sent the layer %d times, want at most 2 (the dead owner's fill and one resume)", n)
 	}
 	for _, nd := range others {
-		checkStored(t, nd.root, layer)
+		checkStored(t, nd.Root, layer)
 	}
 }

@@ -8,10 +8,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -23,27 +21,15 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 
+	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
 // peerNode is one `nodecache serve --peers` process on its own loopback address.
 type peerNode struct {
-	host, listen, peerListen, root, logPath string
-	// cmd is the running process.
-	cmd *exec.Cmd
-}
-
-// freePort returns a port free on host now.
-func freePort(t *testing.T, host string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatalf("listen on %s: %v", host, err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
+	*servetest.Serve
+	host, peerListen string
 }
 
 // peerCluster is the serve processes of startPeerNodes with their member list and key.
@@ -78,7 +64,6 @@ func startPeerCluster(t *testing.T, up *mirrortest.Registry, n int, o peerCluste
 	if o.upstreamTimeout == "" {
 		o.upstreamTimeout = "30s"
 	}
-	bin := nodecacheBinary(t)
 	dir := t.TempDir()
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
@@ -87,35 +72,15 @@ func startPeerCluster(t *testing.T, up *mirrortest.Registry, n int, o peerCluste
 	c.nodes = make([]peerNode, n)
 	for i := range c.nodes {
 		host := fmt.Sprintf("127.0.0.%d", i+2)
-		c.nodes[i] = peerNode{host: host, listen: net.JoinHostPort(host, freePort(t, host)),
-			peerListen: net.JoinHostPort(host, freePort(t, host)), root: filepath.Join(dir, host),
-			logPath: filepath.Join(dir, host+".log")}
+		c.nodes[i] = peerNode{host: host, peerListen: servetest.FreeAddr(t, host)}
 	}
 	c.list(t, o.listed, o.extra...)
 	for i := range c.nodes {
 		nd := &c.nodes[i]
-		logFile, err := os.Create(nd.logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(bin, "serve", "--listen", nd.listen, "--root", nd.root,
-			"--upstream", up.Addr+"="+up.URL.String(), "--default-upstream", up.Addr,
-			"--peers", "file:"+c.membersFile, "--peer-listen", nd.peerListen, "--peer-key-file", c.keyFile,
-			"--peers-refresh", "1s", "--upstream-timeout", o.upstreamTimeout)
-		cmd.Stdout, cmd.Stderr = logFile, logFile
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		nd.cmd = cmd
-		t.Cleanup(func() {
-			_ = cmd.Process.Signal(os.Interrupt)
-			_ = cmd.Wait()
-			_ = logFile.Close()
-			if t.Failed() {
-				b, _ := os.ReadFile(nd.logPath)
-				t.Logf("log of %s:\n%s", nd.host, tail(b, 60))
-			}
-		})
+		nd.Serve = servetest.StartServe(t, servetest.ServeOptions{Upstream: up, Listen: servetest.FreeAddr(t, nd.host),
+			Root: filepath.Join(dir, nd.host), Args: []string{"--peers", "file:" + c.membersFile,
+				"--peer-listen", nd.peerListen, "--peer-key-file", c.keyFile,
+				"--peers-refresh", "1s", "--upstream-timeout", o.upstreamTimeout}})
 	}
 	c.waitLive(t, o.listed, o.listed-1)
 	return c
@@ -138,40 +103,8 @@ func (c peerCluster) list(t *testing.T, n int, extra ...string) {
 func (c peerCluster) waitLive(t *testing.T, n, live int) {
 	t.Helper()
 	for _, nd := range c.nodes[:n] {
-		waitForMetric(t, "http://"+nd.listen+"/metrics", fmt.Sprintf(`nodecache_peers{state="live"} %d`, live), 90*time.Second)
+		servetest.WaitMetric(t, nd.URL+"/metrics", fmt.Sprintf(`nodecache_peers{state="live"} %d`, live), 90*time.Second)
 	}
-}
-
-// waitForMetric polls url until its body has the line want.
-func waitForMetric(t *testing.T, url, want string, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	last := ""
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(url)
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			_ = resp.Body.Close()
-			for _, l := range strings.Split(string(b), "\n") {
-				if l == want {
-					return
-				}
-				if strings.HasPrefix(l, strings.SplitN(want, " ", 2)[0]) {
-					last = l
-				}
-			}
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	t.Fatalf("%s: no line %q within %s (last: %q)", url, want, within, last)
-}
-
-func tail(b []byte, lines int) string {
-	ls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(ls) > lines {
-		ls = ls[len(ls)-lines:]
-	}
-	return strings.Join(ls, "\n")
 }
 
 // pullAll pulls ref with go-containerregistry and validates the image (every blob fetched and
@@ -202,7 +135,7 @@ func pullEverywhere(t *testing.T, nodes []peerNode, ref string) {
 		go func() {
 			defer wg.Done()
 			<-start
-			errs[i] = pullAll(nd.listen + "/" + ref)
+			errs[i] = pullAll(nd.Listen + "/" + ref)
 		}()
 	}
 	close(start)
@@ -217,9 +150,14 @@ func pullEverywhere(t *testing.T, nodes []peerNode, ref string) {
 	}
 }
 
-// imageDigests are the digests of img's manifest, config and layers.
-func imageDigests(t *testing.T, img v1.Image) (manifest v1.Hash, blobs []v1.Hash) {
+// appImage starts an upstream that holds team/app:v1, a linux/amd64 image of layers layers of
+// layerSize bytes; it returns the upstream and the digests of the image's manifest and of its
+// blobs (the config, then the layers).
+func appImage(t *testing.T, layerSize int64, layers int) (up *mirrortest.Registry, manifest v1.Hash, blobs []v1.Hash) {
 	t.Helper()
+	up = mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, layerSize, layers, "linux/amd64")
+	up.PushImage(t, "team/app", "v1", img)
 	manifest, err := img.Digest()
 	if err != nil {
 		t.Fatal(err)
@@ -229,18 +167,18 @@ func imageDigests(t *testing.T, img v1.Image) (manifest v1.Hash, blobs []v1.Hash
 		t.Fatal(err)
 	}
 	blobs = append(blobs, cfg)
-	layers, err := img.Layers()
+	ls, err := img.Layers()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range layers {
+	for _, l := range ls {
 		d, err := l.Digest()
 		if err != nil {
 			t.Fatal(err)
 		}
 		blobs = append(blobs, d)
 	}
-	return manifest, blobs
+	return up, manifest, blobs
 }
 
 // checkStored checks that blob d's data file under root holds bytes of digest d.
@@ -272,7 +210,7 @@ func checkOwnersAgree(t *testing.T, nodes []peerNode, d string) {
 	t.Helper()
 	owners := map[string]int{}
 	for _, nd := range nodes {
-		resp, err := http.Get("http://" + nd.listen + mirrorapi.PeersPath + "?digest=" + d)
+		resp, err := http.Get("http://" + nd.Listen + mirrorapi.PeersPath + "?digest=" + d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -280,7 +218,7 @@ func checkOwnersAgree(t *testing.T, nodes []peerNode, d string) {
 		err = json.NewDecoder(resp.Body).Decode(&doc)
 		_ = resp.Body.Close()
 		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("%s%s: %d %v", nd.listen, mirrorapi.PeersPath, resp.StatusCode, err)
+			t.Fatalf("%s%s: %d %v", nd.Listen, mirrorapi.PeersPath, resp.StatusCode, err)
 		}
 		live := 0
 		for _, m := range doc.Members {
@@ -305,10 +243,7 @@ func checkOwnersAgree(t *testing.T, nodes []peerNode, d string) {
 // every blob (checked on disk), and a second pull on every node takes nothing from the upstream.
 func TestPeersOneUpstreamFetch(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 1<<20, 5, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
-	manifest, blobs := imageDigests(t, img)
+	up, manifest, blobs := appImage(t, 1<<20, 5)
 	nodes := startPeerNodes(t, up, 10)
 	checkOwnersAgree(t, nodes, manifest.String())
 	up.ResetRequests()
@@ -324,7 +259,7 @@ func TestPeersOneUpstreamFetch(t *testing.T) {
 	}
 	for _, nd := range nodes {
 		for _, d := range blobs {
-			checkStored(t, nd.root, d)
+			checkStored(t, nd.Root, d)
 		}
 	}
 

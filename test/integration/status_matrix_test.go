@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,11 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
-	"github.com/nodecache/nodecache/pkg/bootstrap"
+	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
-	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
@@ -45,19 +42,15 @@ type genReport struct {
 func TestStatusMatrixRealContainerd(t *testing.T) {
 	t.Parallel()
 	eachContainerd(t, func(t *testing.T, bin string) {
-		ncBin := nodecacheBinary(t)
-
-		nc := startAppNodecache(t, 4096, 2)
+		nc, c, certs := appNodecacheAndContainerd(t, bin)
 		host := nc.UpstreamHost
-		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
-		certs := filepath.Join(c.Dir(), "certs.d")
 		genArgs := []string{"gen", "containerd", "--mirror", nc.URL, "--upstream", host,
 			"--containerd-config", c.ConfigFile(), "--certs-dir", certs, "--output", "json"}
 		is23 := c.Major() == 2 && strings.HasPrefix(c.Version(), "2.3")
 
 		// 1. gen, then restart at once.
 		var rep genReport
-		runNodecacheJSON(t, ncBin, genArgs, &rep)
+		runNodecacheJSON(t, genArgs, &rep)
 		genDone := time.Now()
 		if !rep.RestartRequired || rep.ConfigPath != certs {
 			t.Fatalf("gen: %+v, want restart_required and config_path %s", rep, certs)
@@ -107,7 +100,7 @@ func TestStatusMatrixRealContainerd(t *testing.T) {
 		c.Start(t)
 		r = runStatus(t, c, "--mirror", nc.URL)
 		expectState(t, "config 50ms before start", r, activation.Active, 0)
-		runNodecacheJSON(t, ncBin, genArgs, &rep)
+		runNodecacheJSON(t, genArgs, &rep)
 		if rep.RestartRequired || rep.RestartReason != "" {
 			t.Fatalf("gen after a config written 50 ms before the start: %+v, want no restart", rep)
 		}
@@ -117,7 +110,7 @@ func TestStatusMatrixRealContainerd(t *testing.T) {
 		if err := os.Chtimes(c.ConfigFile(), start, start); err != nil {
 			t.Fatal(err)
 		}
-		runNodecacheJSON(t, ncBin, genArgs, &rep)
+		runNodecacheJSON(t, genArgs, &rep)
 		if !rep.RestartRequired || !strings.Contains(rep.RestartReason, "cannot tell which came first") {
 			t.Fatalf("gen with config.toml at the start tick: %+v, want restart_required (cannot tell)", rep)
 		}
@@ -161,11 +154,10 @@ func TestStatusMatrixRealContainerd(t *testing.T) {
 func TestStatusCRIPluginFailedRealContainerd17(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd17)
-	nc := startNodecache(t, nil)
-	host := nc.UpstreamHost
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs.d")
-	writeHostsToml(t, filepath.Join(certs, host, "hosts.toml"), mirrorapi.ManagedMarker+"\n", host, nc.URL)
+	nc := managedNodecache(t, certs, func(host string) string { return host }) // 1.7 reads host:port
+	host := nc.UpstreamHost
 	c := runtimetest.NewContainerd(t, bin, runtimetest.ContainerdConfig{Dir: dir, ConfigPath: certs,
 		AppendTOML: fmt.Sprintf("\n[plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"%s\"]\n  endpoint = [\"%s\"]\n", host, nc.URL)})
 	c.StartWithoutCRI(t)
@@ -195,89 +187,6 @@ func runtimeRequest(t *testing.T, method, url, ua string) {
 	}
 }
 
-// TestAgentMatrixRealContainerd: the agent's /activez and readiness (--readiness activation)
-// follow the same steps on 2.4, 2.3 and 1.7: NOT active after its gen pass; ACTIVE once
-// containerd is restarted right after it; on 2.3 a config changed at the daemon's start tick is
-// NOT active again, a /v2/ ping from containerd's user agent changes nothing, and a CRI pull
-// through the agent's mirror makes it ACTIVE (2.4 and 1.7 say what they loaded and stay ACTIVE).
-func TestAgentMatrixRealContainerd(t *testing.T) {
-	t.Parallel()
-	eachContainerd(t, func(t *testing.T, bin string) {
-		upstream := appUpstream(t, 4096, 1)
-
-		// Short directories: the socket under the host root must fit a unix socket path.
-		hostRoot, nodeDir := shortTempDir(t), shortTempDir(t)
-		linkHostPath(t, hostRoot, nodeDir)
-		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{Dir: nodeDir})
-		listen, metricsListen := nodecachetest.FreeAddr(t), nodecachetest.FreeAddr(t)
-		a := startAgent(t, listen, metricsListen, "agent",
-			"--host-root", hostRoot, "--runtime", "containerd",
-			"--containerd-config", c.ConfigFile(), "--containerd-socket", c.Socket(),
-			"--certs-dir", filepath.Join(nodeDir, "certs.d"),
-			"--listen", listen, "--metrics-listen", metricsListen, "--root", t.TempDir(),
-			"--upstream", upstreamName+"="+upstream.URL.String(),
-			"--interval", "1s", "--readiness", "activation")
-		ctx := t.Context()
-		expect := func(step string, active bool) {
-			t.Helper()
-			want := http.StatusServiceUnavailable
-			if active {
-				want = http.StatusOK
-			}
-			a.waitFor(t, step, func() string {
-				for _, u := range []string{a.url + "/activez", a.url + "/readyz", a.murl + "/readyz"} {
-					if code, body := get(ctx, u); code != want {
-						return fmt.Sprintf("%s %d %q, want %d", u, code, body, want)
-					}
-				}
-				return ""
-			})
-			t.Logf("%s: /activez and /readyz %d", step, want)
-		}
-
-		// 1. The gen pass: NOT active until containerd restarts.
-		a.waitFor(t, "the gen pass", func() string {
-			if logged(a, "gen containerd", "restart_required", true) {
-				return ""
-			}
-			return "no gen containerd line with restart_required"
-		})
-		expect("after the gen pass", false)
-
-		// 2. Restart right away: ACTIVE.
-		c.Restart(t)
-		expect("gen then restart", true)
-
-		// 3. config.toml changed at the daemon's start tick.
-		h, err := bootstrap.NewHost(bootstrap.HostOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := h.Process(c.PID())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chtimes(c.ConfigFile(), p.Start, p.Start); err != nil {
-			t.Fatal(err)
-		}
-		is23 := c.Major() == 2 && strings.HasPrefix(c.Version(), "2.3")
-		expect("config at the start tick", !is23)
-
-		// 4. A ping from containerd's user agent proves nothing.
-		runtimeRequest(t, http.MethodGet, a.url+"/v2/", c.UserAgent())
-		time.Sleep(3 * time.Second) // three intervals
-		expect("after a /v2/ ping", !is23)
-
-		// 5. A CRI pull through the agent's mirror: ACTIVE.
-		pctx, cancel := context.WithTimeout(ctx, pullTimeout)
-		defer cancel()
-		if _, err := c.PullImage(pctx, upstreamName+"/team/app:v1"); err != nil {
-			t.Fatalf("CRI pull: %v", err)
-		}
-		expect("after a CRI pull", true)
-	})
-}
-
 // shortTempDir is a temporary directory with a short path (unix socket paths are limited to
 // 108 bytes), removed when the test ends.
 func shortTempDir(t *testing.T) string {
@@ -296,11 +205,9 @@ func shortTempDir(t *testing.T) string {
 func TestStatusPermissionDeniedRealContainerd(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd24)
-	nc := startNodecache(t, nil)
-	host := nc.UpstreamHost
 	dir := shortTempDir(t)
 	certs := filepath.Join(dir, "certs.d")
-	writeHostsToml(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), mirrorapi.ManagedMarker+"\n", host, nc.URL)
+	host := managedNodecache(t, certs, name.HostDir).UpstreamHost
 	c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{Dir: dir, ConfigPath: certs})
 	// Everything readable by others except the socket (containerd makes it 0660 root:root).
 	for _, p := range []string{dir, certs, filepath.Join(certs, name.HostDir(host))} {
@@ -316,7 +223,7 @@ func TestStatusPermissionDeniedRealContainerd(t *testing.T) {
 	}
 	// The test binary's own directory is root's; nobody runs a copy.
 	ncBin := filepath.Join(dir, "nodecache")
-	b, err := os.ReadFile(nodecacheBinary(t))
+	b, err := os.ReadFile(servetest.Binary(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,16 +1,10 @@
 package integration
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +12,7 @@ import (
 
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/bootstrap"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/bootstrap/bootstraptest"
@@ -25,36 +20,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// nodecacheBinary builds cmd/nodecache once per test process.
-func nodecacheBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "nodecache-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "nodecache")
-		_, file, _, _ := runtime.Caller(0)
-		repo := filepath.Join(filepath.Dir(file), "..", "..")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/nodecache")
-		cmd.Dir = repo
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/nodecache: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
 
 // statusResult is `nodecache status --output json` and its exit code.
 type statusResult struct {
@@ -86,20 +51,10 @@ func runStatus(t *testing.T, c *runtimetest.Containerd, extra ...string) statusR
 	t.Helper()
 	args := append([]string{"status", "--runtime", "containerd", "--containerd-config", c.ConfigFile(),
 		"--containerd-socket", c.Socket(), "--output", "json"}, extra...)
-	cmd := exec.CommandContext(t.Context(), nodecacheBinary(t), args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	res := statusResult{Raw: stdout.String()}
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		res.Exit = ee.ExitCode()
-	case err != nil:
-		t.Fatalf("nodecache %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
-	}
-	if err := json.Unmarshal(stdout.Bytes(), &res.Report); err != nil {
-		t.Fatalf("status output is not the JSON report: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	out := servetest.Run(t, args...)
+	res := statusResult{Exit: out.Exit, Raw: string(out.Stdout)}
+	if err := json.Unmarshal(out.Stdout, &res.Report); err != nil {
+		t.Fatalf("status output is not the JSON report: %v\nstdout:\n%s\nstderr:\n%s", err, out.Stdout, out.Stderr)
 	}
 	if res.Exit != res.Report.State.ExitCode() {
 		t.Fatalf("exit %d does not match state %s\n%s", res.Exit, res.Report.State, res.Raw)
@@ -188,10 +143,8 @@ func afterTwoSeconds() {
 func TestStatusRealContainerd(t *testing.T) {
 	t.Parallel()
 	eachContainerd(t, func(t *testing.T, bin string) {
-		nc := startAppNodecache(t, 4096, 2)
+		nc, c, certs := appNodecacheAndContainerd(t, bin)
 		host := nc.UpstreamHost
-		c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{})
-		certs := filepath.Join(c.Dir(), "certs.d")
 
 		// 1. No config_path: 2.x reads its default two-directory list (ignored in transfer
 		// mode), 1.7 reads no hosts.toml at all.
@@ -268,10 +221,8 @@ func TestStatusRealContainerd(t *testing.T) {
 func TestStatusRealContainerdList(t *testing.T) {
 	t.Parallel()
 	bin := requireContainerd(t, runtimetest.EnvContainerd24)
-	nc := startNodecache(t, nil)
-	host := nc.UpstreamHost
 	certs := t.TempDir()
-	writeHostsToml(t, filepath.Join(certs, name.HostDir(host), "hosts.toml"), mirrorapi.ManagedMarker+"\n", host, nc.URL)
+	nc := managedNodecache(t, certs, name.HostDir)
 	c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs + ":/etc/docker/certs.d"})
 	r := runStatus(t, c, "--mirror", nc.URL)
 	expectState(t, "list config_path", r, activation.NotActive, pendingAny)
@@ -386,10 +337,9 @@ func TestStatusRefusalsProcess(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			out, err := exec.CommandContext(t.Context(), nodecacheBinary(t), tc.args...).CombinedOutput()
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != tc.code || !strings.Contains(string(out), tc.says) {
-				t.Fatalf("exit %v, want %d saying %q; output:\n%s", err, tc.code, tc.says, out)
+			r := servetest.Run(t, tc.args...)
+			if out := string(r.Stdout) + string(r.Stderr); r.Exit != tc.code || !strings.Contains(out, tc.says) {
+				t.Fatalf("exit %d, want %d saying %q; output:\n%s", r.Exit, tc.code, tc.says, out)
 			}
 		})
 	}

@@ -30,11 +30,17 @@ func (s *S3) ObjectPath(key string) string {
 }
 
 // NewS3 starts versitygw (EnvVersityGW; the test is skipped when it is missing, failed with
-// CI=true) over a temporary directory, and stops it when the test ends.
+// CI=true) over a temporary directory, and stops it when the test ends. Its credentials go where
+// the AWS SDK's default credential chain looks first, the environment (AWS_ACCESS_KEY_ID,
+// AWS_SECRET_ACCESS_KEY), with the instance metadata lookup off so that nothing leaves the
+// machine: t.Setenv, so the test may not be parallel.
 func NewS3(t testing.TB) *S3 {
 	t.Helper()
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	bin := runtimetest.Binary(t, EnvVersityGW)
 	s := &S3{Bucket: "nodecache", AccessKey: "nodecache-test", SecretKey: "nodecache-test-secret", Dir: t.TempDir()}
+	t.Setenv("AWS_ACCESS_KEY_ID", s.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", s.SecretKey)
 	if err := os.Mkdir(filepath.Join(s.Dir, s.Bucket), 0o755); err != nil {
 		t.Fatal(err)
 	}
