@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodecache/nodecache/internal/runtimetest"
+	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/name"
 )
@@ -51,11 +52,10 @@ func TestContainerdDialTimeoutFallsBack(t *testing.T) {
 	certs := t.TempDir()
 	c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs})
 	mirror := "http://" + ns.mirror
-	out, err := exec.CommandContext(t.Context(), nodecacheBinary(t), "gen", "containerd", "--mirror", mirror,
+	if r := servetest.Run(t, "gen", "containerd", "--mirror", mirror,
 		"--upstream", host+"=http://"+host, "--containerd-config", c.ConfigFile(), "--certs-dir", certs,
-		"--containerd-version", c.Version()).CombinedOutput()
-	if err != nil {
-		t.Fatalf("nodecache gen containerd: %v\n%s", err, out)
+		"--containerd-version", c.Version()); r.Exit != 0 {
+		t.Fatalf("nodecache gen containerd: exit %d\n%s%s", r.Exit, r.Stdout, r.Stderr)
 	}
 	file := filepath.Join(certs, name.HostDir(host), "hosts.toml")
 	generated := []byte(readFile(t, file))
