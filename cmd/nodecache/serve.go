@@ -30,7 +30,7 @@ func mirrorFlags(c *mirror.Config, lc *logConfig, listenDefault string) []cli.Fl
 		stringFlag(&c.ScrubRate, "scrub-rate", "50MiB", "bound `RATE` on what the scrubber and nodecache cache verify read, bytes a second in binary units (50MiB, 200MiB/s)"),
 		durationFlag(&c.IdleTimeout, "idle-timeout", mirror.DefaultIdleTimeout, "close a keep-alive connection idle for this `DURATION` (every listener): idle connections hold descriptors, and anyone who reaches the port could hold them all"),
 		intFlag(&c.ClientMaxConns, "client-max-conns", mirror.DefaultClientMaxConns, "`NUMBER` of connections one client address may hold once the connection budget (from the descriptor limit, ulimit -n) is nearly used; more get 503. SNAT and NodePort Services make many nodes one address: keep it above their connections together"),
-		stringSliceFlag(&c.Allow, "allow", nil, "`CIDR` allowed to read /nodecache/v1/clients and the cache inventory, run verify passes, and pin and unpin images besides loopback, repeatable; it does not gate pulls (that is --pull-allow)"),
+		stringSliceFlag(&c.Allow, "allow", nil, "`CIDR` allowed to read /nodecache/v1/clients, /nodecache/v1/upstreams and the cache inventory, run verify passes, and pin and unpin images besides loopback, repeatable; it does not gate pulls (that is --pull-allow)"),
 		stringSliceFlag(&c.PullAllow, "pull-allow", nil, "`CIDR` allowed to pull (every /v2/ request), repeatable; 127.0.0.1 and ::1 always are; anyone else gets 403 DENIED. Default: every address that reaches the port (said once at start on a non-loopback listener). /healthz, /readyz and /metrics stay open"),
 		stringSliceFlag(&c.UpstreamAuth, "upstream-auth", nil, "`NAME=FILE`: pull upstream NAME with the credentials for NAME in FILE, a docker config.json or Kubernetes .dockerconfigjson (auths, credHelpers, credsStore; helpers run from PATH), repeatable. Read again when the file changes. WARNING: everything these credentials can read becomes readable by every client that may pull through the cache: set --pull-allow"),
 		stringFlag(&c.Chain, "chain", "", "`URL` of a shared nodecache (http(s)://HOST[:PORT]) through which every upstream is pulled, sent ?ns=<NAME>; when it fails (no answer, timeout, 5xx) the upstream is pulled directly, and after 3 failures in a row for 30 s; --upstream-auth then applies to direct fetches only"),
@@ -62,8 +62,8 @@ Only configured upstreams are ever contacted; an offline one (NAME=offline, --of
 Who may pull: every address that reaches --listen, unless --pull-allow CIDR is given; then only
 127.0.0.1, ::1 and those networks (anyone else: 403 DENIED, counted in
 nodecache_refused_total{reason="pull_allow"}). /healthz, /readyz and /metrics stay open;
-/nodecache/v1/clients, /nodecache/v1/cache and its pins are answered to loopback and --allow
-networks only.
+/nodecache/v1/clients, /nodecache/v1/upstreams, /nodecache/v1/cache and its pins are answered to
+loopback and --allow networks only.
 
 Upstream credentials: --upstream-auth NAME=FILE reads NAME's entry from a docker config.json or
 a Kubernetes .dockerconfigjson as docker does (Docker Hub under https://index.docker.io/v1/;

@@ -323,6 +323,40 @@ func TestUpstreamHealth(t *testing.T) {
 	}
 }
 
+// TestUpstreamHealthUntrustedAtAddress: an https upstream reached at an IP address (a private
+// registry at 10.x, here 127.0.0.1) whose certificate no trusted CA signed is reason tls with the
+// x509 text, as one reached by name is. go-containerregistry's ping also tries plain http for such
+// an address, and the TLS port's "400 Bad Request" to that attempt was reported instead: reason
+// other, cause "HTTP 400".
+func TestUpstreamHealthUntrustedAtAddress(t *testing.T) {
+	t.Parallel()
+	ca := mirrortest.NewCA(t)
+	srv := httptest.NewUnstartedServer(mirrortest.NewHandler(t))
+	srv.TLS = ca.TLSConfig(t, "127.0.0.1")
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	h := newHarness(t, mirror.Options{
+		Upstreams: []regname.Upstream{parseUpstream(t, "private.test=https://"+srv.Listener.Addr().String())},
+	})
+	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/library/app/manifests/latest?ns=private.test"), manifestAccept)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "x509") {
+		t.Errorf("untrusted certificate at an address: %d %q, want 503 naming the x509 error", resp.StatusCode, body)
+	}
+	if got := failures(t, h, "private.test", "tls"); got != 1 {
+		t.Errorf("failures{reason=\"tls\"} %v, want 1 (other: %v)", got, failures(t, h, "private.test", "other"))
+	}
+	th := tierOf(upstreamsDoc(t, h), "private.test", "upstream")
+	if th == nil || th.LastFailure == nil || th.LastFailure.Reason != "tls" ||
+		!strings.Contains(th.LastFailure.Cause, "x509: certificate signed by unknown authority") {
+		t.Errorf("document: %+v, want the last failure tls with the x509 text", th)
+	}
+	if lines := failureLines(t, h, "private.test", "tls"); len(lines) != 1 || !strings.Contains(fmt.Sprint(lines[0]["cause"]), "x509") {
+		t.Errorf("log lines %v, want one whose cause has the x509 text", lines)
+	}
+}
+
 // TestUpstreamHealthLogRate: failures of one upstream for one reason are logged once a minute of
 // the injected clock, each line with the count since the line before it and the latest cause;
 // what no line told yet is logged at Close.

@@ -460,3 +460,37 @@ func TestReferrersEvictedWithSubject(t *testing.T) {
 		t.Errorf("referrers of the pinned subject after the evictions: %d %v", resp.StatusCode, got)
 	}
 }
+
+// TestReferrersPastBounds (issue 25, upstream health): an upstream whose Link headers never end
+// (each page points to one more) makes a listing past its 64 pages: 502 UNKNOWN, counted as
+// reason too_large as a tag list past its bounds is (both are lists nodecache refuses for their
+// size). Fails before: reason other.
+func TestReferrersPastBounds(t *testing.T) {
+	t.Parallel()
+	reg := mirrortest.NewRegistry(t)
+	var pages atomic.Int64
+	reg.Wrap(func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !strings.Contains(r.URL.Path, "/referrers/") {
+				next.ServeHTTP(w, r)
+				return
+			}
+			n := pages.Add(1)
+			w.Header().Set("Link", fmt.Sprintf(`<%s?page=%d>; rel="next"`, r.URL.Path, n))
+			w.Header().Set("Content-Type", string(types.OCIImageIndex))
+			_, _ = io.WriteString(w, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`)
+		})
+	})
+	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "endless.test", reg)}})
+	subject := digest.FromString("subject").String()
+	resp, _ := referrersList(t, h, http.MethodGet, "/v2/endless.test/team/app", subject, "")
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(mirrorapi.HeaderErrorCode) != "UNKNOWN" {
+		t.Fatalf("endless Link pages: %d %s, want 502 UNKNOWN", resp.StatusCode, resp.Header.Get(mirrorapi.HeaderErrorCode))
+	}
+	if n := pages.Load(); n != 64 {
+		t.Errorf("upstream answered %d pages, want 64 (the bound)", n)
+	}
+	if got := failures(t, h, "endless.test", "too_large"); got != 1 {
+		t.Errorf(`failures{reason="too_large"} %v, want 1 (other: %v)`, got, failures(t, h, "endless.test", "other"))
+	}
+}

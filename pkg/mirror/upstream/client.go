@@ -137,6 +137,8 @@ func newClient(up Registry, base http.RoundTripper, timeout time.Duration, userA
 	}
 	if up.URL.Scheme == "http" {
 		base = plainHTTPOnly{host: up.URL.Host, next: base}
+	} else {
+		base = tlsOnly{host: up.URL.Host, next: base}
 	}
 	*c = client{
 		up: up, reg: reg, base: base, timeout: timeout, userAgent: userAgent,
@@ -162,6 +164,27 @@ func (t plainHTTPOnly) RoundTrip(req *http.Request) (*http.Response, error) {
 			_ = req.Body.Close()
 		}
 		return nil, fmt.Errorf("upstream is configured as http://%s: https is not used", t.host)
+	}
+	return t.next.RoundTrip(req)
+}
+
+// tlsOnly refuses plain-http requests to an https:// upstream's own host: the mirror image of
+// plainHTTPOnly. go-containerregistry's ping also tries http for a registry it takes for local (a
+// loopback or private IP address, localhost, *.localhost: name.Registry.Scheme), and when both
+// fail reports the http attempt's answer — a TLS port's "400 Bad Request" — in place of the TLS
+// failure (issue 25: an untrusted certificate must show as reason tls, its x509 text in the log).
+// Refused here, before any connection, the http attempt adds only this error to the TLS one.
+type tlsOnly struct {
+	host string
+	next http.RoundTripper
+}
+
+func (t tlsOnly) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "http" && req.URL.Host == t.host {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, fmt.Errorf("upstream is configured as https://%s: plain http is not used", t.host)
 	}
 	return t.next.RoundTrip(req)
 }

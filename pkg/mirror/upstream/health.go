@@ -125,7 +125,8 @@ func FailureReason(err error) string {
 		return ""
 	case errors.Is(err, ErrDigestMismatch):
 		return FailDigestMismatch
-	case errors.Is(err, ErrManifestTooLarge), errors.Is(err, ErrUnknownSizeTooLarge), errors.Is(err, ErrTagListTooLarge):
+	case errors.Is(err, ErrManifestTooLarge), errors.Is(err, ErrUnknownSizeTooLarge), errors.Is(err, ErrTagListTooLarge),
+		errors.Is(err, ErrReferrersTooLarge):
 		return FailTooLarge
 	case errors.Is(err, ErrNotManifest):
 		return FailNotManifest

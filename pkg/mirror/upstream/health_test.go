@@ -47,6 +47,7 @@ func TestFailureReason(t *testing.T) {
 		{"manifest too large", fmt.Errorf("x: %w", ErrManifestTooLarge), FailTooLarge},
 		{"unknown size too large", fmt.Errorf("x: %w", ErrUnknownSizeTooLarge), FailTooLarge},
 		{"tag list too large", fmt.Errorf("x: %w", ErrTagListTooLarge), FailTooLarge},
+		{"referrers list too large", fmt.Errorf("x: %w", ErrReferrersTooLarge), FailTooLarge},
 		{"not a manifest", fmt.Errorf("x: %w", ErrNotManifest), FailNotManifest},
 		{"short body", fmt.Errorf("x: %w", ErrShortBody), FailShortBody},
 		{"bad range", fmt.Errorf("x: %w", ErrBadRange), FailBadRange},

@@ -65,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodecache_upstream_failures_total",
-			Help: "Upstream exchanges (tag and blob HEADs, manifest GETs, whole blob fills, tag lists; and each failed attempt at a shared tier or a peer before the next tier) that failed, by tier (upstream, shared, peer) and reason: dns, connect, tls, timeout, http_401, http_403, http_429, http_5xx, redirect_host (a host the upstream redirected to could not be reached), too_large, not_manifest, digest_mismatch, short_body, bad_range, refused_target, other. An upstream's 404 is not a failure.",
+			Help: "Upstream exchanges (tag and blob HEADs, manifest GETs, whole blob fills, tag lists, referrers listings; and each failed attempt at a shared tier or a peer before the next tier) that failed, by tier (upstream, shared, peer) and reason: dns, connect, tls, timeout, http_401, http_403, http_429, http_5xx, redirect_host (a host the upstream redirected to could not be reached), too_large, not_manifest, digest_mismatch, short_body, bad_range, refused_target, other. An upstream's 404 is not a failure.",
 		}, []string{"upstream", "tier", "reason"}),
 		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "nodecache_upstream_last_success_timestamp_seconds",
