@@ -233,7 +233,7 @@ func (r *repository) referrersByTag(ctx context.Context, subject digest.Digest) 
 			Msg("the referrers tag schema's tag names no OCI image index; answering no referrers")
 		return []json.RawMessage{}, out, nil
 	}
-	return index.Manifests, out, nil
+	return upstream.UniqueDescriptors(index.Manifests), out, nil
 }
 
 // storedReferrers reads the list stored for subject; ok is false when none is (a list that does

@@ -494,3 +494,33 @@ func TestReferrersPastBounds(t *testing.T) {
 		t.Errorf(`failures{reason="too_large"} %v, want 1 (other: %v)`, got, failures(t, h, "endless.test", "other"))
 	}
 }
+
+// TestReferrersTagSchemaDuplicates: an index kept by the referrers tag schema that lists a
+// referrer twice (every pushing client edits it) is answered with each referrer once, as the
+// referrers API answers. Fails before: the signature listed twice.
+func TestReferrersTagSchemaDuplicates(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	const repo = "team/app"
+	subjectImg := mirrortest.Image(t, 4096, 1, "linux/amd64")
+	up.PushImage(t, repo, "v1", subjectImg)
+	subject, err := partialDescriptor(subjectImg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigImg := artifact(t, cosignSigType, "application/vnd.dev.cosign.simplesigning.v1+json", `{"critical":{}}`, subject)
+	sig := pushRef(t, up.Addr, repo, "", sigImg)
+	twice := mutate.IndexMediaType(mutate.AppendManifests(empty.Index,
+		mutate.IndexAddendum{Add: sigImg, Descriptor: sig}, mutate.IndexAddendum{Add: sigImg, Descriptor: sig}), types.OCIImageIndex)
+	tag := strings.Replace(subject.Digest.String(), ":", "-", 1)
+	if err := remote.WriteIndex(ref(t, up.Addr+"/"+repo+":"+tag), twice); err != nil {
+		t.Fatalf("push the referrers tag %s: %v", tag, err)
+	}
+
+	h := newHarnessFor(t, up)
+	pullImage(t, h.host+"/upstream.test/"+repo+":v1")
+	resp, got := referrersList(t, h, http.MethodGet, "/v2/upstream.test/"+repo, subject.Digest.String(), "")
+	if resp.StatusCode != http.StatusOK || !slices.Equal(got, sortedDigests(sig)) {
+		t.Fatalf("tag schema index listing the signature twice: %d %v, want 200 with the signature %s once", resp.StatusCode, got, sig.Digest)
+	}
+}

@@ -125,16 +125,7 @@ func (r *Remote) listReferrers(ctx context.Context, repo string, subject digest.
 			return ReferrerList{NoAPI: true}, nil
 		}
 		budget -= read
-		for _, d := range descs {
-			var desc struct {
-				Digest digest.Digest `json:"digest"`
-			}
-			if json.Unmarshal(d, &desc) != nil || desc.Digest.Validate() != nil || seen[desc.Digest] {
-				continue // not a descriptor: nothing a client could fetch
-			}
-			seen[desc.Digest] = true
-			out.Manifests = append(out.Manifests, d)
-		}
+		out.Manifests = appendUnique(out.Manifests, seen, descs)
 		if next == "" {
 			return out, nil
 		}
@@ -201,4 +192,29 @@ func (f *Fetcher) ReferrersFresh(upstream, repo string, subject digest.Digest) b
 // upstream now (a no-op when TagTTL is 0).
 func (f *Fetcher) MarkReferrersFresh(upstream, repo string, subject digest.Digest) {
 	f.MarkTagFresh(upstream, repo, referrersTag(subject))
+}
+
+// UniqueDescriptors returns the descriptors of list (raw JSON, each an OCI descriptor) with one
+// entry per digest, the first, and without entries that are no descriptor (nothing a client
+// could fetch): the referrers API lists each referrer once (OCI distribution spec, "Listing
+// Referrers"), while an index kept by the referrers tag schema is edited by every client that
+// pushes a referrer and can list one twice.
+func UniqueDescriptors(list []json.RawMessage) []json.RawMessage {
+	return appendUnique(make([]json.RawMessage, 0, len(list)), map[digest.Digest]bool{}, list)
+}
+
+// appendUnique appends to out the descriptors of list whose digest seen does not hold, and notes
+// them in seen.
+func appendUnique(out []json.RawMessage, seen map[digest.Digest]bool, list []json.RawMessage) []json.RawMessage {
+	for _, d := range list {
+		var desc struct {
+			Digest digest.Digest `json:"digest"`
+		}
+		if json.Unmarshal(d, &desc) != nil || desc.Digest.Validate() != nil || seen[desc.Digest] {
+			continue
+		}
+		seen[desc.Digest] = true
+		out = append(out, d)
+	}
+	return out
 }
