@@ -436,3 +436,39 @@ func TestUpstreamsAccess(t *testing.T) {
 		t.Errorf("refused{allow} %v, want 1", got)
 	}
 }
+
+// TestUpstreamHealthStaleWarnsOnce (issue 25: one log line per upstream and reason per minute): a
+// client polling a cached tag while its upstream answers 503 gets every answer stale, and the
+// log warns once — the rate-limited "upstream failures" line with its cause — not once a request.
+// Fails before: a "serving the cached tag" warning for each of the five requests.
+func TestUpstreamHealthStaleWarnsOnce(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	up.PushImage(t, "team/app", "v1", mirrortest.Image(t, 1024, 1, "linux/amd64"))
+	h := newHarnessFor(t, up)
+	url := fmtURL(h, "/v2/upstream.test/team/app/manifests/v1")
+	if resp, _ := get(t, http.MethodGet, url, manifestAccept); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first pull: %d", resp.StatusCode)
+	}
+	up.Wrap(func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+		})
+	})
+	for i := range 5 {
+		if resp, _ := get(t, http.MethodGet, url, manifestAccept); resp.StatusCode != http.StatusOK ||
+			resp.Header.Get(mirrorapi.HeaderCache) != mirrorapi.CacheStale {
+			t.Fatalf("poll %d with the upstream down: %d %s=%q, want 200 stale", i, resp.StatusCode, mirrorapi.HeaderCache, resp.Header.Get(mirrorapi.HeaderCache))
+		}
+	}
+	var warns []map[string]any
+	for _, l := range h.logs.JSONLines(t) {
+		if l["level"] == "warn" {
+			warns = append(warns, l)
+		}
+	}
+	if len(warns) != 1 || warns[0]["message"] != "upstream failures" || warns[0]["reason"] != "http_5xx" ||
+		!strings.Contains(fmt.Sprint(warns[0]["cause"]), "503") {
+		t.Fatalf("five stale answers logged %d warnings, want the one rate-limited upstream failures line (http_5xx, its cause):\n%v", len(warns), warns)
+	}
+}

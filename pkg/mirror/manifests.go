@@ -217,7 +217,10 @@ func (r *repository) tag(ctx context.Context, tag string) (desc v1.Descriptor, o
 		return v1.Descriptor{}, out, false, distribution.ErrTagUnknown{Tag: tag}
 	}
 	if cached, lerr := tags.Get(ctx, tag); lerr == nil {
-		r.log.Warn().Str("upstream", r.up.Name).Str("repository", r.repo).Str("tag", tag).
+		// Debug, not Warn: a client polling a failing upstream would log a warning a request; the
+		// failure with its cause is logged once a minute (upstream health), the access line says
+		// cache=stale.
+		r.log.Debug().Str("upstream", r.up.Name).Str("repository", r.repo).Str("tag", tag).
 			Err(err).Msg("upstream failed; serving the cached tag")
 		return cached, outcome{cache: mirrorapi.CacheStale}, false, nil
 	}

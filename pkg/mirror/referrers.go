@@ -149,7 +149,10 @@ func (r *repository) referrers(ctx context.Context, subject digest.Digest) ([]js
 		return nil, outcome{}, upstreamAPIError(err)
 	}
 	if have {
-		r.log.Warn().Str("upstream", r.up.Name).Str("repository", r.repo).Str("subject", subject.String()).
+		// Debug, not Warn: a client polling a failing upstream would log a warning a request; the
+		// failure with its cause is logged once a minute (upstream health), the access line says
+		// cache=stale.
+		r.log.Debug().Str("upstream", r.up.Name).Str("repository", r.repo).Str("subject", subject.String()).
 			Err(err).Msg("upstream failed; serving the cached referrers list")
 		return stored.Manifests, outcome{cache: mirrorapi.CacheStale}, nil
 	}
