@@ -131,13 +131,20 @@ func serveKnown(w http.ResponseWriter, req *http.Request, d digest.Digest, conte
 
 // remoteBlob is what the upstream says of blob dgst, or the fill of it in flight says, and the
 // tier that answered. With head, a size the HEAD did not state is probed (see
-// upstream.Remote.BlobStat).
+// upstream.Remote.BlobStat), and a fill in flight answers only with a size the upstream's HEAD
+// stated: a size only the fill's GET gave is unchecked until the digest is (a short 200 looks
+// whole until then), so the HEAD asks the upstream itself.
 //
 // Errors: 404 BLOB_UNKNOWN for a blob the upstream does not have; else the upstream's failure as
 // blobAPIError answers it.
 func (r *repository) remoteBlob(ctx context.Context, dgst digest.Digest, head bool) (v1.Descriptor, string, error) {
 	if f := r.up.remote.Filling(r.repo, dgst); f != nil {
-		return f.Desc(), f.Tier(), nil
+		if !head {
+			return f.Desc(), f.Tier(), nil
+		}
+		if d := f.Stated(); d.Size >= 0 {
+			return d, f.Tier(), nil
+		}
 	}
 	desc, tier, err := r.up.remote.BlobStat(ctx, r.repo, dgst, head)
 	if err != nil {

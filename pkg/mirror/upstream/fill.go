@@ -319,6 +319,11 @@ func (f *Fill) setTier(t string) {
 	f.mu.Unlock()
 }
 
+// Stated is the blob as the fill started with it: Size as the upstream's HEAD stated it before
+// the fill's GET (which then had to match), -1 when it did not. Desc's size can be only the
+// GET's own Content-Length, unchecked until the digest is.
+func (f *Fill) Stated() v1.Descriptor { return f.desc }
+
 // Desc is the blob being filled; Size is -1 while unknown.
 func (f *Fill) Desc() v1.Descriptor {
 	d := f.desc
