@@ -43,26 +43,14 @@ func imageOnBase(t *testing.T, base v1.Layer, ownBytes int64) v1.Image {
 	return img
 }
 
-// uniqueBytes is what img stores besides its first (shared) layer: manifest, config, own layer.
+// uniqueBytes is what img stores besides its first (shared) layer: imageBytes less that layer.
 func uniqueBytes(t *testing.T, img v1.Image) int64 {
 	t.Helper()
-	raw, err := img.RawManifest()
+	m, err := img.Manifest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := img.RawConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	own, err := layers[1].Size()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int64(len(raw)+len(cfg)) + own
+	return imageBytes(t, img) - m.Layers[0].Size
 }
 
 func inventory(t *testing.T, host string) mirrorapi.CacheInventory {

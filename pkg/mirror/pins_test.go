@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,24 +20,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/warm"
 )
-
-// imageBytes is what the cache stores of img: its manifest, config and layers.
-func imageBytes(t *testing.T, img v1.Image) int64 {
-	t.Helper()
-	raw, err := img.RawManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := img.Manifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := int64(len(raw)) + m.Config.Size
-	for _, l := range m.Layers {
-		n += l.Size
-	}
-	return n
-}
 
 // pinRequest sends method (PUT: pin, DELETE: unpin) for spec ("<upstream>/<repository>:<tag>"
 // or "…@<digest>") to h's pins API; it returns the status and the pin or the error message.
@@ -91,10 +74,18 @@ func warmPin(t *testing.T, h *harness, refs ...string) *warm.Report {
 
 // imageOf returns the inventory row of repo (nil when it is not cached).
 func imageOf(inv mirrorapi.CacheInventory, repo string) *mirrorapi.CachedImage {
-	for i := range inv.Images {
-		if inv.Images[i].Repository == repo {
-			return &inv.Images[i]
-		}
+	return rowWhere(inv.Images, func(img mirrorapi.CachedImage) bool { return img.Repository == repo })
+}
+
+// imageByDigest returns the inventory row of the image d (nil when it is not cached).
+func imageByDigest(inv mirrorapi.CacheInventory, d string) *mirrorapi.CachedImage {
+	return rowWhere(inv.Images, func(img mirrorapi.CachedImage) bool { return img.Digest == d })
+}
+
+// rowWhere is the first of rows that match accepts (nil when none does).
+func rowWhere[T any](rows []T, match func(T) bool) *T {
+	if i := slices.IndexFunc(rows, match); i >= 0 {
+		return &rows[i]
 	}
 	return nil
 }
@@ -394,16 +385,6 @@ func TestPinFollowsTag(t *testing.T) {
 	if img := imageByDigest(inv, d2); img == nil || !img.Pinned {
 		t.Errorf("new index after warm moved the pin: %+v, want cached and pinned", img)
 	}
-}
-
-// imageByDigest returns the inventory row of the image d (nil when it is not cached).
-func imageByDigest(inv mirrorapi.CacheInventory, d string) *mirrorapi.CachedImage {
-	for i := range inv.Images {
-		if inv.Images[i].Digest == d {
-			return &inv.Images[i]
-		}
-	}
-	return nil
 }
 
 // waitPins polls the pins until ok accepts them (10 s at most).
