@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -390,15 +389,5 @@ func TestPinFollowsTag(t *testing.T) {
 // waitPins polls the pins until ok accepts them (10 s at most).
 func waitPins(t *testing.T, h *harness, what string, ok func(mirrorapi.PinList) bool) mirrorapi.PinList {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		l := pinList(t, h)
-		if ok(l) {
-			return l
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10s for %s; pins: %+v", what, l)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return poll(t, what, func() mirrorapi.PinList { return pinList(t, h) }, ok, func(l mirrorapi.PinList) string { return fmt.Sprintf("pins: %+v", l) })
 }
