@@ -11,20 +11,13 @@ import (
 	"github.com/nodecache/nodecache/internal/runtimetest"
 )
 
-// needPatch returns the path of GNU patch; without it the test is skipped with the reason
-// (and fails under CI=true, where .ci/build-tools.sh installs it).
-func needPatch(t *testing.T) string {
-	t.Helper()
-	return runtimetest.Find(t, runtimetest.Patch)
-}
-
 // TestDiffAppliesWithPatch: every --dry-run diff is a unified diff that `patch -p1` applies
 // from the host root and that reproduces the planned content byte for byte, including files
 // without a final newline ("\ No newline at end of file"), created and removed files, and
 // changes far apart (two hunks).
 func TestDiffAppliesWithPatch(t *testing.T) {
 	t.Parallel()
-	patch := needPatch(t)
+	patch := runtimetest.Find(t, runtimetest.Patch) // GNU patch; missing: skips with the reason; fails under CI=true
 	long := func(lines ...string) string { return strings.Join(lines, "\n") }
 	base := long("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n") + "\n"
 	for _, tc := range []struct {

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -298,15 +296,7 @@ func TestFirstServeRangeIsHashed(t *testing.T) {
 		t.Fatalf("first Range after a restart: %d (cut %v, %d bytes); want 206 with the range", got.status, got.cut, len(got.body))
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := &fileCountingListener{Listener: ln}
-	srv := httptest.NewUnstartedServer(a.h.m)
-	srv.Listener = cl
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv, cl := fileCountingServer(t, a.h.m)
 	if got := judgedGet(t, srv.URL+"/v2/upstream.test/team/app/blobs/"+a.layer.String(), nil); got.status != http.StatusOK || !bytes.Equal(got.body, a.data) {
 		t.Fatalf("GET of the hashed blob: %d, %d bytes", got.status, len(got.body))
 	}

@@ -43,28 +43,6 @@ func imageOnBase(t *testing.T, base v1.Layer, ownBytes int64) v1.Image {
 	return img
 }
 
-// uniqueBytes is what img stores besides its first (shared) layer: manifest, config, own layer.
-func uniqueBytes(t *testing.T, img v1.Image) int64 {
-	t.Helper()
-	raw, err := img.RawManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := img.RawConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	own, err := layers[1].Size()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int64(len(raw)+len(cfg)) + own
-}
-
 func inventory(t *testing.T, host string) mirrorapi.CacheInventory {
 	t.Helper()
 	resp, body := get(t, http.MethodGet, "http://"+host+mirrorapi.CachePath, nil)
@@ -81,18 +59,10 @@ func inventory(t *testing.T, host string) mirrorapi.CacheInventory {
 // waitInventory polls the inventory until ok accepts it (10 s at most).
 func waitInventory(t *testing.T, host string, what string, ok func(mirrorapi.CacheInventory) bool) mirrorapi.CacheInventory {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		inv := inventory(t, host)
-		if ok(inv) {
-			return inv
-		}
-		if time.Now().After(deadline) {
-			b, _ := json.MarshalIndent(inv, "", "  ")
-			t.Fatalf("waited 10s for %s; inventory:\n%s", what, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return poll(t, what, func() mirrorapi.CacheInventory { return inventory(t, host) }, ok, func(inv mirrorapi.CacheInventory) string {
+		b, _ := json.MarshalIndent(inv, "", "  ")
+		return "inventory:\n" + string(b)
+	})
 }
 
 // pullImage pulls the image s with go-containerregistry and validates it (every blob fetched and
@@ -131,7 +101,7 @@ func TestSizeCapEvictsLeastRecentlyPulled(t *testing.T) {
 		imgs[i] = imageOnBase(t, base, mirrortest.MiB)
 		up.PushImage(t, fmt.Sprintf("team/app%d", i), "v1", imgs[i])
 		digests[i] = digestOf(t, imgs[i])
-		uniques[i] = uniqueBytes(t, imgs[i])
+		uniques[i] = imageBytes(t, imgs[i]) - baseSize // besides the shared base layer
 		unique = max(unique, uniques[i])
 	}
 	// Three images and half of a fourth: eviction to 90 % of it leaves exactly three.

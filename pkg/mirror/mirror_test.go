@@ -236,6 +236,41 @@ func pullIndexGGCR(t *testing.T, r name.Reference) v1.ImageIndex {
 	return idx
 }
 
+// poll calls get every 20 ms until ok accepts what it returned, for 10 s at most; past that the
+// test fails naming what it waited for, with show's account of the last value.
+func poll[T any](t *testing.T, what string, get func() T, ok func(T) bool, show func(T) string) T {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		v := get()
+		if ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s; %s", what, show(v))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// imageBytes is what the cache stores of img: its manifest, config and layers.
+func imageBytes(t *testing.T, img v1.Image) int64 {
+	t.Helper()
+	raw, err := img.RawManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int64(len(raw)) + m.Config.Size
+	for _, l := range m.Layers {
+		n += l.Size
+	}
+	return n
+}
+
 func digestOf(t *testing.T, x interface{ Digest() (v1.Hash, error) }) string {
 	t.Helper()
 	d, err := x.Digest()

@@ -6,9 +6,9 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
@@ -19,24 +19,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/warm"
 )
-
-// imageBytes is what the cache stores of img: its manifest, config and layers.
-func imageBytes(t *testing.T, img v1.Image) int64 {
-	t.Helper()
-	raw, err := img.RawManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := img.Manifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := int64(len(raw)) + m.Config.Size
-	for _, l := range m.Layers {
-		n += l.Size
-	}
-	return n
-}
 
 // pinRequest sends method (PUT: pin, DELETE: unpin) for spec ("<upstream>/<repository>:<tag>"
 // or "…@<digest>") to h's pins API; it returns the status and the pin or the error message.
@@ -91,10 +73,18 @@ func warmPin(t *testing.T, h *harness, refs ...string) *warm.Report {
 
 // imageOf returns the inventory row of repo (nil when it is not cached).
 func imageOf(inv mirrorapi.CacheInventory, repo string) *mirrorapi.CachedImage {
-	for i := range inv.Images {
-		if inv.Images[i].Repository == repo {
-			return &inv.Images[i]
-		}
+	return rowWhere(inv.Images, func(img mirrorapi.CachedImage) bool { return img.Repository == repo })
+}
+
+// imageByDigest returns the inventory row of the image d (nil when it is not cached).
+func imageByDigest(inv mirrorapi.CacheInventory, d string) *mirrorapi.CachedImage {
+	return rowWhere(inv.Images, func(img mirrorapi.CachedImage) bool { return img.Digest == d })
+}
+
+// rowWhere is the first of rows that match accepts (nil when none does).
+func rowWhere[T any](rows []T, match func(T) bool) *T {
+	if i := slices.IndexFunc(rows, match); i >= 0 {
+		return &rows[i]
 	}
 	return nil
 }
@@ -396,28 +386,8 @@ func TestPinFollowsTag(t *testing.T) {
 	}
 }
 
-// imageByDigest returns the inventory row of the image d (nil when it is not cached).
-func imageByDigest(inv mirrorapi.CacheInventory, d string) *mirrorapi.CachedImage {
-	for i := range inv.Images {
-		if inv.Images[i].Digest == d {
-			return &inv.Images[i]
-		}
-	}
-	return nil
-}
-
 // waitPins polls the pins until ok accepts them (10 s at most).
 func waitPins(t *testing.T, h *harness, what string, ok func(mirrorapi.PinList) bool) mirrorapi.PinList {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		l := pinList(t, h)
-		if ok(l) {
-			return l
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10s for %s; pins: %+v", what, l)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return poll(t, what, func() mirrorapi.PinList { return pinList(t, h) }, ok, func(l mirrorapi.PinList) string { return fmt.Sprintf("pins: %+v", l) })
 }

@@ -23,13 +23,10 @@ func TestScrubberEvictsDamagedBlob(t *testing.T) {
 	t.Parallel()
 	a := newAtRest(t, 256<<10, mirror.Options{ScrubInterval: 200 * time.Millisecond})
 	damages[0].apply(t, a.layerPath())
-	deadline := time.Now().Add(10 * time.Second)
-	for metricValue(t, a.h, `nodecache_cache_corrupt_total{found_by="scrub"}`) != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10s for the scrubber to count the damaged layer; log:\n%s", a.h.logs.Bytes())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll(t, "the scrubber to count the damaged layer",
+		func() float64 { return metricValue(t, a.h, `nodecache_cache_corrupt_total{found_by="scrub"}`) },
+		func(n float64) bool { return n == 1 },
+		func(float64) string { return "log:\n" + string(a.h.logs.Bytes()) })
 	if _, err := os.Stat(a.layerPath()); !os.IsNotExist(err) {
 		t.Errorf("the damaged layer's data after the scrub: %v; want it gone", err)
 	}

@@ -28,6 +28,22 @@ type fileCountingListener struct {
 	accepted, closed     int
 }
 
+// fileCountingServer serves h on a loopback port through a fileCountingListener, closed at
+// the test's end.
+func fileCountingServer(t *testing.T, h http.Handler) (*httptest.Server, *fileCountingListener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := &fileCountingListener{Listener: ln}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener = cl
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv, cl
+}
+
 func (l *fileCountingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
@@ -121,15 +137,7 @@ func TestWarmBlobReachesSendfile(t *testing.T) {
 	}
 	f.h.waitIdle(t)
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl := &fileCountingListener{Listener: ln}
-	srv := httptest.NewUnstartedServer(f.h.m)
-	srv.Listener = cl
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv, cl := fileCountingServer(t, f.h.m)
 
 	// The same upstream through a nodecache on in-memory storage: its hits are served by
 	// distribution's own blob server, the answer to match header for header.

@@ -38,44 +38,56 @@ func failGETs(substr string, n int, status int, header http.Header) (func(http.H
 	}, &failed
 }
 
-// TestRetry5xxAtUpstream: the upstream answers one layer with 503 twice, then serves it; the
-// image ends warm through every mirror (whoever retried: warm, or the mirror and then warm).
-func TestRetry5xxAtUpstream(t *testing.T) {
+// TestRetry5xx: one layer answered with 5xx a few times, then served, ends warm through every
+// mirror.
+//   - at-upstream: the upstream answers it with 503 twice (whoever retried: warm, or the mirror
+//     and then warm): 2 GETs failed of at least 3.
+//   - at-mirror: the mirror itself answers it with 500 and then 503: warm retries, with backoff,
+//     to success: three GETs from warm, "(3 attempts)" in the progress.
+func TestRetry5xx(t *testing.T) {
 	t.Parallel()
-	eachMirror(t, func(t *testing.T, up *mirrortest.Registry, start func() *testMirror) {
-		target := pushAmd64(t, up, "warm/flaky", 2)[1]
-		m := start()
-		wrap, failed := failGETs(target, 2, http.StatusServiceUnavailable, nil)
-		up.Wrap(wrap)
-
-		rep, _, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/flaky:v1")
-		mustWarm(t, rep, err)
-		if failed.Load() != 2 || up.Count("GET", target) < 3 {
-			t.Errorf("upstream failed %d GETs and saw %d; want 2 failed of at least 3", failed.Load(), up.Count("GET", target))
-		}
-	})
-}
-
-// TestRetry5xxAtMirror: the mirror itself answers one layer with 500 and then 503, then serves
-// it: warm retries, with backoff, to success (three GETs from warm).
-func TestRetry5xxAtMirror(t *testing.T) {
-	t.Parallel()
-	eachMirror(t, func(t *testing.T, up *mirrortest.Registry, start func() *testMirror) {
-		target := pushAmd64(t, up, "warm/flaky", 2)[2]
-		m := start()
-		wrap1, _ := failGETs(target, 1, http.StatusInternalServerError, nil)
-		wrap2, _ := failGETs(target, 1, http.StatusServiceUnavailable, nil)
-		m.Wrap(func(h http.Handler) http.Handler { return wrap1(wrap2(h)) })
-
-		rep, progress, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/flaky:v1")
-		mustWarm(t, rep, err)
-		if n := m.Count("GET", target); n != 3 {
-			t.Errorf("warm sent %d GETs for the flaky blob, want 3", n)
-		}
-		if !strings.Contains(progress, "(3 attempts)") {
-			t.Errorf("progress does not show 3 attempts:\n%s", progress)
-		}
-	})
+	for _, tc := range []struct {
+		name  string
+		layer int
+		// inject fails the target layer's GETs at up or at m and returns the check of what
+		// the run then did.
+		inject func(up *mirrortest.Registry, m *testMirror, target string) (check func(t *testing.T, progress string))
+	}{
+		{"at-upstream", 1, func(up *mirrortest.Registry, _ *testMirror, target string) func(*testing.T, string) {
+			wrap, failed := failGETs(target, 2, http.StatusServiceUnavailable, nil)
+			up.Wrap(wrap)
+			return func(t *testing.T, _ string) {
+				if failed.Load() != 2 || up.Count("GET", target) < 3 {
+					t.Errorf("upstream failed %d GETs and saw %d; want 2 failed of at least 3", failed.Load(), up.Count("GET", target))
+				}
+			}
+		}},
+		{"at-mirror", 2, func(_ *mirrortest.Registry, m *testMirror, target string) func(*testing.T, string) {
+			wrap1, _ := failGETs(target, 1, http.StatusInternalServerError, nil)
+			wrap2, _ := failGETs(target, 1, http.StatusServiceUnavailable, nil)
+			m.Wrap(func(h http.Handler) http.Handler { return wrap1(wrap2(h)) })
+			return func(t *testing.T, progress string) {
+				if n := m.Count("GET", target); n != 3 {
+					t.Errorf("warm sent %d GETs for the flaky blob, want 3", n)
+				}
+				if !strings.Contains(progress, "(3 attempts)") {
+					t.Errorf("progress does not show 3 attempts:\n%s", progress)
+				}
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			eachMirror(t, func(t *testing.T, up *mirrortest.Registry, start func() *testMirror) {
+				target := pushAmd64(t, up, "warm/flaky", 2)[tc.layer]
+				m := start()
+				check := tc.inject(up, m, target)
+				rep, progress, err := run(t, m, "linux/amd64", nil, upstreamName+"/warm/flaky:v1")
+				mustWarm(t, rep, err)
+				check(t, progress)
+			})
+		})
+	}
 }
 
 // TestRetryAfter429: a 429 with Retry-After: 1 is honoured (not the 20 ms test backoff).

@@ -129,6 +129,20 @@ func layoutEntries(t *testing.T, dir string) (layout.Path, map[string]v1.Descrip
 	return p, out
 }
 
+// validStoredImage reads the image the layout in dir lists under ref and reports, naming what,
+// what validate.Image finds wrong with it.
+func validStoredImage(t *testing.T, dir, ref, what string) {
+	t.Helper()
+	p, entries := layoutEntries(t, dir)
+	img, err := p.Image(entries[ref].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Image(img); err != nil {
+		t.Errorf("%s: %v", what, err)
+	}
+}
+
 func mustDigest(t *testing.T, x interface{ Digest() (v1.Hash, error) }) v1.Hash {
 	t.Helper()
 	d, err := x.Digest()
@@ -740,14 +754,7 @@ func TestToBearerUpstream(t *testing.T) {
 	if cdnGot < 3 || len(leaks) != 0 {
 		t.Errorf("the CDN served %d blobs and saw credentials %q: want config and layers, none", cdnGot, leaks)
 	}
-	p, entries := layoutEntries(t, dir)
-	stored, err := p.Image(entries["docker.io/library/alpine:3.20"].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := validate.Image(stored); err != nil {
-		t.Errorf("image from the bearer upstream: %v", err)
-	}
+	validStoredImage(t, dir, "docker.io/library/alpine:3.20", "image from the bearer upstream")
 }
 
 // TestToResumedBlob: a blob stream the upstream breaks half-way is resumed (Range, 206) or,
@@ -802,14 +809,7 @@ func TestToResumedBlob(t *testing.T) {
 			if len(ranges) != 2 || !strings.HasPrefix(ranges[1], "bytes=") {
 				t.Errorf("blob requests with Range %q, want a second one resuming", ranges)
 			}
-			p, entries := layoutEntries(t, dir)
-			img, err := p.Image(entries[u.solo].Digest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := validate.Image(img); err != nil {
-				t.Errorf("image with a resumed blob: %v", err)
-			}
+			validStoredImage(t, dir, u.solo, "image with a resumed blob")
 		})
 	}
 }

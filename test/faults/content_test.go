@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -92,28 +93,22 @@ func pushImage(t *testing.T, up *mirrortest.Registry, rng *rand.Rand, repo, tag 
 	if err != nil {
 		t.Fatal(err)
 	}
-	md, err := img.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg, err := img.RawConfigFile()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cd, err := img.ConfigName()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A static layer's digest is that of its bytes, as the manifest's and the config's are.
 	objs := []*object{
-		{manifest: true, repo: repo, tag: tag, digest: md, data: raw},
-		{repo: repo, digest: cd, data: cfg},
+		{manifest: true, repo: repo, tag: tag, digest: sha256Of(raw), data: raw},
+		{repo: repo, digest: sha256Of(cfg), data: cfg},
 	}
-	for i, l := range layers {
-		d, err := l.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs = append(objs, &object{repo: repo, digest: d, data: datas[i]})
+	for _, data := range datas {
+		objs = append(objs, &object{repo: repo, digest: sha256Of(data), data: data})
 	}
 	return objs
+}
+
+// sha256Of is the digest of data, "sha256:<hex>": an object's digest.
+func sha256Of(data []byte) v1.Hash {
+	return v1.Hash{Algorithm: "sha256", Hex: fmt.Sprintf("%x", sha256.Sum256(data))}
 }

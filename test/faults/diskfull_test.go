@@ -1,13 +1,9 @@
 package faults
 
 import (
-	"crypto/sha256"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
-
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // Full-disk shape: serve's root is a tmpfs of diskBytes, all of it filled but diskFree.
@@ -71,7 +67,7 @@ func (c *caseRun) bigRound() {
 	c.run(r, func(r *round) {
 		c.fillDisk(filler)
 		data := randomBytes(c.rng, bigBlob)
-		big := &object{repo: "faults/" + c.name, digest: v1.Hash{Algorithm: "sha256", Hex: fmt.Sprintf("%x", sha256.Sum256(data))}, data: data, bigNoRecovery: true}
+		big := &object{repo: "faults/" + c.name, digest: sha256Of(data), data: data, bigNoRecovery: true}
 		c.up.serveBlob(big)
 		plans := make([][]request, 1+c.rng.IntN(3))
 		for i := range plans {

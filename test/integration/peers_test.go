@@ -166,19 +166,7 @@ func appImage(t *testing.T, layerSize int64, layers int) (up *mirrortest.Registr
 	if err != nil {
 		t.Fatal(err)
 	}
-	blobs = append(blobs, cfg)
-	ls, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range ls {
-		d, err := l.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		blobs = append(blobs, d)
-	}
-	return up, manifest, blobs
+	return up, manifest, append([]v1.Hash{cfg}, mirrortest.LayerDigests(t, img)...)
 }
 
 // checkStored checks that blob d's data file under root holds bytes of digest d.

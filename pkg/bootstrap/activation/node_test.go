@@ -206,6 +206,15 @@ func (n *testNode) hostsOpts(t *testing.T, upstreams []string, mirrorURL string)
 	return o
 }
 
+// mirrorOpts are n's options for its containerd with --mirror mirrorURL.
+func (n *testNode) mirrorOpts(t *testing.T, mirrorURL string) Options {
+	t.Helper()
+	o := n.opts()
+	o.Mirror = parseMirror(t, mirrorURL)
+	o.Runtime = RuntimeContainerd
+	return o
+}
+
 func (n *testNode) opts() Options {
 	return Options{Host: n.Proc.Host(n.Root), APITimeout: 2 * time.Second}
 }

@@ -727,9 +727,7 @@ func TestTrafficEvidence(t *testing.T) {
 	now := time.Now().Unix()
 	n := newContainerdNode(t, &fakeContainerd{version: "v2.3.0"}, now-60, v3Config(certsDir, ""), now-30)
 	n.withHosts(certsDir, now-30)
-	o := n.opts()
-	o.Mirror = parseMirror(t, srv.URL)
-	o.Runtime = RuntimeContainerd
+	o := n.mirrorOpts(t, srv.URL)
 
 	r := n.evaluate(o)
 	want(t, r, NotActive, 1, "")
@@ -809,9 +807,7 @@ func TestTrafficClockOffset(t *testing.T) {
 			n.Proc.listen(1000, sock, 8000)
 			n.fileAt(cfgFile, v3Config(certsDir, ""), start.Add(time.Second)) // changed after the start
 			n.withHosts(certsDir, t0)
-			o := n.opts()
-			o.Mirror = parseMirror(t, srv.URL)
-			o.Runtime = RuntimeContainerd
+			o := n.mirrorOpts(t, srv.URL)
 			r := n.evaluate(o)
 			want(t, r, tc.state, tc.state.ExitCode(), "")
 		})

@@ -23,9 +23,7 @@ func TestFailingUpstreamRow(t *testing.T) {
 	now := time.Now().Unix()
 	n := newContainerdNode(t, &fakeContainerd{version: "v2.3.0"}, now-60, v3Config(certsDir, ""), now-120)
 	n.withHosts(certsDir, now-120)
-	o := n.opts()
-	o.Mirror = parseMirror(t, srv.URL)
-	o.Runtime = RuntimeContainerd
+	o := n.mirrorOpts(t, srv.URL)
 	base := n.evaluate(o)
 	if _, ok := check(base, MirrorRow, "upstream"); ok {
 		t.Fatalf("an upstream row before any failure\n%s", dump(base))

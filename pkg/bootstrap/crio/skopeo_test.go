@@ -15,13 +15,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/name"
 )
 
-// skopeoBinary finds skopeo (runtimetest.Find): $NODECACHE_SKOPEO, else $PATH; missing, the test
-// skips with the reason, or fails when CI=true.
-func skopeoBinary(t *testing.T) string {
-	t.Helper()
-	return runtimetest.Find(t, runtimetest.Skopeo)
-}
-
 // TestSkopeoPullsThroughNodecache: skopeo, a real containers/image client, given the generated
 // drop-in as its registries.conf, copies an image through a running nodecache from two
 // upstreams: one without a port (mirror location <mirror>/upstream.test) and one with a port,
@@ -30,7 +23,7 @@ func skopeoBinary(t *testing.T) string {
 // came from its own upstream registry.
 func TestSkopeoPullsThroughNodecache(t *testing.T) {
 	t.Parallel()
-	skopeo := skopeoBinary(t)
+	skopeo := runtimetest.Find(t, runtimetest.Skopeo) // missing: skips with the reason; fails under CI=true
 
 	// The real registries, reached by nodecache as the upstreams named upstream.test and
 	// upstream.test:5005 (*.test is loopback: a fallback to the name itself dials nothing else).

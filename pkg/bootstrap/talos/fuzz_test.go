@@ -77,14 +77,7 @@ insecureSkipVerify: true
 // asResourceMapping wraps cfg (one YAML mapping) the way talosctl printed a MachineConfig
 // resource before Talos v1.6: the spec a mapping, not a string.
 func asResourceMapping(cfg []byte) []byte {
-	var b strings.Builder
-	b.WriteString("node: 10.5.0.3\nmetadata:\n    namespace: config\n    type: MachineConfigs.config.talos.dev\n    id: v1alpha1\nspec:\n")
-	for _, l := range strings.SplitAfter(string(cfg), "\n") {
-		if l != "" {
-			b.WriteString("    " + l)
-		}
-	}
-	return []byte(b.String())
+	return underHead("node: 10.5.0.3\nmetadata:\n    namespace: config\n    type: MachineConfigs.config.talos.dev\n    id: v1alpha1\nspec:\n", cfg)
 }
 
 // FuzzParseMachineConfig: `gen talos --remove --machine-config` and `warm --machine-config`

@@ -34,8 +34,14 @@ func endpointsOf(cfg talosconfig.Provider) map[string][]string {
 
 // asResource wraps a machine config the way `talosctl get machineconfig -o yaml` prints it.
 func asResource(cfg []byte) []byte {
+	return underHead("node: 10.5.0.3\nmetadata:\n    namespace: config\n    type: MachineConfigs.config.talos.dev\n    id: v1alpha1\n    version: 4\n    owner:\n    phase: running\n    created: 2026-11-30T10:00:00Z\n    updated: 2026-11-30T11:00:00Z\n    annotations:\n        talos.dev/yaml-spec: \"1\"\nspec: |\n", cfg)
+}
+
+// underHead is head followed by every line of cfg indented by four spaces: cfg as the spec of
+// a resource whose head ends in "spec:" (a mapping) or "spec: |" (a string).
+func underHead(head string, cfg []byte) []byte {
 	var b strings.Builder
-	b.WriteString("node: 10.5.0.3\nmetadata:\n    namespace: config\n    type: MachineConfigs.config.talos.dev\n    id: v1alpha1\n    version: 4\n    owner:\n    phase: running\n    created: 2026-11-30T10:00:00Z\n    updated: 2026-11-30T11:00:00Z\n    annotations:\n        talos.dev/yaml-spec: \"1\"\nspec: |\n")
+	b.WriteString(head)
 	for _, l := range strings.SplitAfter(string(cfg), "\n") {
 		if l != "" {
 			b.WriteString("    " + l)
