@@ -68,7 +68,12 @@ type scrubState struct {
 // unrepairable (mirrorapi.VerifyPass.Unrepairable) is not done, so every damaged blob is
 // evicted.
 func (s *Store) EvictCorrupt(ctx context.Context, d digest.Digest, foundBy string) bool {
-	repos, deleted := s.removeDamaged(ctx, d)
+	repos, deleted, repaired := s.removeDamaged(ctx, d)
+	if repaired {
+		s.log.Info().Str("digest", d.String()).Str("found_by", foundBy).
+			Msg("stored blob found damaged was stored again, whole, before its eviction: kept")
+		return false
+	}
 	if s.opts.Corrupt != nil {
 		s.opts.Corrupt(foundBy)
 	}
@@ -99,17 +104,21 @@ func (s *Store) Damaged(ctx context.Context, d digest.Digest, maxBytes int64) bo
 
 // removeDamaged deletes blob d's links (the repositories the index knows) and data under the
 // store lock and drops it from the index; it returns the repositories that linked it and
-// whether the data is gone.
-func (s *Store) removeDamaged(ctx context.Context, d digest.Digest) ([]string, bool) {
+// whether the data is gone. When the data was stored again, whole, between the read that found
+// it damaged and this lock (storedWhole), it leaves everything and reports repaired.
+func (s *Store) removeDamaged(ctx context.Context, d digest.Digest) (repos []string, deleted, repaired bool) {
 	s.storeMu.Lock()
 	defer s.storeMu.Unlock()
-	repos := s.idx.LinksOf(d)
+	if s.storedWhole(ctx, d) {
+		return nil, false, true
+	}
+	repos = s.idx.LinksOf(d)
 	for _, repo := range repos {
 		if err := s.driver.Delete(ctx, LayerLinkPath(repo, d)); err != nil && !isPathNotFound(err) {
 			s.log.Error().Err(err).Str("digest", d.String()).Str("repository", repo).Msg("remove the link of a damaged blob")
 		}
 	}
-	deleted := true
+	deleted = true
 	if err := s.driver.Delete(ctx, BlobDirPath(d)); err != nil && !isPathNotFound(err) {
 		s.log.Error().Err(err).Str("digest", d.String()).Msg("remove the data of a damaged blob")
 		deleted = false
@@ -117,7 +126,31 @@ func (s *Store) removeDamaged(ctx context.Context, d digest.Digest) ([]string, b
 	if n := s.idx.DropBlob(d); deleted && s.opts.Freed != nil {
 		s.opts.Freed(n)
 	}
-	return repos, deleted
+	return repos, deleted, false
+}
+
+// repairCheckBytes bounds the data storedWhole hashes under the store lock: manifests (4 MiB at
+// most) and small blobs. Larger data found damaged is evicted without a second look.
+const repairCheckBytes = 4 << 20
+
+// storedWhole reports whether blob d's data, at most repairCheckBytes, is there and hashes to d
+// (and has the verified size the index records, if any): the case of a manifest or blob that a
+// request, the scrubber or a verify pass read damaged while another request fetched it again
+// and stored it (fills and manifests commit under the store lock, which the caller holds).
+// Evicting it then would delete good data that the index and the clients count as cached.
+func (s *Store) storedWhole(ctx context.Context, d digest.Digest) bool {
+	if !d.Algorithm().Available() {
+		return false
+	}
+	fi, err := s.driver.Stat(ctx, BlobDataPath(d))
+	if err != nil || fi.Size() > repairCheckBytes {
+		return false
+	}
+	if c := s.idx.Check(d); c.Size >= 0 && c.Size != fi.Size() {
+		return false
+	}
+	b, err := s.driver.GetContent(ctx, BlobDataPath(d))
+	return err == nil && int64(len(b)) == fi.Size() && d.Algorithm().FromBytes(b) == d
 }
 
 // StartVerify asks for a verify pass: every blob the index holds now is read whole and hashed at

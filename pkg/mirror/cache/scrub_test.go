@@ -228,3 +228,42 @@ func TestVerifyPass(t *testing.T) {
 		t.Errorf("the damaged blob's directory: %v; want it gone", err)
 	}
 }
+
+// TestEvictCorruptKeepsWhatWasStoredAgain (make test-faults, kind atrest then 429, seed
+// 17187426138061879698: a manifest checked as cached was gone a round later): a blob read damaged
+// whose data was stored again, whole, before the eviction took the store lock (another request
+// fetched it again) is kept; data still damaged when the lock is held is evicted as before.
+func TestEvictCorruptKeepsWhatWasStoredAgain(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	good := randomBytes(t, 4096)
+	d := writeData(t, root, digest.FromBytes(good), good)
+	sc := runScrubbed(t, root, time.Now(), 0, 0)
+	sc.s.idx.AddFound(d, int64(len(good)), time.Now())
+	data := filepath.Join(root, filepath.FromSlash(BlobDataPath(d)))
+
+	// Read damaged by one request; stored again by another before the eviction ran.
+	if sc.s.EvictCorrupt(t.Context(), d, FoundByServe) {
+		t.Fatal("EvictCorrupt deleted data that hashes to its digest")
+	}
+	if b, err := os.ReadFile(data); err != nil || string(b) != string(good) {
+		t.Fatalf("the data stored again is gone or changed: %v", err)
+	}
+	if n := sc.corruptBy(FoundByServe); n != 0 {
+		t.Errorf("counted %d corrupt for a blob stored again whole, want 0", n)
+	}
+
+	// Still damaged: evicted.
+	if err := os.WriteFile(data, good[:100], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !sc.s.EvictCorrupt(t.Context(), d, FoundByServe) {
+		t.Fatal("EvictCorrupt kept data that is still damaged")
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Fatalf("damaged data still there: %v", err)
+	}
+	if n := sc.corruptBy(FoundByServe); n != 1 {
+		t.Errorf("counted %d corrupt, want 1", n)
+	}
+}
