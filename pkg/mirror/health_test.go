@@ -123,6 +123,18 @@ func failureLines(t *testing.T, h *harness, upstream, reason string) []map[strin
 	return out
 }
 
+// untrustedRegistry is a registry over TLS with a certificate for name from a CA nodecache is
+// not given; its refused handshakes are not logged.
+func untrustedRegistry(t *testing.T, name string) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(mirrortest.NewHandler(t))
+	srv.TLS = mirrortest.NewCA(t).TLSConfig(t, name)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv
+}
+
 func failures(t *testing.T, h *harness, upstream, reason string) float64 {
 	t.Helper()
 	return metricValue(t, h, fmt.Sprintf(`nodecache_upstream_failures_total{reason=%q,tier="upstream",upstream=%q}`, reason, upstream))
@@ -139,12 +151,7 @@ func TestUpstreamHealth(t *testing.T) {
 	clock := mirrortest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 
 	// An upstream with a certificate from a CA nodecache is not given.
-	ca := mirrortest.NewCA(t)
-	tlsSrv := httptest.NewUnstartedServer(mirrortest.NewHandler(t))
-	tlsSrv.TLS = ca.TLSConfig(t, "untrusted.test")
-	tlsSrv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
-	tlsSrv.StartTLS()
-	t.Cleanup(tlsSrv.Close)
+	tlsSrv := untrustedRegistry(t, "untrusted.test")
 	_, tlsPort, _ := net.SplitHostPort(tlsSrv.Listener.Addr().String())
 
 	// Docker Hub's rate limit, in front of a real registry.
@@ -330,12 +337,7 @@ func TestUpstreamHealth(t *testing.T) {
 // other, cause "HTTP 400".
 func TestUpstreamHealthUntrustedAtAddress(t *testing.T) {
 	t.Parallel()
-	ca := mirrortest.NewCA(t)
-	srv := httptest.NewUnstartedServer(mirrortest.NewHandler(t))
-	srv.TLS = ca.TLSConfig(t, "127.0.0.1")
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
+	srv := untrustedRegistry(t, "127.0.0.1")
 
 	h := newHarness(t, mirror.Options{
 		Upstreams: []regname.Upstream{parseUpstream(t, "private.test=https://"+srv.Listener.Addr().String())},

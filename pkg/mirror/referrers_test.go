@@ -304,6 +304,20 @@ func TestReferrersAPI(t *testing.T) {
 	}
 }
 
+// tagSchemaUpstream is distribution 3.1.2 (no referrers API) holding repo:v1, an image, whose
+// descriptor it returns: the subject of the referrers tag schema tests.
+func tagSchemaUpstream(t *testing.T, repo string) (*mirrortest.Registry, v1.Descriptor) {
+	t.Helper()
+	up := mirrortest.NewRegistry(t)
+	img := mirrortest.Image(t, 4096, 1, "linux/amd64")
+	up.PushImage(t, repo, "v1", img)
+	subject, err := partialDescriptor(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return up, subject
+}
+
 // TestReferrersTagSchema (issue 25): an upstream without the referrers API (distribution 3.1.2,
 // whose 404 is plain text): the list is built from the referrers tag schema (the index
 // go-containerregistry's push tags sha256-<hex>), pulled through; a subject without that tag is
@@ -311,14 +325,8 @@ func TestReferrersAPI(t *testing.T) {
 // with nothing cached is 503. Fails before: 404 UNSUPPORTED for every request.
 func TestReferrersTagSchema(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
 	const repo = "team/app"
-	subjectImg := mirrortest.Image(t, 4096, 1, "linux/amd64")
-	up.PushImage(t, repo, "v1", subjectImg)
-	subject, err := partialDescriptor(subjectImg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	up, subject := tagSchemaUpstream(t, repo)
 	sig := pushRef(t, up.Addr, repo, "", artifact(t, cosignSigType, "application/vnd.dev.cosign.simplesigning.v1+json", `{"critical":{}}`, subject))
 	tag := strings.Replace(subject.Digest.String(), ":", "-", 1)
 	if _, err := remote.Head(ref(t, up.Addr+"/"+repo+":"+tag)); err != nil {
@@ -500,14 +508,8 @@ func TestReferrersPastBounds(t *testing.T) {
 // referrers API answers. Fails before: the signature listed twice.
 func TestReferrersTagSchemaDuplicates(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
 	const repo = "team/app"
-	subjectImg := mirrortest.Image(t, 4096, 1, "linux/amd64")
-	up.PushImage(t, repo, "v1", subjectImg)
-	subject, err := partialDescriptor(subjectImg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	up, subject := tagSchemaUpstream(t, repo)
 	sigImg := artifact(t, cosignSigType, "application/vnd.dev.cosign.simplesigning.v1+json", `{"critical":{}}`, subject)
 	sig := pushRef(t, up.Addr, repo, "", sigImg)
 	twice := mutate.IndexMediaType(mutate.AppendManifests(empty.Index,
