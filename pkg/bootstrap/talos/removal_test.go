@@ -38,16 +38,34 @@ func asResource(cfg []byte) []byte {
 }
 
 // underHead is head followed by every line of cfg indented by four spaces: cfg as the spec of
-// a resource whose head ends in "spec:" (a mapping) or "spec: |" (a string).
+// a resource whose head ends in "spec:" (a mapping) or "spec: |" (a string). Lines end where
+// YAML ends them (YAML 1.2, 5.4 "Line Break Characters": CR LF, CR or LF), so a lone CR starts
+// a line that is indented too (FuzzMachineConfigResource found " \r        - https://…", read
+// as two lines by the config parser, wrapped as one).
 func underHead(head string, cfg []byte) []byte {
 	var b strings.Builder
 	b.WriteString(head)
-	for _, l := range strings.SplitAfter(string(cfg), "\n") {
-		if l != "" {
-			b.WriteString("    " + l)
-		}
+	for _, l := range yamlLines(string(cfg)) {
+		b.WriteString("    " + l)
 	}
 	return []byte(b.String())
+}
+
+// yamlLines splits s after each YAML line break (CR LF, CR, LF), keeping the breaks.
+func yamlLines(s string) []string {
+	var out []string
+	for len(s) > 0 {
+		i := strings.IndexAny(s, "\r\n")
+		if i < 0 {
+			return append(out, s)
+		}
+		end := i + 1
+		if s[i] == '\r' && end < len(s) && s[end] == '\n' {
+			end++
+		}
+		out, s = append(out, s[:end]), s[end:]
+	}
+	return out
 }
 
 // TestRemovalFromMachineConfig: an add patch made with one upstream list, then a removal made with
