@@ -71,7 +71,12 @@ func (c *Client) List(ctx context.Context) (*Listing, error) {
 // "<upstream>/<repository>:<tag>" (a tag `cache ls` shows), and returns it. Errors wrap
 // ErrInput.
 func ParseSpec(spec string) (string, error) {
-	const want = "want UPSTREAM/REPOSITORY@DIGEST or UPSTREAM/REPOSITORY:TAG as `nodecache cache ls` lists it, e.g. docker.io/library/alpine@sha256:<64 hex digits> or docker.io/library/alpine:3.20"
+	return parseImageSpec(spec, "want UPSTREAM/REPOSITORY@DIGEST or UPSTREAM/REPOSITORY:TAG as `nodecache cache ls` lists it, e.g. docker.io/library/alpine@sha256:<64 hex digits> or docker.io/library/alpine:3.20")
+}
+
+// parseImageSpec checks "<upstream>/<repository>@<digest>" or "<upstream>/<repository>:<tag>"
+// and returns it; want (what is accepted, with examples) ends every error, which wraps ErrInput.
+func parseImageSpec(spec, want string) (string, error) {
 	up, rest, ok := strings.Cut(spec, "/")
 	if !ok || up == "" || rest == "" {
 		return "", fmt.Errorf("%w: %q: %s", ErrInput, spec, want)
@@ -220,25 +225,7 @@ func (c *Client) Command(ctx context.Context, name string, args []string, flags 
 // ParsePinSpec checks "<upstream>/<repository>:<tag>" or "<upstream>/<repository>@<digest>"
 // (what `cache pin` and `cache unpin` take) and returns it. Errors wrap ErrInput.
 func ParsePinSpec(spec string) (string, error) {
-	want := "want UPSTREAM/REPOSITORY:TAG or UPSTREAM/REPOSITORY@DIGEST, e.g. docker.io/library/alpine:3.20 or docker.io/library/alpine@sha256:<64 hex digits>"
-	up, rest, ok := strings.Cut(spec, "/")
-	if !ok || up == "" || rest == "" {
-		return "", fmt.Errorf("%w: %q: %s", ErrInput, spec, want)
-	}
-	if repo, d, found := strings.Cut(rest, "@"); found {
-		if repo == "" {
-			return "", fmt.Errorf("%w: %q: no repository: %s", ErrInput, spec, want)
-		}
-		if _, err := digest.Parse(d); err != nil {
-			return "", fmt.Errorf("%w: %q: digest %q: %w", ErrInput, spec, d, err)
-		}
-		return spec, nil
-	}
-	i := strings.LastIndex(rest, ":")
-	if i <= 0 || i == len(rest)-1 || strings.Contains(rest[i:], "/") {
-		return "", fmt.Errorf("%w: %q: no tag or digest: %s", ErrInput, spec, want)
-	}
-	return spec, nil
+	return parseImageSpec(spec, "want UPSTREAM/REPOSITORY:TAG or UPSTREAM/REPOSITORY@DIGEST, e.g. docker.io/library/alpine:3.20 or docker.io/library/alpine@sha256:<64 hex digits>")
 }
 
 // PinArgs is Pin (or, with unpin, Unpin) of the one spec in args (ErrInput unless there is

@@ -2,9 +2,7 @@ package activation
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 
@@ -37,27 +35,9 @@ func (p *PeerSummary) Text() string {
 //
 // Errors: no answer, a status other than 200 and 404, a body that is not the document.
 func FetchPeers(ctx context.Context, client *http.Client, mirrorURL *url.URL) (*PeerSummary, error) {
-	u := *mirrorURL
-	u.Path, u.RawQuery = mirrorapi.PeersPath, ""
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return nil, fmt.Errorf("peers %s: %w", u.Redacted(), err)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("peers %s: %w", u.Redacted(), err)
-	}
-	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusNotFound:
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("peers %s: HTTP %d", u.Redacted(), resp.StatusCode)
-	}
 	var doc mirrorapi.Peers
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&doc); err != nil {
-		return nil, fmt.Errorf("peers %s: not the expected JSON: %w", u.Redacted(), err)
+	if found, err := fetchMirrorDoc(ctx, client, mirrorURL, mirrorapi.PeersPath, "peers", &doc); !found || err != nil {
+		return nil, err
 	}
 	p := &PeerSummary{Self: doc.Self, SelfListed: doc.SelfListed}
 	for _, m := range doc.Members {

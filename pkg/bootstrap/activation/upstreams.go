@@ -24,30 +24,43 @@ const MirrorRow = "mirror"
 //
 // Errors: no answer, a status other than 200 and 404, a body that is not the document.
 func FetchUpstreams(ctx context.Context, client *http.Client, mirrorURL *url.URL) (*mirrorapi.Upstreams, error) {
+	var doc mirrorapi.Upstreams
+	if found, err := fetchMirrorDoc(ctx, client, mirrorURL, mirrorapi.UpstreamsPath, "upstream health", &doc); !found || err != nil {
+		return nil, err
+	}
+	return &doc, nil
+}
+
+// fetchMirrorDoc GETs the mirror's JSON document at path (one of mirrorapi's /nodecache/v1/
+// paths) into doc (8 MiB at most); found is false, without error, when the mirror answers 404
+// (a nodecache without it). what names the document in errors.
+//
+// Errors: no answer, a status other than 200 and 404 (with up to 512 bytes of its body), a body
+// that is not the document.
+func fetchMirrorDoc(ctx context.Context, client *http.Client, mirrorURL *url.URL, path, what string, doc any) (found bool, err error) {
 	u := *mirrorURL
-	u.Path, u.RawQuery = mirrorapi.UpstreamsPath, ""
+	u.Path, u.RawQuery = path, ""
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("upstream health %s: %w", u.Redacted(), err)
+		return false, fmt.Errorf("%s %s: %w", what, u.Redacted(), err)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("upstream health %s: %w", u.Redacted(), err)
+		return false, fmt.Errorf("%s %s: %w", what, u.Redacted(), err)
 	}
 	defer resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusNotFound:
-		return nil, nil
+		return false, nil
 	default:
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("upstream health %s: HTTP %d: %s", u.Redacted(), resp.StatusCode, strings.TrimSpace(string(msg)))
+		return false, fmt.Errorf("%s %s: HTTP %d: %s", what, u.Redacted(), resp.StatusCode, strings.TrimSpace(string(msg)))
 	}
-	var doc mirrorapi.Upstreams
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&doc); err != nil {
-		return nil, fmt.Errorf("upstream health %s: not the expected JSON: %w", u.Redacted(), err)
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(doc); err != nil {
+		return false, fmt.Errorf("%s %s: not the expected JSON: %w", what, u.Redacted(), err)
 	}
-	return &doc, nil
+	return true, nil
 }
 
 // FailingUpstreams are the reasons of the warning rows for doc: one per upstream with a failing
