@@ -17,24 +17,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
 
-// storedBytes is what a cache stores of img: its manifest, config and layers.
-func storedBytes(t *testing.T, img v1.Image) int64 {
-	t.Helper()
-	raw, err := img.RawManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := img.Manifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := int64(len(raw)) + m.Config.Size
-	for _, l := range m.Layers {
-		n += l.Size
-	}
-	return n
-}
-
 // pull pulls ref through nc with go-containerregistry, every blob fetched and checked, and waits
 // until nc has stored what it fetched.
 func pull(t *testing.T, nc *nodecachetest.Nodecache, ref string) {
@@ -100,7 +82,7 @@ func TestWarmPinKeepsImage(t *testing.T) {
 		up.PushImage(t, fmt.Sprintf("team/other%d", i), "v1", mirrortest.Image(t, 256<<10, 1, "linux/amd64"))
 	}
 	mirrortest.QuietLogrus()
-	capBytes := storedBytes(t, pinned) * 100 / 75
+	capBytes := mirrortest.StoredBytes(t, pinned) * 100 / 75
 	nc := nodecachetest.Start(t, nodecachetest.Options{Upstream: up, Alias: "upstream.test", Root: t.TempDir(), MaxSize: capBytes, Run: true})
 	waitCache(t, nc, "the index loaded", func(inv mirrorapi.CacheInventory) bool { return inv.Ready })
 
@@ -127,8 +109,8 @@ func TestWarmPinKeepsImage(t *testing.T) {
 	}
 	var inv mirrorapi.CacheInventory
 	runAppJSON(t, &inv, "cache", "ls", "--listen-url", nc.URL, "--output", "json")
-	if img := cachedRepo(inv, "team/pinned"); img == nil || !img.Pinned || inv.PinnedBytes != storedBytes(t, pinned) || cachedRepo(inv, "team/other3").Pinned {
-		t.Errorf("cache ls --output json: %+v; want team/pinned pinned, %d pinned bytes", inv, storedBytes(t, pinned))
+	if img := cachedRepo(inv, "team/pinned"); img == nil || !img.Pinned || inv.PinnedBytes != mirrortest.StoredBytes(t, pinned) || cachedRepo(inv, "team/other3").Pinned {
+		t.Errorf("cache ls --output json: %+v; want team/pinned pinned, %d pinned bytes", inv, mirrortest.StoredBytes(t, pinned))
 	}
 	for _, tc := range []struct {
 		name string

@@ -101,7 +101,7 @@ func TestSizeCapEvictsLeastRecentlyPulled(t *testing.T) {
 		imgs[i] = imageOnBase(t, base, mirrortest.MiB)
 		up.PushImage(t, fmt.Sprintf("team/app%d", i), "v1", imgs[i])
 		digests[i] = digestOf(t, imgs[i])
-		uniques[i] = imageBytes(t, imgs[i]) - baseSize // besides the shared base layer
+		uniques[i] = mirrortest.StoredBytes(t, imgs[i]) - baseSize // besides the shared base layer
 		unique = max(unique, uniques[i])
 	}
 	// Three images and half of a fourth: eviction to 90 % of it leaves exactly three.

@@ -253,24 +253,6 @@ func poll[T any](t *testing.T, what string, get func() T, ok func(T) bool, show 
 	}
 }
 
-// imageBytes is what the cache stores of img: its manifest, config and layers.
-func imageBytes(t *testing.T, img v1.Image) int64 {
-	t.Helper()
-	raw, err := img.RawManifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := img.Manifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := int64(len(raw)) + m.Config.Size
-	for _, l := range m.Layers {
-		n += l.Size
-	}
-	return n
-}
-
 func digestOf(t *testing.T, x interface{ Digest() (v1.Hash, error) }) string {
 	t.Helper()
 	d, err := x.Digest()

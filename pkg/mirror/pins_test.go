@@ -124,7 +124,7 @@ func TestPinsThroughDiskFull(t *testing.T) {
 	if img := imageOf(inv, "team/pinned"); img == nil || !img.Pinned {
 		t.Fatalf("after the disk-full evictions the pinned image is %+v, want it cached and marked pinned; images %+v", img, inv.Images)
 	}
-	if got, want := metricValue(t, h, "nodecache_cache_pinned_bytes"), float64(imageBytes(t, pinned)); got != want {
+	if got, want := metricValue(t, h, "nodecache_cache_pinned_bytes"), float64(mirrortest.StoredBytes(t, pinned)); got != want {
 		t.Errorf("nodecache_cache_pinned_bytes = %v, want %v (the pinned image)", got, want)
 	}
 	up.Stop()
@@ -171,7 +171,7 @@ func TestPinsSurviveLostIndex(t *testing.T) {
 		up.PushImage(t, fmt.Sprintf("team/other%d", i), "v1", mirrortest.Image(t, 512<<10, 1, "linux/amd64"))
 	}
 	root := t.TempDir()
-	pinnedBytes := imageBytes(t, a) + imageBytes(t, b)
+	pinnedBytes := mirrortest.StoredBytes(t, a) + mirrortest.StoredBytes(t, b)
 	capBytes := pinnedBytes * 2 // the pins hold half of it
 	opts := mirror.Options{Root: root, MaxSize: capBytes, Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}}
 	h := newHarness(t, opts)
@@ -238,7 +238,7 @@ func TestPinsSurviveLostIndex(t *testing.T) {
 func TestPinLimitAndRemoval(t *testing.T) {
 	t.Parallel()
 	up, a, _ := twoImages(t, 512<<10)
-	capBytes := imageBytes(t, a) * 100 / 45 // a is 45% of the cap, a and b together about 90%
+	capBytes := mirrortest.StoredBytes(t, a) * 100 / 45 // a is 45% of the cap, a and b together about 90%
 	h := newHarness(t, mirror.Options{Root: t.TempDir(), MaxSize: capBytes, Upstreams: []name.Upstream{upstreamFor(t, "upstream.test", up)}})
 	h.run(t)
 	pullImage(t, h.host+"/upstream.test/team/a:v1")
@@ -246,14 +246,14 @@ func TestPinLimitAndRemoval(t *testing.T) {
 	h.waitIdle(t)
 	waitInventory(t, h.host, "two images", func(inv mirrorapi.CacheInventory) bool { return inv.Ready && len(inv.Images) == 2 })
 
-	if code, p, msg := pinRequest(t, h, http.MethodPut, "upstream.test/team/a:v1"); code != http.StatusOK || p.Digest != digestOf(t, a) || p.SizeBytes != imageBytes(t, a) {
+	if code, p, msg := pinRequest(t, h, http.MethodPut, "upstream.test/team/a:v1"); code != http.StatusOK || p.Digest != digestOf(t, a) || p.SizeBytes != mirrortest.StoredBytes(t, a) {
 		t.Fatalf("pin a: %d %+v %s", code, p, msg)
 	}
 	code, _, msg := pinRequest(t, h, http.MethodPut, "upstream.test/team/b:v1")
 	if code != http.StatusConflict || !strings.Contains(msg, "above 80% of the cap --max-size") || !strings.Contains(msg, fmt.Sprintf("(%d bytes)", capBytes)) {
 		t.Errorf("pin b past 80%% of the cap: %d %q; want 409 naming --max-size and %d bytes", code, msg, capBytes)
 	}
-	if l := pinList(t, h); len(l.Pins) != 1 || l.PinnedBytes != imageBytes(t, a) || l.MaxSizeBytes != capBytes {
+	if l := pinList(t, h); len(l.Pins) != 1 || l.PinnedBytes != mirrortest.StoredBytes(t, a) || l.MaxSizeBytes != capBytes {
 		t.Errorf("pins after the refusal: %+v; want only team/a", l)
 	}
 	for spec, want := range map[string]int{
@@ -277,7 +277,7 @@ func TestPinLimitAndRemoval(t *testing.T) {
 	}
 
 	inv := inventory(t, h.host)
-	if ia, ib := imageOf(inv, "team/a"), imageOf(inv, "team/b"); ia == nil || !ia.Pinned || ib == nil || ib.Pinned || inv.PinnedBytes != imageBytes(t, a) {
+	if ia, ib := imageOf(inv, "team/a"), imageOf(inv, "team/b"); ia == nil || !ia.Pinned || ib == nil || ib.Pinned || inv.PinnedBytes != mirrortest.StoredBytes(t, a) {
 		t.Errorf("inventory: a %+v, b %+v, pinned bytes %d; want a pinned, b not", ia, ib, inv.PinnedBytes)
 	}
 	rm := "http://" + h.host + mirrorapi.CachePath + "/upstream.test/team/a@" + digestOf(t, a)
@@ -347,8 +347,8 @@ func TestPinFollowsTag(t *testing.T) {
 	l = waitPins(t, h, "the move to complete", func(l mirrorapi.PinList) bool {
 		return len(l.Pins) == 1 && l.Pins[0].Digest == dB && l.Pins[0].Next == ""
 	})
-	if l.PinnedBytes != imageBytes(t, v1b) {
-		t.Errorf("pinned bytes after the move: %d, want the new image's %d", l.PinnedBytes, imageBytes(t, v1b))
+	if l.PinnedBytes != mirrortest.StoredBytes(t, v1b) {
+		t.Errorf("pinned bytes after the move: %d, want the new image's %d", l.PinnedBytes, mirrortest.StoredBytes(t, v1b))
 	}
 	if img := imageByDigest(inventory(t, h.host), dA); img == nil || img.Pinned {
 		t.Errorf("old image after the move: %+v, want cached and released", img)

@@ -199,3 +199,21 @@ func IndexChild(t testing.TB, idx v1.ImageIndex, i int) (v1.Hash, v1.Image) {
 	}
 	return d, img
 }
+
+// StoredBytes is what a cache stores of img, in bytes: its manifest, its config and its layers.
+func StoredBytes(t testing.TB, img v1.Image) int64 {
+	t.Helper()
+	raw, err := img.RawManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int64(len(raw)) + m.Config.Size
+	for _, l := range m.Layers {
+		n += l.Size
+	}
+	return n
+}
