@@ -20,6 +20,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
 
+	"github.com/nodecache/nodecache/internal/atomicfile"
 	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/pkg/refusal"
 )
@@ -468,36 +469,10 @@ func (w *Writer) Close() error {
 	return nil
 }
 
-// writeFileAtomic writes b to p through a temporary file in the work directory, fsynced, then
-// renamed over p (p's directory created).
+// writeFileAtomic writes b to p (mode 0644, directories 0755) through a temporary file in the
+// work directory, fsynced, then renamed over p.
 func (w *Writer) writeFileAtomic(p string, b []byte) error {
-	tmp, err := os.CreateTemp(w.work, "file-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	return nil
+	return atomicfile.Write(p, b, atomicfile.Options{TempDir: w.work, Perm: 0o644, DirPerm: 0o755})
 }
 
 // syncDir fsyncs directory p, so the entries renamed into it survive a crash.

@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/nodecache/nodecache/internal/atomicfile"
 	"github.com/nodecache/nodecache/internal/inputfile"
 )
 
@@ -104,49 +104,14 @@ func (x *Index) Save(p string, clock func() time.Time, clean bool) error {
 	return nil
 }
 
-// writeFileAtomic writes b to p through a temporary file in the same directory, fsynced, then
-// renamed over p.
-func writeFileAtomic(p string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+"-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := os.Rename(tmp.Name(), p); err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	return nil
-}
+// writeFileAtomic writes b to p (mode 0600, directories 0700) through a temporary file beside
+// it, fsynced, then renamed over p.
+func writeFileAtomic(p string, b []byte) error { return atomicfile.Write(p, b, atomicfile.Options{}) }
 
 // writeFileSynced is writeFileAtomic, then an fsync of the directory, so the rename itself
 // survives a crash (the pins file: a pin is answered only once it is on disk).
 func writeFileSynced(p string, b []byte) error {
-	if err := writeFileAtomic(p, b); err != nil {
-		return err
-	}
-	dir, err := os.Open(filepath.Dir(p))
-	if err != nil {
-		return fmt.Errorf("write %s: sync its directory: %w", p, err)
-	}
-	defer dir.Close()
-	if err := dir.Sync(); err != nil {
-		return fmt.Errorf("write %s: sync its directory: %w", p, err)
-	}
-	return nil
+	return atomicfile.Write(p, b, atomicfile.Options{SyncDir: true})
 }
 
 // ReadFile reads the index file at p (through inputfile's size bound). The error says why it
