@@ -534,21 +534,8 @@ func TestJoinAsFillEnds(t *testing.T) {
 // probe). Fails before: the HEAD answered the short GET's length.
 func TestHeadDuringFillOfUnstatedSize(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 7071, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dgst, err := layers[0].Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	content, err := layerBytes(layers[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 7071)
+	dgst, content := mirrortest.LayerBlob(t, img, 0)
 	short := len(content) / 3
 	started, release := make(chan struct{}), make(chan struct{})
 	up.Wrap(func(next http.Handler) http.Handler {

@@ -162,14 +162,8 @@ func TestUpstreamHealth(t *testing.T) {
 	// A registry whose blob GETs redirect to a CDN host that does not resolve.
 	cdn, img := mirrortest.NewRegistryWithImage(t, "library/app", "latest", 2048)
 	layer := digest.Digest(mirrortest.LayerDigests(t, img)[0].String())
-	cdn.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/") {
-				http.Redirect(w, r, "http://blocked-cdn.test:9/blobs/"+layer.Encoded()+"?sig=SECRET", http.StatusTemporaryRedirect)
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
+	cdn.Intercept(http.MethodGet, "/blobs/", func(_ http.Handler, w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "http://blocked-cdn.test:9/blobs/"+layer.Encoded()+"?sig=SECRET", http.StatusTemporaryRedirect)
 	})
 
 	good, _ := mirrortest.NewRegistryWithImage(t, "library/app", "latest", 2048)

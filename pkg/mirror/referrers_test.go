@@ -477,17 +477,11 @@ func TestReferrersPastBounds(t *testing.T) {
 	t.Parallel()
 	reg := mirrortest.NewRegistry(t)
 	var pages atomic.Int64
-	reg.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !strings.Contains(r.URL.Path, "/referrers/") {
-				next.ServeHTTP(w, r)
-				return
-			}
-			n := pages.Add(1)
-			w.Header().Set("Link", fmt.Sprintf(`<%s?page=%d>; rel="next"`, r.URL.Path, n))
-			w.Header().Set("Content-Type", string(types.OCIImageIndex))
-			_, _ = io.WriteString(w, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`)
-		})
+	reg.Intercept("", "/referrers/", func(_ http.Handler, w http.ResponseWriter, r *http.Request) {
+		n := pages.Add(1)
+		w.Header().Set("Link", fmt.Sprintf(`<%s?page=%d>; rel="next"`, r.URL.Path, n))
+		w.Header().Set("Content-Type", string(types.OCIImageIndex))
+		_, _ = io.WriteString(w, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`)
 	})
 	h := newHarness(t, mirror.Options{Upstreams: []regname.Upstream{upstreamFor(t, "endless.test", reg)}})
 	subject := digest.FromString("subject").String()

@@ -2,7 +2,6 @@ package mirror_test
 
 import (
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,18 +10,6 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
 )
-
-// tooMany answers manifest requests with 429 and a Retry-After.
-func tooMany(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.Contains(r.URL.Path, "/manifests/") {
-			w.Header().Set("Retry-After", "42")
-			http.Error(w, `{"errors":[{"code":"TOOMANYREQUESTS"}]}`, http.StatusTooManyRequests)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
 
 func TestTagSemantics(t *testing.T) {
 	t.Parallel()
@@ -49,7 +36,10 @@ func TestTagSemantics(t *testing.T) {
 	}
 
 	// 429 with a cached tag: stale; uncached: the 429 and its Retry-After reach the client.
-	up.Wrap(tooMany)
+	up.Intercept("", "/manifests/", func(_ http.Handler, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "42")
+		http.Error(w, `{"errors":[{"code":"TOOMANYREQUESTS"}]}`, http.StatusTooManyRequests)
+	})
 	expect("429 cached", http.StatusOK, mirrorapi.CacheStale)
 	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/upstream.test/team/other/manifests/v1"), manifestAccept)
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "42" || resp.Header.Get(mirrorapi.HeaderCache) != "" {

@@ -446,42 +446,25 @@ func TestToTalosFlat(t *testing.T) {
 func failOn(u *upstreamSet, d string, status int) <-chan struct{} {
 	hit := make(chan struct{})
 	var once sync.Once
-	u.reg.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/blobs/"+d) {
-				once.Do(func() { close(hit) })
-				if status == 0 {
-					<-r.Context().Done()
-					return
-				}
-				http.Error(w, "injected", status)
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
+	u.reg.Intercept(http.MethodGet, "/blobs/"+d, func(_ http.Handler, w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(hit) })
+		if status == 0 {
+			<-r.Context().Done()
+			return
+		}
+		http.Error(w, "injected", status)
 	})
 	return hit
 }
 
 // flipLastByte makes u's registry serve blob d with its last byte flipped (same length).
 func flipLastByte(u *upstreamSet, d string) {
-	u.reg.Wrap(func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/blobs/"+d) {
-				next.ServeHTTP(w, r)
-				return
-			}
-			rec := &captured{header: http.Header{}}
-			next.ServeHTTP(rec, r)
-			if n := len(rec.body); n > 0 {
-				rec.body[n-1] ^= 0xff
-			}
-			for k, v := range rec.header {
-				w.Header()[k] = v
-			}
-			w.WriteHeader(rec.status)
-			_, _ = w.Write(rec.body)
-		})
+	u.reg.Intercept(http.MethodGet, "/blobs/"+d, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+		rec := capture(next, r)
+		if n := len(rec.body); n > 0 {
+			rec.body[n-1] ^= 0xff
+		}
+		rec.replay(w, len(rec.body))
 	})
 }
 
@@ -490,6 +473,22 @@ type captured struct {
 	header http.Header
 	status int
 	body   []byte
+}
+
+// capture records next's whole answer to r.
+func capture(next http.Handler, r *http.Request) *captured {
+	rec := &captured{header: http.Header{}}
+	next.ServeHTTP(rec, r)
+	return rec
+}
+
+// replay writes the recorded header and status to w, then the first n bytes of the body.
+func (c *captured) replay(w http.ResponseWriter, n int) {
+	for k, v := range c.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(c.status)
+	_, _ = w.Write(c.body[:n])
 }
 
 func (c *captured) Header() http.Header { return c.header }
@@ -772,34 +771,23 @@ func TestToResumedBlob(t *testing.T) {
 				broken bool
 				ranges []string
 			)
-			u.reg.Wrap(func(next http.Handler) http.Handler {
-				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					if r.Method != http.MethodGet || !strings.HasSuffix(r.URL.Path, "/blobs/"+layer) {
-						next.ServeHTTP(w, r)
-						return
-					}
-					mu.Lock()
-					first := !broken
-					broken = true
-					ranges = append(ranges, r.Header.Get("Range"))
-					mu.Unlock()
-					if ignoreRange {
-						r.Header.Del("Range")
-					}
-					if !first {
-						next.ServeHTTP(w, r)
-						return
-					}
-					rec := &captured{header: http.Header{}}
-					next.ServeHTTP(rec, r)
-					for k, v := range rec.header {
-						w.Header()[k] = v
-					}
-					w.WriteHeader(rec.status)
-					_, _ = w.Write(rec.body[:len(rec.body)/2])
-					w.(http.Flusher).Flush()
-					panic(http.ErrAbortHandler) // the connection drops mid-body
-				})
+			u.reg.Intercept(http.MethodGet, "/blobs/"+layer, func(next http.Handler, w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				first := !broken
+				broken = true
+				ranges = append(ranges, r.Header.Get("Range"))
+				mu.Unlock()
+				if ignoreRange {
+					r.Header.Del("Range")
+				}
+				if !first {
+					next.ServeHTTP(w, r)
+					return
+				}
+				rec := capture(next, r)
+				rec.replay(w, len(rec.body)/2)
+				w.(http.Flusher).Flush()
+				panic(http.ErrAbortHandler) // the connection drops mid-body
 			})
 			dir := t.TempDir()
 			rep, err := toRun(t, t.Context(), dir, bundle.FormatOCI, "linux/amd64", u.ups, nil, u.solo)
