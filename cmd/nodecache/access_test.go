@@ -16,30 +16,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/validate"
-
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 )
-
-// pullValid pulls ref (plain http) in full through a running serve and validates the image.
-func pullValid(t *testing.T, ref string) {
-	t.Helper()
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := remote.Image(r, remote.WithContext(t.Context()))
-	if err != nil {
-		t.Fatalf("pull through nodecache: %v", err)
-	}
-	if err := validate.Image(got); err != nil {
-		t.Fatalf("image through nodecache: %v", err)
-	}
-}
 
 // TestServeUpstreamAuthCredentialHelper (issue 13): the binary pulls from distribution's
 // htpasswd registry with credentials a shell-script credential helper (credHelpers, found on
@@ -79,7 +59,9 @@ exit 1
 		"--upstream", "private.test="+private.URL.String(),
 		"--upstream-auth", "private.test="+config)
 
-	pullValid(t, listen+"/private.test/team/private:v1")
+	if _, err := nodecachetest.PullValid(t.Context(), listen+"/private.test/team/private:v1"); err != nil {
+		t.Fatal(err)
+	}
 	calls, err := os.ReadFile(helperLog)
 	if err != nil || !strings.Contains(string(calls), "get private.test") {
 		t.Fatalf("the credential helper was not asked for private.test (%v): %q", err, calls)
@@ -360,7 +342,9 @@ func TestServeUpstreamAuthDockerHubStyle(t *testing.T) {
 		"--upstream", "docker.io=http://registry.hub.test:"+upPort,
 		"--upstream-auth", "docker.io="+config)
 
-	pullValid(t, listen+"/team/private:v1") // docker.io: the default upstream
+	if _, err := nodecachetest.PullValid(t.Context(), listen+"/team/private:v1"); err != nil { // docker.io: the default upstream
+		t.Fatal(err)
+	}
 	mu.Lock()
 	auths := append([]string(nil), realmAuths...)
 	mu.Unlock()

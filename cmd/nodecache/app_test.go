@@ -76,6 +76,16 @@ func newSilentMirror(t *testing.T, what string) *mirrortest.Registry {
 // until readyURL answers 200 (client: nil for http.DefaultClient) and returns its stderr.
 func startServe(t *testing.T, env []string, client *http.Client, readyURL string, args ...string) *mirrortest.LogBuffer {
 	t.Helper()
+	cmd, logs := launchServe(t, env, args...)
+	waitReady(t, client, readyURL, cmd.Process)
+	return logs
+}
+
+// launchServe starts `nodecache serve args...` with env added to the test's environment and
+// returns at once, with the process and its stderr. The test's cleanup kills it (if it still
+// runs) and, when the test failed, logs what it wrote.
+func launchServe(t *testing.T, env []string, args ...string) (*exec.Cmd, *mirrortest.LogBuffer) {
+	t.Helper()
 	logs := &mirrortest.LogBuffer{}
 	cmd := exec.Command(binary, append([]string{"serve"}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
@@ -90,8 +100,7 @@ func startServe(t *testing.T, env []string, client *http.Client, readyURL string
 			t.Logf("nodecache log:\n%s", logs.String())
 		}
 	})
-	waitReady(t, client, readyURL, cmd.Process)
-	return logs
+	return cmd, logs
 }
 
 // waitReady waits up to 20 s for url to answer 200 through c (nil: http.DefaultClient); it

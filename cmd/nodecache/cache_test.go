@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/internal/nodecachetest"
@@ -112,20 +111,7 @@ func TestCacheVerify(t *testing.T) {
 	mirrortest.QuietLogrus()
 	root := t.TempDir()
 	nc := nodecachetest.Start(t, nodecachetest.Options{Upstream: up, Alias: "upstream.test", Root: root, Run: true})
-	r, err := name.ParseReference(nc.Host+"/upstream.test/team/app:v1", name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pulled, err := remote.Image(r, remote.WithContext(t.Context()))
-	if err == nil {
-		err = validate.Image(pulled) // every blob fetched, so every blob stored
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Mirror.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	nc.Pull(t, "upstream.test/team/app:v1") // every blob fetched, so every blob stored
 
 	code, out, errOut := runApp(t, "cache", "verify", "--listen-url", nc.URL)
 	if code != 0 || !strings.HasPrefix(out, "verified 4 blobs (") || !strings.Contains(out, ": clean\n") {
@@ -181,15 +167,9 @@ func TestCacheVerify(t *testing.T) {
 // unreferenced_bytes. Once the image that names it is pulled, the line goes.
 func TestCacheLsUnreferenced(t *testing.T) {
 	t.Parallel()
-	up := mirrortest.NewRegistry(t)
-	img := mirrortest.Image(t, 4096, 1, "linux/amd64")
-	up.PushImage(t, "team/app", "v1", img)
-	layers, err := img.Layers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ld, _ := layers[0].Digest()
-	lsize, _ := layers[0].Size()
+	up, img := mirrortest.NewRegistryWithImage(t, "team/app", "v1", 4096)
+	ld, layer := mirrortest.LayerBlob(t, img, 0)
+	lsize := int64(len(layer))
 	mirrortest.QuietLogrus()
 	nc := nodecachetest.Start(t, nodecachetest.Options{Upstream: up, Alias: "upstream.test", Root: t.TempDir(), Run: true})
 	resp, err := http.Get(nc.URL + "/v2/upstream.test/team/app/blobs/" + ld.String())
@@ -216,29 +196,10 @@ func TestCacheLsUnreferenced(t *testing.T) {
 	if inv.UnreferencedBlobs != 1 || inv.UnreferencedBytes != lsize {
 		t.Errorf("cache ls --output json: unreferenced %d blobs, %d bytes; want 1, %d", inv.UnreferencedBlobs, inv.UnreferencedBytes, lsize)
 	}
-	r, err := name.ParseReference(nc.Host+"/upstream.test/team/app:v1", name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := validateRemote(t, r); err != nil {
-		t.Fatal(err)
-	}
-	if err := nc.Mirror.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	nc.Pull(t, "upstream.test/team/app:v1")
 	if code, out, _ = runApp(t, "cache", "ls", "--listen-url", nc.URL); code != 0 || strings.Contains(out, "unreferenced") || !strings.Contains(out, "1 image, ") {
 		t.Errorf("cache ls after the image was pulled: exit %d, want 1 image and no unreferenced line:\n%s", code, out)
 	}
-}
-
-// validateRemote pulls r and reads every blob (validate.Image).
-func validateRemote(t *testing.T, r name.Reference) error {
-	t.Helper()
-	pulled, err := remote.Image(r, remote.WithContext(t.Context()))
-	if err != nil {
-		return err
-	}
-	return validate.Image(pulled)
 }
 
 // TestCacheRmChildAndTag (issue 26): cache rm of a platform manifest of a cached index, by
@@ -254,18 +215,7 @@ func TestCacheRmChildAndTag(t *testing.T) {
 	up.PushImage(t, "team/multi", "amd64", childImg)
 	mirrortest.QuietLogrus()
 	nc := nodecachetest.Start(t, nodecachetest.Options{Upstream: up, Alias: "upstream.test", Root: t.TempDir(), Run: true})
-	for _, tag := range []string{"v1", "amd64"} {
-		r, err := name.ParseReference(nc.Host+"/upstream.test/team/multi:"+tag, name.Insecure)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := validateRemote(t, r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nc.Mirror.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	nc.Pull(t, "upstream.test/team/multi:v1", "upstream.test/team/multi:amd64")
 	id, _ := idx.Digest()
 	index := "upstream.test/team/multi@" + id.String()
 	holder := fmt.Sprintf(" is a platform manifest of upstream.test/team/multi:v1 (index %s), not an image of its own: remove the index (nodecache cache rm %s)", id, index)

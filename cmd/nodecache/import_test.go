@@ -12,18 +12,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
-	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	ncname "github.com/nodecache/nodecache/pkg/name"
@@ -44,34 +40,7 @@ func offlineServe(t *testing.T, names ...string) *nodecachetest.Nodecache {
 		ups = append(ups, u)
 	}
 	nc := nodecachetest.Start(t, nodecachetest.Options{Upstreams: ups, Root: t.TempDir(), Run: true})
-	waitIndex(t, nc.Mirror)
 	return nc
-}
-
-// waitIndex waits until m's cache index is loaded (an import is answered 503 before).
-func waitIndex(t *testing.T, m *mirror.Mirror) {
-	t.Helper()
-	for range 400 {
-		if m.Inventory().Ready {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("the cache index was never loaded")
-}
-
-// pullChecked pulls ref (a reference on the serve) as linux/amd64 and reads every blob, checking each
-// against its digest (validate.Image).
-func pullChecked(ref string) error {
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		return err
-	}
-	img, err := remote.Image(r, remote.WithPlatform(v1.Platform{OS: "linux", Architecture: "amd64"}))
-	if err != nil {
-		return err
-	}
-	return validate.Image(img)
 }
 
 // cacheLs is the serve's inventory as cache ls --output json prints it.
@@ -143,7 +112,7 @@ func TestCacheImportOCILayout(t *testing.T) {
 		nc.Host + "/upstream.test/team/tool:v2",
 		nc.Host + "/upstream.test/team/tool@" + toolDigest.String(),
 	} {
-		if err := pullChecked(ref); err != nil {
+		if _, err := nodecachetest.PullValid(t.Context(), ref); err != nil {
 			t.Errorf("pull %s with the upstream gone: %v", ref, err)
 		}
 	}
@@ -190,7 +159,6 @@ func TestCacheImportPinLimit(t *testing.T) {
 	}
 	const capBytes = 200 << 10 // 80% of it is below big, far above small
 	nc := nodecachetest.Start(t, nodecachetest.Options{Upstreams: []ncname.Upstream{u}, Root: t.TempDir(), Run: true, MaxSize: capBytes})
-	waitIndex(t, nc.Mirror)
 	code, out, errOut := runApp(t, "cache", "import", "--listen-url", nc.URL, both)
 	if code != 1 || !strings.Contains(errOut, "pins may hold at most 80% of --max-size") || !strings.Contains(errOut, "nothing was imported") {
 		t.Errorf("cache import over the pinned share of the cap: exit %d\n%s%s\nwant exit 1 naming the cap, nothing imported", code, out, errOut)
@@ -240,7 +208,7 @@ func TestCacheImportSkopeo(t *testing.T) {
 		t.Fatalf("cache import --ref: exit %d\n%s%s", code, out, errOut)
 	}
 	for _, ref := range []string{nc.Host + "/upstream.test/team/app:v1", nc.Host + "/upstream.test/team/app@" + d.String()} {
-		if err := pullChecked(ref); err != nil {
+		if _, err := nodecachetest.PullValid(t.Context(), ref); err != nil {
 			t.Errorf("pull %s: %v", ref, err)
 		}
 	}
@@ -265,7 +233,7 @@ func TestCacheImportTalos(t *testing.T) {
 				nc.Host + "/upstream.test_5000/team/tool@sha256:f2ec797664ce11219716623977cb1f3bda91c333f51803b52e1f9bc534048a36",
 				nc.Host + "/docker.io/library/busybox:1.36",
 			} {
-				if err := pullChecked(ref); err != nil {
+				if _, err := nodecachetest.PullValid(t.Context(), ref); err != nil {
 					t.Errorf("pull %s: %v", ref, err)
 				}
 			}
@@ -282,8 +250,7 @@ func TestCacheImportDamaged(t *testing.T) {
 	up := mirrortest.NewRegistry(t)
 	img := mirrortest.Image(t, 4096, 2, "linux/amd64")
 	up.PushImage(t, "team/app", "v1", img)
-	layers, _ := img.Layers()
-	ld, _ := layers[1].Digest()
+	ld := mirrortest.LayerDigests(t, img)[1]
 	layer := filepath.Join("blobs", "sha256", ld.Hex)
 	for _, tc := range []struct {
 		name   string
@@ -307,7 +274,7 @@ func TestCacheImportDamaged(t *testing.T) {
 			if inv := cacheLs(t, nc); len(inv.Images) != 0 || inv.Blobs != 0 {
 				t.Errorf("cache ls after the refusal: %d images, %d blobs; want nothing", len(inv.Images), inv.Blobs)
 			}
-			if err := pullChecked(nc.Host + "/upstream.test/team/app:v1"); err == nil {
+			if _, err := nodecachetest.PullValid(t.Context(), nc.Host+"/upstream.test/team/app:v1"); err == nil {
 				t.Error("the image is served after a refused import")
 			}
 		})

@@ -13,10 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/validate"
-
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
@@ -68,12 +64,8 @@ func TestServeOffline(t *testing.T) {
 	listen := nodecachetest.FreeAddr(t)
 
 	stop, _ := serveStoppable(t, listen, "--root", root, "--upstream", "upstream.test="+up.URL.String())
-	pulled, err := remote.Image(mustRef(t, listen+"/upstream.test/team/app:v1"))
-	if err == nil {
-		err = validate.Image(pulled)
-	}
-	if err != nil {
-		t.Fatalf("pull online: %v", err)
+	if _, err := nodecachetest.PullValid(t.Context(), listen+"/upstream.test/team/app:v1"); err != nil {
+		t.Fatalf("online: %v", err)
 	}
 	stop()
 	up.Stop()
@@ -99,12 +91,9 @@ func TestServeOffline(t *testing.T) {
 	listen = nodecachetest.FreeAddr(t)
 	_, logs := serveStoppable(t, listen, "--root", root, "--offline", "--upstream", "upstream.test=http://"+hole.Addr().String())
 	for _, r := range []string{listen + "/upstream.test/team/app:v1", listen + "/upstream.test/team/app@" + dgst.String()} {
-		got, err := remote.Image(mustRef(t, r))
-		if err == nil {
-			err = validate.Image(got)
-		}
+		got, err := nodecachetest.PullValid(t.Context(), r)
 		if err != nil {
-			t.Fatalf("pull %s offline: %v\n%s", r, err, logs)
+			t.Fatalf("offline: %v\n%s", err, logs)
 		}
 		if d, _ := got.Digest(); d != dgst {
 			t.Fatalf("pull %s offline: digest %s, want %s", r, d, dgst)
@@ -147,13 +136,4 @@ func TestServeOfflineRefused(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "--offline") || !strings.Contains(string(out), "NAME=offline") {
 		t.Fatalf("serve --help does not teach --offline and NAME=offline: %v\n%s", err, out)
 	}
-}
-
-func mustRef(t *testing.T, s string) name.Reference {
-	t.Helper()
-	r, err := name.ParseReference(s, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
 }

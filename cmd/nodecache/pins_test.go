@@ -7,35 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 )
-
-// pull pulls ref through nc with go-containerregistry, every blob fetched and checked, and waits
-// until nc has stored what it fetched.
-func pull(t *testing.T, nc *nodecachetest.Nodecache, ref string) {
-	t.Helper()
-	r, err := name.ParseReference(nc.Host+"/"+ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := remote.Image(r, remote.WithContext(t.Context()))
-	if err == nil {
-		err = validate.Image(img)
-	}
-	if err != nil {
-		t.Fatalf("pull %s: %v", ref, err)
-	}
-	if err := nc.Mirror.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // waitCache polls nc's inventory until ok accepts it (10 s at most).
 func waitCache(t *testing.T, nc *nodecachetest.Nodecache, what string, ok func(mirrorapi.CacheInventory) bool) mirrorapi.CacheInventory {
@@ -93,7 +70,7 @@ func TestWarmPinKeepsImage(t *testing.T) {
 	pinnedSpec := "upstream.test/team/pinned@" + digestString(t, pinned)
 	for i := range 4 {
 		repo := fmt.Sprintf("team/other%d", i)
-		pull(t, nc, "upstream.test/"+repo+":v1")
+		nc.Pull(t, "upstream.test/"+repo+":v1")
 		inv := waitCache(t, nc, "eviction under the cap", func(inv mirrorapi.CacheInventory) bool { return inv.SizeBytes <= capBytes })
 		if img := cachedRepo(inv, "team/pinned"); img == nil || !img.Pinned {
 			t.Fatalf("after pulling %s the pinned image is %+v; want it cached and pinned (images %+v)", repo, img, inv.Images)
@@ -140,13 +117,13 @@ func TestWarmPinKeepsImage(t *testing.T) {
 	}
 
 	up.Stop()
-	pull(t, nc, "upstream.test/team/pinned:v1")
+	nc.Pull(t, "upstream.test/team/pinned:v1")
 	code, out, errOut = runApp(t, "cache", "unpin", "--listen-url", nc.URL, "upstream.test/team/pinned:v1")
 	if code != 0 || !strings.HasPrefix(out, "unpinned upstream.test/team/pinned:v1 (") {
 		t.Fatalf("cache unpin: exit %d\n%s%s", code, out, errOut)
 	}
 	up.Start(t)
-	pull(t, nc, "upstream.test/team/other4:v1")
+	nc.Pull(t, "upstream.test/team/other4:v1")
 	waitCache(t, nc, "the unpinned image evicted", func(inv mirrorapi.CacheInventory) bool {
 		return cachedRepo(inv, "team/pinned") == nil && inv.PinnedBytes == 0 && cachedRepo(inv, "team/other4") != nil
 	})

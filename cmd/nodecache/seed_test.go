@@ -27,25 +27,10 @@ func TestServeSeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	args := func(root, listen string) []string {
-		return []string{"serve", "--root", root, "--listen", listen, "--seed", seed, "--log-format", "json",
-			"--upstream", "upstream.test:5000=offline", "--upstream", "docker.io=offline"}
-	}
 	run := func(root string) (*exec.Cmd, *mirrortest.LogBuffer, string) {
 		listen := nodecachetest.FreeAddr(t)
-		logs := &mirrortest.LogBuffer{}
-		cmd := exec.Command(binary, args(root, listen)...)
-		cmd.Stderr = logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			if t.Failed() {
-				t.Logf("nodecache log:\n%s", logs.String())
-			}
-		})
+		cmd, logs := launchServe(t, nil, "--root", root, "--listen", listen, "--seed", seed, "--log-format", "json",
+			"--upstream", "upstream.test:5000=offline", "--upstream", "docker.io=offline")
 		return cmd, logs, listen
 	}
 	stop := func(cmd *exec.Cmd) {

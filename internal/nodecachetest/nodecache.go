@@ -47,7 +47,8 @@ type Options struct {
 	// MaxSize is mirror.Options.MaxSize; zero: no cap.
 	MaxSize int64
 	// Run runs the mirror's background work (mirror.Run: upload sweeping, eviction under
-	// MaxSize) as serve does, until the test ends.
+	// MaxSize) as serve does, until the test ends; Start then returns once the cache index is
+	// loaded (mirror.Inventory().Ready), as an import or a cache ls is answered 503 before.
 	Run bool
 }
 
@@ -122,11 +123,26 @@ func Start(t *testing.T, opts Options) *Nodecache {
 			t.Logf("nodecache log:\n%s", buf.String())
 		}
 	})
+	if opts.Run {
+		waitIndexLoaded(t, m)
+	}
 	u, err := url.Parse(srv.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &Nodecache{URL: srv.URL, Host: u.Host, Upstream: upstream, UpstreamHost: host, Log: buf, Close: srv.Close, Mirror: m}
+}
+
+// waitIndexLoaded waits up to 4 s for m's cache index to be loaded.
+func waitIndexLoaded(t *testing.T, m *mirror.Mirror) {
+	t.Helper()
+	for range 400 {
+		if m.Inventory().Ready {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("nodecachetest: the cache index was never loaded")
 }
 
 // UpstreamHost returns "<hostName>:<port of r>", a registry name that reaches r when hostName

@@ -6,11 +6,6 @@ import (
 	"testing"
 	"time"
 
-	ggcrname "github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/validate"
-
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/bundle"
@@ -71,7 +66,7 @@ func TestAirGap(t *testing.T) {
 	flat := airGapServe(t, host, []struct{ dir, ref string }{{bundles[bundle.FormatTalosFlat], ""}})
 	alias, _ := name.PathAlias(host)
 	for _, ref := range []string{flat.Host + "/" + alias + "/team/app:v1", flat.Host + "/" + alias + "/team/tool:v2"} {
-		if err := pullValid(ref); err != nil {
+		if _, err := nodecachetest.PullValid(t.Context(), ref); err != nil {
 			t.Errorf("from warm --to's talos-flat bundle: pull %s: %v", ref, err)
 		}
 	}
@@ -129,12 +124,6 @@ func airGapServe(t *testing.T, host string, bundles []struct{ dir, ref string })
 		ups = append(ups, name.Upstream{Name: n, Offline: true})
 	}
 	nc := nodecachetest.Start(t, nodecachetest.Options{Upstreams: ups, Root: t.TempDir(), Run: true, UpstreamTimeout: airGapTimeout})
-	for i := 0; !nc.Mirror.Inventory().Ready; i++ { // an import is answered 503 until the index is loaded
-		if i == 400 {
-			t.Fatal("the cache index was never loaded")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	cl, err := inventory.New(nc.URL, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -145,17 +134,4 @@ func airGapServe(t *testing.T, host string, bundles []struct{ dir, ref string })
 		}
 	}
 	return nc
-}
-
-// pullValid pulls ref (on a serve) as linux/amd64 and reads every blob, checking each.
-func pullValid(ref string) error {
-	r, err := ggcrname.ParseReference(ref, ggcrname.Insecure)
-	if err != nil {
-		return err
-	}
-	img, err := remote.Image(r, remote.WithPlatform(v1.Platform{OS: "linux", Architecture: "amd64"}))
-	if err != nil {
-		return err
-	}
-	return validate.Image(img)
 }

@@ -6,10 +6,6 @@ import (
 	"testing"
 	"time"
 
-	ggcrname "github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/validate"
-
 	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/runtimetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
@@ -35,21 +31,8 @@ func TestContainerdPullsFromOfflineUpstream(t *testing.T) {
 
 	online := nodecachetest.Start(t, nodecachetest.Options{UpstreamName: upstreamName, Upstream: upstream, Root: root})
 	host := online.UpstreamHost
-	alias, _ := name.PathAlias(host) // upstream.test_<port>: a path component, where ':' cannot be
-	ref, err := ggcrname.ParseReference(online.Host+"/"+alias+"/team/app:v1", ggcrname.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pulled, err := remote.Image(ref, remote.WithContext(t.Context()))
-	if err == nil {
-		err = validate.Image(pulled) // every blob through the mirror, so every blob is stored
-	}
-	if err != nil {
-		t.Fatalf("fill while online: %v", err)
-	}
-	if err := online.Mirror.WaitIdle(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	alias, _ := name.PathAlias(host)     // upstream.test_<port>: a path component, where ':' cannot be
+	online.Pull(t, alias+"/team/app:v1") // every blob through the mirror, so every blob is stored
 	online.Close()
 	upstream.Stop()
 

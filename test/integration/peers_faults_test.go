@@ -231,7 +231,7 @@ func TestPeersHangingMember(t *testing.T) {
 	c.waitLive(t, 2, 2)
 
 	start := time.Now()
-	if err := pullAll(c.nodes[0].Listen + "/team/app:v1"); err != nil {
+	if err := pullValid(c.nodes[0].Listen + "/team/app:v1"); err != nil {
 		t.Fatalf("pull with a hanging owner: %v", err)
 	}
 	took := time.Since(start)
@@ -289,7 +289,7 @@ func TestPeersWrongBytesMember(t *testing.T) {
 	c.list(t, 1, liarAddr)
 	c.waitLive(t, 1, 1)
 
-	if err := pullAll(node.Listen + "/team/app:v1"); err == nil {
+	if err := pullValid(node.Listen + "/team/app:v1"); err == nil {
 		t.Fatal("a pull through a member that flips bytes succeeded; want the broken transfer a bad upstream gives")
 	}
 	if lies.Load() == 0 {
@@ -303,7 +303,7 @@ func TestPeersWrongBytesMember(t *testing.T) {
 	}
 	waitForMetricAtLeast(t, node.URL+"/metrics", `nodecache_digest_mismatches_total{kind="blob",tier="peer",upstream="`+up.Addr+`"}`, 1)
 	served := lies.Load()
-	if err := pullAll(node.Listen + "/team/app:v1"); err != nil {
+	if err := pullValid(node.Listen + "/team/app:v1"); err != nil {
 		t.Fatalf("the pull after a member served wrong bytes: %v", err)
 	}
 	if n := lies.Load(); n != served {
@@ -356,7 +356,7 @@ func TestPeersOwnerKilledMidFill(t *testing.T) {
 
 	done := make(chan error, len(others))
 	for _, nd := range others {
-		go func() { done <- pullAll(nd.Listen + "/team/app:v1") }()
+		go func() { done <- pullValid(nd.Listen + "/team/app:v1") }()
 	}
 	for deadline := time.Now().Add(time.Minute); up.Count(http.MethodGet, "/blobs/"+layer.String()) == 0; {
 		if time.Now().After(deadline) {

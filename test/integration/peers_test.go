@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,11 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/validate"
 
+	"github.com/nodecache/nodecache/internal/nodecachetest"
 	"github.com/nodecache/nodecache/internal/servetest"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
@@ -107,21 +106,10 @@ func (c peerCluster) waitLive(t *testing.T, n, live int) {
 	}
 }
 
-// pullAll pulls ref with go-containerregistry and validates the image (every blob fetched and
-// its digest checked: validate.Image).
-func pullAll(ref string) error {
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		return err
-	}
-	img, err := remote.Image(r)
-	if err != nil {
-		return fmt.Errorf("%s: %w", ref, err)
-	}
-	if err := validate.Image(img); err != nil {
-		return fmt.Errorf("%s: %w", ref, err)
-	}
-	return nil
+// pullValid pulls ref through a node and checks every blob (nodecachetest.PullValid).
+func pullValid(ref string) error {
+	_, err := nodecachetest.PullValid(context.Background(), ref)
+	return err
 }
 
 // pullEverywhere pulls ref (a repository and tag) from every node at the same moment.
@@ -135,7 +123,7 @@ func pullEverywhere(t *testing.T, nodes []peerNode, ref string) {
 		go func() {
 			defer wg.Done()
 			<-start
-			errs[i] = pullAll(nd.Listen + "/" + ref)
+			errs[i] = pullValid(nd.Listen + "/" + ref)
 		}()
 	}
 	close(start)
