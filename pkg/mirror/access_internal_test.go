@@ -16,9 +16,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
-	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/upstreamauth"
 )
 
 // TestAccessStartLine (issue 13): one start-up line on a non-loopback listener without
@@ -30,7 +30,7 @@ func TestAccessStartLine(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(`{"auths":{"ghcr.io":{"auth":"dTpw"}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	creds, err := upstream.LoadCredentials(cfg, "ghcr.io", upstream.CredentialsOptions{})
+	creds, err := upstreamauth.LoadCredentials(cfg, "ghcr.io", upstreamauth.CredentialsOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestAccessStartLine(t *testing.T) {
 				opts.PullAllow = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 			}
 			if tc.creds {
-				opts.UpstreamCredentials = map[string]*upstream.Credentials{"ghcr.io": creds}
+				opts.UpstreamCredentials = map[string]*upstreamauth.Credentials{"ghcr.io": creds}
 			}
 			mirrortest.QuietLogrus()
 			m, err := New(t.Context(), opts)

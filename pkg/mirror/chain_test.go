@@ -23,6 +23,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/mirrorapi"
 	regname "github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/upstreamauth"
 )
 
 // sharedTier is a shared nodecache behind a front that can be stopped or made to answer with a
@@ -370,7 +371,7 @@ func TestChainCredentialsOnlyDirect(t *testing.T) {
 	})
 	node := newHarness(t, mirror.Options{
 		Upstreams:           []regname.Upstream{upstreamFor(t, "upstream.test", up)},
-		UpstreamCredentials: map[string]*upstream.Credentials{"upstream.test": loadCredentials(t, file, up.Addr)},
+		UpstreamCredentials: map[string]*upstreamauth.Credentials{"upstream.test": loadCredentials(t, file, up.Addr)},
 		Chain:               mustURL(t, shared.front.URL),
 	})
 	url := fmtURL(node, "/v2/upstream.test/team/private/manifests/v1")

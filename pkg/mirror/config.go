@@ -2,7 +2,6 @@ package mirror
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,6 +20,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirror/peer"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/upstreamauth"
 )
 
 // Config is the embedded registry's settings as serve and agent take them on the command line:
@@ -133,7 +133,7 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	if err != nil {
 		return Options{}, err
 	}
-	creds, cas, err := c.upstreamFiles(ups, log)
+	creds, cas, err := upstreamauth.Load(SplitList(c.UpstreamAuth), SplitList(c.UpstreamCA), ups, log)
 	if err != nil {
 		return Options{}, err
 	}
@@ -239,44 +239,6 @@ func (c Config) peerOptions(log zerolog.Logger) (*PeerOptions, error) {
 		return nil, fmt.Errorf("--peer-key-file: %w", err)
 	}
 	return &PeerOptions{Source: src, Keys: keys, Refresh: c.PeersRefresh, DialTimeout: c.PeerDialTimeout}, nil
-}
-
-// upstreamFiles loads the credentials (--upstream-auth) and CAs (--upstream-ca) of the
-// upstreams ups, by upstream name. Those of an offline upstream are not read (a credential
-// helper could reach out): it is never asked.
-func (c Config) upstreamFiles(ups []name.Upstream, log zerolog.Logger) (map[string]*upstream.Credentials, map[string]*x509.CertPool, error) {
-	offline := map[string]bool{}
-	for _, u := range ups {
-		offline[u.Name] = u.Offline
-	}
-	creds := map[string]*upstream.Credentials{}
-	for _, spec := range SplitList(c.UpstreamAuth) {
-		n, file, err := upstreamFileSpec("upstream-auth", spec, ups)
-		if err != nil {
-			return nil, nil, err
-		}
-		if offline[n] {
-			log.Info().Str("upstream", n).Str("file", file).Msg("--upstream-auth of an offline upstream: not read, the upstream is never asked")
-			continue
-		}
-		if creds[n], err = upstream.LoadCredentials(file, n, upstream.CredentialsOptions{Logger: log}); err != nil {
-			return nil, nil, fmt.Errorf("--upstream-auth %s: %w", n, err)
-		}
-	}
-	cas := map[string]*x509.CertPool{}
-	for _, spec := range SplitList(c.UpstreamCA) {
-		n, file, err := upstreamFileSpec("upstream-ca", spec, ups)
-		if err != nil {
-			return nil, nil, err
-		}
-		if offline[n] {
-			continue // never asked: no connection to trust
-		}
-		if cas[n], err = upstream.LoadRootCAs(file); err != nil {
-			return nil, nil, fmt.Errorf("--upstream-ca %s: %w", n, err)
-		}
-	}
-	return creds, cas, nil
 }
 
 // setStorage sets o's storage (--storage and the --s3-* flags, only with s3) and checks it.
@@ -470,27 +432,6 @@ func parseUnknownBlobSize(s string) (int64, error) {
 		return 0, fmt.Errorf("--max-unknown-blob-size %q: must be more than 0: %s", s, accepted)
 	}
 	return n, nil
-}
-
-// upstreamFileSpec splits NAME=FILE of --upstream-auth and --upstream-ca; NAME must be a
-// configured upstream (aliases such as index.docker.io name docker.io).
-func upstreamFileSpec(flag, spec string, ups []name.Upstream) (string, string, error) {
-	n, file, ok := strings.Cut(spec, "=")
-	if !ok || n == "" || file == "" {
-		return "", "", fmt.Errorf("--%s %q: want NAME=FILE, e.g. ghcr.io=/etc/nodecache/config.json", flag, spec)
-	}
-	reg, err := name.ParseRegistry(n)
-	if err != nil {
-		return "", "", fmt.Errorf("--%s %q: %w", flag, spec, err)
-	}
-	var names []string
-	for _, u := range ups {
-		if u.Name == reg || (name.Canonical(u.Name) == name.DockerHub && name.Canonical(reg) == name.DockerHub) {
-			return u.Name, file, nil
-		}
-		names = append(names, u.Name)
-	}
-	return "", "", fmt.Errorf("--%s %q: %s is not among the --upstream names %s", flag, spec, reg, strings.Join(names, ", "))
 }
 
 // checkListen accepts HOST:PORT or :PORT with a port from 0 to 65535 (0: any free port).

@@ -14,8 +14,8 @@ import (
 
 	"github.com/nodecache/nodecache/pkg/mirror"
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
-	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	regname "github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/upstreamauth"
 )
 
 const (
@@ -42,9 +42,9 @@ func basicAuth(user, password string) string {
 	return base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
 }
 
-func loadCredentials(t *testing.T, file, registry string) *upstream.Credentials {
+func loadCredentials(t *testing.T, file, registry string) *upstreamauth.Credentials {
 	t.Helper()
-	c, err := upstream.LoadCredentials(file, registry, upstream.CredentialsOptions{})
+	c, err := upstreamauth.LoadCredentials(file, registry, upstreamauth.CredentialsOptions{})
 	if err != nil {
 		t.Fatalf("LoadCredentials %s for %s: %v", file, registry, err)
 	}
@@ -121,7 +121,7 @@ func TestUpstreamAuthHtpasswd(t *testing.T) {
 			if tc.auths != nil {
 				file := filepath.Join(t.TempDir(), "config.json")
 				writeDockerConfig(t, file, tc.auths(upName))
-				opts.UpstreamCredentials = map[string]*upstream.Credentials{upName: loadCredentials(t, file, upName)}
+				opts.UpstreamCredentials = map[string]*upstreamauth.Credentials{upName: loadCredentials(t, file, upName)}
 			}
 			h := newHarness(t, opts)
 			private.ResetRequests()
@@ -196,7 +196,7 @@ func TestUpstreamAuthDockerHubKey(t *testing.T) {
 				writeDockerConfig(t, file, map[string]map[string]string{
 					"https://index.docker.io/v1/": {"auth": basicAuth(testUser, testPassword)},
 				})
-				opts.UpstreamCredentials = map[string]*upstream.Credentials{"docker.io": loadCredentials(t, file, "docker.io")}
+				opts.UpstreamCredentials = map[string]*upstreamauth.Credentials{"docker.io": loadCredentials(t, file, "docker.io")}
 			}
 			h := newHarness(t, opts)
 			if !withCreds {
@@ -242,7 +242,7 @@ func TestUpstreamAuthRealmOnAnotherDomain(t *testing.T) {
 	})
 	h := newHarness(t, mirror.Options{
 		Upstreams:           []regname.Upstream{up},
-		UpstreamCredentials: map[string]*upstream.Credentials{"docker.io": loadCredentials(t, file, "docker.io")},
+		UpstreamCredentials: map[string]*upstreamauth.Credentials{"docker.io": loadCredentials(t, file, "docker.io")},
 	})
 	resp, body := get(t, http.MethodGet, fmtURL(h, "/v2/team/private/manifests/v1?ns=docker.io"), manifestAccept)
 	if resp.StatusCode < 400 {
@@ -291,7 +291,7 @@ func TestUpstreamAuthSymlinkSwap(t *testing.T) {
 	}
 	h := newHarness(t, mirror.Options{
 		Upstreams:           []regname.Upstream{up},
-		UpstreamCredentials: map[string]*upstream.Credentials{upName: loadCredentials(t, filepath.Join(vol, "config.json"), upName)},
+		UpstreamCredentials: map[string]*upstreamauth.Credentials{upName: loadCredentials(t, filepath.Join(vol, "config.json"), upName)},
 	})
 	path := "/v2/team/private/manifests/v1?ns=" + upName
 	deniedManifest(t, h, path, nil)

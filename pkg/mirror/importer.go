@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nodecache/nodecache/internal/clitext"
 	"io"
 	"maps"
 	"net/http"
@@ -13,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/nodecache/nodecache/internal/clitext"
 
 	"github.com/distribution/distribution/v3"
 	"github.com/distribution/reference"

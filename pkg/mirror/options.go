@@ -15,6 +15,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/mirror/cache"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
 	"github.com/nodecache/nodecache/pkg/name"
+	"github.com/nodecache/nodecache/pkg/upstreamauth"
 )
 
 // Defaults for Options.
@@ -61,12 +62,12 @@ type Options struct {
 	// Default: a transport with dial, TLS and response-header timeouts of UpstreamTimeout.
 	Transport http.RoundTripper
 	// UpstreamCredentials are the credentials nodecache authenticates with, by upstream NAME
-	// (--upstream-auth; upstream.LoadCredentials). Upstreams without an entry are pulled
+	// (--upstream-auth; upstreamauth.LoadCredentials). Upstreams without an entry are pulled
 	// anonymously. Everything the credentials can read becomes readable by every client that
 	// may pull (see PullAllow). Keys must be configured upstream names.
-	UpstreamCredentials map[string]*upstream.Credentials
+	UpstreamCredentials map[string]*upstreamauth.Credentials
 	// UpstreamRootCAs are the certificate authorities trusted for an upstream, by NAME
-	// (--upstream-ca; upstream.LoadRootCAs). Keys must be configured upstream names.
+	// (--upstream-ca; upstreamauth.LoadRootCAs). Keys must be configured upstream names.
 	UpstreamRootCAs map[string]*x509.CertPool
 	// Logger receives the access log and operational messages. Default: disabled.
 	Logger zerolog.Logger

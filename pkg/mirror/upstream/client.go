@@ -21,6 +21,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/nodecache/nodecache/internal/clitext"
+	"github.com/nodecache/nodecache/pkg/upstreamauth"
 )
 
 // MaxManifestBytes bounds a manifest body read from an upstream (distribution's own limit).
@@ -75,7 +76,7 @@ type client struct {
 	userAgent string
 	now       func() time.Time
 	repos     *lru.Cache[string, repoTransport] // repository -> authenticated transport; safe for concurrent use
-	creds     *Credentials                      // nil: anonymous
+	creds     *upstreamauth.Credentials         // nil: anonymous
 	// chain, when set, is the shared tier tried before the upstream (--chain).
 	chain *chain
 	// peers, when set, are the members asked first for blobs and manifests by digest (--peers).

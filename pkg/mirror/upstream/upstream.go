@@ -25,7 +25,7 @@ import (
 	"github.com/rs/zerolog"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/nodecache/nodecache/internal/inputfile"
+	"github.com/nodecache/nodecache/pkg/upstreamauth"
 )
 
 // Defaults for Options.
@@ -60,9 +60,9 @@ type Registry struct {
 	// Credentials, when set, authenticate nodecache to this upstream (and only to it and its
 	// token realm: see RealmAllowed). Nil: anonymous, with the anonymous tokens real registries
 	// hand out.
-	Credentials *Credentials
+	Credentials *upstreamauth.Credentials
 	// RootCAs, when set, are the certificate authorities trusted for TLS to this upstream, its
-	// token realm and its redirects (the system's plus a private CA: LoadRootCAs). Needs an
+	// token realm and its redirects (the system's plus a private CA: upstreamauth.LoadRootCAs). Needs an
 	// *http.Transport as Options.Transport. Nil: the system's.
 	RootCAs *x509.CertPool
 }
@@ -325,26 +325,6 @@ func transportFor(reg Registry, base http.RoundTripper) (http.RoundTripper, erro
 	}
 	t.TLSClientConfig.RootCAs = reg.RootCAs
 	return t, nil
-}
-
-// LoadRootCAs returns the system's certificate authorities plus the PEM certificates in file
-// (--upstream-ca).
-//
-// Errors: the file cannot be read, is not a regular file of at most inputfile.PEM.Limit bytes
-// (refused: refusal.ErrRefused), or holds no PEM certificate.
-func LoadRootCAs(file string) (*x509.CertPool, error) {
-	b, err := inputfile.Read(file, inputfile.PEM)
-	if err != nil {
-		return nil, fmt.Errorf("CA file: %w", err)
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("CA file %s holds no PEM certificate (want -----BEGIN CERTIFICATE-----)", file)
-	}
-	return pool, nil
 }
 
 // noteRefused counts and logs a connection the address guard refused (TargetRefusedError).

@@ -1,4 +1,8 @@
-package upstream
+// Package upstreamauth gives nodecache's registry clients what they need to reach an upstream
+// registry that is not public: its credentials, read from a docker config.json as docker reads
+// them (--upstream-auth NAME=FILE), and a private certificate authority to trust
+// (--upstream-ca NAME=FILE). serve and warm --to take the same flags through Load.
+package upstreamauth
 
 import (
 	"bytes"
