@@ -1,11 +1,18 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/nodecache/nodecache/pkg/mirror/mirrortest"
 	"github.com/nodecache/nodecache/pkg/warm"
@@ -65,9 +72,86 @@ func TestWarmTo(t *testing.T) {
 	}
 }
 
+// TestWarmToPrivateUpstream: warm --to takes serve's --upstream-auth and --upstream-ca. A bundle
+// is written from distribution's htpasswd registry with the credentials of a docker config.json
+// and from an https registry whose certificate comes from a private CA (exit 0, both stored).
+// Without --upstream-auth the private image is refused by the registry (401), without
+// --upstream-ca the TLS handshake fails (x509): exit 1, nothing listed, the report naming the
+// flag that fixes it; the password is never printed.
+func TestWarmToPrivateUpstream(t *testing.T) {
+	t.Parallel()
+	mirrortest.QuietLogrus()
+	const user, password = "builder", "bundle-pa55word-never-printed"
+	private := mirrortest.NewPrivateRegistry(t, user, password)
+	private.PushImage(t, "team/private", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
+	ca := mirrortest.NewCA(t)
+	handler := mirrortest.NewHandler(t)
+	push := httptest.NewServer(handler)
+	t.Cleanup(push.Close)
+	(&mirrortest.Registry{Addr: push.Listener.Addr().String()}).PushImage(t, "team/app", "v1", mirrortest.Image(t, 4096, 1, "linux/amd64"))
+	secure := httptest.NewUnstartedServer(handler)
+	secure.TLS = ca.TLSConfig(t, "127.0.0.1")
+	secure.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake of the no-CA run
+	secure.StartTLS()
+	t.Cleanup(secure.Close)
+	tlsAddr := secure.Listener.Addr().String()
+
+	dir := t.TempDir()
+	auth := writeFile(t, dir, "config.json", `{"auths":{"`+private.Addr+`":{"auth":"`+base64.StdEncoding.EncodeToString([]byte(user+":"+password))+`"}}}`)
+	caFile := writeFile(t, dir, "ca.pem", string(ca.PEM))
+	refs := []string{private.Addr + "/team/private:v1", tlsAddr + "/team/app:v1"}
+	args := func(out string, flags ...string) []string {
+		return append(append([]string{"warm", "--to", out, "--retries", "0",
+			"--upstream", private.Addr + "=http://" + private.Addr, "--upstream", tlsAddr + "=https://" + tlsAddr}, flags...), refs...)
+	}
+
+	out := filepath.Join(t.TempDir(), "bundle")
+	code, stdout, stderr := runApp(t, args(out, "--upstream-auth", private.Addr+"="+auth, "--upstream-ca", tlsAddr+"="+caFile)...)
+	if code != 0 || !strings.Contains(stdout, "bundle written") {
+		t.Fatalf("with --upstream-auth and --upstream-ca: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	p, err := layout.FromPath(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if im, err := idx.IndexManifest(); err != nil || len(im.Manifests) != len(refs) {
+		t.Fatalf("index.json: %v, %v; want %d images", im, err, len(refs))
+	}
+	if err := validate.Index(idx); err != nil {
+		t.Errorf("the bundle's images: %v", err)
+	}
+
+	for _, tc := range []struct {
+		name, flag, value, says, notStored string
+	}{
+		{"without --upstream-auth", "--upstream-ca", tlsAddr + "=" + caFile, "401 Unauthorized: {\"errors\":[{\"code\":\"UNAUTHORIZED\"", refs[0]},
+		{"without --upstream-auth", "--upstream-ca", tlsAddr + "=" + caFile, "(asked anonymously: give the credentials with --upstream-auth " + private.Addr + "=FILE, a docker config.json)", refs[0]},
+		{"without --upstream-ca", "--upstream-auth", private.Addr + "=" + auth, "x509: certificate signed by unknown authority", refs[1]},
+		{"without --upstream-ca", "--upstream-auth", private.Addr + "=" + auth, "(trust its certificate authority with --upstream-ca " + tlsAddr + "=FILE, PEM)", refs[1]},
+	} {
+		out := t.TempDir()
+		code, stdout, stderr := runApp(t, args(out, tc.flag, tc.value)...)
+		if code != exitNegative || !strings.Contains(stdout, "NOT STORED "+tc.notStored) || !strings.Contains(stdout+stderr, tc.says) {
+			t.Errorf("%s: exit %d, want 1 with %s not stored, saying %q\nstdout %s\nstderr %s", tc.name, code, tc.notStored, tc.says, stdout, stderr)
+		}
+		if strings.Contains(stdout+stderr, password) {
+			t.Errorf("%s: the password was printed", tc.name)
+		}
+		if _, err := os.Stat(filepath.Join(out, "index.json")); err == nil {
+			t.Errorf("%s: index.json written", tc.name)
+		}
+	}
+}
+
 // TestWarmToRefused: warm --to refuses (exit 2, nothing sent) a directory that is not a bundle,
 // an image whose registry is not an upstream (serve's default set when --upstream is not
-// given), --mirror with --to, --platform all without --to and an unknown --format.
+// given), --mirror with --to, --platform all without --to, an unknown --format, and
+// --upstream-auth or --upstream-ca without --to, for a registry that is not an --upstream, or
+// naming a file of the wrong kind.
 func TestWarmToRefused(t *testing.T) {
 	t.Parallel()
 	up := newSilentMirror(t, "refused warm --to")
@@ -94,6 +178,10 @@ func TestWarmToRefused(t *testing.T) {
 		{"platform all without to", []string{"--mirror", "http://" + up.Addr, "--platform", "all", ref}, "all applies only with --to"},
 		{"format", []string{"--to", t.TempDir(), "--format", "tar", "--upstream", upstream, ref}, `--format "tar" refused: want oci`},
 		{"upstream", []string{"--to", t.TempDir(), "--upstream", "ftp://x", ref}, "--upstream"},
+		{"upstream-auth without to", []string{"--mirror", "http://" + up.Addr, "--upstream-auth", up.Addr + "=" + foreign + "/notes.txt", ref}, "--upstream-auth and --upstream-ca apply only with --to"},
+		{"upstream-auth of another registry", []string{"--to", t.TempDir(), "--upstream", upstream, "--upstream-auth", "ghcr.io=" + foreign + "/notes.txt", ref}, `--upstream-auth "ghcr.io=` + foreign + `/notes.txt": ghcr.io is not among the --upstream names ` + up.Addr},
+		{"upstream-auth not a docker config", []string{"--to", t.TempDir(), "--upstream", upstream, "--upstream-auth", up.Addr + "=" + foreign + "/notes.txt", ref}, "--upstream-auth " + up.Addr + ": credentials file " + foreign + "/notes.txt: not a docker config.json"},
+		{"upstream-ca not PEM", []string{"--to", t.TempDir(), "--upstream", upstream, "--upstream-ca", up.Addr + "=" + foreign + "/notes.txt", ref}, "holds no PEM certificate"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,7 +1,8 @@
 // Package upstreamauth gives nodecache's registry clients what they need to reach an upstream
 // registry that is not public: its credentials, read from a docker config.json as docker reads
 // them (--upstream-auth NAME=FILE), and a private certificate authority to trust
-// (--upstream-ca NAME=FILE). serve and warm --to take the same flags through Load.
+// (--upstream-ca NAME=FILE), and a guard that keeps the credentials to the upstream and its token
+// realm. serve and warm --to take the same flags through Load.
 package upstreamauth
 
 import (

@@ -1,8 +1,10 @@
 package upstreamauth
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net/http"
 
 	"github.com/nodecache/nodecache/internal/inputfile"
 )
@@ -25,4 +27,24 @@ func LoadRootCAs(file string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("CA file %s holds no PEM certificate (want -----BEGIN CERTIFICATE-----)", file)
 	}
 	return pool, nil
+}
+
+// WithRootCAs returns base trusting pool for TLS (a clone; base is unchanged), or base itself
+// when pool is nil.
+//
+// Errors: base is not an *http.Transport (only its TLS configuration can carry a pool).
+func WithRootCAs(base http.RoundTripper, pool *x509.CertPool) (http.RoundTripper, error) {
+	if pool == nil {
+		return base, nil
+	}
+	t, ok := base.(*http.Transport)
+	if !ok {
+		return nil, fmt.Errorf("a private CA needs an *http.Transport, not %T", base)
+	}
+	t = t.Clone()
+	if t.TLSClientConfig == nil {
+		t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	t.TLSClientConfig.RootCAs = pool
+	return t, nil
 }

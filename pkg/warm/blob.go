@@ -87,7 +87,7 @@ func (c *client) getBlob(ctx context.Context, ref Reference, desc v1.Descriptor,
 				return fmt.Errorf("GET %s: 206 from offset %q, asked for %d: %w", target, resp.Header.Get("Content-Range"), have, errBrokenStream)
 			}
 		default:
-			return newStatusError(resp)
+			return c.explain(newStatusError(resp))
 		}
 		if v := resp.Header.Get(mirrorapi.HeaderCache); v != "" {
 			res.Cache = v

@@ -2,6 +2,7 @@ package warm
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/rs/zerolog"
 
 	"github.com/nodecache/nodecache/internal/clitext"
@@ -52,6 +54,7 @@ type client struct {
 	routing   Routing
 	hc        *http.Client
 	auth      *upstreamAuth // per-repository token transports of an upstream; nil for a mirror
+	upstream  string        // the upstream's NAME (warm --to); "" for a mirror
 	userAgent string
 	retries   int
 	backoff   time.Duration
@@ -101,6 +104,25 @@ func (c *client) do(req *http.Request, ref Reference) (*http.Response, error) {
 	hc := *c.hc
 	hc.Transport = rt
 	return hc.Do(req)
+}
+
+// explain adds to err, a failed request of warm --to, the flag that fixes it: --upstream-auth
+// when the upstream answered 401 or 403 to a client without its credentials, --upstream-ca when
+// its certificate is signed by an authority the system does not trust. Other errors, and every
+// error of a mirror's client, are returned as they are.
+func (c *client) explain(err error) error {
+	if c.upstream == "" || err == nil {
+		return err
+	}
+	var se *statusError
+	var unknownCA x509.UnknownAuthorityError
+	switch {
+	case errors.As(err, &se) && (se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden) && c.auth.creds == authn.Anonymous:
+		return fmt.Errorf("%w (asked anonymously: give the credentials with --upstream-auth %s=FILE, a docker config.json)", err, c.upstream)
+	case errors.As(err, &unknownCA):
+		return fmt.Errorf("%w (trust its certificate authority with --upstream-ca %s=FILE, PEM)", err, c.upstream)
+	}
+	return err
 }
 
 // statusError is a response the mirror answered with a status that is not a success.

@@ -10,10 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/bundle"
 	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/refusal"
+	"github.com/nodecache/nodecache/pkg/upstreamauth"
 )
 
 // Config is `nodecache warm` as the command line gives it, one field per flag; Options checks
@@ -28,6 +31,10 @@ type Config struct {
 	// default set) apply only with it.
 	To, Format string
 	Upstreams  []string
+	// UpstreamAuth and UpstreamCA are --upstream-auth and --upstream-ca, NAME=FILE values as
+	// serve takes them (repeated or comma-separated), only with To: the credentials in a docker
+	// config.json, and a private CA, for upstream NAME (upstreamauth.Load).
+	UpstreamAuth, UpstreamCA []string
 	// Platform is --platform os/arch[/variant]; empty: this machine's. With To, "all" keeps
 	// every platform of an index.
 	Platform string
@@ -82,6 +89,9 @@ func (c Config) Options(args []string) (Options, error) {
 		mirror, err := name.ParseMirror(c.Mirror)
 		errs = append(errs, err)
 		opts.Mirror = mirror.URL
+	}
+	if c.To == "" && len(c.UpstreamAuth)+len(c.UpstreamCA) > 0 {
+		errs = append(errs, errors.New("--upstream-auth and --upstream-ca apply only with --to: warm without it asks only the mirror, and the mirror's serve reaches the upstreams (give them to serve)"))
 	}
 	opts.Routing, err = ParseRouting(c.Routing)
 	errs = append(errs, err)
@@ -236,23 +246,34 @@ func (c Config) bundle() (*BundleOptions, error) {
 	f, err := bundle.ParseFormat(c.Format)
 	errs = append(errs, err)
 	b := &BundleOptions{Dir: c.To, Format: f, AllPlatforms: c.Platform == platformAll}
-	var values []string
-	for _, v := range c.Upstreams {
-		for _, p := range strings.Split(v, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				values = append(values, p)
-			}
-		}
-	}
-	switch ups, err := name.ParseUpstreams(values); {
+	switch ups, err := name.ParseUpstreams(splitList(c.Upstreams)); {
 	case err != nil:
 		errs = append(errs, err)
 	case len(ups) == 0 && len(c.Upstreams) > 0:
 		errs = append(errs, errors.New("--upstream is empty (an empty --upstream or NODECACHE_UPSTREAM= gives none): want NAME[=URL], repeatable or comma-separated, e.g. docker.io or ghcr.io=https://ghcr.io; leave it unset for serve's default set"))
 	default:
 		b.Upstreams = ups
+		if len(ups) == 0 {
+			ups = name.DefaultUpstreams()
+		}
+		b.Credentials, b.RootCAs, err = upstreamauth.Load(splitList(c.UpstreamAuth), splitList(c.UpstreamCA), ups, zerolog.Nop())
+		errs = append(errs, err)
 	}
 	return b, errors.Join(errs...)
+}
+
+// splitList accepts repeated values and comma-separated lists alike (the environment and the
+// settings file give one string), blanks dropped.
+func splitList(values []string) []string {
+	var out []string
+	for _, v := range values {
+		for _, p := range strings.Split(v, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // nameSomething says what gives warm images.

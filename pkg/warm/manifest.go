@@ -61,10 +61,10 @@ func (c *client) getManifest(ctx context.Context, ref Reference, id string, time
 		req.Header.Set("Accept", mirrorapi.ManifestAccept) // schema 1 is not asked for, and refused
 		resp, err := c.do(req, ref)
 		if err != nil {
-			return fmt.Errorf("GET %s: %w", target, err)
+			return c.explain(fmt.Errorf("GET %s: %w", target, err))
 		}
 		if resp.StatusCode != http.StatusOK {
-			return newStatusError(resp)
+			return c.explain(newStatusError(resp))
 		}
 		defer resp.Body.Close()
 		body, err := io.ReadAll(io.LimitReader(resp.Body, maxManifestBytes+1))

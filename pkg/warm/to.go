@@ -3,6 +3,7 @@ package warm
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/nodecache/nodecache/pkg/bundle"
 	"github.com/nodecache/nodecache/pkg/name"
 	"github.com/nodecache/nodecache/pkg/refusal"
+	"github.com/nodecache/nodecache/pkg/upstreamauth"
 )
 
 // BundleOptions is warm --to: write the images into a bundle directory (package bundle)
@@ -34,6 +36,15 @@ type BundleOptions struct {
 	// (name.ParseUpstreams). Default name.DefaultUpstreams(), serve's default set. Every image's
 	// registry must be one of them (aliases count: docker.io, index.docker.io).
 	Upstreams []name.Upstream
+	// Credentials authenticate warm to upstreams, by upstream name (--upstream-auth;
+	// upstreamauth.Load); they are sent only to that upstream and its token realm
+	// (upstreamauth.Guard). Upstreams without an entry are asked anonymously, with the anonymous
+	// tokens real registries hand out.
+	Credentials map[string]*upstreamauth.Credentials
+	// RootCAs are the certificate authorities trusted for TLS to an upstream, its token realm and
+	// its redirects, by upstream name (--upstream-ca; upstreamauth.LoadRootCAs: the system's plus
+	// a private CA). Needs an *http.Transport as Options.Transport. Absent: the system's.
+	RootCAs map[string]*x509.CertPool
 	// AllPlatforms keeps every manifest of an index (--platform all): each platform's image and
 	// the attestation manifests, so the index is whole. Otherwise only Options.Platform's
 	// manifest (chosen by Options.PlatformMatch) is stored with its blobs, under the index
@@ -266,8 +277,9 @@ func (w *walker) getConfig(ctx context.Context, ref Reference, d v1.Descriptor, 
 
 // newUpstreamClient is a client for upstream u: requests go to u.URL itself, each repository
 // authenticated as go-containerregistry does it (transport.NewWithContext: a /v2/ ping, then
-// for a bearer challenge an anonymous token with pull scope from the announced realm, as
-// docker.io, ghcr.io, quay.io and registry.k8s.io require; refreshed on 401).
+// for a bearer challenge a token with pull scope from the announced realm, anonymous as
+// docker.io, ghcr.io, quay.io and registry.k8s.io hand out, or with u's Credentials; refreshed
+// on 401), trusting u's RootCAs.
 func newUpstreamClient(u name.Upstream, opts *Options) (*client, error) {
 	nopts := []ggcrname.Option{ggcrname.WeakValidation}
 	if u.URL.Scheme == "http" {
@@ -277,11 +289,19 @@ func newUpstreamClient(u name.Upstream, opts *Options) (*client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("upstream %s: URL host %q: %w", u.Name, u.URL.Host, err)
 	}
-	base := transport.NewUserAgent(schemeTransport{host: u.URL.Host, scheme: u.URL.Scheme, next: opts.Transport}, opts.UserAgent)
+	next, err := upstreamauth.WithRootCAs(opts.Transport, opts.Bundle.RootCAs[u.Name])
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: %w", u.Name, err)
+	}
+	var creds authn.Authenticator = authn.Anonymous
+	if c := opts.Bundle.Credentials[u.Name]; c != nil {
+		creds, next = c, upstreamauth.Guard(u.Name, u.URL, next)
+	}
+	base := transport.NewUserAgent(schemeTransport{host: u.URL.Host, scheme: u.URL.Scheme, next: next}, opts.UserAgent)
 	return &client{
-		base: u.URL, routing: routingDirect,
+		base: u.URL, routing: routingDirect, upstream: u.Name,
 		hc:        &http.Client{CheckRedirect: noDowngrade},
-		auth:      &upstreamAuth{reg: reg, base: base, repos: map[string]http.RoundTripper{}},
+		auth:      &upstreamAuth{reg: reg, creds: creds, base: base, repos: map[string]http.RoundTripper{}},
 		userAgent: opts.UserAgent, retries: opts.Retries,
 		backoff: opts.Backoff, maxDelay: opts.MaxBackoff, log: opts.Logger,
 	}, nil
@@ -290,6 +310,7 @@ func newUpstreamClient(u name.Upstream, opts *Options) (*client, error) {
 // upstreamAuth holds one upstream's authenticated transport per repository.
 type upstreamAuth struct {
 	reg   ggcrname.Registry
+	creds authn.Authenticator
 	base  http.RoundTripper
 	group singleflight.Group
 	mu    sync.Mutex
@@ -307,7 +328,7 @@ func (a *upstreamAuth) transport(ctx context.Context, repo string) (http.RoundTr
 		return rt, nil
 	}
 	v, err, _ := a.group.Do(repo, func() (any, error) {
-		rt, err := transport.NewWithContext(ctx, a.reg, authn.Anonymous, a.base, []string{"repository:" + repo + ":pull"})
+		rt, err := transport.NewWithContext(ctx, a.reg, a.creds, a.base, []string{"repository:" + repo + ":pull"})
 		if err != nil {
 			err = fmt.Errorf("authenticate to %s for %s: %w", a.reg.Name(), repo, err)
 			var te *transport.Error

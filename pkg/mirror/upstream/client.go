@@ -134,7 +134,7 @@ func newClient(up Registry, base http.RoundTripper, timeout time.Duration, userA
 	base = redirectMark{next: noDowngrade{next: boundedPing{next: base}}}
 	base = retryAfterRecorder{nodecacheDetector{name: up.Name, host: up.URL.Host, self: instanceID, seen: seen, next: base}}
 	if up.Credentials != nil {
-		base = credentialGuard{name: up.Name, upstream: up.URL, next: base}
+		base = upstreamauth.Guard(up.Name, up.URL, base)
 	}
 	if up.URL.Scheme == "http" {
 		base = plainHTTPOnly{host: up.URL.Host, next: base}

@@ -10,7 +10,6 @@ package upstream
 
 import (
 	"context"
-	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -58,7 +57,7 @@ type Registry struct {
 	// URL is scheme://host[:port] of its API.
 	URL *url.URL
 	// Credentials, when set, authenticate nodecache to this upstream (and only to it and its
-	// token realm: see RealmAllowed). Nil: anonymous, with the anonymous tokens real registries
+	// token realm: see upstreamauth.RealmAllowed). Nil: anonymous, with the anonymous tokens real registries
 	// hand out.
 	Credentials *upstreamauth.Credentials
 	// RootCAs, when set, are the certificate authorities trusted for TLS to this upstream, its
@@ -312,18 +311,10 @@ func (f *Fetcher) addRemote(reg Registry, dialer *net.Dialer) error {
 
 // transportFor is base with reg's RootCAs.
 func transportFor(reg Registry, base http.RoundTripper) (http.RoundTripper, error) {
-	if reg.RootCAs == nil {
-		return base, nil
+	t, err := upstreamauth.WithRootCAs(base, reg.RootCAs)
+	if err != nil {
+		return nil, fmt.Errorf("upstream %s: %w", reg.Name, err)
 	}
-	t, ok := base.(*http.Transport)
-	if !ok {
-		return nil, fmt.Errorf("upstream %s: a private CA needs an *http.Transport, not %T", reg.Name, base)
-	}
-	t = t.Clone()
-	if t.TLSClientConfig == nil {
-		t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	}
-	t.TLSClientConfig.RootCAs = reg.RootCAs
 	return t, nil
 }
 

@@ -1,4 +1,4 @@
-package upstream
+package upstreamauth
 
 import (
 	"errors"
@@ -12,13 +12,19 @@ import (
 	"golang.org/x/net/publicsuffix"
 )
 
-// credentialGuard sits under the authenticating transport of an upstream that has credentials
-// and refuses, before anything is sent, every request that would carry them anywhere but the
+// Guard returns a transport to put under the authenticating transport of upstream name (reached
+// at upstream) when it has credentials: it refuses, before anything is sent, every request that would carry them anywhere but the
 // upstream itself or its token realm (RealmAllowed). Requests that carry the credentials are
 // those with Basic authorization (the registry's own Basic challenge, or the token fetch) and
 // POSTs (the OAuth2 token fetch sends an identity token or password in its body; nothing else
 // nodecache sends upstream is a POST). Bearer tokens are the upstream's or a redirect target's
-// own answer and are not the configured secret.
+// own answer and are not the configured secret. A refused request fails with an error wrapping
+// ErrRealmRefused, naming the upstream and the target.
+func Guard(name string, upstream *url.URL, next http.RoundTripper) http.RoundTripper {
+	return credentialGuard{name: name, upstream: upstream, next: next}
+}
+
+// credentialGuard is Guard's transport.
 type credentialGuard struct {
 	name     string
 	upstream *url.URL
