@@ -54,6 +54,10 @@ func TestCLIMessages(t *testing.T) {
 		{"argument of cache ls", []string{"cache", "ls", "extra"}, `cache ls takes no arguments, got "extra" (see nodecache cache ls --help)`},
 		{"completion shell", []string{"completion", "bsh"}, `completion: shell "bsh": want bash, zsh or fish: did you mean bash?`},
 		{"completion without shell", []string{"completion"}, `completion takes one shell: bash, zsh, fish`},
+		// newuser (fresh clone): version and completion printed urfave's "Incorrect Usage" and
+		// their help on stdout and exited 1.
+		{"flag of version", []string{"version", "--bogus"}, `unknown flag --bogus: see nodecache version --help`},
+		{"flag of completion", []string{"completion", "--bogus"}, `unknown flag --bogus: see nodecache completion --help`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -430,4 +434,27 @@ func TestHelpRunsNoHostBinary(t *testing.T) {
 		}
 	}
 	walk("nodecache", newApp().Commands)
+}
+
+// TestEveryCommandRefusesUnknownFlag: every command and subcommand refuses a flag it does not
+// have as the contract says (docs/contracts.md): exit 2, nothing on stdout, one line naming the
+// flag and the help to read.
+func TestEveryCommandRefusesUnknownFlag(t *testing.T) {
+	t.Parallel()
+	var walk func(prefix []string, cmds []*cli.Command)
+	walk = func(prefix []string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			path := append(append([]string(nil), prefix...), c.Name)
+			walk(path, c.Subcommands)
+			t.Run(strings.Join(path, "_"), func(t *testing.T) {
+				t.Parallel()
+				code, stdout, stderr := runApp(t, append(path, "--no-such-flag")...)
+				want := "nodecache: unknown flag --no-such-flag: see nodecache " + strings.Join(path, " ") + " --help\n"
+				if code != exitUsage || stdout != "" || stderr != want {
+					t.Errorf("exit %d, stdout %q, stderr %q; want 2, nothing, %q", code, stdout, stderr, want)
+				}
+			})
+		}
+	}
+	walk(nil, newApp().Commands)
 }

@@ -22,15 +22,21 @@ func commands() []*cli.Command {
 		completionCommand(),
 	}
 	for _, c := range cmds {
-		refuseUnknownSubcommands(c)
+		refuseBadInput(c)
 	}
 	guardLinuxOnly(cmds, runtime.GOOS)
 	return cmds
 }
 
-// refuseUnknownSubcommands makes a command with subcommands show its help on stderr when called bare and refuse
-// that, and an unknown subcommand, with exit 2 (urfave/cli would exit 3, which means "status cannot tell" here).
-func refuseUnknownSubcommands(cmd *cli.Command) {
+// refuseBadInput gives cmd and its subcommands main's usage error for a flag they lack (exit 2,
+// one line, nothing on stdout), and makes a command with subcommands show its help on stderr when
+// called bare and refuse that, and an unknown subcommand, with exit 2 (urfave/cli would exit 3,
+// which means "status cannot tell" here).
+func refuseBadInput(cmd *cli.Command) {
+	cmd.OnUsageError = usageError
+	for _, s := range cmd.Subcommands {
+		refuseBadInput(s)
+	}
 	if len(cmd.Subcommands) == 0 || cmd.Action != nil {
 		return
 	}

@@ -83,7 +83,6 @@ func withConfig(cmd *cli.Command) *cli.Command {
 		}
 		return nil
 	}
-	cmd.OnUsageError = usageError
 	return cmd
 }
 
