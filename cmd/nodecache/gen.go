@@ -28,7 +28,7 @@ func genFlags(c *configure.Common, output *string, lc *logConfig, more ...cli.Fl
 		stringSliceFlag(&c.Upstreams, "upstream", nil, "registry `NAME[=URL]` to pull through the mirror, repeatable (default: serve's set: docker.io, ghcr.io, registry.k8s.io, quay.io, gcr.io). The fallback after the mirror is the registry itself: https://NAME (docker.io: https://registry-1.docker.io), or URL when its host is NAME, e.g. registry.local:5000=http://registry.local:5000 for an http-only registry; a URL naming another host is refused"),
 		stringFlag(&c.MirrorCA, "mirror-ca", "", "PEM CA `FILE` of an https mirror (refused for http); gen containerd and crio: a host path, read under --host-root; gen talos: a file on this machine"),
 		stringFlag(output, "output", "text", "report `FORMAT`: text or json"),
-		boolFlag(&c.DryRun, "dry-run", "print what would change as a unified diff; write nothing"),
+		boolFlag(&c.DryRun, "dry-run", "print what would change as a unified diff; write nothing (gen talos: with --out FILE, the patch file it would replace)"),
 		boolFlag(&c.Remove, "remove", "undo: remove nodecache's files and restore edited ones from their backups"),
 	}
 	return append(append(flags, more...), logFlags(lc, true)...)
