@@ -99,6 +99,29 @@ func TestCacheNothingListening(t *testing.T) {
 	}
 }
 
+// TestCacheNotNodecache: every cache command pointed at a registry that is not nodecache serve
+// (distribution's, which answers 404 "page not found" under /nodecache/v1) exits 1 saying so and
+// naming --listen-url (fresh-clone trial: was the bare 404, and pin said "not cached").
+func TestCacheNotNodecache(t *testing.T) {
+	t.Parallel()
+	reg := mirrortest.NewRegistry(t)
+	base := "http://" + reg.Addr
+	bundle := t.TempDir()
+	if err := os.CopyFS(bundle, os.DirFS(filepath.Join("..", "..", "pkg", "bundle", "testdata", "talos", "flat"))); err != nil {
+		t.Fatal(err)
+	}
+	spec := "docker.io/library/alpine:3.20"
+	for _, args := range [][]string{
+		{"ls"}, {"rm", spec}, {"pin", spec}, {"unpin", spec}, {"verify"}, {"import", bundle},
+	} {
+		code, _, errOut := runApp(t, append([]string{"cache", args[0], "--listen-url", base}, args[1:]...)...)
+		want := "what answers at " + base + " is not nodecache serve's cache API; --listen-url takes the address serve listens on (its --listen), e.g. http://127.0.0.1:5000\n"
+		if code != exitNegative || !strings.HasSuffix(errOut, want) {
+			t.Errorf("cache %s: exit %d, stderr %q; want 1 ending with %q", args[0], code, errOut, want)
+		}
+	}
+}
+
 // TestCacheVerify (issue 23, at rest): cache verify runs a verify pass on a real serve and
 // follows it: exit 0 and "clean" while every stored blob matches; with a layer's byte flipped on
 // disk, exit 1 and one JSON object (--output json) naming it corrupt and evicted, then clean
@@ -200,6 +223,10 @@ func TestCacheLsUnreferenced(t *testing.T) {
 	if code, out, _ = runApp(t, "cache", "ls", "--listen-url", nc.URL); code != 0 || strings.Contains(out, "unreferenced") || !strings.Contains(out, "1 image, ") {
 		t.Errorf("cache ls after the image was pulled: exit %d, want 1 image and no unreferenced line:\n%s", code, out)
 	}
+	// Every image states "pinned", false too (docs/cache.md; fresh-clone trial: it was left out).
+	if code, out, _ = runApp(t, "cache", "ls", "--listen-url", nc.URL, "--output", "json"); code != 0 || !strings.Contains(out, `"pinned": false`) {
+		t.Errorf("cache ls --output json of an unpinned image: exit %d, want \"pinned\": false:\n%s", code, out)
+	}
 }
 
 // TestCacheRmChildAndTag (issue 26): cache rm of a platform manifest of a cached index, by
@@ -229,6 +256,8 @@ func TestCacheRmChildAndTag(t *testing.T) {
 		{"child tag", "upstream.test/team/multi:amd64", 1, "nodecache: upstream.test/team/multi:amd64 (" + child.String() + ")" + holder},
 		{"unknown tag", "upstream.test/team/multi:v9", 1, "nodecache: not cached: upstream.test/team/multi:v9 (no cached image has that tag; cache ls lists the tags)\n"},
 		{"bad tag", "upstream.test/team/multi:", 2, `no tag or digest: want UPSTREAM/REPOSITORY@DIGEST or UPSTREAM/REPOSITORY:TAG`},
+		// A short digest says what a digest is (fresh-clone trial: named only the parser's error).
+		{"short digest", "upstream.test/team/multi@sha256:1234", 2, `digest "sha256:1234": invalid checksum digest length; want UPSTREAM/REPOSITORY@DIGEST or UPSTREAM/REPOSITORY:TAG as ` + "`nodecache cache ls`" + ` lists it, e.g. docker.io/library/alpine@sha256:<64 hex digits>`},
 		{"index by its tag", "upstream.test/team/multi:v1", 0, "evicted " + index},
 		{"again", "upstream.test/team/multi:v1", 1, "nodecache: not cached: upstream.test/team/multi:v1 (no cached image has that tag"},
 	} {

@@ -245,6 +245,28 @@ func TestServeRefusesBadInput(t *testing.T) {
 	}
 }
 
+// TestServeAddressInUse: a --listen or --metrics-listen address another process holds stops
+// serve with exit 1 (not input serve could refuse up front) and one line naming the flag and
+// what to do (fresh-clone trial: was "listen ADDR: listen tcp ADDR: bind: address already in
+// use").
+func TestServeAddressInUse(t *testing.T) {
+	t.Parallel()
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Close() })
+	busy := held.Addr().String()
+	for _, tc := range []struct{ flag, other string }{{"--listen", "--metrics-listen"}, {"--metrics-listen", "--listen"}} {
+		cmd := exec.Command(binary, "serve", "--root", t.TempDir(), tc.flag, busy, tc.other, nodecachetest.FreeAddr(t), "--upstream", "upstream.test=offline")
+		out := nodecachetest.Within(t, 30*time.Second, "serve on a busy port", func() []byte { b, _ := cmd.CombinedOutput(); return b })
+		want := "nodecache: " + tc.flag + " " + busy + ": another process listens there: stop it, or give " + tc.flag + " another port (listen tcp " + busy + ": bind: address already in use)\n"
+		if code := cmd.ProcessState.ExitCode(); code != exitNegative || !strings.HasSuffix(string(out), want) {
+			t.Errorf("%s on a busy port: exit %d, want 1 ending with %q:\n%s", tc.flag, code, want, out)
+		}
+	}
+}
+
 // TestBaremetalExampleConfig: the shipped settings file is accepted by serve.
 func TestBaremetalExampleConfig(t *testing.T) {
 	t.Parallel()

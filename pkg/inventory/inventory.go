@@ -86,7 +86,7 @@ func parseImageSpec(spec, want string) (string, error) {
 			return "", fmt.Errorf("%w: %q: no repository: %s", ErrInput, spec, want)
 		}
 		if _, err := digest.Parse(d); err != nil {
-			return "", fmt.Errorf("%w: %q: digest %q: %w", ErrInput, spec, d, err)
+			return "", fmt.Errorf("%w: %q: digest %q: %w; %s", ErrInput, spec, d, err, want)
 		}
 		return spec, nil
 	}
@@ -163,6 +163,9 @@ func (c *Client) send(ctx context.Context, hc *http.Client, method, path, conten
 		msg := strings.TrimSpace(string(body))
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			msg = e.Error
+		} else {
+			// serve answers every error of its API with {"error": …}: this is something else.
+			return fmt.Errorf("%s %s: %s (%.80q): what answers at %s is not nodecache serve's cache API; --listen-url takes the address serve listens on (its --listen), e.g. http://127.0.0.1:5000", method, u.String(), resp.Status, msg, c.base)
 		}
 		if resp.StatusCode == http.StatusBadRequest && method != http.MethodGet {
 			// serve refused the spec (an upstream it does not have) or the verify rate: the

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -88,7 +89,7 @@ func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz htt
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "tcp", o.Listen)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listen %s: %w", o.Listen, err)
+		return nil, nil, listenError("--listen", o.Listen, err)
 	}
 	servers := []*http.Server{newServer(h, o.IdleTimeout, t)}
 	if o.TLS != nil {
@@ -99,7 +100,7 @@ func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz htt
 		ml, err := lc.Listen(ctx, "tcp", o.MetricsListen)
 		if err != nil {
 			_ = l.Close()
-			return nil, nil, fmt.Errorf("listen %s (metrics): %w", o.MetricsListen, err)
+			return nil, nil, listenError("--metrics-listen", o.MetricsListen, err)
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", m.MetricsHandler())
@@ -117,12 +118,20 @@ func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz htt
 		pl, err := lc.Listen(ctx, "tcp", o.PeerListen)
 		if err != nil {
 			closeAll(listeners)
-			return nil, nil, fmt.Errorf("listen %s (peers): %w", o.PeerListen, err)
+			return nil, nil, listenError("--peer-listen", o.PeerListen, err)
 		}
 		servers = append(servers, newServer(ph, o.IdleTimeout, t))
 		listeners = append(listeners, &limitListener{Listener: pl, t: t, plain: true})
 	}
 	return servers, listeners, nil
+}
+
+// listenError is a failed bind of flag's address: for an address in use, what to do about it.
+func listenError(flag, addr string, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%s %s: another process listens there: stop it, or give %s another port (%w)", flag, addr, flag, err)
+	}
+	return fmt.Errorf("%s %s: %w", flag, addr, err)
 }
 
 // DefaultIdleTimeout is ServeOptions.IdleTimeout's default: longer than containerd keeps an idle

@@ -98,7 +98,7 @@ type CachedImage struct {
 	LastPulled time.Time `json:"last_pulled"`
 	// Pinned is true when a pin (CachePinsPath) holds the image: eviction never removes it, and
 	// DELETE refuses it (409).
-	Pinned bool `json:"pinned,omitempty"`
+	Pinned bool `json:"pinned"`
 }
 
 // CacheVerifyPath starts and follows a verify pass over serve's stored blobs (loopback and the
