@@ -13,7 +13,7 @@ func cacheCommand() *cli.Command {
 	sub := func(name, usage, args string, flags ...cli.Flag) *cli.Command {
 		var listenURL, output string
 		return withConfig(&cli.Command{Name: name, Usage: usage, ArgsUsage: args,
-			Description: "Exit codes: 0 done (verify: every blob matched); 1 not cached (or not pinned), a blob corrupt or unreadable (verify), a blob of the bundle missing or damaged (import: nothing stored), serve unreachable or refused (a pin over 80% of --max-size, rm of a pinned image or of a platform manifest of a cached index); 2 a flag or argument refused (import: DIR not a bundle, --ref missing or not needed, an image of a registry serve has no --upstream for).",
+			Description: inventory.ExitCodes(name),
 			Flags:       append([]cli.Flag{stringFlag(&listenURL, "listen-url", "http://127.0.0.1:5000", "`URL` where nodecache serve listens"), stringFlag(&output, "output", "text", "report `FORMAT`: text or json")}, flags...),
 			Action: func(c *cli.Context) error {
 				cl, err := inventory.New(listenURL, nil)

@@ -315,6 +315,14 @@ func TestHelp(t *testing.T) {
 		{[]string{"serve", "--help"}, "--default-upstream"},
 		{[]string{"gen", "--help"}, "containerd"},
 		{[]string{"--version"}, "nodecache version"},
+		// Each cache command states its own exit codes (fresh-clone trial: all five shared one
+		// text listing every command's).
+		{[]string{"cache", "ls", "--help"}, "Exit codes: 0 listed; 1 serve unreachable"},
+		{[]string{"cache", "rm", "--help"}, "Exit codes: 0 evicted; 1 not cached, pinned"},
+		{[]string{"cache", "verify", "--help"}, "Exit codes: 0 every stored blob matched its digest;"},
+		{[]string{"cache", "pin", "--help"}, "Exit codes: 0 pinned (or already pinned); 1 not cached"},
+		{[]string{"cache", "unpin", "--help"}, "Exit codes: 0 unpinned; 1 not pinned"},
+		{[]string{"cache", "import", "--help"}, "Exit codes: 0 every image stored and pinned; 1 a blob of the bundle"},
 	} {
 		out, err := exec.Command(binary, tc.args...).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), tc.want) {

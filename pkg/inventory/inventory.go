@@ -225,6 +225,29 @@ func (c *Client) Command(ctx context.Context, name string, args []string, flags 
 	return nil, fmt.Errorf("%w: unknown cache command %q: want ls, rm, verify, pin, unpin or import", ErrInput, name)
 }
 
+// ExitCodes is what the exit codes of `nodecache cache NAME` mean (docs/contracts.md), for its
+// --help: 0 done, 1 the answer is negative or serve failed, 2 input refused.
+func ExitCodes(name string) string {
+	const serve = "serve unreachable at --listen-url, not nodecache serve, or refusing"
+	one := map[string]string{
+		"ls":     "0 listed; 1 " + serve,
+		"rm":     "0 evicted; 1 not cached, pinned (unpin it first), a platform manifest of a cached index (remove the index), or " + serve,
+		"verify": "0 every stored blob matched its digest; 1 a blob corrupt (evicted) or unreadable, the pass not finished, or " + serve,
+		"pin":    "0 pinned (or already pinned); 1 not cached (nothing is fetched for a pin), the pins over 80% of --max-size, or " + serve,
+		"unpin":  "0 unpinned; 1 not pinned, or " + serve,
+		"import": "0 every image stored and pinned; 1 a blob of the bundle missing or damaged (nothing stored), the pins over 80% of --max-size, or " + serve,
+	}[name]
+	two := map[string]string{
+		"rm": "a flag or the image refused", "pin": "a flag or the image refused", "unpin": "a flag or the image refused",
+		"verify": "a flag refused (--rate by serve too)",
+		"import": "a flag refused, DIR not a bundle, --ref missing or not needed, an image of a registry serve has no --upstream for",
+	}[name]
+	if two == "" {
+		two = "a flag refused"
+	}
+	return "Exit codes: " + one + "; 2 " + two + "."
+}
+
 // ParsePinSpec checks "<upstream>/<repository>:<tag>" or "<upstream>/<repository>@<digest>"
 // (what `cache pin` and `cache unpin` take) and returns it. Errors wrap ErrInput.
 func ParsePinSpec(spec string) (string, error) {
