@@ -174,3 +174,17 @@ func dashed(name string) string {
 	}
 	return "--" + name
 }
+
+// SplitList accepts repeated values and comma-separated lists alike (the environment and YAML
+// settings give the latter): every element trimmed, empty ones dropped.
+func SplitList(in []string) []string {
+	var out []string
+	for _, s := range in {
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/nodecache/nodecache/internal/buildinfo"
+	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/pkg/bootstrap/activation"
 	"github.com/nodecache/nodecache/pkg/bootstrap/containerd"
 	"github.com/nodecache/nodecache/pkg/mirror"
@@ -121,7 +122,7 @@ func check(c Config) (*plan, error) {
 	if p.mirrorURL, err = mirrorURL(c.Mirror, c.Registry.Listen); err != nil {
 		return nil, refused(err)
 	}
-	for _, s := range mirror.SplitList(c.Warm) {
+	for _, s := range clitext.SplitList(c.Warm) {
 		r, err := warm.ParseReference(s)
 		if err != nil {
 			return nil, refused(fmt.Errorf("--warm: %w", err))

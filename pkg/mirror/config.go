@@ -16,6 +16,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/mirror/peer"
 	"github.com/nodecache/nodecache/pkg/mirror/upstream"
@@ -105,7 +106,7 @@ type Config struct {
 // Options checks c, loads the upstream credentials and CAs, and returns the registry's Options
 // (without Logger and metrics registries). log receives the credentials' reloads.
 func (c Config) Options(log zerolog.Logger) (Options, error) {
-	ups, err := name.ParseUpstreams(SplitList(c.Upstreams))
+	ups, err := name.ParseUpstreams(clitext.SplitList(c.Upstreams))
 	if err != nil {
 		return Options{}, err // names --upstream (name.ParseUpstreams)
 	}
@@ -133,7 +134,7 @@ func (c Config) Options(log zerolog.Logger) (Options, error) {
 	if err != nil {
 		return Options{}, err
 	}
-	creds, cas, err := upstreamauth.Load(SplitList(c.UpstreamAuth), SplitList(c.UpstreamCA), ups, log)
+	creds, cas, err := upstreamauth.Load(clitext.SplitList(c.UpstreamAuth), clitext.SplitList(c.UpstreamCA), ups, log)
 	if err != nil {
 		return Options{}, err
 	}
@@ -364,7 +365,7 @@ func (c Config) TLS(log zerolog.Logger) (*Certificate, error) {
 // parseCIDRs parses the values of a repeatable CIDR flag.
 func parseCIDRs(flag string, values []string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
-	for _, s := range SplitList(values) {
+	for _, s := range clitext.SplitList(values) {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
 			return nil, fmt.Errorf("--%s %q: want a CIDR such as 10.0.0.0/8 or fd00::/8: %w", flag, s, err)
@@ -473,18 +474,4 @@ func sameListener(a, b string) bool {
 		return ia.Equal(ib)
 	}
 	return strings.EqualFold(ha, hb)
-}
-
-// SplitList accepts repeated values and comma-separated lists alike (the environment and YAML
-// settings give the latter): every element trimmed, empty ones dropped.
-func SplitList(in []string) []string {
-	var out []string
-	for _, s := range in {
-		for _, p := range strings.Split(s, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
 }

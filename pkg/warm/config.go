@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/nodecache/nodecache/internal/clitext"
 	"github.com/nodecache/nodecache/internal/inputfile"
 	"github.com/nodecache/nodecache/pkg/bundle"
 	"github.com/nodecache/nodecache/pkg/name"
@@ -246,7 +247,7 @@ func (c Config) bundle() (*BundleOptions, error) {
 	f, err := bundle.ParseFormat(c.Format)
 	errs = append(errs, err)
 	b := &BundleOptions{Dir: c.To, Format: f, AllPlatforms: c.Platform == platformAll}
-	switch ups, err := name.ParseUpstreams(splitList(c.Upstreams)); {
+	switch ups, err := name.ParseUpstreams(clitext.SplitList(c.Upstreams)); {
 	case err != nil:
 		errs = append(errs, err)
 	case len(ups) == 0 && len(c.Upstreams) > 0:
@@ -256,24 +257,10 @@ func (c Config) bundle() (*BundleOptions, error) {
 		if len(ups) == 0 {
 			ups = name.DefaultUpstreams()
 		}
-		b.Credentials, b.RootCAs, err = upstreamauth.Load(splitList(c.UpstreamAuth), splitList(c.UpstreamCA), ups, zerolog.Nop())
+		b.Credentials, b.RootCAs, err = upstreamauth.Load(clitext.SplitList(c.UpstreamAuth), clitext.SplitList(c.UpstreamCA), ups, zerolog.Nop())
 		errs = append(errs, err)
 	}
 	return b, errors.Join(errs...)
-}
-
-// splitList accepts repeated values and comma-separated lists alike (the environment and the
-// settings file give one string), blanks dropped.
-func splitList(values []string) []string {
-	var out []string
-	for _, v := range values {
-		for _, p := range strings.Split(v, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				out = append(out, p)
-			}
-		}
-	}
-	return out
 }
 
 // nameSomething says what gives warm images.
