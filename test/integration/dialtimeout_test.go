@@ -27,47 +27,64 @@ import (
 )
 
 // TestContainerdDialTimeoutFallsBack is issue 25's "Shown by" for dial_timeout: a real
-// containerd 2.4 with the hosts.toml `nodecache gen containerd` writes, naming a mirror in a
-// network namespace the test creates (a veth pair), where nftables (or iptables) drops every
-// packet to the mirror's port, so the mirror's SYNs go unanswered. The registry is on loopback.
+// containerd with the hosts.toml `nodecache gen containerd` writes, naming a mirror in a network
+// namespace the test creates (a veth pair), where nftables (or iptables) drops every packet to
+// the mirror's port, so the mirror's SYNs go unanswered. The registry is on loopback.
 //
 //   - Without dial_timeout (the generated file with that line taken out), the first request of a
 //     pull reaches the registry only after containerd's default dialer gave up: at least 30 s.
 //     This half runs once, on 2.4 only (it costs those 30 s).
 //   - With the generated file (dial_timeout = '2s'), every request of the pull reaches the
 //     registry within 3 s of the one before it (of the pull's start, for the first), and the
-//     pull succeeds.
+//     pull succeeds: on 2.4, and on 2.3 (containerd reads the key from 2.1).
 //
 // Needs root (namespaces, veth, netfilter), ip and nft or iptables.
 func TestContainerdDialTimeoutFallsBack(t *testing.T) {
 	t.Parallel()
-	bin := requireContainerd(t, runtimetest.EnvContainerd24)
+	bins := map[string]string{
+		runtimetest.EnvContainerd24: requireContainerd(t, runtimetest.EnvContainerd24),
+		runtimetest.EnvContainerd23: requireContainerd(t, runtimetest.EnvContainerd23),
+	}
 	ns := newDroppingNetns(t)
 
 	// The registry, behind a front that notes when each request arrives.
 	upstream := appUpstream(t, 64*1024, 3)
 	front := newTimedFront(t, upstream)
 	host := net.JoinHostPort(upstreamName, front.port)
-
-	certs := t.TempDir()
-	c := runtimetest.StartContainerd(t, bin, runtimetest.ContainerdConfig{ConfigPath: certs})
-	mirror := "http://" + ns.mirror
-	if r := servetest.Run(t, "gen", "containerd", "--mirror", mirror,
-		"--upstream", host+"=http://"+host, "--containerd-config", c.ConfigFile(), "--certs-dir", certs,
-		"--containerd-version", c.Version()); r.Exit != 0 {
-		t.Fatalf("nodecache gen containerd: exit %d\n%s%s", r.Exit, r.Stdout, r.Stderr)
-	}
-	file := filepath.Join(certs, name.HostDir(host), "hosts.toml")
-	generated := []byte(readFile(t, file))
-	const key = "dial_timeout = '2s'\n"
-	if !bytes.Contains(generated, []byte(fmt.Sprintf("[host.'%s']\n", mirror))) || !bytes.Contains(generated, []byte(key)) {
-		t.Fatalf("gen wrote no [host] for %s with %q:\n%s", mirror, key, generated)
-	}
 	ref := host + "/team/app:v1"
+	const key = "dial_timeout = '2s'\n"
 
-	// Without dial_timeout: the first request waits out containerd's 30 s dialer. The pull is
-	// stopped once the registry saw it.
-	writeFile(t, file, bytes.Replace(generated, []byte(key), nil, 1))
+	for _, env := range []string{runtimetest.EnvContainerd24, runtimetest.EnvContainerd23} {
+		certs := t.TempDir()
+		c := runtimetest.StartContainerd(t, bins[env], runtimetest.ContainerdConfig{ConfigPath: certs})
+		mirror := "http://" + ns.mirror
+		if r := servetest.Run(t, "gen", "containerd", "--mirror", mirror,
+			"--upstream", host+"=http://"+host, "--containerd-config", c.ConfigFile(), "--certs-dir", certs,
+			"--containerd-version", c.Version()); r.Exit != 0 {
+			t.Fatalf("nodecache gen containerd for %s: exit %d\n%s%s", c.Version(), r.Exit, r.Stdout, r.Stderr)
+		}
+		file := filepath.Join(certs, name.HostDir(host), "hosts.toml")
+		generated := []byte(readFile(t, file))
+		if !bytes.Contains(generated, []byte(fmt.Sprintf("[host.'%s']\n", mirror))) || !bytes.Contains(generated, []byte(key)) {
+			t.Fatalf("gen wrote no [host] for %s with %q:\n%s", mirror, key, generated)
+		}
+		if env == runtimetest.EnvContainerd24 {
+			writeFile(t, file, bytes.Replace(generated, []byte(key), nil, 1))
+			waitsOutDialer(t, c, front, ref)
+			writeFile(t, file, generated)
+		}
+		fallsBackQuickly(t, c, front, ref)
+	}
+	if n := ns.accepted.Load(); n != 1 {
+		t.Errorf("the mirror accepted %d connections, want 1 (the test's own check before the drop rule)", n)
+	}
+}
+
+// waitsOutDialer checks a pull of ref through c without dial_timeout: its first request reaches
+// the registry only after containerd's default dialer gave up on the mirror, at least 30 s. The
+// pull is stopped once the registry saw it.
+func waitsOutDialer(t *testing.T, c *runtimetest.Containerd, front *timedFront, ref string) {
+	t.Helper()
 	front.reset()
 	ctx, cancel := context.WithTimeout(t.Context(), pullTimeout)
 	start := time.Now()
@@ -77,40 +94,41 @@ func TestContainerdDialTimeoutFallsBack(t *testing.T) {
 	cancel()
 	<-pulled
 	if !ok {
-		t.Fatalf("without dial_timeout the registry saw no request within %s", pullTimeout)
+		t.Fatalf("containerd %s without dial_timeout: the registry saw no request within %s", c.Version(), pullTimeout)
 	}
 	if waited := first.Sub(start); waited < 30*time.Second {
-		t.Errorf("without dial_timeout the first request reached the registry after %s; want >= 30s (containerd's dialer waiting on the mirror)", waited.Round(time.Millisecond))
+		t.Errorf("containerd %s without dial_timeout: the first request reached the registry after %s; want >= 30s (containerd's dialer waiting on the mirror)", c.Version(), waited.Round(time.Millisecond))
 	} else {
-		t.Logf("without dial_timeout: the first request reached the registry after %s", waited.Round(time.Millisecond))
+		t.Logf("containerd %s without dial_timeout: the first request reached the registry after %s", c.Version(), waited.Round(time.Millisecond))
 	}
+}
 
-	// With the generated file: each request falls back within 3 s, the pull succeeds.
-	writeFile(t, file, generated)
+// fallsBackQuickly checks a pull of ref through c with the generated hosts.toml: every request
+// reaches the registry within 3 s of the one before it (of the pull's start, for the first, and
+// not before containerd tried the mirror), and the pull succeeds.
+func fallsBackQuickly(t *testing.T, c *runtimetest.Containerd, front *timedFront, ref string) {
+	t.Helper()
 	front.reset()
-	start = time.Now()
+	start := time.Now()
 	if err := criPull(t, c, ref); err != nil {
 		t.Fatalf("containerd %s with dial_timeout: %v", c.Version(), err)
 	}
 	took := time.Since(start)
 	arrivals := front.arrivals()
 	if len(arrivals) < 3 {
-		t.Fatalf("the registry saw %d requests for the pull, want the manifest and blobs: %v", len(arrivals), arrivals)
+		t.Fatalf("containerd %s: the registry saw %d requests for the pull, want the manifest and blobs: %v", c.Version(), len(arrivals), arrivals)
 	}
 	prev := start
 	for i, a := range arrivals {
 		if gap := a.at.Sub(prev); gap > 3*time.Second {
-			t.Errorf("request %d (%s) reached the registry %s after the one before; want <= 3s", i+1, a.what, gap.Round(time.Millisecond))
+			t.Errorf("containerd %s: request %d (%s) reached the registry %s after the one before; want <= 3s", c.Version(), i+1, a.what, gap.Round(time.Millisecond))
 		}
 		prev = a.at
 	}
 	if d := arrivals[0].at.Sub(start); d < 1500*time.Millisecond {
-		t.Errorf("the first request reached the registry after %s: containerd did not try the mirror first", d.Round(time.Millisecond))
+		t.Errorf("containerd %s: the first request reached the registry after %s: containerd did not try the mirror first", c.Version(), d.Round(time.Millisecond))
 	}
-	if n := ns.accepted.Load(); n != 1 {
-		t.Errorf("the mirror accepted %d connections, want 1 (the test's own check before the drop rule)", n)
-	}
-	t.Logf("with dial_timeout: %d requests, the pull took %s", len(arrivals), took.Round(time.Millisecond))
+	t.Logf("containerd %s with dial_timeout: %d requests, the pull took %s", c.Version(), len(arrivals), took.Round(time.Millisecond))
 }
 
 // droppingNetns is a network namespace reached over a veth pair, with a listener on port 5000
