@@ -379,7 +379,7 @@ func TestEnvValues(t *testing.T) {
 // environment.
 func TestSharedSettingsFile(t *testing.T) {
 	dir := t.TempDir()
-	shared := writeFile(t, dir, "shared.yaml", "listen: \":5000\"\nupstream-auth: /etc/nodecache/auth.json\ntalos-version: v1.12.4\n")
+	shared := writeFile(t, dir, "shared.yaml", "listen: \":5000\"\nmax-size: 10GiB\ntalos-version: v1.12.4\n")
 	typo := writeFile(t, dir, "typo.yaml", "listen: \":5000\"\nlsiten: \":5001\"\n")
 	own := writeFile(t, dir, "own.yaml", "talos-version: v1.11.5\n")
 	serves := writeFile(t, dir, "serve.yaml", "listen: \"127.0.0.1:25010\"\nupstream: [docker.io=http://127.0.0.1:25001]\n")
@@ -395,7 +395,7 @@ func TestSharedSettingsFile(t *testing.T) {
 		{"a key of no command refused", typo, []string{"warm", "--print", "nginx"}, exitUsage,
 			"", "NODECACHE_CONFIG=" + typo + ": unknown keys lsiten (did you mean listen?)"},
 		{"--config stays strict", "", []string{"warm", "--config", shared, "--print"}, exitUsage,
-			"", "--config " + shared + ": unknown keys listen, upstream-auth (did you mean upstream?): keys are this command's flag names"},
+			"", "--config " + shared + ": unknown keys listen, max-size: keys are this command's flag names"},
 		// newuser2 item 13: a value refused by another command is traced to the file.
 		{"a refused value names the file it came from", serves, []string{"gen", "talos", "--mirror", "http://10.0.0.5:5000"}, exitUsage,
 			"", "give docker.io alone (serve and agent take other URLs) (--upstream: from NODECACHE_CONFIG=" + serves + ")\n"},
