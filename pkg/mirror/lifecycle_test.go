@@ -49,6 +49,9 @@ func TestNewStartsNothing(t *testing.T) {
 	if locked(filepath.Join(root, "nodecache", "lock")) {
 		t.Error("New took the root lock")
 	}
+	if m.Inventory().Ready {
+		t.Error("the cache index is ready before Run (runUntilLocked takes Ready for the lock held)")
+	}
 	for _, p := range []string{staged, upload} {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("New removed %s: %v", p, err)
@@ -120,7 +123,9 @@ func runUntilLocked(t *testing.T, m *mirror.Mirror, root string) (stop func()) {
 	go func() { done <- m.Run(ctx) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if locked(filepath.Join(root, "nodecache", "lock")) {
+		// Ready: Run took the lock (and wrote its pid), then loaded the index. Probing the flock
+		// here would take it for a moment, and a Run locking then would find the root in use.
+		if m.Inventory().Ready {
 			break
 		}
 		select {
