@@ -26,13 +26,14 @@ func cacheCommand() *cli.Command {
 				return withCode(map[bool]int{true: exitUsage, false: exitNegative}[errors.Is(err, inventory.ErrInput) || errors.As(err, new(*exitError))], err)
 			}})
 	}
-	return &cli.Command{Name: "cache", Usage: "list the images a running nodecache serve holds, evict one, verify every stored blob, pin and unpin images, or import a bundle of images",
+	return &cli.Command{Name: "cache", Usage: "list the images a running nodecache serve holds, evict one, verify every stored blob, pin and unpin images and list the pins, or import a bundle of images",
 		Subcommands: []*cli.Command{
 			sub("ls", "list cached images, most recently pulled first, pinned ones marked (GET /nodecache/v1/cache: loopback and --allow networks)", ""),
 			sub("rm", "evict one image as eviction does: blobs another cached manifest references or a request uses stay; a pinned image is refused (unpin it first) (DELETE /nodecache/v1/cache/...: loopback only)", "UPSTREAM/REPOSITORY@DIGEST|UPSTREAM/REPOSITORY:TAG"),
 			sub("verify", "read every stored blob whole, at most --rate bytes a second, evicting each that does not match its digest (the next pull fetches it again); progress on stderr (POST /nodecache/v1/cache/verify: loopback and --allow networks)", "",
 				stringFlag(nil, "rate", "", "read at most `RATE`, bytes a second in binary units (200MiB, 1GiB/s); default: serve's --scrub-rate")),
 			sub("pin", "pin what the cache holds of an image so that eviction (--max-size, a full disk) never removes it; a pin by tag follows the tag to the image a revalidation finds. Nothing is fetched: an image not cached is refused (nodecache warm --pin fetches and pins); pins may hold at most 80% of --max-size (PUT /nodecache/v1/cache/pins/...: loopback and --allow networks)", "UPSTREAM/REPOSITORY:TAG|UPSTREAM/REPOSITORY@DIGEST"),
+			sub("pins", "list the pins: what each was made by (a tag, which it follows, or a digest), the manifest it holds, its size, when it was made; then the pinned total against the 80% of --max-size pins may hold (GET /nodecache/v1/cache/pins: loopback and --allow networks)", ""),
 			sub("unpin", "drop a pin, by the tag or digest it was pinned by: what it held is evicted again like anything else (DELETE /nodecache/v1/cache/pins/...: loopback and --allow networks)", "UPSTREAM/REPOSITORY:TAG|UPSTREAM/REPOSITORY@DIGEST"),
 			sub("import", "store and pin the images of a bundle in DIR (an OCI image layout or a Talos image cache, detected) on serve, over HTTP: the blobs serve lacks are read and checked first, a bundle with a missing or damaged blob is refused naming it, and nothing is half-imported; progress on stderr (POST /nodecache/v1/cache/import: loopback and --allow networks)", "DIR",
 				stringFlag(nil, "ref", "", "name the images of an OCI image layout whose index.json does not: `REGISTRY/REPOSITORY` for one named by a tag alone (skopeo copy … oci:DIR:TAG), REGISTRY/REPOSITORY[:TAG] for one with no name (crane pull --format oci without --annotate-ref); refused for a bundle that names its images")),

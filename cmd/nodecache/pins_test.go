@@ -155,3 +155,67 @@ func lineWith(s, sub string) string {
 	}
 	return ""
 }
+
+// TestCachePins: cache pins lists every pin of a running serve — one by tag (the manifest it
+// holds beside it) and one by digest — with the pinned total against the 80% of --max-size pins
+// may hold; --output json is serve's pin list; an argument is refused (exit 2); with no pin left
+// it says so (0 pins).
+func TestCachePins(t *testing.T) {
+	t.Parallel()
+	up := mirrortest.NewRegistry(t)
+	byTag, byDigest := mirrortest.Image(t, 4096, 1, "linux/amd64"), mirrortest.Image(t, 4096, 1, "linux/amd64")
+	up.PushImage(t, "team/tagged", "v1", byTag)
+	up.PushImage(t, "team/fixed", "v1", byDigest)
+	nc := nodecachetest.Start(t, nodecachetest.Options{Upstream: up, Alias: "upstream.test", Root: t.TempDir(), MaxSize: 1 << 30, Run: true})
+	nc.Pull(t, "upstream.test/team/tagged:v1", "upstream.test/team/fixed:v1")
+	tagDigest, fixedDigest := mustDigestOf(t, byTag), mustDigestOf(t, byDigest)
+	fixed := "upstream.test/team/fixed@" + fixedDigest
+	for _, spec := range []string{"upstream.test/team/tagged:v1", fixed} {
+		if code, out, errOut := runApp(t, "cache", "pin", "--listen-url", nc.URL, spec); code != 0 {
+			t.Fatalf("cache pin %s: exit %d\n%s%s", spec, code, out, errOut)
+		}
+	}
+
+	code, out, errOut := runApp(t, "cache", "pins", "--listen-url", nc.URL)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if code != 0 || len(lines) != 4 || !strings.HasPrefix(lines[0], "PIN ") {
+		t.Fatalf("cache pins: exit %d, want a header, 2 rows and the total:\n%s%s", code, out, errOut)
+	}
+	if f := strings.Fields(lines[1]); len(f) != 5 || f[0] != fixed || f[1] != "-" {
+		t.Errorf("row of the pin by digest: %q, want %s with nothing beside it", lines[1], fixed)
+	}
+	if f := strings.Fields(lines[2]); len(f) != 5 || f[0] != "upstream.test/team/tagged:v1" || f[1] != tagDigest {
+		t.Errorf("row of the pin by tag: %q, want upstream.test/team/tagged:v1 holding %s", lines[2], tagDigest)
+	}
+	if !strings.HasPrefix(lines[3], "2 pins holding ") || !strings.HasSuffix(lines[3], "; pins may hold at most 819.2 MiB, 80% of the cap 1.0 GiB") {
+		t.Errorf("total line: %q", lines[3])
+	}
+
+	var list mirrorapi.PinList
+	runAppJSON(t, &list, "cache", "pins", "--listen-url", nc.URL, "--output", "json")
+	if len(list.Pins) != 2 || list.Pins[1].Tag != "v1" || list.Pins[1].Digest != tagDigest || list.Pins[0].Digest != fixedDigest || list.PinnedBytes == 0 || list.MaxSizeBytes != 1<<30 {
+		t.Errorf("cache pins --output json: %+v", list)
+	}
+
+	if code, _, errOut := runApp(t, "cache", "pins", "--listen-url", nc.URL, "extra"); code != exitUsage || !strings.Contains(errOut, `cache pins takes no arguments, got "extra"`) {
+		t.Errorf("cache pins with an argument: exit %d, %q; want 2", code, errOut)
+	}
+	for _, spec := range []string{"upstream.test/team/tagged:v1", fixed} {
+		if code, out, errOut := runApp(t, "cache", "unpin", "--listen-url", nc.URL, spec); code != 0 {
+			t.Fatalf("cache unpin %s: exit %d\n%s%s", spec, code, out, errOut)
+		}
+	}
+	if code, out, _ := runApp(t, "cache", "pins", "--listen-url", nc.URL); code != 0 || out != "PIN  HOLDS  SIZE  PINNED\n0 pins holding 0 B; pins may hold at most 819.2 MiB, 80% of the cap 1.0 GiB\n" {
+		t.Errorf("cache pins with none: exit %d\n%q", code, out)
+	}
+}
+
+// mustDigestOf is img's manifest digest.
+func mustDigestOf(t *testing.T, img v1.Image) string {
+	t.Helper()
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.String()
+}

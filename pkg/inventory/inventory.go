@@ -205,8 +205,8 @@ type CommandFlags struct {
 	Ref string
 }
 
-// Command runs `nodecache cache NAME` (ls, rm, verify, pin, unpin, import) with its arguments
-// args (ls and verify take none and ignore them) and flags; progress is where verify and
+// Command runs `nodecache cache NAME` (ls, rm, verify, pin, unpin, pins, import) with its
+// arguments args (ls, verify and pins take none and ignore them) and flags; progress is where verify and
 // import write their progress lines. It returns the report to render. Errors: ErrInput for an
 // unknown NAME, and those of List, RemoveArgs, Verify, PinArgs and ImportArgs.
 func (c *Client) Command(ctx context.Context, name string, args []string, flags CommandFlags, progress io.Writer) (clitext.Renderer, error) {
@@ -219,10 +219,12 @@ func (c *Client) Command(ctx context.Context, name string, args []string, flags 
 		return c.Verify(ctx, flags.Rate, 0, progress)
 	case "pin", "unpin":
 		return c.PinArgs(ctx, args, name == "unpin")
+	case "pins":
+		return c.PinList(ctx)
 	case "import":
 		return c.ImportArgs(ctx, args, flags.Ref, progress)
 	}
-	return nil, fmt.Errorf("%w: unknown cache command %q: want ls, rm, verify, pin, unpin or import", ErrInput, name)
+	return nil, fmt.Errorf("%w: unknown cache command %q: want ls, rm, verify, pin, unpin, pins or import", ErrInput, name)
 }
 
 // ExitCodes is what the exit codes of `nodecache cache NAME` mean (docs/contracts.md), for its
@@ -235,6 +237,7 @@ func ExitCodes(name string) string {
 		"verify": "0 every stored blob matched its digest; 1 a blob corrupt (evicted) or unreadable, the pass not finished, or " + serve,
 		"pin":    "0 pinned (or already pinned); 1 not cached (nothing is fetched for a pin), the pins over 80% of --max-size, or " + serve,
 		"unpin":  "0 unpinned; 1 not pinned, or " + serve,
+		"pins":   "0 listed; 1 " + serve,
 		"import": "0 every image stored and pinned; 1 a blob of the bundle missing or damaged (nothing stored), the pins over 80% of --max-size, or " + serve,
 	}[name]
 	two := map[string]string{
