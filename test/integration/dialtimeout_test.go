@@ -35,7 +35,8 @@ import (
 //     pull reaches the registry only after containerd's default dialer gave up: at least 30 s.
 //     This half runs once, on 2.4 only (it costs those 30 s).
 //   - With the generated file (dial_timeout = '2s'), every request of the pull reaches the
-//     registry within 3 s of the one before it (of the pull's start, for the first), and the
+//     registry within 5 s of the one before it (of the pull's start, for the first): the 2 s
+//     dial_timeout and room for a loaded machine (3.1 s was seen in CI), well below 30 s; and the
 //     pull succeeds: on 2.4, and on 2.3 (containerd reads the key from 2.1).
 //
 // Needs root (namespaces, veth, netfilter), ip and nft or iptables.
@@ -104,7 +105,7 @@ func waitsOutDialer(t *testing.T, c *runtimetest.Containerd, front *timedFront, 
 }
 
 // fallsBackQuickly checks a pull of ref through c with the generated hosts.toml: every request
-// reaches the registry within 3 s of the one before it (of the pull's start, for the first, and
+// reaches the registry within 5 s of the one before it (of the pull's start, for the first, and
 // not before containerd tried the mirror), and the pull succeeds.
 func fallsBackQuickly(t *testing.T, c *runtimetest.Containerd, front *timedFront, ref string) {
 	t.Helper()
@@ -120,8 +121,8 @@ func fallsBackQuickly(t *testing.T, c *runtimetest.Containerd, front *timedFront
 	}
 	prev := start
 	for i, a := range arrivals {
-		if gap := a.at.Sub(prev); gap > 3*time.Second {
-			t.Errorf("containerd %s: request %d (%s) reached the registry %s after the one before; want <= 3s", c.Version(), i+1, a.what, gap.Round(time.Millisecond))
+		if gap := a.at.Sub(prev); gap > 5*time.Second {
+			t.Errorf("containerd %s: request %d (%s) reached the registry %s after the one before; want <= 5s (2s dial_timeout, then the registry)", c.Version(), i+1, a.what, gap.Round(time.Millisecond))
 		}
 		prev = a.at
 	}
