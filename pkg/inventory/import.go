@@ -121,9 +121,7 @@ type Imported struct{ mirrorapi.ImportResult }
 
 // WriteJSON writes serve's answer.
 func (i *Imported) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(i.ImportResult)
+	return writeIndented(w, i.ImportResult)
 }
 
 // WriteText writes one line per image stored (UPSTREAM/REPOSITORY[:TAG]@DIGEST), then the

@@ -412,9 +412,7 @@ func Verdict(r clitext.Renderer) error {
 
 // WriteJSON writes the pass as serve answered it.
 func (v *Verification) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v.VerifyPass)
+	return writeIndented(w, v.VerifyPass)
 }
 
 // WriteText writes one line of totals, then one line per corrupt blob.
@@ -454,9 +452,7 @@ type Listing struct{ mirrorapi.CacheInventory }
 
 // WriteJSON writes the inventory document as serve sent it.
 func (l *Listing) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(l.CacheInventory)
+	return writeIndented(w, l.CacheInventory)
 }
 
 // WriteText writes one line per image (IMAGE, TAGS, SIZE, LAST PULLED, PINNED; a tag of a child

@@ -30,9 +30,7 @@ func (c *Client) PinList(ctx context.Context) (*PinListing, error) {
 
 // WriteJSON writes the pins as serve answered them.
 func (l *PinListing) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(l.PinList)
+	return writeIndented(w, l.PinList)
 }
 
 // WriteText writes one row per pin — what was pinned (UPSTREAM/REPOSITORY:TAG, or @DIGEST), the
@@ -60,4 +58,11 @@ func (l *PinListing) WriteText(w io.Writer) error {
 	}
 	_, err := fmt.Fprintf(w, "%s holding %s; %s\n", clitext.Count(len(l.Pins), "pin"), clitext.Bytes(l.PinnedBytes), limit)
 	return err
+}
+
+// writeIndented writes v as JSON indented by two spaces, as the reports' --output json does.
+func writeIndented(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
