@@ -230,6 +230,33 @@ func (w *Writer) Blob(desc v1.Descriptor) (*BlobFile, error) {
 	return &BlobFile{w: w, f: tmp, want: d, size: desc.Size, h: d.Algorithm().Hash(), final: final}, nil
 }
 
+// ReadBlob returns the bytes of blob desc as the bundle holds it, checked against desc's digest
+// and size again: for a blob Blob found present, which warm --to still reads (an image's
+// config, for its platform). Errors: the blob is not stored, does not match, or cannot be read.
+func (w *Writer) ReadBlob(desc v1.Descriptor) ([]byte, error) {
+	d, err := parseDigest(desc.Digest)
+	if err != nil {
+		return nil, err
+	}
+	final, err := w.l.blobPath(d)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(final)
+	if err != nil {
+		return nil, fmt.Errorf("read stored blob %s: %w", d, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, desc.Size+1))
+	if err != nil {
+		return nil, fmt.Errorf("read stored blob %s: %w", d, err)
+	}
+	if int64(len(b)) != desc.Size || d.Algorithm().FromBytes(b) != d {
+		return nil, fmt.Errorf("stored blob %s: does not match its digest and size %d any more", d, desc.Size)
+	}
+	return b, nil
+}
+
 // parseDigest checks h as a digest whose algorithm this build can compute.
 func parseDigest(h v1.Hash) (digest.Digest, error) {
 	d, err := digest.Parse(h.String())

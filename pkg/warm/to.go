@@ -255,24 +255,28 @@ func (w *walker) storeBlob(ctx context.Context, ref Reference, d v1.Descriptor) 
 }
 
 // getConfig fetches config d of ref into body (to read its platform) and, with warm --to, into
-// the bundle as well.
-func (w *walker) getConfig(ctx context.Context, ref Reference, d v1.Descriptor, body *bytes.Buffer) (blobResult, error) {
+// the bundle as well; a config the bundle holds already (verified) is read from there.
+func (w *walker) getConfig(ctx context.Context, ref Reference, d v1.Descriptor, body *bytes.Buffer) blobOutcome {
 	if w.out == nil {
-		return w.c.getBlob(ctx, ref, d, w.opts.BlobTimeout, w.prog, bufferSink{body})
+		res, err := w.c.getBlob(ctx, ref, d, w.opts.BlobTimeout, w.prog, bufferSink{body})
+		return blobOutcome{res: res, err: err}
 	}
 	f, err := w.out.Blob(d)
 	if err != nil {
-		return blobResult{}, err
+		return blobOutcome{err: err}
 	}
-	if f == nil { // stored already: read again from the upstream, only to learn the platform
-		return w.client(ref).getBlob(ctx, ref, d, w.opts.BlobTimeout, w.prog, bufferSink{body})
+	if f == nil {
+		b, err := w.out.ReadBlob(d)
+		body.Write(b)
+		w.prog.transferred(d.Size)
+		return blobOutcome{present: err == nil, err: err}
 	}
 	res, err := w.client(ref).getBlob(ctx, ref, d, w.opts.BlobTimeout, w.prog, teeSink{bufferSink{body}, f})
 	if err != nil {
 		f.Abort()
-		return res, err
+		return blobOutcome{res: res, err: err}
 	}
-	return res, f.Commit()
+	return blobOutcome{res: res, err: f.Commit()}
 }
 
 // newUpstreamClient is a client for upstream u: requests go to u.URL itself, each repository

@@ -558,11 +558,11 @@ func (w *walker) checkConfig(ctx context.Context, ref Reference, d v1.Descriptor
 		return o, fmt.Sprintf("%s; no layer fetched", describe(ctx, o.err))
 	}
 	var body bytes.Buffer
-	o.res, o.err = w.getConfig(ctx, ref, d, &body)
+	o = w.getConfig(ctx, ref, d, &body)
 	<-w.sem
 	w.record(ref, d, o)
 	w.prog.blob(blobEvent{Image: ref.String(), Digest: d.Digest.String(), Size: d.Size,
-		Took: o.res.Duration, Cache: o.res.Cache, Attempts: o.res.Attempts, Err: o.err})
+		Took: o.res.Duration, Cache: o.res.Cache, Attempts: o.res.Attempts, Present: o.present, Err: o.err})
 	if o.err != nil {
 		return o, fmt.Sprintf("config %s: %s; its platform is unknown, so no layer was fetched", d.Digest, describe(ctx, o.err))
 	}
