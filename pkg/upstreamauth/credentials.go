@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -99,7 +98,7 @@ func LoadCredentials(path, registry string, opts CredentialsOptions) (*Credentia
 		return nil, err
 	}
 	c.stamp, c.cf, c.gen, c.statAt = st, cf, 1, c.now()
-	auth, err := c.lookup(cf)
+	auth, err := c.lookup(context.Background(), cf)
 	if err != nil {
 		return nil, err
 	}
@@ -145,10 +144,12 @@ func (c *Credentials) Authorization() (*authn.AuthConfig, error) {
 
 // AuthorizationContext implements authn.ContextAuthenticator: the file is checked for a change
 // first (go-containerregistry asks before every token fetch). A credential helper's answer is
-// reused for CredentialsRecheck. An entry that is gone yields anonymous access.
+// reused for CredentialsRecheck; a helper's run ends with ctx or after HelperTimeout. An entry
+// that is gone yields anonymous access.
 //
-// Errors: a credential helper failed (the error names the helper's key, not the secret).
-func (c *Credentials) AuthorizationContext(_ context.Context) (*authn.AuthConfig, error) {
+// Errors: a credential helper failed or did not answer in time (the error names the helper and
+// the key, never what the helper printed).
+func (c *Credentials) AuthorizationContext(ctx context.Context) (*authn.AuthConfig, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.check(true)
@@ -156,7 +157,7 @@ func (c *Credentials) AuthorizationContext(_ context.Context) (*authn.AuthConfig
 		out := *c.resolved
 		return &out, nil
 	}
-	auth, err := c.lookup(c.cf)
+	auth, err := c.lookup(ctx, c.cf)
 	if err != nil {
 		return nil, err
 	}
@@ -234,11 +235,24 @@ func hasAuthKeys(b []byte) bool {
 	return false
 }
 
-// lookup resolves the registry's entry in cf as docker does.
-func (c *Credentials) lookup(cf *configfile.ConfigFile) (*authn.AuthConfig, error) {
+// lookup resolves the registry's entry in cf as docker does: from the credential helper
+// configured for it (credHelpers, else credsStore; fromHelper, bounded by ctx and
+// HelperTimeout), else from auths.
+func (c *Credentials) lookup(ctx context.Context, cf *configfile.ConfigFile) (*authn.AuthConfig, error) {
+	helper := cf.CredentialsStore
+	if h, ok := cf.CredentialHelpers[c.key]; ok {
+		helper = h
+	}
+	if helper != "" {
+		auth, err := fromHelper(ctx, helper, c.key)
+		if err != nil {
+			return nil, fmt.Errorf("credentials for %s from %s (key %q): credential helper %w", c.registry, c.path, c.key, err)
+		}
+		return auth, nil
+	}
 	ac, err := cf.GetAuthConfig(c.key)
 	if err != nil {
-		return nil, fmt.Errorf("credentials for %s from %s (key %q): credential helper: %w", c.registry, c.path, c.key, redactHelperError(err))
+		return nil, fmt.Errorf("credentials for %s from %s (key %q): %w", c.registry, c.path, c.key, err)
 	}
 	return toAuthn(ac), nil
 }
@@ -250,17 +264,4 @@ func toAuthn(ac types.AuthConfig) *authn.AuthConfig {
 		IdentityToken: ac.IdentityToken,
 		RegistryToken: ac.RegistryToken,
 	}
-}
-
-// redactHelperError keeps a credential helper's failure short: its first line, at most 200
-// bytes (a helper that fails prints a reason; nothing it printed on success is in the error).
-func redactHelperError(err error) error {
-	msg := err.Error()
-	if i := bytes.IndexByte([]byte(msg), '\n'); i >= 0 {
-		msg = msg[:i]
-	}
-	if len(msg) > 200 {
-		msg = msg[:200] + "…"
-	}
-	return errors.New(msg)
 }
