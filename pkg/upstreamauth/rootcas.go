@@ -14,14 +14,18 @@ import (
 //
 // Errors: the file cannot be read, is not a regular file of at most inputfile.PEM.Limit bytes
 // (refused: refusal.ErrRefused), or holds no PEM certificate.
-func LoadRootCAs(file string) (*x509.CertPool, error) {
+func LoadRootCAs(file string) (*x509.CertPool, error) { return addRootCAs(nil, file) }
+
+// addRootCAs is LoadRootCAs adding to pool (nil: a new one from the system's).
+func addRootCAs(pool *x509.CertPool, file string) (*x509.CertPool, error) {
 	b, err := inputfile.Read(file, inputfile.PEM)
 	if err != nil {
 		return nil, fmt.Errorf("CA file: %w", err)
 	}
-	pool, err := x509.SystemCertPool()
-	if err != nil || pool == nil {
-		pool = x509.NewCertPool()
+	if pool == nil {
+		if pool, err = x509.SystemCertPool(); err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
 	}
 	if !pool.AppendCertsFromPEM(b) {
 		return nil, fmt.Errorf("CA file %s holds no PEM certificate (want -----BEGIN CERTIFICATE-----)", file)
