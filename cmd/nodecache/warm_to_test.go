@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"io"
 	"log"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -75,9 +78,10 @@ func TestWarmTo(t *testing.T) {
 // TestWarmToPrivateUpstream: warm --to takes serve's --upstream-auth and --upstream-ca. A bundle
 // is written from distribution's htpasswd registry with the credentials of a docker config.json
 // and from an https registry whose certificate comes from a private CA (exit 0, both stored).
-// Without --upstream-auth the private image is refused by the registry (401), without
-// --upstream-ca the TLS handshake fails (x509): exit 1, nothing listed, the report naming the
-// flag that fixes it; the password is never printed.
+// Without --upstream-auth, or with a wrong password, the private image is refused by the
+// registry (401); without --upstream-ca, or with another CA, the TLS handshake fails (x509),
+// and is not retried: exit 1, nothing listed, the report saying what fixes it; the password is
+// never printed.
 func TestWarmToPrivateUpstream(t *testing.T) {
 	t.Parallel()
 	mirrortest.QuietLogrus()
@@ -92,6 +96,13 @@ func TestWarmToPrivateUpstream(t *testing.T) {
 	secure := httptest.NewUnstartedServer(handler)
 	secure.TLS = ca.TLSConfig(t, "127.0.0.1")
 	secure.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake of the no-CA run
+	var handshakes atomic.Int64
+	// Set before StartTLS: httptest chains its own connection tracking onto it.
+	secure.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			handshakes.Add(1)
+		}
+	}
 	secure.StartTLS()
 	t.Cleanup(secure.Close)
 	tlsAddr := secure.Listener.Addr().String()
@@ -125,18 +136,37 @@ func TestWarmToPrivateUpstream(t *testing.T) {
 		t.Errorf("the bundle's images: %v", err)
 	}
 
+	wrongPassword := writeFile(t, dir, "wrong.json", `{"auths":{"`+private.Addr+`":{"auth":"`+base64.StdEncoding.EncodeToString([]byte(user+":not-it"))+`"}}}`)
+	otherCA := writeFile(t, dir, "other.pem", string(mirrortest.NewCA(t).PEM))
 	for _, tc := range []struct {
-		name, flag, value, says, notStored string
+		name      string
+		flags     []string
+		says      []string
+		notStored string
 	}{
-		{"without --upstream-auth", "--upstream-ca", tlsAddr + "=" + caFile, "401 Unauthorized: {\"errors\":[{\"code\":\"UNAUTHORIZED\"", refs[0]},
-		{"without --upstream-auth", "--upstream-ca", tlsAddr + "=" + caFile, "(asked anonymously: give the credentials with --upstream-auth " + private.Addr + "=FILE, a docker config.json)", refs[0]},
-		{"without --upstream-ca", "--upstream-auth", private.Addr + "=" + auth, "x509: certificate signed by unknown authority", refs[1]},
-		{"without --upstream-ca", "--upstream-auth", private.Addr + "=" + auth, "(trust its certificate authority with --upstream-ca " + tlsAddr + "=FILE, PEM)", refs[1]},
+		{"without --upstream-auth", []string{"--upstream-ca", tlsAddr + "=" + caFile},
+			[]string{`401 Unauthorized: {"errors":[{"code":"UNAUTHORIZED"`, "(asked anonymously: give the credentials with --upstream-auth " + private.Addr + "=FILE, a docker config.json)"}, refs[0]},
+		{"a wrong password", []string{"--upstream-ca", tlsAddr + "=" + caFile, "--upstream-auth", private.Addr + "=" + wrongPassword},
+			[]string{"401 Unauthorized", "(the --upstream-auth credentials for " + private.Addr + " were refused: check them, and that they may pull this repository)"}, refs[0]},
+		// Retries allowed, but a certificate that is not trusted is not retried.
+		{"without --upstream-ca", []string{"--upstream-auth", private.Addr + "=" + auth, "--retries", "3"},
+			[]string{"x509: certificate signed by unknown authority", "(trust its certificate authority with --upstream-ca " + tlsAddr + "=FILE, PEM)"}, refs[1]},
+		{"another CA", []string{"--upstream-auth", private.Addr + "=" + auth, "--upstream-ca", tlsAddr + "=" + otherCA},
+			[]string{"x509: certificate signed by unknown authority", "(the --upstream-ca given for " + tlsAddr + " did not sign the certificate it presented)"}, refs[1]},
 	} {
 		out := t.TempDir()
-		code, stdout, stderr := runApp(t, args(out, tc.flag, tc.value)...)
-		if code != exitNegative || !strings.Contains(stdout, "NOT STORED "+tc.notStored) || !strings.Contains(stdout+stderr, tc.says) {
-			t.Errorf("%s: exit %d, want 1 with %s not stored, saying %q\nstdout %s\nstderr %s", tc.name, code, tc.notStored, tc.says, stdout, stderr)
+		handshakes.Store(0)
+		code, stdout, stderr := runApp(t, args(out, tc.flags...)...)
+		if code != exitNegative || !strings.Contains(stdout, "NOT STORED "+tc.notStored) {
+			t.Errorf("%s: exit %d, want 1 with %s not stored\nstdout %s\nstderr %s", tc.name, code, tc.notStored, stdout, stderr)
+		}
+		for _, says := range tc.says {
+			if !strings.Contains(stdout+stderr, says) {
+				t.Errorf("%s: the output does not say %q\nstdout %s\nstderr %s", tc.name, says, stdout, stderr)
+			}
+		}
+		if n := handshakes.Load(); tc.name == "without --upstream-ca" && n > 2 {
+			t.Errorf("%s: %d connections to the https registry with --retries 3; an untrusted certificate is not retried (the ping tries at most https twice)", tc.name, n)
 		}
 		if strings.Contains(stdout+stderr, password) {
 			t.Errorf("%s: the password was printed", tc.name)

@@ -2,6 +2,7 @@ package warm
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -55,6 +56,7 @@ type client struct {
 	hc        *http.Client
 	auth      *upstreamAuth // per-repository token transports of an upstream; nil for a mirror
 	upstream  string        // the upstream's NAME (warm --to); "" for a mirror
+	privateCA bool          // --upstream-ca was given for the upstream
 	userAgent string
 	retries   int
 	backoff   time.Duration
@@ -106,21 +108,29 @@ func (c *client) do(req *http.Request, ref Reference) (*http.Response, error) {
 	return hc.Do(req)
 }
 
-// explain adds to err, a failed request of warm --to, the flag that fixes it: --upstream-auth
-// when the upstream answered 401 or 403 to a client without its credentials, --upstream-ca when
-// its certificate is signed by an authority the system does not trust. Other errors, and every
-// error of a mirror's client, are returned as they are.
+// explain adds to err, a failed request of warm --to, what fixes it: --upstream-auth when the
+// upstream answered 401 or 403 to a client without its credentials (and that it refused them,
+// with them), --upstream-ca when its certificate is signed by an authority not trusted (or not
+// by the one given), the http:// URL when it answered https with plain http. Other errors, and
+// every error of a mirror's client, are returned as they are.
 func (c *client) explain(err error) error {
 	if c.upstream == "" || err == nil {
 		return err
 	}
 	var se *statusError
 	var unknownCA x509.UnknownAuthorityError
+	denied := errors.As(err, &se) && (se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden)
 	switch {
-	case errors.As(err, &se) && (se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden) && c.auth.creds == authn.Anonymous:
+	case denied && c.auth.creds == authn.Anonymous:
 		return fmt.Errorf("%w (asked anonymously: give the credentials with --upstream-auth %s=FILE, a docker config.json)", err, c.upstream)
+	case denied:
+		return fmt.Errorf("%w (the --upstream-auth credentials for %s were refused: check them, and that they may pull this repository)", err, c.upstream)
+	case errors.As(err, &unknownCA) && c.privateCA:
+		return fmt.Errorf("%w (the --upstream-ca given for %s did not sign the certificate it presented)", err, c.upstream)
 	case errors.As(err, &unknownCA):
 		return fmt.Errorf("%w (trust its certificate authority with --upstream-ca %s=FILE, PEM)", err, c.upstream)
+	case errors.Is(err, http.ErrSchemeMismatch):
+		return fmt.Errorf("%w (it speaks plain http: give --upstream %s=http://%s)", err, c.upstream, c.base.Host)
 	}
 	return err
 }
@@ -182,7 +192,8 @@ var errBrokenStream = errors.New("broken stream")
 
 // retryable reports whether err is worth another attempt while parent is still live: 5xx (but a
 // nodecache's 502 for an upstream's wrong answer), 429, 408, network errors, broken streams and
-// per-attempt timeouts.
+// per-attempt timeouts; not a certificate that is not trusted, nor an https request answered in
+// plain http (tlsRefused), which the next attempt meets again.
 func retryable(parent context.Context, err error) bool {
 	if err == nil || parent.Err() != nil {
 		return false
@@ -192,7 +203,20 @@ func retryable(parent context.Context, err error) bool {
 		return (se.Status >= 500 && !se.WrongAnswer) || se.Status == http.StatusTooManyRequests || se.Status == http.StatusRequestTimeout
 	}
 	var pe *permanentError
-	return !errors.As(err, &pe)
+	return !errors.As(err, &pe) && !tlsRefused(err)
+}
+
+// tlsRefused reports whether err is a TLS failure another attempt cannot fix: a certificate not
+// trusted or not for the host, or an https request answered in plain http.
+func tlsRefused(err error) bool {
+	var (
+		verify   *tls.CertificateVerificationError
+		unknown  x509.UnknownAuthorityError
+		invalid  x509.CertificateInvalidError
+		hostname x509.HostnameError
+	)
+	return errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &invalid) ||
+		errors.As(err, &hostname) || errors.Is(err, http.ErrSchemeMismatch)
 }
 
 // permanentError is a failure another attempt cannot fix (digest mismatch, bad manifest).

@@ -303,7 +303,7 @@ func newUpstreamClient(u name.Upstream, opts *Options) (*client, error) {
 	}
 	base := transport.NewUserAgent(schemeTransport{host: u.URL.Host, scheme: u.URL.Scheme, next: next}, opts.UserAgent)
 	return &client{
-		base: u.URL, routing: routingDirect, upstream: u.Name,
+		base: u.URL, routing: routingDirect, upstream: u.Name, privateCA: opts.Bundle.RootCAs[u.Name] != nil,
 		hc:        &http.Client{CheckRedirect: noDowngrade},
 		auth:      &upstreamAuth{reg: reg, creds: creds, base: base, repos: map[string]http.RoundTripper{}},
 		userAgent: opts.UserAgent, retries: opts.Retries,
