@@ -265,6 +265,12 @@ func TestServeAddressInUse(t *testing.T) {
 			t.Errorf("%s on a busy port: exit %d, want 1 ending with %q:\n%s", tc.flag, code, want, out)
 		}
 	}
+	// 192.0.2.1 (TEST-NET-1, RFC 5737) is on no interface here.
+	cmd := exec.Command(binary, "serve", "--root", t.TempDir(), "--listen", "192.0.2.1:5000", "--upstream", "upstream.test=offline")
+	out := nodecachetest.Within(t, 30*time.Second, "serve on an address not this host's", func() []byte { b, _ := cmd.CombinedOutput(); return b })
+	if code := cmd.ProcessState.ExitCode(); code != exitNegative || !strings.Contains(string(out), "--listen 192.0.2.1:5000: no interface of this host has that address: give one of its addresses, or :PORT for all of them") {
+		t.Errorf("--listen on an address not this host's: exit %d, want 1 naming --listen:\n%s", code, out)
+	}
 }
 
 // TestBaremetalExampleConfig: the shipped settings file is accepted by serve.

@@ -180,8 +180,8 @@ func TestWarmToPrivateUpstream(t *testing.T) {
 // TestWarmToRefused: warm --to refuses (exit 2, nothing sent) a directory that is not a bundle,
 // an image whose registry is not an upstream (serve's default set when --upstream is not
 // given), --mirror with --to, --platform all without --to, an unknown --format, and
-// --upstream-auth or --upstream-ca without --to, for a registry that is not an --upstream, or
-// naming a file of the wrong kind.
+// --upstream-auth or --upstream-ca for a registry that is not an --upstream, or naming a file of
+// the wrong kind. Without --to those two are not used, with a note.
 func TestWarmToRefused(t *testing.T) {
 	t.Parallel()
 	up := newSilentMirror(t, "refused warm --to")
@@ -208,7 +208,6 @@ func TestWarmToRefused(t *testing.T) {
 		{"platform all without to", []string{"--mirror", "http://" + up.Addr, "--platform", "all", ref}, "all applies only with --to"},
 		{"format", []string{"--to", t.TempDir(), "--format", "tar", "--upstream", upstream, ref}, `--format "tar" refused: want oci`},
 		{"upstream", []string{"--to", t.TempDir(), "--upstream", "ftp://x", ref}, "--upstream"},
-		{"upstream-auth without to", []string{"--mirror", "http://" + up.Addr, "--upstream-auth", up.Addr + "=" + foreign + "/notes.txt", ref}, "--upstream-auth and --upstream-ca apply only with --to"},
 		{"upstream-auth of another registry", []string{"--to", t.TempDir(), "--upstream", upstream, "--upstream-auth", "ghcr.io=" + foreign + "/notes.txt", ref}, `--upstream-auth "ghcr.io=` + foreign + `/notes.txt": ghcr.io is not among the --upstream names ` + up.Addr},
 		{"upstream-auth not a docker config", []string{"--to", t.TempDir(), "--upstream", upstream, "--upstream-auth", up.Addr + "=" + foreign + "/notes.txt", ref}, "--upstream-auth " + up.Addr + ": credentials file " + foreign + "/notes.txt: not a docker config.json"},
 		{"upstream-ca not PEM", []string{"--to", t.TempDir(), "--upstream", upstream, "--upstream-ca", up.Addr + "=" + foreign + "/notes.txt", ref}, "holds no PEM certificate"},
@@ -220,6 +219,11 @@ func TestWarmToRefused(t *testing.T) {
 				t.Errorf("exit %d, stderr %q: want 2 naming %q (stdout %q)", code, stderr, tc.says, stdout)
 			}
 		})
+	}
+	// Without --to they are not used, and said so, not refused: a settings file or environment
+	// shared with serve gives them to warm too (second fresh-clone trial: warm --mirror exited 2).
+	if code, stdout, stderr := runApp(t, "warm", "--mirror", "http://"+up.Addr, "--upstream-auth", up.Addr+"="+foreign+"/notes.txt", "--print", ref); code != 0 || stdout != ref+"\n" || !strings.Contains(stderr, "note: --upstream-auth and --upstream-ca not used: they apply only with --to") {
+		t.Errorf("warm --print with --upstream-auth: exit %d, stdout %q, stderr %q; want 0, the reference, a note", code, stdout, stderr)
 	}
 	if got, _ := os.ReadDir(foreign); len(got) != 1 {
 		t.Errorf("the refused directory changed: %v", got)

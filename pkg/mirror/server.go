@@ -126,10 +126,14 @@ func listenServers(ctx context.Context, m *Mirror, o ServeOptions, h, readyz htt
 	return servers, listeners, nil
 }
 
-// listenError is a failed bind of flag's address: for an address in use, what to do about it.
+// listenError is a failed bind of flag's address: for an address in use, or not this host's,
+// what to do about it.
 func listenError(flag, addr string, err error) error {
-	if errors.Is(err, syscall.EADDRINUSE) {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
 		return fmt.Errorf("%s %s: another process listens there: stop it, or give %s another port (%w)", flag, addr, flag, err)
+	case errors.Is(err, syscall.EADDRNOTAVAIL):
+		return fmt.Errorf("%s %s: no interface of this host has that address: give one of its addresses, or :PORT for all of them (%w)", flag, addr, err)
 	}
 	return fmt.Errorf("%s %s: %w", flag, addr, err)
 }

@@ -92,7 +92,9 @@ func (c Config) Options(args []string) (Options, error) {
 		opts.Mirror = mirror.URL
 	}
 	if c.To == "" && len(c.UpstreamAuth)+len(c.UpstreamCA) > 0 {
-		errs = append(errs, errors.New("--upstream-auth and --upstream-ca apply only with --to: warm without it asks only the mirror, and the mirror's serve reaches the upstreams (give them to serve)"))
+		// Not refused: a settings file or environment shared with serve gives them to every
+		// command (docs/settings.md), as it gives --upstream, which is unused here too.
+		opts.Notes = append(opts.Notes, "--upstream-auth and --upstream-ca not used: they apply only with --to; warm asks only the mirror, whose serve reaches the upstreams")
 	}
 	opts.Routing, err = ParseRouting(c.Routing)
 	errs = append(errs, err)

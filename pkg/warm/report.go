@@ -26,8 +26,9 @@ type Report struct {
 	PlatformMatch PlatformMatch `json:"platform_match"`
 	// Talos is the Talos join set when --talos chose the images.
 	Talos *TalosJoinSet `json:"talos,omitempty"`
-	// MirrorWaitSeconds is how long the mirror took to answer GET /v2/ (seconds).
-	MirrorWaitSeconds float64 `json:"mirror_wait_seconds"`
+	// MirrorWaitSeconds is how long the mirror took to answer GET /v2/ (seconds); absent with
+	// warm --to, which asks no mirror.
+	MirrorWaitSeconds *float64 `json:"mirror_wait_seconds,omitempty"`
 	// Images has one entry per image, in the order given.
 	Images []ImageReport `json:"images"`
 	// Warm is true only when every image is warm (with warm --to: stored whole in the bundle).

@@ -225,7 +225,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 
 	waited, err := c.waitForMirror(ctx, opts.Wait, opts.ProbeTimeout, opts.ProbeInterval)
-	rep.MirrorWaitSeconds = waited.Seconds()
+	secs := waited.Seconds()
+	rep.MirrorWaitSeconds = &secs
 	if err != nil {
 		rep.Error = err.Error()
 		for i := range rep.Images {
