@@ -13,8 +13,9 @@ import (
 // Load reads the --upstream-auth and --upstream-ca values of a command, each NAME=FILE with
 // NAME one of the upstreams ups (an alias of Docker Hub such as index.docker.io names docker.io),
 // and returns the credentials (LoadCredentials) and certificate pools (LoadRootCAs; the
-// certificates of every --upstream-ca file of one NAME together) by upstream name. The files of an offline upstream are not read (a credential helper could reach out): it
-// is never asked; log says so.
+// certificates of every --upstream-ca file of one NAME together) by upstream name. The files of
+// an offline upstream are not read (a credential helper could reach out): it is never asked;
+// log says so.
 //
 // Errors: a value is not NAME=FILE, NAME is not among ups (the error lists them), an
 // --upstream-auth NAME given twice, or a file cannot be used; each names the flag and the value.
